@@ -1,0 +1,4 @@
+"""dreads: durable evaluations of diffusion reads."""
+
+__version__ = "0.1.0"
+__all__ = ["__version__"]

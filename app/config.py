@@ -1,0 +1,65 @@
+"""Settings from flags and ``DREADS_*`` environment variables.
+
+Read only at entry points (CLI callback, Celery process init, API lifespan) through
+``get_settings()`` and passed down as small frozen values.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "get_settings"]
+
+
+class Settings(BaseSettings):
+    """Process-wide settings. Every field is ``DREADS_<NAME>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="DREADS_", env_file=None, extra="ignore")
+
+    #: SQLAlchemy URL. SQLite for the embedded mode, PostgreSQL (psycopg 3) distributed.
+    database_url: str = "sqlite:///./dreads.db"
+    #: Celery broker (Redis).
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    #: Upstream base URL of vLLM, or "sim".
+    upstream: str = "http://127.0.0.1:8001"
+    #: Served model name sent in requests.
+    model: str = "dgemma"
+    #: Tokenizer: a hub id, a local path, or "standin" (the simulator's).
+    tokenizer: str = "standin"
+    #: Served canvas length (vLLM --diffusion-config canvas_length).
+    canvas: int = 320
+    #: Reads in flight per worker process.
+    max_in_flight: int = 256
+    #: Per-read HTTP timeout in seconds.
+    read_timeout_s: float = 60.0
+    #: Transient-error retries per read (in-process, jittered backoff).
+    read_retries: int = 4
+    #: Decisions per queue message.
+    chunk_size: int = 32
+    #: Lease length of a claimed decision, in seconds.
+    lease_s: float = 120.0
+    #: Attempts after which a decision stops as failed/poison.
+    max_attempts: int = 5
+    #: Sweeper period in seconds.
+    sweep_interval_s: float = 30.0
+    #: A queued decision whose message is older than this without a claim is re-published.
+    requeue_after_s: float = 600.0
+    #: Celery visibility timeout (seconds); must exceed the task time limit.
+    visibility_timeout_s: int = 3600
+    #: Hard task time limit (seconds).
+    task_time_limit_s: int = 1500
+    #: Flower basic auth "user:password".
+    flower_basic_auth: str | None = None
+    #: Engine for reads: "vllm" (HTTP, also the simulator) or "transformers" (in-process).
+    engine: str = "vllm"
+    #: Device for the in-process engine.
+    device: str = "cpu"
+    #: Dtype for the in-process engine.
+    dtype: str = "bfloat16"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

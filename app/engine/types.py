@@ -1,0 +1,277 @@
+"""Values the engine takes and returns. All frozen; no I/O anywhere in ``app.engine``.
+
+Flow of one decision (see ``flow.DecisionFlow``)::
+
+    Decision --plan_decision--> DecisionPlan (ReadUnits: prompt + answer template + slots)
+    DecisionFlow.next_requests() -> [ReadRequest]   # the runner sends them (HTTP or in-process)
+    DecisionFlow.record(request, ReadResult)        # folds the slot rows into SlotReads
+    ... until DecisionFlow.done
+    DecisionFlow.answers() -> (Answer, ...)   DecisionFlow.draws() -> (DrawRecord, ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+__all__ = [
+    "Answer",
+    "Decision",
+    "DecisionPlan",
+    "DrawRecord",
+    "Endpoint",
+    "Layout",
+    "Message",
+    "PolicyName",
+    "Question",
+    "QuestionType",
+    "ReadMode",
+    "ReadRequest",
+    "ReadResult",
+    "ReadSettings",
+    "ReadUnit",
+    "ServerFingerprint",
+    "SlotRead",
+    "SlotRow",
+    "SlotSpec",
+    "StopReason",
+    "TextTokenizer",
+    "TokenizerInfo",
+]
+
+JSON = Any
+Message = Mapping[str, str]
+
+
+class QuestionType(StrEnum):
+    NOUL = "noul"  #: yes/no; the answer is P(yes)
+    CHOICE = "choice"  #: options by position, labels A, B, ...
+    SCORE = "score"  #: ordered levels, labels 1..9 (letters beyond 9 levels)
+
+
+class Layout(StrEnum):
+    DOCUMENT_FIRST = "document_first"  #: fixed system text, then state, then questions (default)
+    REFERENCE = "reference"  #: the reference server's: questions in system, state in user
+
+
+class ReadMode(StrEnum):
+    ISOLATED = "isolated"  #: one question per read (default)
+    JOINT = "joint"  #: a decision's questions share one canvas (chunked when too wide)
+
+
+class PolicyName(StrEnum):
+    AGREE = "agree"  #: stop at 1 if near-certain, else when every label agrees within threshold
+    ENTROPY = "entropy"  #: the reference server's auto rule: 1 read, up to max if entropy > threshold
+    FIXED = "fixed"  #: exactly N draws
+
+
+class Endpoint(StrEnum):
+    CHAT = "chat"  #: POST /v1/chat/completions with messages
+    COMPLETIONS = "completions"  #: POST /v1/completions with prompt token ids
+
+
+class StopReason(StrEnum):
+    TRIVIAL = "trivial"  #: one option/level: answered without a read
+    NEAR_CERTAIN = "near_certain"  #: agree: first draw's entropy <= threshold
+    AGREED = "agreed"  #: agree: every label's probability within threshold across draws
+    MAX_DRAWS = "max_draws"  #: agree/entropy: hit max_draws
+    LOW_ENTROPY = "low_entropy"  #: entropy: first read at or below threshold
+    FIXED = "fixed"  #: fixed: drew N
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question of a decision, in the Jev shapes, with its canvas labels resolved."""
+
+    id: str  #: the user's id (can be long: "X3|C1|conflict")
+    type: QuestionType
+    instructions: str
+    labels: tuple[str, ...]  #: canvas labels: ("yes","no"), ("A","B",..), ("1","2",..)
+    options: tuple[str, ...]  #: user-facing name per label: yes/no, option names, level texts
+    descriptions: tuple[str | None, ...]  #: per label: criteria text or None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One job line: a state and its questions."""
+
+    id: str
+    state: JSON  #: a string or any JSON value
+    questions: tuple[Question, ...]
+    cell: str | None = None
+    expected: Mapping[str, str] = field(default_factory=dict)  #: question id -> expected label/option
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """Everything that shapes a read. Fixed at run creation and hashed."""
+
+    model: str = "dgemma"
+    tokenizer: str = "standin"
+    canvas_length: int = 320  #: the served canvas (cap on width)
+    canvas_step: int = 16
+    layout: Layout = Layout.DOCUMENT_FIRST
+    read_mode: ReadMode = ReadMode.ISOLATED
+    policy: PolicyName = PolicyName.AGREE
+    fixed_draws: int = 1  #: N for the fixed policy
+    threshold: float = 0.1
+    max_draws: int = 4
+    steps: int = 1
+    constrained: bool = False
+    endpoint: Endpoint = Endpoint.CHAT
+    seed: int = 0  #: run seed
+    max_logprob_ids: int = 128
+    joint_max_questions: int = 24  #: joint mode: most questions in one canvas before chunking
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """Ids taken from the tokenizer in use; nothing is hard-coded."""
+
+    name: str
+    vocab_size: int
+    scaffold_text: str  #: "<|channel>thought\n<channel|>" or "" when the tokenizer has none
+    scaffold_ids: tuple[int, ...]
+    scaffold_in_prompt: bool  #: the chat template already ends the prompt with the scaffold
+    turn_close_id: int  #: "<turn|>"
+    pad_id: int
+
+
+class TextTokenizer(Protocol):
+    """What the engine needs from a tokenizer (``app.upstream.tokenizer`` adapts HF's)."""
+
+    info: TokenizerInfo
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` with no special tokens added (special-token text is matched)."""
+        ...
+
+    def chat_prompt_ids(self, messages: tuple[Message, ...]) -> list[int]:
+        """The chat template applied (generation prompt on, thinking off), as ids."""
+        ...
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """Where one question is answered on a canvas."""
+
+    question_index: int  #: index into Decision.questions
+    canvas_id: str  #: "q0", "q1", ...
+    position: int  #: slot position in the canvas
+    label_ids: tuple[int, ...]  #: token id per label, in label order (distinct)
+
+
+@dataclass(frozen=True)
+class ReadUnit:
+    """One canvas: the questions it reads, its prompt, template and slots."""
+
+    index: int
+    question_indices: tuple[int, ...]
+    messages: tuple[Message, ...]
+    template_ids: tuple[int, ...]  #: the canvas before noise, exactly ``width`` ids
+    width: int
+    slots: tuple[SlotSpec, ...]
+    logprob_ids: tuple[int, ...]  #: sorted union of slot label ids (<= max_logprob_ids)
+    prompt_ids: tuple[int, ...] | None = None  #: for the completions endpoint
+
+
+@dataclass(frozen=True)
+class DecisionPlan:
+    decision: Decision
+    units: tuple[ReadUnit, ...]
+    trivial: tuple[int, ...] = ()  #: question indices answered without a read
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """One read = one HTTP request (or one in-process canvas)."""
+
+    unit: int
+    draw: int
+    seed: int  #: the noise seed of this canvas
+    endpoint: Endpoint
+    body: Mapping[str, JSON]  #: the exact JSON body; serialised deterministically
+    slots: tuple[int, ...]  #: slot positions to read
+    logprob_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    """The logprob row at one canvas position: requested ids plus the emitted argmax."""
+
+    logprobs: Mapping[int, float]
+    argmax_id: int
+    argmax_logprob: float
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    rows: Mapping[int, SlotRow]  #: slot position -> row (only slots are kept)
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class SlotRead:
+    """One question's reading from one draw."""
+
+    question_index: int
+    draw: int
+    probs: tuple[float, ...]  #: softmax over the labels' logprobs, label order
+    label_logprobs: tuple[float, ...]  #: raw logprob per label
+    label_mass: float  #: sum exp(label logprob), not renormalised
+    entropy: float  #: natural-log entropy of ``probs``
+    argmax_id: int
+    argmax_is_label: bool
+
+
+@dataclass(frozen=True)
+class DrawRecord:
+    """The raw material of one question in one draw, as stored."""
+
+    unit: int
+    draw: int
+    seed: int
+    read: SlotRead
+    latency_ms: float
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A question's answer with every diagnostic."""
+
+    question_id: str
+    question_type: QuestionType
+    label: str  #: canvas label of the answer (argmax of the mean)
+    option: str  #: user-facing name of the answer
+    probs: Mapping[str, float]  #: mean probability per canvas label
+    p_yes: float | None  #: noul only
+    expected_level: float | None  #: score only: sum(i * p_i), 0-indexed
+    legend: Mapping[str, str] | None  #: score only: {"0": level0, ...}
+    confidence: float  #: 1 - H(mean)/ln K (Jev convention); 1.0 when K == 1
+    top_prob: float  #: mean probability of the answer label
+    stderr: float | None  #: n > 1 only
+    agreement: float | None  #: n > 1 only: share of draws whose argmax is the answer
+    draws: int
+    stop_reason: StopReason
+    label_mass: float  #: mean over draws
+    min_label_mass: float
+    argmax_is_label: bool  #: in every draw
+    entropy: float  #: of the mean distribution
+
+
+@dataclass(frozen=True)
+class ServerFingerprint:
+    """What a run ran against (protocol.md section 9)."""
+
+    engine: str  #: "vllm", "sim" or "transformers"
+    model_id: str
+    max_model_len: int | None
+    version: str | None
+    canvas_length: int
+    constrained: bool = False

@@ -1,0 +1,112 @@
+"""The dreads error tree.
+
+    DreadsError
+    ├── InputError            a user input problem: never retried, the message says what to fix
+    │   ├── BadLine           one line of a job file (carries line_no)
+    │   └── TemplateError     a label that is not one token, slots that differ, a template too wide
+    ├── UpstreamError         talking to the model server
+    │   ├── UpstreamUnavailable   transient: connection refused/reset, timeout, 5xx (retry with backoff)
+    │   ├── UpstreamRejected      permanent: vLLM answered 4xx (kind ``bad_request``)
+    │   └── MalformedResponse     a missing row or label logprob (kind ``malformed_response``)
+    ├── StoreError            the SQL store
+    │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
+    │   └── RunSettingsMismatch   resume under different settings / model / canvas
+    └── ConfigError           a bad setting or combination of settings
+
+Each error carries ``kind``: the attempt outcome kind of design.md it is recorded as.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadLine",
+    "ConfigError",
+    "DreadsError",
+    "InputError",
+    "MalformedResponse",
+    "RunSettingsMismatch",
+    "SchemaNotReady",
+    "StoreError",
+    "TemplateError",
+    "UpstreamError",
+    "UpstreamRejected",
+    "UpstreamUnavailable",
+]
+
+
+class DreadsError(Exception):
+    """Base of every error dreads raises on purpose."""
+
+    kind: str = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InputError(DreadsError):
+    """A problem in what the user gave: fix the input, retrying cannot help."""
+
+    kind = "rejected"
+
+
+class BadLine(InputError):
+    """One line of a job file could not be read."""
+
+    def __init__(self, message: str, *, line_no: int) -> None:
+        super().__init__(f"line {line_no}: {message}")
+        self.line_no = line_no
+        self.reason = message
+
+
+class TemplateError(InputError):
+    """The answer template cannot be read (label not one token, slots differ, too wide)."""
+
+
+class UpstreamError(DreadsError):
+    """Talking to the model server failed."""
+
+
+class UpstreamUnavailable(UpstreamError):
+    """Transient: retry later. ``kind`` is upstream_unreachable, timeout or server_error."""
+
+    def __init__(self, message: str, *, kind: str = "upstream_unreachable",
+                 status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+class UpstreamRejected(UpstreamError):
+    """Permanent: the server answered 4xx; the same request will always fail."""
+
+    kind = "bad_request"
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+
+class MalformedResponse(UpstreamError):
+    """The server answered 200 but a row or a label logprob is missing."""
+
+    kind = "malformed_response"
+
+
+class StoreError(DreadsError):
+    """The SQL store failed or is not in the state a command needs."""
+
+    kind = "db_error"
+
+
+class SchemaNotReady(StoreError):
+    """The database schema is missing or behind the code."""
+
+
+class RunSettingsMismatch(StoreError):
+    """A run would continue under settings or a server other than the ones it started with."""
+
+
+class ConfigError(DreadsError):
+    """A setting, or a combination of settings, is invalid."""

@@ -1,0 +1,205 @@
+"""SQLAlchemy 2 models. The schema is created and changed only through Alembic (``migrations/``).
+
+runs 1--* decisions 1--* attempts 1--* draws
+                    1--* answers (one per decision question; UNIQUE)
+
+Failure counts are derived from the append-only ``attempts`` table, never from counters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Answer",
+    "Attempt",
+    "Base",
+    "Decision",
+    "DecisionStatus",
+    "Draw",
+    "OutcomeKind",
+    "Run",
+    "RunStatus",
+]
+
+# BigInteger ids that still autoincrement on SQLite.
+BigId = BigInteger().with_variant(Integer, "sqlite")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class RunStatus(StrEnum):
+    ACTIVE = "active"  #: accepting and processing work
+    CANCELLED = "cancelled"  #: workers skip its decisions
+
+
+class DecisionStatus(StrEnum):
+    PENDING = "pending"  #: in SQL, no message published yet (or to be re-published)
+    QUEUED = "queued"  #: a chunk message carrying it was published
+    LEASED = "leased"  #: a worker holds it until lease_expires_at
+    DONE = "done"  #: answers written
+    FAILED = "failed"  #: attempts exhausted on transient errors (resume --retry-failed)
+    REJECTED = "rejected"  #: permanent input problem; never retried
+    CANCELLED = "cancelled"  #: the run was cancelled before it ran
+
+
+class OutcomeKind(StrEnum):
+    OK = "ok"
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
+    TIMEOUT = "timeout"
+    SERVER_ERROR = "server_error"
+    BAD_REQUEST = "bad_request"
+    MALFORMED_RESPONSE = "malformed_response"
+    WORKER_LOST = "worker_lost"
+    DB_ERROR = "db_error"
+    POISON = "poison"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.ACTIVE)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)  #: ReadSettings as a dict
+    settings_hash: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    upstream: Mapped[str] = mapped_column(String(500))
+    engine: Mapped[str] = mapped_column(String(32), default="vllm")
+    source: Mapped[str | None] = mapped_column(Text, nullable=True)  #: the submitted file
+    replicates: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Decision(Base):
+    __tablename__ = "decisions"
+    __table_args__ = (
+        UniqueConstraint("run_id", "key", "replicate", name="uq_decision_key"),
+        Index("ix_decisions_run_status", "run_id", "status"),
+        Index("ix_decisions_lease", "status", "lease_expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(500))  #: the user's decision id
+    replicate: Mapped[int] = mapped_column(Integer, default=0)  #: noise-seed replicate index
+    cell: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    line_no: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  #: {"state", "questions", "expected"}
+    n_questions: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16), default=DecisionStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  #: claims so far
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_error_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class Attempt(Base):
+    """Append-only: one row per attempt at a decision, with its outcome kind."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (Index("ix_attempts_decision", "decision_id"),
+                      Index("ix_attempts_run_outcome", "run_id", "outcome"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    decision_id: Mapped[int] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    outcome: Mapped[str] = mapped_column(String(32))  #: OutcomeKind
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    task_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    redelivered: Mapped[bool] = mapped_column(Boolean, default=False)
+    lease_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    n_reads: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    won: Mapped[bool] = mapped_column(Boolean, default=False)  #: its answers are the ones kept
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Draw(Base):
+    """The raw material of one question in one noise draw."""
+
+    __tablename__ = "draws"
+    __table_args__ = (Index("ix_draws_decision", "decision_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    decision_id: Mapped[int] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    question_id: Mapped[str] = mapped_column(String(500))
+    unit: Mapped[int] = mapped_column(Integer)
+    draw: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    label_logprobs: Mapped[list[Any]] = mapped_column(JSON)
+    probs: Mapped[list[Any]] = mapped_column(JSON)
+    argmax_id: Mapped[int] = mapped_column(Integer)
+    argmax_is_label: Mapped[bool] = mapped_column(Boolean)
+    label_mass: Mapped[float] = mapped_column(Float)
+    entropy: Mapped[float] = mapped_column(Float)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Answer(Base):
+    """One per decision question; the first finished attempt wins (UNIQUE)."""
+
+    __tablename__ = "answers"
+    __table_args__ = (
+        UniqueConstraint("decision_id", "question_id", name="uq_answer_question"),
+        Index("ix_answers_run", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    decision_id: Mapped[int] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    attempt_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"), nullable=True)
+    question_id: Mapped[str] = mapped_column(String(500))
+    question_type: Mapped[str] = mapped_column(String(16))
+    label: Mapped[str] = mapped_column(String(8))
+    option: Mapped[str] = mapped_column(Text)
+    probs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    p_yes: Mapped[float | None] = mapped_column(Float, nullable=True)
+    expected_level: Mapped[float | None] = mapped_column(Float, nullable=True)
+    confidence: Mapped[float] = mapped_column(Float)
+    top_prob: Mapped[float] = mapped_column(Float)
+    stderr: Mapped[float | None] = mapped_column(Float, nullable=True)
+    agreement: Mapped[float | None] = mapped_column(Float, nullable=True)
+    draws: Mapped[int] = mapped_column(Integer)
+    stop_reason: Mapped[str] = mapped_column(String(16))
+    label_mass: Mapped[float] = mapped_column(Float)
+    min_label_mass: Mapped[float] = mapped_column(Float)
+    argmax_is_label: Mapped[bool] = mapped_column(Boolean)
+    entropy: Mapped[float] = mapped_column(Float)
+    expected: Mapped[str | None] = mapped_column(Text, nullable=True)  #: expected label, if given

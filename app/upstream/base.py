@@ -1,0 +1,34 @@
+"""The one seam between dreads and a model: an ``Upstream`` answers ReadRequests.
+
+Implementations: ``vllm.VllmUpstream`` (HTTP to vLLM or to ``dreads sim``) and the in-process
+transformers engine. The runner depends only on this Protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from app.engine.types import ReadRequest, ReadResult, ServerFingerprint
+
+__all__ = ["Upstream"]
+
+
+class Upstream(Protocol):
+    #: "vllm", "sim" or "transformers": recorded on the run.
+    engine: str
+
+    async def read(self, request: ReadRequest) -> ReadResult:
+        """Send one read. Raises UpstreamUnavailable (after its own retries), UpstreamRejected
+        or MalformedResponse (app.errors)."""
+        ...
+
+    async def fingerprint(self) -> ServerFingerprint:
+        """Served model id, max_model_len, version, canvas length."""
+        ...
+
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
+        """Wait until the model list answers and, if given, one real read succeeds.
+        Raises UpstreamUnavailable on timeout."""
+        ...
+
+    async def aclose(self) -> None: ...
