@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from app.cli._app import app
 
-# Command modules register themselves on import.
-from app.cli import sim as _sim  # noqa: E402,F401  isort: skip
-
 __all__ = ["app", "main"]
+
+# Command modules register their commands on import (one line per module).
+# isort: off
+# isort: on
 
 
 def main() -> None:
