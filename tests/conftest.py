@@ -7,7 +7,10 @@ import os
 import pytest
 
 # Each fixtures module is registered here (one line per module).
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.fixtures.services",
+    "tests.fixtures.report_db",
+]
 
 
 @pytest.fixture(autouse=True)

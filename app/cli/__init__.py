@@ -8,6 +8,8 @@ __all__ = ["app", "main"]
 
 # Command modules register their commands on import (one line per module).
 # isort: off
+from app.cli import sim  # noqa: F401
+from app.cli import flower  # noqa: F401
 # isort: on
 
 

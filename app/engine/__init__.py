@@ -1,0 +1,105 @@
+"""The pure decision engine: job lines -> read requests -> answers. No I/O.
+
+Other layers import from here, never from the private modules.
+"""
+
+from __future__ import annotations
+
+from app.engine.aggregate import aggregate, trivial_answer
+from app.engine.flow import DecisionFlow, build_probe_request
+from app.engine.fold import fold_row
+from app.engine.noise import derive_seed, seed_canvas
+from app.engine.policy import stop_reason
+from app.engine.prompt import (
+    SYSTEM_INSTRUCTION,
+    PromptParts,
+    build_messages,
+    parse_messages,
+    serialize_state,
+)
+from app.engine.questions import (
+    decision_from_payload,
+    decision_payload,
+    parse_decision,
+    parse_question,
+)
+from app.engine.settings_hash import settings_from_dict, settings_hash, settings_to_dict
+from app.engine.template import answer_lines, canvas_width, plan_decision, resolve_unit
+from app.engine.types import (
+    Answer,
+    Decision,
+    DecisionPlan,
+    DrawRecord,
+    Endpoint,
+    Layout,
+    Message,
+    PolicyName,
+    Question,
+    QuestionType,
+    ReadMode,
+    ReadRequest,
+    ReadResult,
+    ReadSettings,
+    ReadUnit,
+    ServerFingerprint,
+    SlotRead,
+    SlotRow,
+    SlotSpec,
+    StopReason,
+    TextTokenizer,
+    TokenizerInfo,
+)
+from app.engine.wire import FORBIDDEN_FIELDS, build_request, encode_body, parse_response
+
+__all__ = [
+    "FORBIDDEN_FIELDS",
+    "SYSTEM_INSTRUCTION",
+    "Answer",
+    "Decision",
+    "DecisionFlow",
+    "DecisionPlan",
+    "DrawRecord",
+    "Endpoint",
+    "Layout",
+    "Message",
+    "PolicyName",
+    "PromptParts",
+    "Question",
+    "QuestionType",
+    "ReadMode",
+    "ReadRequest",
+    "ReadResult",
+    "ReadSettings",
+    "ReadUnit",
+    "ServerFingerprint",
+    "SlotRead",
+    "SlotRow",
+    "SlotSpec",
+    "StopReason",
+    "TextTokenizer",
+    "TokenizerInfo",
+    "aggregate",
+    "answer_lines",
+    "build_messages",
+    "build_probe_request",
+    "build_request",
+    "canvas_width",
+    "decision_from_payload",
+    "decision_payload",
+    "derive_seed",
+    "encode_body",
+    "fold_row",
+    "parse_decision",
+    "parse_messages",
+    "parse_question",
+    "parse_response",
+    "plan_decision",
+    "resolve_unit",
+    "seed_canvas",
+    "serialize_state",
+    "settings_from_dict",
+    "settings_hash",
+    "settings_to_dict",
+    "stop_reason",
+    "trivial_answer",
+]

@@ -63,7 +63,7 @@ class ReadMode(StrEnum):
 
 class PolicyName(StrEnum):
     AGREE = "agree"  #: stop at 1 if near-certain, else when every label agrees within threshold
-    ENTROPY = "entropy"  #: the reference server's auto rule: 1 read, up to max if entropy > threshold
+    ENTROPY = "entropy"  #: the reference server's auto: 1 read, up to max if entropy > threshold
     FIXED = "fixed"  #: exactly N draws
 
 
@@ -101,7 +101,7 @@ class Decision:
     state: JSON  #: a string or any JSON value
     questions: tuple[Question, ...]
     cell: str | None = None
-    expected: Mapping[str, str] = field(default_factory=dict)  #: question id -> expected label/option
+    expected: Mapping[str, str] = field(default_factory=dict)  #: question id -> expected label
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,137 @@
+"""Rich rendering of the run commands' results (tables, the status view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from app.cli.options import console, err_console
+from app.producer import LineProblem, SubmitReport
+from app.store.runs import RunOverview, RunStatusReport
+
+__all__ = [
+    "counts_text",
+    "duration",
+    "overview_dict",
+    "problems_table",
+    "resume_report",
+    "runs_table",
+    "settings_summary",
+    "status_view",
+    "submit_report",
+]
+
+_ORDER = ("pending", "queued", "leased", "done", "failed", "rejected", "cancelled")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    keys = [k for k in _ORDER if counts.get(k)] + sorted(set(counts) - set(_ORDER))
+    return ", ".join(f"{k} {counts[k]}" for k in keys) or "no decisions"
+
+
+def settings_summary(settings: dict[str, Any]) -> str:
+    policy = settings.get("policy")
+    if policy == "fixed":
+        policy = f"fixed {settings.get('fixed_draws')}"
+    return (f"{settings.get('model')} canvas {settings.get('canvas_length')} "
+            f"{settings.get('read_mode')} {policy} thr {settings.get('threshold')} "
+            f"max {settings.get('max_draws')} seed {settings.get('seed')}")
+
+
+def problems_table(title: str, problems: list[LineProblem]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("line", justify="right")
+    table.add_column("id")
+    table.add_column("reason", overflow="fold")
+    for p in problems:
+        table.add_row(str(p.line_no), p.key or "", p.reason)
+    return table
+
+
+def submit_report(report: SubmitReport, fp_error: str | None) -> None:
+    if report.bad:
+        err_console.print(problems_table(f"{len(report.bad)} bad line(s), not stored",
+                                         report.bad))
+    if report.rejected:
+        title = f"{len(report.rejected)} decision(s) the template cannot read"
+        title += " (refused)" if report.refused else " (stored as rejected)"
+        err_console.print(problems_table(title, report.rejected))
+    if report.refused:
+        err_console.print("[red]--strict: the file was refused; nothing was written.[/red] "
+                          "Fix the lines above and submit again.")
+        return
+    _submit_summary(report, fp_error)
+
+
+def _submit_summary(report: SubmitReport, fp_error: str | None) -> None:
+    run = report.run
+    assert run is not None
+    verb = "created" if report.created else "existing"
+    console.print(f"run {run.name!r} ({verb}): {report.lines} line(s), {report.valid} valid; "
+                  f"{report.inserted} decision(s) stored, {report.already_present} already "
+                  "there", highlight=False)
+    if fp_error:
+        err_console.print(f"[yellow]upstream not reached ({fp_error}); the server fingerprint "
+                          "is recorded at the first worker contact or `dreads resume`[/yellow]")
+    pub = report.publish
+    if pub.error:
+        err_console.print(f"[yellow]published {pub.published} decision(s), then: {pub.error}"
+                          "[/yellow]")
+    elif report.inserted_ids:
+        console.print(f"queued {pub.published} decision(s) in {pub.messages} message(s)")
+
+
+def overview_dict(o: RunOverview) -> dict[str, Any]:
+    return {"name": o.run.name, "status": o.run.status,
+            "created": o.run.created_at.isoformat() if o.run.created_at else None,
+            "settings": dict(o.run.settings), "settings_hash": o.run.settings_hash,
+            "fingerprint": o.run.fingerprint, "upstream": o.run.upstream,
+            "replicates": o.run.replicates, "counts": o.counts}
+
+
+def runs_table(overview: list[RunOverview]) -> Table:
+    table = Table(title="runs", title_justify="left")
+    for name in ("name", "status", "created", "settings", "decisions"):
+        table.add_column(name, overflow="fold")
+    for o in overview:
+        created = o.run.created_at.strftime("%Y-%m-%d %H:%M") if o.run.created_at else ""
+        table.add_row(o.run.name, o.run.status, created, settings_summary(dict(o.run.settings)),
+                      counts_text(o.counts))
+    return table
+
+
+def _cells_table(report: RunStatusReport) -> Table:
+    table = Table(title="per cell", title_justify="left")
+    for name in ("cell", "total", "done", "unanswered", "failures", "low mass", "argmax≠label"):
+        table.add_column(name, justify="left" if name in ("cell", "failures") else "right")
+    for c in report.cells:
+        failures = ", ".join(f"{k} {v}" for k, v in sorted(c.failures.items())) or "-"
+        table.add_row(c.cell, str(c.total), str(c.done), str(c.unanswered), failures,
+                      str(c.low_mass), str(c.argmax_not_label))
+    return table
+
+
+def status_view(report: RunStatusReport) -> Group:
+    head = Text(f"run {report.run.name} ({report.run.status}): {report.total} decision(s): "
+                f"{counts_text(report.counts)}")
+    rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
+                f"{report.rate_per_s:.2f}/s; {report.remaining} left; "
+                f"ETA {duration(report.eta_s)}")
+    return Group(head, rate, _cells_table(report))
+
+
+def resume_report(report: Any) -> None:
+    for line in report.lines():
+        console.print(line, highlight=False)

@@ -1,0 +1,67 @@
+"""What the run commands build from settings: the read settings of a run, the upstream's
+fingerprint, the Celery publisher. Heavy imports (Celery, the HTTP client) stay inside."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.cli.options import base_read_settings
+from app.config import get_settings
+from app.engine import ReadSettings, TextTokenizer, settings_from_dict
+from app.producer import Publisher
+from app.store.db import session_scope
+from app.store.runs import find_run
+
+__all__ = [
+    "make_publisher",
+    "resolve_settings",
+    "upstream_url",
+]
+
+log = logging.getLogger("dreads.cli")
+
+
+def resolve_settings(
+    factory: sessionmaker[Session], run: str, given: Mapping[str, Any], replicates: int | None
+) -> tuple[ReadSettings, int, TextTokenizer]:
+    """An existing run's own settings (what was given on top, to be checked), or the
+    ``DREADS_*`` defaults for a new run; its replicate count; its tokenizer."""
+    from app.upstream.tokenizer import load_tokenizer
+
+    with session_scope(factory) as session:
+        info = find_run(session, run)
+    if info is None:
+        settings = base_read_settings(dict(given))
+        n = replicates or 1
+    else:
+        settings = replace(settings_from_dict(dict(info.settings)), **given)
+        n = replicates or info.replicates
+    return settings, n, load_tokenizer(settings.tokenizer)
+
+
+def upstream_url(given: str | None, factory: sessionmaker[Session], run: str) -> str:
+    if given:
+        return given
+    with session_scope(factory) as session:
+        info = find_run(session, run)
+    return info.upstream if info is not None else get_settings().upstream
+
+
+def make_publisher(broker: str | None, chunk_size: int | None, *, run_name: str) -> Publisher:
+    """``publisher(run_id, ids)`` sending ``reads.run_chunk`` messages through Celery."""
+    from app.publish import publish_chunks
+    from workers.celery_app import make_celery
+
+    env = get_settings()
+    celery = make_celery(broker_url=broker or env.broker_url)
+    size = chunk_size or env.chunk_size
+
+    def publish(run_id: int, ids: Sequence[int]) -> int:
+        return publish_chunks(celery, run_id, ids, size, run_name=run_name)
+
+    return publish

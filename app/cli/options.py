@@ -1,0 +1,196 @@
+"""Typer options shared by the run commands (``submit``, ``run``, ``resume``) and CLI helpers.
+
+Every run-setting option defaults to ``None`` ("not given"): ``submit``/``run`` fill the gaps
+from ``Settings`` (``DREADS_*``) and ``ReadSettings`` defaults, while ``resume`` compares only
+the options the user actually gave against the run's recorded settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import get_settings
+from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.errors import DreadsError, InputError, SchemaNotReady
+from app.store.db import make_engine, make_sessionmaker
+from app.store.migrate import check_schema
+
+__all__ = [
+    "CanvasOpt",
+    "CanvasStepOpt",
+    "ChunkSizeOpt",
+    "ConstrainedOpt",
+    "DatabaseOpt",
+    "DrawsOpt",
+    "EndpointOpt",
+    "JsonOpt",
+    "LayoutOpt",
+    "MaxDrawsOpt",
+    "ModeOpt",
+    "ModelOpt",
+    "PolicyOpt",
+    "ReplicatesOpt",
+    "SeedOpt",
+    "StepsOpt",
+    "ThresholdOpt",
+    "TokenizerOpt",
+    "UpstreamOpt",
+    "base_read_settings",
+    "cli_errors",
+    "console",
+    "database_url",
+    "err_console",
+    "open_store",
+    "read_overrides",
+]
+
+console = Console()
+err_console = Console(stderr=True)
+
+_RUN = "Run settings"
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Served model name.", rich_help_panel=_RUN)
+]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option("--tokenizer", help="Tokenizer: hub id, path or 'standin'.", rich_help_panel=_RUN),
+]
+CanvasOpt = Annotated[
+    int | None,
+    typer.Option("--canvas", min=16, help="Served canvas length.", rich_help_panel=_RUN),
+]
+CanvasStepOpt = Annotated[
+    int | None,
+    typer.Option("--canvas-step", min=1, help="Canvas width step (default 16).",
+                 rich_help_panel=_RUN),
+]
+LayoutOpt = Annotated[
+    Layout | None, typer.Option("--layout", help="Prompt layout.", rich_help_panel=_RUN)
+]
+ModeOpt = Annotated[
+    ReadMode | None,
+    typer.Option("--mode", help="isolated: one question per read (default); joint: shared.",
+                 rich_help_panel=_RUN),
+]
+PolicyOpt = Annotated[
+    PolicyName | None, typer.Option("--policy", help="Draw policy.", rich_help_panel=_RUN)
+]
+DrawsOpt = Annotated[
+    int | None,
+    typer.Option("--draws", min=1, help="N draws for the fixed policy (implies --policy fixed).",
+                 rich_help_panel=_RUN),
+]
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option("--threshold", min=0.0, help="Agreement / entropy threshold (0.1).",
+                 rich_help_panel=_RUN),
+]
+MaxDrawsOpt = Annotated[
+    int | None,
+    typer.Option("--max-draws", min=1, help="Most draws per question (4).", rich_help_panel=_RUN),
+]
+StepsOpt = Annotated[
+    int | None,
+    typer.Option("--steps", min=1, help="Denoise steps per read (1).", rich_help_panel=_RUN),
+]
+ConstrainedOpt = Annotated[
+    bool | None,
+    typer.Option("--constrained/--unconstrained", help="Constrained reads (server support).",
+                 rich_help_panel=_RUN, show_default=False),
+]
+EndpointOpt = Annotated[
+    Endpoint | None, typer.Option("--endpoint", help="vLLM endpoint.", rich_help_panel=_RUN)
+]
+SeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Run seed (noise).", rich_help_panel=_RUN)
+]
+ReplicatesOpt = Annotated[
+    int,
+    typer.Option("--replicates", min=1, help="Copies of each decision with different noise.",
+                 rich_help_panel=_RUN),
+]
+UpstreamOpt = Annotated[
+    str | None,
+    typer.Option("--upstream", help="vLLM base URL (default DREADS_UPSTREAM)."),
+]
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option("--database-url", envvar="DREADS_DATABASE_URL", show_envvar=True,
+                 help="SQLAlchemy URL of the store."),
+]
+ChunkSizeOpt = Annotated[
+    int | None, typer.Option("--chunk-size", min=1, help="Decisions per queue message.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+
+def read_overrides(
+    *,
+    model: str | None = None,
+    tokenizer: str | None = None,
+    canvas: int | None = None,
+    canvas_step: int | None = None,
+    layout: Layout | None = None,
+    mode: ReadMode | None = None,
+    policy: PolicyName | None = None,
+    draws: int | None = None,
+    threshold: float | None = None,
+    max_draws: int | None = None,
+    steps: int | None = None,
+    constrained: bool | None = None,
+    endpoint: Endpoint | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """The ``ReadSettings`` fields the user gave on the command line (None = not given)."""
+    given = {
+        "model": model, "tokenizer": tokenizer, "canvas_length": canvas,
+        "canvas_step": canvas_step, "layout": layout, "read_mode": mode, "policy": policy,
+        "fixed_draws": draws, "threshold": threshold, "max_draws": max_draws, "steps": steps,
+        "constrained": constrained, "endpoint": endpoint, "seed": seed,
+    }
+    if draws is not None and policy is None:
+        given["policy"] = PolicyName.FIXED
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def base_read_settings(overrides: dict[str, Any]) -> ReadSettings:
+    """Defaults from ``DREADS_*`` (model, tokenizer, canvas), then the given overrides."""
+    env = get_settings()
+    base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
+    return replace(base, **overrides)
+
+
+def database_url(given: str | None) -> str:
+    return given or get_settings().database_url
+
+
+def open_store(url: str) -> sessionmaker[Session]:
+    """A session factory on ``url`` after checking the schema is at head (else exit 2)."""
+    engine = make_engine(url)
+    try:
+        check_schema(engine)
+    except SchemaNotReady:
+        engine.dispose()
+        raise
+    return make_sessionmaker(engine)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Map dreads errors to a red message and an exit code (2 input/schema, 1 otherwise)."""
+    try:
+        yield
+    except (InputError, SchemaNotReady) as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        raise typer.Exit(2) from exc
+    except DreadsError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        raise typer.Exit(1) from exc

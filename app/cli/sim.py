@@ -1,0 +1,103 @@
+"""``dreads sim``: serve the vLLM read simulator in the foreground."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from app.cli._app import app
+
+__all__ = ["sim"]
+
+_GPU = "GPU model"
+_FAULTS = "Fault injection"
+_ANSWERS = "Answers"
+
+
+class _SimFormatter(logging.Formatter):
+    """Every line says it comes from the simulator."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        return line if line.startswith("[dreads sim]") else f"[dreads sim] {line}"
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_SimFormatter("%(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+@app.command("sim")
+def sim(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 8001,
+    model: Annotated[str, typer.Option(help="Served model name.")] = "dgemma",
+    canvas: Annotated[int, typer.Option(min=16, help="Served canvas_length.")] = 320,
+    max_model_len: Annotated[int, typer.Option(help="Reported max_model_len.")] = 8192,
+    tokenizer: Annotated[str, typer.Option(help="Tokenizer: 'standin', hub id or path.")]
+    = "standin",
+    vocab: Annotated[int | None, typer.Option(help="Vocabulary size (default: tokenizer's).")]
+    = None,
+    key: Annotated[str | None, typer.Option(
+        "--key", help="Answer key JSONL {state, question, label}.", rich_help_panel=_ANSWERS)]
+    = None,
+    noise: Annotated[float, typer.Option(
+        min=0.0, help="How much the noise token moves the logits.", rich_help_panel=_ANSWERS)]
+    = 0.5,
+    separation: Annotated[float, typer.Option(
+        help="With --key: the true label's mean logit lead (ranking quality; 1.5 ~ AUC 0.98).",
+        rich_help_panel=_ANSWERS)] = 1.5,
+    miscalibration: Annotated[float, typer.Option(
+        min=0.0, help="Logits x (1+m), first label -m: miscalibrated, same ranking.",
+        rich_help_panel=_ANSWERS)] = 0.0,
+    step_ms: Annotated[float, typer.Option(
+        min=0.0, help="GPU step length; 0 answers at once.", rich_help_panel=_GPU)] = 0.0,
+    max_batch: Annotated[int, typer.Option(
+        min=1, help="Reads served per step.", rich_help_panel=_GPU)] = 256,
+    fail_rate: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="HTTP 500 on a body's first delivery.", rich_help_panel=_FAULTS)]
+    = 0.0,
+    hang_rate: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="No answer on a body's first delivery.", rich_help_panel=_FAULTS)]
+    = 0.0,
+    malformed_rate: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="A slot row misses a label (first delivery).",
+        rich_help_panel=_FAULTS)] = 0.0,
+    low_mass_rate: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Argmax not a label, low label mass (every delivery).",
+        rich_help_panel=_FAULTS)] = 0.0,
+    down_for: Annotated[float, typer.Option(
+        min=0.0, help="Refuse connections for SECONDS at start.", rich_help_panel=_FAULTS)]
+    = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of answers and faults.")] = 0,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Serve a SIMULATOR of vLLM's diffusion reads (validation, logprobs, GPU batch, faults).
+
+    Control it while it runs: GET /sim/stats, POST /sim/down?seconds=N (503 on every model
+    route), POST /sim/up, POST /sim/reset. Faults strike a body's first delivery only, so a
+    retried read succeeds.
+    """
+    from app.errors import ConfigError
+    from app.upstream.sim import SimOptions, run_sim_forever
+
+    _configure_logging(log_level)
+    options = SimOptions(
+        host=host, port=port, model=model, canvas_length=canvas, max_model_len=max_model_len,
+        tokenizer=tokenizer, vocab=vocab, noise=noise, separation=separation,
+        miscalibration=miscalibration, key_path=key, step_ms=step_ms, max_batch=max_batch,
+        fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
+        low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
+    )
+    try:
+        run_sim_forever(options)
+    except (ConfigError, ValueError, OSError) as exc:
+        typer.echo(f"[dreads sim] error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,294 @@
+"""``dreads run``: the embedded mode. One SQLite file, one process, no Redis, no worker.
+
+The same lease/claim/commit logic as the distributed mode (``app.runner.run_chunk``) is driven
+by a local executor: an asyncio loop whose slots take chunks of claimable decisions and run
+them with a bound on reads in flight, plus the sweeper's lease expiry between rounds.
+
+Crash safety: one executor at a time holds an exclusive lock on ``<db>.lock``. Holding it
+proves every ``embedded:`` lease in the file belongs to a dead process (a Ctrl-C'd or killed
+earlier run), so those leases are expired at once on start: the sweep records a
+``worker_lost`` attempt for each and puts it back to pending. Nothing is lost or doubled: the
+answers insert is idempotent and the first finished attempt wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import case, func, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.engine import ReadSettings, TextTokenizer, build_probe_request, settings_from_dict
+from app.errors import InputError
+from app.producer import SubmitReport, SubmitRequest, submit_job, upstream_config
+from app.runner import ChunkResult, run_chunk
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.migrate import upgrade
+from app.store.models import Answer, Decision, DecisionStatus, Draw
+from app.store.queue import sweep
+from app.store.runs import RunInfo, require_run
+
+__all__ = [
+    "SIM",
+    "EmbeddedConfig",
+    "ExecutorStats",
+    "claimable_ids",
+    "draws_used",
+    "embedded_lock",
+    "execute_run",
+    "load_run",
+    "open_sqlite",
+    "reclaim_dead_leases",
+    "settled_count",
+    "sim_key_path",
+    "sqlite_url",
+    "start_upstream",
+    "submit_embedded",
+]
+
+log = logging.getLogger("dreads.embedded")
+
+#: The upstream name that starts the simulator in this process.
+SIM = "sim"
+OWNER_PREFIX = "embedded:"
+_SETTLED = (DecisionStatus.DONE, DecisionStatus.FAILED, DecisionStatus.REJECTED,
+            DecisionStatus.CANCELLED)
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    """How the local executor runs."""
+
+    chunk_size: int = 16
+    workers: int = 4  #: chunks in progress at once
+    max_in_flight: int = 64  #: reads in flight, all chunks together
+    lease_s: float = 120.0
+    max_attempts: int = 5
+    ready_timeout_s: float = 60.0
+    max_rounds: int = 20  #: passes over the claimable decisions (bounded)
+    poll_s: float = 0.5  #: progress refresh
+
+
+@dataclass
+class ExecutorStats:
+    rounds: int = 0
+    chunks: int = 0
+    reclaimed: int = 0  #: leases of a dead earlier process put back to pending
+    failed: dict[str, int] = field(default_factory=dict)
+    n_reads: int = 0
+
+    def add(self, result: ChunkResult) -> None:
+        self.chunks += 1
+        self.n_reads += result.n_reads
+        for kind, n in result.failed.items():
+            self.failed[kind] = self.failed.get(kind, 0) + n
+
+
+def sqlite_url(db_path: Path) -> str:
+    return f"sqlite:///{db_path.resolve()}"
+
+
+def open_sqlite(db_path: Path) -> sessionmaker[Session]:
+    """The SQLite store at ``db_path``, created or upgraded through Alembic."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    url = sqlite_url(db_path)
+    upgrade(url)
+    return make_sessionmaker(make_engine(url))
+
+
+@contextmanager
+def embedded_lock(db_path: Path) -> Iterator[None]:
+    """Exclusive per-database lock (``<db>.lock``); a second executor is refused."""
+    lock_path = db_path.with_name(db_path.name + ".lock")
+    handle: IO[str] = lock_path.open("w")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise InputError(
+                f"another `dreads run` is using {db_path}; wait for it to finish, or give "
+                "this one its own --db"
+            ) from exc
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+def sim_key_path(job_file: Path) -> Path | None:
+    """``examples/foo.jsonl`` -> ``examples/foo.key.jsonl`` when that file exists."""
+    key = job_file.with_name(job_file.stem + ".key.jsonl")
+    return key if key.is_file() else None
+
+
+def start_upstream(upstream: str, settings: ReadSettings, job_file: Path | None) -> tuple[str, Any]:
+    """(base URL, simulator handle or None). ``sim`` serves the simulator in a thread,
+    with the job file's answer key when one sits next to it."""
+    if upstream != SIM:
+        return upstream, None
+    from app.upstream.sim.options import SimOptions
+    from app.upstream.sim.server import start_sim_thread
+
+    key = sim_key_path(job_file) if job_file is not None else None
+    options = SimOptions(model=settings.model, canvas_length=settings.canvas_length,
+                         tokenizer=settings.tokenizer, key_path=str(key) if key else None)
+    handle = start_sim_thread(options)
+    return handle.url, handle
+
+
+def submit_embedded(
+    factory: sessionmaker[Session], request: SubmitRequest, tokenizer: TextTokenizer
+) -> SubmitReport:
+    """Store the job (nothing is published: the local executor claims straight from SQL)."""
+    return submit_job(request, factory, tokenizer)
+
+
+def reclaim_dead_leases(
+    factory: sessionmaker[Session], run_id: int, *, max_attempts: int
+) -> int:
+    """Expire every ``embedded:`` lease of the run (call only while holding the lock), then
+    sweep: each becomes a ``worker_lost`` attempt and goes back to pending."""
+    now = datetime.now(UTC)
+    with session_scope(factory) as session:
+        session.execute(
+            update(Decision)
+            .where(Decision.run_id == run_id, Decision.status == DecisionStatus.LEASED,
+                   Decision.lease_owner.startswith(OWNER_PREFIX))
+            .values(lease_expires_at=now - timedelta(seconds=1))
+            .execution_options(synchronize_session=False))
+        result = sweep(session, now=now, max_attempts=max_attempts, run_id=run_id,
+                       republish_queued=False)
+    return result.lost + result.poisoned
+
+
+def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[int]:
+    """Decisions a claim could win now (pending, queued, expired lease, under the cap)."""
+    now = datetime.now(UTC)
+    claimable = or_(Decision.status.in_((DecisionStatus.PENDING, DecisionStatus.QUEUED)),
+                    (Decision.status == DecisionStatus.LEASED)
+                    & (Decision.lease_expires_at < now))
+    stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable,
+                                      Decision.attempts < max_attempts)
+            .order_by(Decision.id))
+    return list(session.scalars(stmt))
+
+
+def settled_count(session: Session, run_id: int) -> tuple[int, int]:
+    """(settled, total) decisions of the run."""
+    settled = func.sum(case((Decision.status.in_(_SETTLED), 1), else_=0))
+    row = session.execute(select(settled, func.count()).where(Decision.run_id == run_id)).one()
+    return int(row[0] or 0), int(row[1])
+
+
+def _owner() -> str:
+    return f"{OWNER_PREFIX}{socket.gethostname()}:{os.getpid()}"
+
+
+async def execute_run(
+    factory: sessionmaker[Session],
+    run: RunInfo,
+    *,
+    upstream_url: str,
+    tokenizer: TextTokenizer,
+    config: EmbeddedConfig,
+    progress: Progress | None = None,
+) -> ExecutorStats:
+    """Run every claimable decision of ``run`` to a settled state (bounded rounds)."""
+    from app.upstream.factory import make_upstream
+
+    settings = settings_from_dict(dict(run.settings))
+    upstream = make_upstream(upstream_config(upstream_url, settings,
+                                             max_in_flight=config.max_in_flight))
+    stats = ExecutorStats()
+    poller = asyncio.create_task(_poll(factory, run.id, config.poll_s, progress))
+    try:
+        probe = build_probe_request(settings, tokenizer)
+        await upstream.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
+        await _rounds(factory, run, upstream, tokenizer, config, stats)
+    finally:
+        poller.cancel()
+        await upstream.aclose()
+        await _report_progress(factory, run.id, progress)
+    return stats
+
+
+async def _rounds(factory: sessionmaker[Session], run: RunInfo, upstream: Any,
+                  tokenizer: TextTokenizer, config: EmbeddedConfig,
+                  stats: ExecutorStats) -> None:
+    for _ in range(config.max_rounds):
+        ids = await asyncio.to_thread(_claimable, factory, run.id, config.max_attempts)
+        if not ids:
+            return
+        stats.rounds += 1
+        queue: asyncio.Queue[Sequence[int]] = asyncio.Queue()
+        for start in range(0, len(ids), config.chunk_size):
+            queue.put_nowait(ids[start:start + config.chunk_size])
+        slots = [_slot(queue, factory, run.id, upstream, tokenizer, config, stats)
+                 for _ in range(max(1, config.workers))]
+        await asyncio.gather(*slots)
+
+
+def _claimable(factory: sessionmaker[Session], run_id: int, max_attempts: int) -> list[int]:
+    with session_scope(factory) as session:
+        sweep(session, max_attempts=max_attempts, run_id=run_id, republish_queued=False)
+        return claimable_ids(session, run_id, max_attempts=max_attempts)
+
+
+async def _slot(queue: asyncio.Queue[Sequence[int]], factory: sessionmaker[Session],
+                run_id: int, upstream: Any, tokenizer: TextTokenizer,
+                config: EmbeddedConfig, stats: ExecutorStats) -> None:
+    owner = _owner()
+    while not queue.empty():
+        chunk = queue.get_nowait()
+        result = await run_chunk(run_id=run_id, decision_ids=chunk, session_factory=factory,
+                                 upstream=upstream, tokenizer=tokenizer, owner=owner,
+                                 lease_s=config.lease_s, max_in_flight=config.max_in_flight,
+                                 max_attempts=config.max_attempts)
+        stats.add(result)
+
+
+async def _poll(factory: sessionmaker[Session], run_id: int, period_s: float,
+                progress: Progress | None) -> None:
+    if progress is None:
+        return
+    while True:
+        await _report_progress(factory, run_id, progress)
+        await asyncio.sleep(period_s)
+
+
+async def _report_progress(factory: sessionmaker[Session], run_id: int,
+                           progress: Progress | None) -> None:
+    if progress is None:
+        return
+    settled, total = await asyncio.to_thread(_settled, factory, run_id)
+    progress(settled, total)
+
+
+def _settled(factory: sessionmaker[Session], run_id: int) -> tuple[int, int]:
+    with session_scope(factory) as session:
+        return settled_count(session, run_id)
+
+
+def draws_used(session: Session, run_id: int) -> dict[str, Any]:
+    """Reads spent: draw rows, and the mean draws per answered question."""
+    reads = session.scalar(select(func.count(Draw.id)).join(
+        Decision, Decision.id == Draw.decision_id).where(Decision.run_id == run_id)) or 0
+    mean = session.scalar(select(func.avg(Answer.draws)).where(Answer.run_id == run_id))
+    return {"draw_rows": int(reads), "mean_draws_per_answer": float(mean or 0.0)}
+
+
+def load_run(factory: sessionmaker[Session], name: str) -> RunInfo:
+    with session_scope(factory) as session:
+        return require_run(session, name)

@@ -1,0 +1,288 @@
+"""Job lines -> ``Decision``: the Jev question shapes, canvas labels, expected answers.
+
+Two line shapes are accepted:
+
+- dreads: ``{"id", "cell"?, "state", "questions": {qid: spec}, "expected"?: {qid: value}}``
+- OpenAI batch: ``{"custom_id", "body": {"state", "questions", ...}}`` with ``cell`` and
+  ``expected`` at the top level, inside ``body`` or inside a ``metadata`` object.
+
+Question shapes (Jev): ``noul`` (labels yes/no, optional ``criteria: {"true", "false"}``),
+``choice`` (``criteria``: option name -> description or null; labels A, B, ... by position)
+and ``score`` (``criteria``: ordered level descriptions; labels 1..9, letters past 9 levels).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.engine.types import Decision, Question, QuestionType
+from app.errors import BadLine, InputError
+
+__all__ = ["decision_from_payload", "decision_payload", "parse_decision", "parse_question"]
+
+MAX_LABELS = 26
+LETTERS = tuple(string.ascii_uppercase)
+DIGITS = tuple(str(i) for i in range(1, 10))
+_TYPES = ", ".join(repr(t.value) for t in QuestionType)
+_NOUL_TRUE = {"yes", "true", "y", "1"}
+_NOUL_FALSE = {"no", "false", "n", "0"}
+
+
+def _check_id(kind: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{kind} id must be a non-empty string, got {value!r}")
+    if ":" in value or "\n" in value or "\r" in value:
+        raise InputError(f"{kind} id {value!r} contains ':' or a newline; remove them")
+    return value
+
+
+def _as_text(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a string or null, got {type(value).__name__}")
+    return value
+
+
+def _noul(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    if criteria is None:
+        return ("yes", "no"), (None, None)
+    if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
+        raise InputError('noul criteria must be {"true": text, "false": text}')
+    descs = (_as_text(criteria.get("true"), "criteria 'true'"),
+             _as_text(criteria.get("false"), "criteria 'false'"))
+    return ("yes", "no"), descs
+
+
+def _count_ok(n: int, noun: str) -> None:
+    if not 1 <= n <= MAX_LABELS:
+        raise InputError(f"{noun} needs 1 to {MAX_LABELS} entries in 'criteria', got {n}")
+
+
+def _choice(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    if isinstance(criteria, Mapping):
+        names = [str(k) for k in criteria]
+        descs = tuple(_as_text(v, f"description of option {k!r}") for k, v in criteria.items())
+    elif isinstance(criteria, list) and all(isinstance(x, str) for x in criteria):
+        names, descs = list(criteria), tuple(None for _ in criteria)
+    else:
+        raise InputError("choice criteria must map option name -> description (or null)")
+    _count_ok(len(names), "choice")
+    if len(set(names)) != len(names):
+        raise InputError("choice option names must be distinct")
+    return tuple(names), descs
+
+
+def _score(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    if not isinstance(criteria, list) or not all(isinstance(x, str) for x in criteria):
+        raise InputError("score criteria must be an ordered list of level descriptions")
+    _count_ok(len(criteria), "score")
+    if len(set(criteria)) != len(criteria):
+        raise InputError("score levels must be distinct")
+    return tuple(criteria), tuple(criteria)
+
+
+def score_labels(n: int) -> tuple[str, ...]:
+    """Canvas labels of an n-level score: 1..9, letters when there are more than 9 levels."""
+    return DIGITS[:n] if n <= len(DIGITS) else LETTERS[:n]
+
+
+_SHAPES: dict[QuestionType, Callable[[Any], tuple[tuple[str, ...], tuple[str | None, ...]]]] = {
+    QuestionType.NOUL: _noul, QuestionType.CHOICE: _choice, QuestionType.SCORE: _score,
+}
+
+
+def _question_type(spec: Mapping[str, Any]) -> QuestionType:
+    raw = spec.get("type")
+    try:
+        return QuestionType(raw)
+    except ValueError:
+        raise InputError(f"unknown type {raw!r}; use one of {_TYPES}") from None
+
+
+def _build_question(qid: str, spec: Any) -> Question:
+    if not isinstance(spec, Mapping):
+        raise InputError("must be an object with 'type' and 'instructions'")
+    qtype = _question_type(spec)
+    instructions = spec.get("instructions")
+    if not isinstance(instructions, str) or not instructions.strip():
+        raise InputError("'instructions' must be a non-empty string")
+    if qtype is not QuestionType.NOUL and spec.get("criteria") is None:
+        raise InputError(f"a {qtype.value} question needs 'criteria'")
+    options, descs = _SHAPES[qtype](spec.get("criteria"))
+    if qtype is QuestionType.CHOICE:
+        labels = LETTERS[: len(options)]
+    elif qtype is QuestionType.SCORE:
+        labels = score_labels(len(options))
+    else:
+        labels = options
+    return Question(id=qid, type=qtype, instructions=instructions, labels=labels,
+                    options=options, descriptions=descs)
+
+
+def parse_question(qid: str, spec: Mapping[str, Any]) -> Question:
+    """Parse one Jev question spec (``noul``, ``choice``, ``score``).
+
+    Args:
+        qid: the user's question id (no ':' or newline).
+        spec: ``{"type", "instructions", "criteria"?}``.
+
+    Returns:
+        The question with its canvas labels, option names and descriptions.
+
+    Raises:
+        InputError: the message names the question and the problem.
+    """
+    qid = _check_id("question", qid)
+    try:
+        return _build_question(qid, spec)
+    except InputError as exc:
+        raise InputError(f"question {qid!r}: {exc.message}") from None
+
+
+def _noul_expected(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = str(value).strip().lower()
+    return "yes" if text in _NOUL_TRUE else "no" if text in _NOUL_FALSE else None
+
+
+def _indexed_expected(question: Question, value: Any) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and question.type is QuestionType.SCORE:
+        return question.labels[value] if 0 <= value < len(question.labels) else None
+    if not isinstance(value, str):
+        return None
+    if value in question.options:
+        return question.labels[question.options.index(value)]
+    return value if value in question.labels else None
+
+
+def normalize_expected(question: Question, value: Any) -> str:
+    """The canvas label of an expected value (label, option name, level text or index)."""
+    if question.type is QuestionType.NOUL:
+        label = _noul_expected(value)
+    else:
+        label = _indexed_expected(question, value)
+    if label is None:
+        allowed = ", ".join(repr(o) for o in question.options)
+        raise InputError(f"expected value {value!r} of question {question.id!r} is not among "
+                         f"its labels {list(question.labels)} or options ({allowed})")
+    return label
+
+
+def _parse_questions(raw: Any) -> tuple[Question, ...]:
+    if not isinstance(raw, Mapping) or not raw:
+        raise InputError("'questions' must be a non-empty object {question id: spec}")
+    return tuple(parse_question(qid, spec) for qid, spec in raw.items())
+
+
+def _parse_expected(raw: Any, questions: tuple[Question, ...]) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InputError("'expected' must be an object {question id: label or option}")
+    by_id = {q.id: q for q in questions}
+    out: dict[str, str] = {}
+    for qid, value in raw.items():
+        if qid not in by_id:
+            raise InputError(f"'expected' names question {qid!r}, which is not among the "
+                             f"questions {list(by_id)}")
+        if value is not None:
+            out[qid] = normalize_expected(by_id[qid], value)
+    return out
+
+
+def _build(did: Any, state: Any, questions: Any, cell: Any, expected: Any) -> Decision:
+    did = _check_id("decision", did)
+    try:
+        if state is None:
+            raise InputError("missing 'state' (a string or any JSON value)")
+        if cell is not None and not isinstance(cell, str):
+            raise InputError(f"'cell' must be a string, got {type(cell).__name__}")
+        parsed = _parse_questions(questions)
+        return Decision(id=did, state=state, questions=parsed, cell=cell,
+                        expected=_parse_expected(expected, parsed))
+    except InputError as exc:
+        raise InputError(f"decision {did!r}: {exc.message}") from None
+
+
+def _pick(key: str, *sources: Any) -> Any:
+    for src in sources:
+        if isinstance(src, Mapping) and src.get(key) is not None:
+            return src[key]
+    return None
+
+
+def _from_line(obj: Mapping[str, Any]) -> Decision:
+    if not isinstance(obj, Mapping):
+        raise InputError("a line must be a JSON object")
+    if "custom_id" in obj or "body" in obj:
+        body = obj.get("body")
+        if not isinstance(body, Mapping):
+            raise InputError("an OpenAI-batch line needs 'body': {\"state\", \"questions\"}")
+        sources = (obj, body, obj.get("metadata"), body.get("metadata"))
+        return _build(obj.get("custom_id"), body.get("state"), body.get("questions"),
+                      _pick("cell", *sources), _pick("expected", *sources))
+    if "id" not in obj:
+        raise InputError("missing 'id' (or 'custom_id' for an OpenAI-batch line)")
+    return _build(obj["id"], obj.get("state"), obj.get("questions"), obj.get("cell"),
+                  obj.get("expected"))
+
+
+def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None) -> Decision:
+    """Parse one job line (dreads or OpenAI-batch shape) into a Decision.
+
+    Example::
+
+        parse_decision({"id": "d1", "state": "...",
+                        "questions": {"c": {"type": "noul", "instructions": "Conflict?"}}})
+
+    Raises:
+        BadLine: when ``line_no`` is given; ``InputError`` otherwise. The message names the
+            decision and question and says what is wrong.
+    """
+    try:
+        return _from_line(obj)
+    except InputError as exc:
+        if line_no is None:
+            raise
+        raise BadLine(exc.message, line_no=line_no) from None
+
+
+def _spec_of(question: Question) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": question.type.value, "instructions": question.instructions}
+    if question.type is QuestionType.CHOICE:
+        spec["criteria"] = dict(zip(question.options, question.descriptions, strict=True))
+    elif question.type is QuestionType.SCORE:
+        spec["criteria"] = list(question.options)
+    elif any(d is not None for d in question.descriptions):
+        spec["criteria"] = {"true": question.descriptions[0], "false": question.descriptions[1]}
+    return spec
+
+
+def decision_payload(decision: Decision) -> dict[str, Any]:
+    """JSON-able payload for storage: ``{"state", "questions", "expected"}``.
+
+    ``decision_from_payload(decision.id, decision.cell, payload)`` gives the decision back.
+    """
+    return {
+        "state": decision.state,
+        "questions": {q.id: _spec_of(q) for q in decision.questions},
+        "expected": dict(decision.expected),
+    }
+
+
+def decision_from_payload(key: str, cell: str | None, payload: Mapping[str, Any]) -> Decision:
+    """Inverse of ``decision_payload``.
+
+    Raises:
+        InputError: the payload is not a valid decision.
+    """
+    return _build(key, payload.get("state"), payload.get("questions"), cell,
+                  payload.get("expected"))

@@ -1,0 +1,186 @@
+"""Request bodies (protocol.md section 4) and response parsing (section 5).
+
+Bodies are plain dicts and lists, encoded with ``encode_body`` (orjson, sorted keys), so a
+repeated read sends byte-identical bytes. Fields vLLM rejects on diffusion models
+(``FORBIDDEN_FIELDS``) are never sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from app.engine.noise import seed_canvas
+from app.engine.types import Endpoint, ReadRequest, ReadResult, ReadSettings, ReadUnit, SlotRow
+from app.errors import MalformedResponse
+
+__all__ = ["FORBIDDEN_FIELDS", "build_request", "encode_body", "parse_response"]
+
+#: Request fields vLLM rejects on diffusion models (HTTP 400).
+FORBIDDEN_FIELDS: frozenset[str] = frozenset({
+    "temperature", "seed", "min_p", "min_tokens", "logit_bias", "bad_words",
+    "allowed_token_ids", "response_format", "structured_outputs",
+})
+TOKEN_PREFIX = "token_id:"
+
+
+def _content_length(unit: ReadUnit, pad_id: int) -> int:
+    n = len(unit.template_ids)
+    while n > 0 and unit.template_ids[n - 1] == pad_id:
+        n -= 1
+    return n
+
+
+def _xargs(unit: ReadUnit, settings: ReadSettings, canvas: tuple[int, ...]) -> dict[str, Any]:
+    xargs: dict[str, Any] = {
+        "diffusion_seed_canvas": list(canvas),
+        "diffusion_canvas_length": unit.width,
+        "diffusion_max_steps": settings.steps,
+        "diffusion_read_only": True,
+    }
+    if settings.steps > 1:
+        slots = {s.position for s in unit.slots}
+        xargs["diffusion_pinned"] = [p for p in range(unit.width) if p not in slots]
+    if settings.constrained:
+        xargs["diffusion_constrained"] = True
+    return xargs
+
+
+def _pad_id(unit: ReadUnit) -> int:
+    # The template ends with the turn close and pad up to the width; the last id is pad
+    # unless the content fills the canvas exactly (then there is no pad to strip).
+    return unit.template_ids[-1]
+
+
+def build_request(unit: ReadUnit, settings: ReadSettings, *, draw: int, seed: int,
+                  vocab_size: int) -> ReadRequest:
+    """The read request of one draw of one unit.
+
+    ``max_tokens`` is the number of non-pad template ids plus one, capped at the width.
+
+    Raises:
+        ValueError: a completions read of a unit planned without ``prompt_ids``.
+    """
+    slots = tuple(s.position for s in unit.slots)
+    canvas = seed_canvas(unit.template_ids, slots, seed, vocab_size)
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "max_tokens": min(_content_length(unit, _pad_id(unit)) + 1, unit.width),
+        "logprob_token_ids": list(unit.logprob_ids),
+        "return_tokens_as_token_ids": True,
+        "vllm_xargs": _xargs(unit, settings, canvas),
+    }
+    if settings.endpoint is Endpoint.COMPLETIONS:
+        if unit.prompt_ids is None:
+            raise ValueError("a completions read needs prompt_ids: plan it with "
+                             "endpoint=completions")
+        body.update(prompt=list(unit.prompt_ids), logprobs=1)
+    else:
+        body.update(messages=[dict(m) for m in unit.messages], logprobs=True,
+                    chat_template_kwargs={"enable_thinking": False})
+    return ReadRequest(unit=unit.index, draw=draw, seed=seed, endpoint=settings.endpoint,
+                       body=body, slots=slots, logprob_ids=unit.logprob_ids)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """Deterministic JSON bytes (orjson, sorted keys)."""
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def _token_id(token: Any, where: str) -> int:
+    if isinstance(token, str) and token.startswith(TOKEN_PREFIX):
+        try:
+            return int(token[len(TOKEN_PREFIX):])
+        except ValueError:
+            pass
+    raise MalformedResponse(f"{where}: token {token!r} is not 'token_id:<id>' "
+                            f"(send return_tokens_as_token_ids: true)")
+
+
+def _get(obj: Any, *path: str | int) -> Any:
+    cur = obj
+    for key in path:
+        try:
+            cur = cur[key]
+        except (KeyError, IndexError, TypeError):
+            dotted = ".".join(str(p) for p in path)
+            raise MalformedResponse(f"response has no {dotted}") from None
+    return cur
+
+
+def _row_at(rows: Any, pos: int, what: str) -> Any:
+    if not isinstance(rows, list) or not 0 <= pos < len(rows) or rows[pos] is None:
+        n = len(rows) if isinstance(rows, list) else 0
+        raise MalformedResponse(f"no logprob row for slot position {pos} ({what} has {n} "
+                                f"positions)")
+    return rows[pos]
+
+
+def _chat_row(content: Any, pos: int) -> SlotRow:
+    entry = _row_at(content, pos, "choices[0].logprobs.content")
+    where = f"content[{pos}]"
+    try:
+        logprobs = {_token_id(e["token"], where): float(e["logprob"])
+                    for e in entry.get("top_logprobs") or []}
+        argmax, argmax_lp = _token_id(entry["token"], where), float(entry["logprob"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MalformedResponse(f"{where} is not a logprob entry: {exc!r}") from None
+    logprobs.setdefault(argmax, argmax_lp)
+    return SlotRow(logprobs=logprobs, argmax_id=argmax, argmax_logprob=argmax_lp)
+
+
+def _completions_row(lp: Any, pos: int) -> SlotRow:
+    row = _row_at(lp.get("top_logprobs") if isinstance(lp, Mapping) else None, pos,
+                  "choices[0].logprobs.top_logprobs")
+    where = f"top_logprobs[{pos}]"
+    try:
+        logprobs = {_token_id(k, where): float(v) for k, v in row.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise MalformedResponse(f"{where} is not a token -> logprob map: {exc!r}") from None
+    tokens, token_lps = lp.get("tokens"), lp.get("token_logprobs")
+    if isinstance(tokens, list) and isinstance(token_lps, list) and pos < min(
+            len(tokens), len(token_lps)) and token_lps[pos] is not None:
+        argmax, argmax_lp = _token_id(tokens[pos], f"tokens[{pos}]"), float(token_lps[pos])
+    elif logprobs:
+        argmax = max(logprobs, key=lambda i: logprobs[i])
+        argmax_lp = logprobs[argmax]
+    else:
+        raise MalformedResponse(f"{where} is empty")
+    logprobs.setdefault(argmax, argmax_lp)
+    return SlotRow(logprobs=logprobs, argmax_id=argmax, argmax_logprob=argmax_lp)
+
+
+def _usage(obj: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    usage = obj.get("usage")
+    if not isinstance(usage, Mapping):
+        return None, None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt = usage.get("prompt_tokens")
+    return (int(prompt) if prompt is not None else None,
+            int(cached) if cached is not None else None)
+
+
+def parse_response(endpoint: Endpoint, obj: Mapping[str, Any], slots: Sequence[int], *,
+                   latency_ms: float = 0.0) -> ReadResult:
+    """Slot rows and usage from a chat or completions response.
+
+    Chat rows come from ``choices[0].logprobs.content[pos]``; completions rows from
+    ``choices[0].logprobs.top_logprobs[pos]`` with ``tokens``/``token_logprobs`` for the argmax.
+
+    Raises:
+        MalformedResponse: a missing row for a slot or an unparsable shape.
+    """
+    if not isinstance(obj, Mapping):
+        raise MalformedResponse(f"response is not a JSON object: {type(obj).__name__}")
+    lp = _get(obj, "choices", 0, "logprobs")
+    if endpoint is Endpoint.CHAT:
+        content = lp.get("content") if isinstance(lp, Mapping) else None
+        rows = {pos: _chat_row(content, pos) for pos in slots}
+    else:
+        rows = {pos: _completions_row(lp, pos) for pos in slots}
+    prompt_tokens, cached = _usage(obj)
+    return ReadResult(rows=rows, prompt_tokens=prompt_tokens, cached_tokens=cached,
+                      latency_ms=latency_ms)

@@ -1,0 +1,154 @@
+"""The report document of a run: every figure, diagnostics, calibration and comparison.
+
+``build_report`` returns a JSON-ready dict (``--json`` prints it as is); the Rich tables and
+the HTML page are renderings of it. ``summarize_run`` gives the headline figures for the
+embedded ``dreads run`` summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.errors import InputError
+from app.report.calibration import Calibration
+from app.report.compare import compare_rows
+from app.report.diagnostics import diagnostics
+from app.report.figures import (
+    Params,
+    calibration_figures,
+    choice_figures,
+    confusion_table,
+    figure_block,
+    noul_figures,
+    score_figures,
+    section,
+    typed_rows,
+)
+from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
+from app.store.models import Run
+
+__all__ = ["FORMAT", "build_report", "calibrate_rows", "report_from_rows", "summarize_run"]
+
+FORMAT = "dreads.report/1"
+
+
+def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
+    """The rows with every answered noul P(yes) passed through ``calibration``."""
+    index = [i for i, r in enumerate(rows) if r.question_type == "noul" and r.p_yes is not None]
+    out = list(rows)
+    if not index:
+        return out
+    scores = calibration.apply([rows[i].question_id for i in index],
+                               [float(rows[i].p_yes or 0.0) for i in index])
+    for i, value in zip(index, scores, strict=True):
+        out[i] = replace(rows[i], p_yes=float(value))
+    return out
+
+
+def _run_info(run: Run) -> dict[str, Any]:
+    return {"id": run.id, "name": run.name, "upstream": run.upstream, "engine": run.engine,
+            "replicates": run.replicates, "status": run.status,
+            "settings_hash": run.settings_hash}
+
+
+def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
+    noul = typed_rows(rows, "noul")
+    choice = typed_rows(rows, "choice")
+    return {
+        "noul": section(noul, noul_figures, p),
+        "choice": {**section(choice, choice_figures, p), "confusion": confusion_table(choice)},
+        "score": section(typed_rows(rows, "score"), score_figures, p),
+        "calibration": calibration_figures(noul, p),
+    }
+
+
+def build_report(
+    session: Session,
+    run_ref: str,
+    params: Params | None = None,
+    *,
+    calibration: Calibration | None = None,
+    against: str | None = None,
+) -> dict[str, Any]:
+    """The whole report of run ``run_ref`` (name or id).
+
+    Raises:
+        InputError: the run (or the ``against`` run) does not exist.
+    """
+    data = load_run_rows(session, resolve_run(session, run_ref))
+    return report_from_rows(session, data, params, calibration=calibration, against=against)
+
+
+def report_from_rows(
+    session: Session,
+    data: RunRows,
+    params: Params | None = None,
+    *,
+    calibration: Calibration | None = None,
+    against: str | None = None,
+) -> dict[str, Any]:
+    """The report of already loaded rows (``session`` loads the ``against`` run)."""
+    p = params or Params()
+    doc: dict[str, Any] = {
+        "format": FORMAT, "run": _run_info(data.run), "params": asdict(p),
+        "labelled": _labelled_counts(data.rows),
+        "raw": _typed_sections(data.rows, p),
+        "calibrated": None, "calibration_source": None,
+        "diagnostics": diagnostics(data.rows, data.cells), "against": None,
+    }
+    if calibration is not None:
+        doc["calibrated"] = _typed_sections(calibrate_rows(data.rows, calibration), p)
+        doc["calibration_source"] = {"method": calibration.method.value,
+                                     "scope": calibration.scope, **calibration.source}
+    if against is not None:
+        doc["against"] = _against(session, data, against, p)
+    return doc
+
+
+def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
+    other = load_run_rows(session, resolve_run(session, ref))
+    if other.run.id == data.run.id:
+        raise InputError("--against names the same run; give another run of the same decisions")
+    out = compare_rows(data.rows, other.rows, p)
+    if not out["matched"]:
+        raise InputError(
+            f"runs {data.run.name!r} and {other.run.name!r} share no decision (matched by "
+            "decision id, replicate and question id); --against needs two runs of the same file"
+        )
+    return {"a": data.run.name, "b": other.run.name, **out}
+
+
+def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
+    counts = {"questions": len(rows), "with_expected": sum(r.expected is not None for r in rows)}
+    for qtype in ("noul", "choice", "score"):
+        counts[qtype] = len(typed_rows(rows, qtype))
+    return counts
+
+
+def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
+    """Headline figures of a run: AUC / recall / false positives for yes/no questions,
+    accuracy for choice and score, counts and flagged cells (for ``dreads run``'s summary)."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise InputError(f"no run with id {run_id}; list runs with `dreads status`")
+    data = load_run_rows(session, run)
+    p = Params()
+    noul = figure_block(typed_rows(data.rows, "noul"), noul_figures, p)["figures"]
+    choice = figure_block(typed_rows(data.rows, "choice"), choice_figures, p)["figures"]
+    score = figure_block(typed_rows(data.rows, "score"), score_figures, p)["figures"]
+    diag = diagnostics(data.rows, data.cells)
+    return {
+        "run": run.name,
+        "questions": len(data.rows),
+        "answered": diag["overall"]["answered"],
+        "unanswered": diag["overall"]["unanswered"],
+        "noul": {k: noul[k] for k in ("n", "positives", "negatives", "auc", "recall",
+                                       "fp_count", "fp_per_1000_neg")},
+        "choice": {k: choice[k] for k in ("n", "accuracy")},
+        "score": {k: score[k] for k in ("n", "accuracy", "mae_level")},
+        "flagged_cells": diag["flagged"],
+    }

@@ -1,0 +1,251 @@
+"""SQL -> report rows: one row per (decision, question), answered or not, plus per-cell counts.
+
+The report reads SQL only. Expected labels come from the decision payload (``expected``) and
+fall back to the answer's ``expected`` column; they are normalised to canvas labels (``yes``/
+``no``, ``A``.., ``1``..) whether the user gave the label or the option name.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from app.errors import InputError
+from app.store.models import Answer, Attempt, Decision, Draw, OutcomeKind, Run
+
+__all__ = [
+    "CellCounts",
+    "QuestionRow",
+    "RunRows",
+    "load_run_rows",
+    "normalize_expected",
+    "resolve_run",
+]
+
+NO_CELL = "(none)"
+_YES = {"yes", "true", "1", "y"}
+_NO = {"no", "false", "0", "n"}
+
+
+@dataclass(frozen=True)
+class QuestionRow:
+    """One question of one decision (one replicate), with its answer if there is one."""
+
+    decision_key: str
+    replicate: int
+    cell: str
+    state_key: str  #: canonical JSON of the state: counts distinct states
+    status: str  #: decision status
+    question_id: str
+    question_type: str
+    labels: tuple[str, ...]
+    expected: str | None  #: canvas label, None when not given or not recognised
+    answered: bool
+    label: str | None = None
+    p_yes: float | None = None
+    probs: Mapping[str, float] | None = None
+    expected_level: float | None = None
+    label_mass: float | None = None
+    argmax_is_label: bool | None = None
+    stderr: float | None = None
+    draws: int | None = None
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CellCounts:
+    """Per-cell counts from the draws and attempts tables."""
+
+    reads: int = 0
+    low_mass_reads: int = 0  #: label mass below 0.5
+    argmax_not_label_reads: int = 0
+    attempts: int = 0
+    failures: Mapping[str, int] | None = None  #: outcome kind -> attempts (non-ok)
+
+
+@dataclass(frozen=True)
+class RunRows:
+    run: Run
+    rows: tuple[QuestionRow, ...]
+    cells: Mapping[str, CellCounts]
+
+
+def resolve_run(session: Session, ref: str) -> Run:
+    """A run by name, or by numeric id; InputError saying how to list runs otherwise."""
+    run = session.scalars(select(Run).where(Run.name == ref)).first()
+    if run is None and ref.isdigit():
+        run = session.get(Run, int(ref))
+    if run is None:
+        raise InputError(
+            f"no run named {ref!r} in this database; check the name with `dreads status` "
+            "and that DREADS_DATABASE_URL (or --db) points at the database the run was written to"
+        )
+    return run
+
+
+def load_run_rows(session: Session, run: Run) -> RunRows:
+    """Every decision question of ``run`` with its answer, and per-cell read/attempt counts."""
+    answers = _answers_by_decision(session, run.id)
+    rows: list[QuestionRow] = []
+    query = select(Decision).where(Decision.run_id == run.id).order_by(Decision.id)
+    for decision in session.scalars(query):
+        rows.extend(_decision_rows(decision, answers.get(decision.id, {})))
+    return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id))
+
+
+def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Answer]]:
+    out: dict[int, dict[str, Answer]] = {}
+    for answer in session.scalars(select(Answer).where(Answer.run_id == run_id)):
+        out.setdefault(answer.decision_id, {})[answer.question_id] = answer
+    return out
+
+
+def _decision_rows(decision: Decision, answers: Mapping[str, Answer]) -> Iterator[QuestionRow]:
+    payload = decision.payload or {}
+    expected = payload.get("expected") or {}
+    state_key = json.dumps(payload.get("state"), sort_keys=True, default=str)
+    cell = decision.cell if decision.cell is not None else NO_CELL
+    questions = _questions(payload)
+    for qid, qtype, labels, options in questions:
+        answer = answers.get(qid)
+        if answer is not None:
+            labels = tuple(answer.probs) or labels
+        given = expected.get(qid, answer.expected if answer is not None else None)
+        base = QuestionRow(
+            decision_key=decision.key, replicate=decision.replicate, cell=cell,
+            state_key=state_key, status=decision.status, question_id=qid, question_type=qtype,
+            labels=labels, expected=normalize_expected(given, qtype, labels, options),
+            answered=answer is not None,
+        )
+        yield base if answer is None else _with_answer(base, answer)
+    # Answers for questions the payload does not list still count (defensive: no row lost).
+    known = {q[0] for q in questions}
+    for qid, answer in answers.items():
+        if qid not in known:
+            labels = tuple(answer.probs)
+            yield _with_answer(QuestionRow(
+                decision_key=decision.key, replicate=decision.replicate, cell=cell,
+                state_key=state_key, status=decision.status, question_id=qid,
+                question_type=answer.question_type, labels=labels,
+                expected=normalize_expected(answer.expected, answer.question_type, labels, ()),
+                answered=True,
+            ), answer)
+
+
+def _with_answer(row: QuestionRow, answer: Answer) -> QuestionRow:
+    return replace(
+        row, answered=True, label=answer.label, p_yes=answer.p_yes,
+        probs={k: float(v) for k, v in answer.probs.items()},
+        expected_level=answer.expected_level, label_mass=answer.label_mass,
+        argmax_is_label=answer.argmax_is_label, stderr=answer.stderr, draws=answer.draws,
+        stop_reason=answer.stop_reason,
+    )
+
+
+_QuestionShape = tuple[str, str, tuple[str, ...], tuple[str, ...]]
+
+
+def _questions(payload: Mapping[str, Any]) -> list[_QuestionShape]:
+    """(id, type, labels, options) per question, from a Jev map or a list of question dicts."""
+    raw = payload.get("questions") or {}
+    items = raw.items() if isinstance(raw, Mapping) else (
+        (str(q.get("id")), q) for q in raw if isinstance(q, Mapping)
+    )
+    return [(str(qid), *_question_shape(q)) for qid, q in items if isinstance(q, Mapping)]
+
+
+def _question_shape(q: Mapping[str, Any]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    qtype = str(q.get("type", "noul"))
+    if qtype == "noul":
+        return qtype, ("yes", "no"), ("yes", "no")
+    options = _options(q)
+    labels = tuple(str(x) for x in q.get("labels") or ()) or _default_labels(qtype, len(options))
+    return qtype, labels, options
+
+
+def _options(q: Mapping[str, Any]) -> tuple[str, ...]:
+    if q.get("options"):
+        return tuple(str(x) for x in q["options"])
+    criteria = q.get("criteria")
+    if isinstance(criteria, Mapping):
+        return tuple(str(k) for k in criteria)
+    if isinstance(criteria, Sequence) and not isinstance(criteria, str):
+        return tuple(str(x) for x in criteria)
+    return ()
+
+
+def _default_labels(qtype: str, n: int) -> tuple[str, ...]:
+    if qtype == "score" and n <= 9:
+        return tuple(str(i) for i in range(1, n + 1))
+    return tuple(string.ascii_uppercase[:n])
+
+
+def normalize_expected(
+    given: Any, qtype: str, labels: Sequence[str], options: Sequence[str]
+) -> str | None:
+    """The canvas label an expected value names, or None when absent or not recognised."""
+    if given is None:
+        return None
+    text = str(given).strip()
+    if qtype == "noul":
+        low = text.lower()
+        return "yes" if low in _YES else "no" if low in _NO else None
+    if text in labels:
+        return text
+    if text in options:
+        index = list(options).index(text)
+        return labels[index] if index < len(labels) else None
+    return None
+
+
+def _cell_counts(session: Session, run_id: int) -> dict[str, CellCounts]:
+    reads = _read_counts(session, run_id)
+    attempts = _attempt_counts(session, run_id)
+    out: dict[str, CellCounts] = {}
+    for cell in set(reads) | set(attempts):
+        n, low, not_label = reads.get(cell, (0, 0, 0))
+        total, failures = attempts.get(cell, (0, {}))
+        out[cell] = CellCounts(reads=n, low_mass_reads=low, argmax_not_label_reads=not_label,
+                               attempts=total, failures=failures)
+    return out
+
+
+def _read_counts(session: Session, run_id: int) -> dict[str, tuple[int, int, int]]:
+    query = (
+        select(
+            Decision.cell,
+            func.count(Draw.id),
+            func.sum(case((Draw.label_mass < 0.5, 1), else_=0)),
+            func.sum(case((Draw.argmax_is_label.is_(False), 1), else_=0)),
+        )
+        .join(Decision, Decision.id == Draw.decision_id)
+        .where(Decision.run_id == run_id)
+        .group_by(Decision.cell)
+    )
+    return {
+        (cell if cell is not None else NO_CELL): (int(n), int(low or 0), int(bad or 0))
+        for cell, n, low, bad in session.execute(query)
+    }
+
+
+def _attempt_counts(session: Session, run_id: int) -> dict[str, tuple[int, dict[str, int]]]:
+    query = (
+        select(Decision.cell, Attempt.outcome, func.count(Attempt.id))
+        .join(Decision, Decision.id == Attempt.decision_id)
+        .where(Attempt.run_id == run_id)
+        .group_by(Decision.cell, Attempt.outcome)
+    )
+    out: dict[str, tuple[int, dict[str, int]]] = {}
+    for cell, outcome, count in session.execute(query):
+        key = cell if cell is not None else NO_CELL
+        total, failures = out.get(key, (0, {}))
+        if outcome != OutcomeKind.OK:
+            failures[str(outcome)] = int(count)
+        out[key] = (total + int(count), failures)
+    return out

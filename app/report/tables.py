@@ -1,0 +1,200 @@
+"""Rich tables of a report document (``build_report``'s dict): what ``dreads report`` prints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["CHOICE_COLUMNS", "NOUL_COLUMNS", "SCORE_COLUMNS", "fmt", "pct", "report_view"]
+
+#: figure name -> column title, in display order
+NOUL_COLUMNS: dict[str, str] = {
+    "n": "n", "positives": "pos", "negatives": "neg", "auc": "AUC", "recall": "recall>{r}",
+    "top_share": "top {t}", "rank_median_pct": "med rank %", "rank_worst_pct": "worst rank %",
+    "fp_count": "FP>{f}", "fp_per_1000_neg": "FP/1k neg", "fp_per_100_states": "FP/100 st",
+    "referral_band": "band", "ece": "ECE", "brier": "Brier", "unanswered": "unans.",
+}
+CHOICE_COLUMNS = {"n": "n", "accuracy": "accuracy", "log_loss": "log loss",
+                  "unanswered": "unans."}
+SCORE_COLUMNS = {"n": "n", "mae_level": "MAE level", "accuracy": "top-level acc.",
+                 "unanswered": "unans."}
+
+
+def fmt(value: Any, std: Any = None) -> str:
+    """A figure as text: ints plain, floats to 4 significant digits, ``± std`` when given."""
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float) and value.is_integer() and abs(value) >= 10:
+        text = f"{value:.0f}"
+    else:
+        text = f"{value:.4g}"
+    return f"{text} ± {std:.2g}" if isinstance(std, float) else text
+
+
+def _titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
+    return [t.format(r=params["threshold_recall"], f=params["threshold_fp"],
+                     t=f"{params['top_share']:.0%}") for t in columns.values()]
+
+
+def _block_cells(block: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    figures, std = block["figures"], block.get("std") or {}
+    return [fmt(figures.get(n), std.get(n)) for n in names]
+
+
+def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str],
+               params: Mapping[str, Any], flags: Mapping[str, list[str]] | None = None) -> Table:
+    """Rows = cells then ``overall``; columns = figures."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("cell")
+    for t in _titles(columns, params):
+        table.add_column(t, justify="right")
+    names = list(columns)
+    for cell, block in section["cells"].items():
+        mark = " [red]⚑[/red]" if flags and flags.get(cell) else ""
+        table.add_row(cell + mark, *_block_cells(block, names))
+    table.add_row(Text("overall", style="bold"), *_block_cells(section["overall"], names))
+    return table
+
+
+def figure_table(title: str, blocks: Mapping[str, Mapping[str, Any]],
+                 columns: Mapping[str, str], params: Mapping[str, Any],
+                 diff: Mapping[str, Any] | None = None) -> Table:
+    """Rows = figures; one column per block (raw, calibrated / run A, run B), then Δ."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("figure")
+    for name in blocks:
+        table.add_column(name, justify="right")
+    if diff is not None:
+        table.add_column("Δ (a-b)", justify="right")
+    for name, t in zip(columns, _titles(columns, params), strict=True):
+        row = [fmt(b["figures"].get(name), (b.get("std") or {}).get(name))
+               for b in blocks.values()]
+        table.add_row(t, *row, *([fmt(diff.get(name))] if diff is not None else []))
+    return table
+
+
+def _calibration_table(doc: Mapping[str, Any]) -> Table:
+    raw = doc["raw"]["calibration"]
+    cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
+    table = Table(title="calibration per question (yes/no)", title_justify="left")
+    names = ["question", "n", "pos", "ECE", "Brier", *(["ECE cal", "Brier cal"] if cal else [])]
+    for name in names:
+        table.add_column(name, justify="left" if name == "question" else "right")
+    items = [*raw["questions"].items(), ("overall", raw["overall"])]
+    for q, c in items:
+        extra = []
+        if cal:
+            cq = cal["overall"] if q == "overall" else cal["questions"][q]
+            extra = [fmt(cq["ece"]), fmt(cq["brier"])]
+        table.add_row(q, fmt(c["n"]), fmt(c["positives"]), fmt(c["ece"]), fmt(c["brier"]),
+                      *extra)
+    return table
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
+def diagnostics_table(diag: Mapping[str, Any]) -> Table:
+    """Per cell: unanswered, failures by kind, low label mass, argmax not a label, draws."""
+    table = Table(title="diagnostics per cell", title_justify="left")
+    for name in ("cell", "questions", "unanswered", "failed attempts", "low mass", "argmax≠label",
+                 "draws mean", "stop reasons", "stderr p50/p90", "flags"):
+        table.add_column(name, justify="left" if name in ("cell", "failed attempts",
+                                                          "stop reasons", "flags") else "right")
+    rows = [*diag["cells"].items(), ("overall", diag["overall"])]
+    for cell, d in rows:
+        failures = ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"
+        stops = ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-"
+        flags = ", ".join(d["flags"])
+        table.add_row(
+            cell, fmt(d["questions"]), f"{d['unanswered']} ({pct(d['unanswered_rate'])})",
+            failures, pct(d["low_mass_share"]), pct(d["argmax_not_label_share"]),
+            fmt(d["draws_mean"]), stops,
+            f"{fmt(d['stderr']['p50'])} / {fmt(d['stderr']['p90'])}",
+            Text(flags, style="bold red") if flags else "",
+        )
+    return table
+
+
+def _confusion(conf: Mapping[str, Any]) -> Table:
+    table = Table(title="choice confusion (rows expected, columns answered)",
+                  title_justify="left")
+    table.add_column("")
+    for label in conf["labels"]:
+        table.add_column(label, justify="right")
+    for label, row in zip(conf["labels"], conf["matrix"], strict=True):
+        table.add_row(label, *(str(v) for v in row))
+    return table
+
+
+def _flag_lines(diag: Mapping[str, Any]) -> list[RenderableType]:
+    return [Text(f"⚑ cell {f['cell']!r}: {f['flag']} {f['count']}/{f['total']} "
+                 f"({pct(f['rate'])}) against {pct(f['pooled_rate'])} pooled "
+                 f"(p = {f['p_value']:.2g})", style="red") for f in diag["flagged"]]
+
+
+def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
+                  flags: Mapping[str, list[str]]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    labelled = doc["labelled"]
+    for kind, columns, title in (("noul", NOUL_COLUMNS, "yes/no"),
+                                 ("choice", CHOICE_COLUMNS, "choice"),
+                                 ("score", SCORE_COLUMNS, "score")):
+        if not labelled[kind]:
+            continue
+        out.append(cell_table(f"{title} per cell", doc["raw"][kind], columns, params, flags))
+        if doc["calibrated"] and kind == "noul":
+            blocks = {"raw": doc["raw"]["noul"]["overall"],
+                      "calibrated": doc["calibrated"]["noul"]["overall"]}
+            out.append(figure_table("yes/no overall: raw and calibrated", blocks, columns,
+                                    params))
+            out.append(cell_table("yes/no per cell, calibrated", doc["calibrated"]["noul"],
+                                  columns, params, flags))
+        if kind == "choice":
+            out.append(_confusion(doc["raw"]["choice"]["confusion"]))
+    if labelled["noul"]:
+        out.append(_calibration_table(doc))
+    return out
+
+
+def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[RenderableType]:
+    cmp = doc["against"]
+    out: list[RenderableType] = [Text(
+        f"comparison: a = {cmp['a']}, b = {cmp['b']}: {cmp['matched']} matched question(s), "
+        f"{cmp['only_a']} only in a, {cmp['only_b']} only in b")]
+    for kind, columns in (("noul", NOUL_COLUMNS), ("choice", CHOICE_COLUMNS),
+                          ("score", SCORE_COLUMNS)):
+        if not cmp[kind]["cells"]:
+            continue
+        for cell, pair in [("overall", cmp[kind]["overall"]), *cmp[kind]["cells"].items()]:
+            out.append(figure_table(f"{kind} {cell}: a vs b", {"a": pair["a"], "b": pair["b"]},
+                                    columns, params, diff=pair["diff"]))
+    return out
+
+
+def report_view(doc: Mapping[str, Any]) -> Group:
+    """Everything ``dreads report`` prints without ``--json``."""
+    run, params = doc["run"], doc["params"]
+    head = Text(f"run {run['name']} (upstream {run['upstream']}, {run['replicates']} "
+                f"replicate(s)): {doc['labelled']['questions']} question(s), "
+                f"{doc['labelled']['with_expected']} with an expected label", style="bold")
+    parts: list[RenderableType] = [head]
+    if run["replicates"] > 1:
+        parts.append(Text("figures are mean ± standard deviation across replicates"))
+    if not doc["labelled"]["with_expected"]:
+        parts.append(Text("no question has an expected label: add \"expected\" to the job lines "
+                          "to get accuracy figures; diagnostics follow", style="yellow"))
+    flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
+    parts += _typed_tables(doc, params, flags)
+    parts.append(diagnostics_table(doc["diagnostics"]))
+    parts += _flag_lines(doc["diagnostics"])
+    if doc["against"]:
+        parts += _against_tables(doc, params)
+    return Group(*parts)

@@ -1,0 +1,70 @@
+"""``UpstreamConfig`` (a frozen value built at entry points) and ``make_upstream``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.errors import ConfigError
+from app.upstream.base import Upstream
+
+__all__ = ["SIM", "UpstreamConfig", "make_upstream"]
+
+#: The upstream "URL" that starts an in-process simulator (labelled ``sim`` everywhere).
+SIM = "sim"
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """How to reach the model: a vLLM base URL (or ``"sim"``) or the in-process engine."""
+
+    url: str = "http://127.0.0.1:8001"
+    engine: str = "vllm"  #: "vllm" (HTTP: vLLM or dreads sim) or "transformers" (in-process)
+    model: str = "dgemma"
+    canvas_length: int = 320
+    max_in_flight: int = 256
+    timeout_s: float = 60.0
+    retries: int = 4
+    backoff_s: float = 0.5
+    model_path: str | None = None  #: transformers engine: checkpoint
+    device: str = "cpu"  #: transformers engine
+    dtype: str = "bfloat16"  #: transformers engine
+
+
+def make_upstream(config: UpstreamConfig) -> Upstream:
+    """The upstream ``config`` names.
+
+    ``url == "sim"`` starts a simulator in a background thread (stopped by ``aclose()``).
+
+    Raises:
+        ConfigError: an unknown engine or a URL that is not http(s).
+    """
+    if config.engine == "transformers":
+        from app.upstream.transformers_engine import make_transformers_upstream
+
+        return make_transformers_upstream(config)  # type: ignore[no-any-return]
+    if config.engine != "vllm":
+        raise ConfigError(
+            f"unknown engine {config.engine!r}: use 'vllm' (HTTP, also dreads sim) or "
+            "'transformers' (in-process, needs pip install -e .[engine])")
+    if config.url == SIM:
+        return _sim_upstream(config)
+    if not config.url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"upstream {config.url!r} is not a URL: pass http://host:port of vLLM (or of "
+            "`dreads sim`), or 'sim' for an in-process simulator")
+    from app.upstream.vllm import VllmUpstream
+
+    return VllmUpstream(config.url, model=config.model, canvas_length=config.canvas_length,
+                        max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
+                        retries=config.retries, backoff_s=config.backoff_s)
+
+
+def _sim_upstream(config: UpstreamConfig) -> Upstream:
+    from app.upstream.sim import SimOptions, start_sim_thread
+    from app.upstream.vllm import VllmUpstream
+
+    handle = start_sim_thread(SimOptions(model=config.model, canvas_length=config.canvas_length))
+    return VllmUpstream(handle.url, model=config.model, canvas_length=config.canvas_length,
+                        max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
+                        retries=config.retries, backoff_s=config.backoff_s, engine="sim",
+                        on_close=handle.stop)

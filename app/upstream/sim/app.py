@@ -1,0 +1,271 @@
+"""The simulator's ASGI app: vLLM's read routes plus ``/sim/*`` controls.
+
+Routes: ``GET /health`` (200, empty), ``GET /v1/models`` (with ``max_model_len`` and
+``canvas_length``), ``GET /version``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
+``GET /sim/stats`` (counters), ``POST /sim/down?seconds=N`` (503 on every model route for N
+seconds), ``POST /sim/up``, ``POST /sim/reset`` (zero the counters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Mapping
+from functools import lru_cache
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from app.upstream.sim.capacity import BatchModel
+from app.upstream.sim.faults import FaultPlan, FaultRates
+from app.upstream.sim.options import SimOptions
+from app.upstream.sim.scorer import AnswerKey, ScoreOptions, Scorer
+from app.upstream.sim.shapes import chat_response, completions_response, models_response, usage
+from app.upstream.sim.tokens import PrefixCache, SimTokenizer, find_slots, load_sim_tokenizer
+from app.upstream.sim.validate import ReadSpec, SimBadRequest, error_body, validate_read
+
+__all__ = ["SimApp", "create_app"]
+
+logger = logging.getLogger("dreads.sim")
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+_JSON = [(b"content-type", b"application/json")]
+
+
+class _Reply(Exception):
+    """Answer now with this status and JSON body."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dreads")
+    except PackageNotFoundError:
+        return "dev"
+
+
+class SimApp:
+    """State and routes of one simulator."""
+
+    def __init__(self, options: SimOptions, tokenizer: SimTokenizer) -> None:
+        self.options = options
+        self.tokenizer = tokenizer
+        self.vocab_size = options.vocab or tokenizer.vocab_size
+        key = AnswerKey.load(options.key_path) if options.key_path else None
+        score = ScoreOptions(options.noise, options.separation, options.miscalibration,
+                             options.seed)
+        self.scorer = Scorer(score, vocab_size=self.vocab_size, piece=tokenizer.piece, key=key)
+        rates = FaultRates(options.fail_rate, options.hang_rate, options.malformed_rate,
+                           options.low_mass_rate)
+        self.faults = FaultPlan(rates, seed=options.seed)
+        self.batch = BatchModel(step_ms=options.step_ms, max_batch=options.max_batch)
+        self.prefix = PrefixCache()
+        self.counters: Counter[str] = Counter()
+        self.bodies: deque[bytes] = deque(maxlen=max(1, options.record_bodies))
+        self.created = int(time.time())
+        self.version = f"dreads-sim {_version()}"
+
+    # -- ASGI ---------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        body = await _read_body(receive)
+        try:
+            status, payload = await self._route(scope, body, receive)
+        except _Reply as reply:
+            status, payload = reply.status, reply.body
+        data = b"" if payload is None else orjson.dumps(payload)
+        headers = _JSON if payload is not None else []
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.batch.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _route(self, scope: Scope, body: bytes, receive: Receive) -> tuple[int, Any]:
+        method, path = scope["method"], scope["path"]
+        if path.startswith("/sim/"):
+            return self._control(method, path, scope.get("query_string", b""))
+        if self.faults.is_down:
+            self.counters["down_503"] += 1
+            raise _Reply(503, error_body("dreads sim is down (POST /sim/up)", None, 503))
+        if method == "GET":
+            return self._get(path)
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            return await self._read(body, chat=path == "/v1/chat/completions", receive=receive)
+        raise _Reply(404, {"error": {"message": f"unknown route {method} {path}",
+                                     "type": "NotFoundError", "param": None, "code": 404}})
+
+    def _get(self, path: str) -> tuple[int, Any]:
+        if path == "/health":
+            return 200, None
+        if path == "/v1/models":
+            opts = self.options
+            return 200, models_response(opts.model, self.created, opts.max_model_len,
+                                        opts.canvas_length)
+        if path == "/version":
+            return 200, {"version": self.version}
+        raise _Reply(404, {"error": {"message": f"unknown route GET {path}",
+                                     "type": "NotFoundError", "param": None, "code": 404}})
+
+    def _control(self, method: str, path: str, query: bytes) -> tuple[int, Any]:
+        if method == "GET" and path == "/sim/stats":
+            return 200, self.stats()
+        if method == "POST" and path == "/sim/down":
+            seconds = float(parse_qs(query.decode()).get("seconds", ["3600"])[0])
+            self.faults.down(seconds)
+            logger.info("[dreads sim] down for %.1fs (503 on every model route)", seconds)
+            return 200, {"down_for_s": seconds}
+        if method == "POST" and path == "/sim/up":
+            self.faults.down(0)
+            return 200, {"down_for_s": 0}
+        if method == "POST" and path == "/sim/reset":
+            self.counters.clear()
+            self.faults.injected.clear()
+            return 200, self.stats()
+        raise _Reply(404, {"error": {"message": f"unknown route {method} {path}"}})
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: requests, reads answered, rejected, faults injected by kind, steps."""
+        return {
+            **{k: self.counters[k] for k in ("requests", "reads", "rejected", "down_503")},
+            "faults": {k: self.faults.injected[k]
+                       for k in ("fail", "hang", "malformed", "low_mass")},
+            "steps": self.batch.steps,
+            "down": self.faults.is_down,
+        }
+
+    # -- reads --------------------------------------------------------------------------------
+    async def _read(self, raw: bytes, *, chat: bool, receive: Receive) -> tuple[int, Any]:
+        self.counters["requests"] += 1
+        if self.options.record_bodies:
+            self.bodies.append(raw)
+        body, spec = self._validated(raw, chat=chat)
+        fault = self.faults.draw(raw)
+        if fault == "fail":
+            raise _Reply(500, error_body("dreads sim: injected internal server error", None, 500))
+        if fault == "hang":
+            await _wait_disconnect(receive, self.options.hang_s)
+            raise _Reply(504, error_body("dreads sim: injected hang ended", None, 504))
+        await self.batch.admit()
+        self.counters["reads"] += 1
+        return 200, self._answer(body, spec, chat=chat, fault=fault)
+
+    def _validated(self, raw: bytes, *, chat: bool) -> tuple[dict[str, Any], ReadSpec]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            self.counters["rejected"] += 1
+            raise _Reply(400, error_body(f"the body is not valid JSON: {exc}", None)) from exc
+        try:
+            if isinstance(body, dict) and body.get("model") != self.options.model:
+                raise _Reply(404, {"error": {
+                    "message": f"The model `{body.get('model')}` does not exist.",
+                    "type": "NotFoundError", "param": "model", "code": 404}})
+            spec = validate_read(body, chat=chat, canvas_length=self.options.canvas_length,
+                                 vocab_size=self.vocab_size)
+        except SimBadRequest as exc:
+            self.counters["rejected"] += 1
+            raise _Reply(400, error_body(exc.message, exc.param)) from exc
+        except _Reply:
+            self.counters["rejected"] += 1
+            raise
+        return body, spec
+
+    def _answer(self, body: dict[str, Any], spec: ReadSpec, *, chat: bool,
+                fault: str | None) -> dict[str, Any]:
+        messages = _message_pairs(body["messages"]) if chat else None
+        if messages is None:
+            prompt = body["prompt"]
+            prompt_ids = tuple(prompt) if isinstance(prompt, list) else ()
+            pairs = tuple((m["role"], m["content"])
+                          for m in self.tokenizer.messages_from_prompt(prompt_ids))
+        else:
+            pairs, prompt_ids = messages, self.tokenizer.prompt_ids(messages)
+        questions = _questions(pairs)
+        slot_ids = find_slots(self.tokenizer, spec.canvas, spec.rows, spec.pinned)
+        slots = {p: questions(cid) for p, cid in slot_ids.items()}
+        rows = self.scorer.rows(spec.canvas, spec.rows, spec.logprob_ids, slots, fault)
+        cached = self.prefix.lookup_and_insert(prompt_ids)
+        info = usage(len(prompt_ids), len(rows), cached)
+        text = "".join(self.tokenizer.piece(r.argmax_id) for r in rows)
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{self.counters['reads']}"
+        build = chat_response if chat else completions_response
+        return build(request_id, self.options.model, self.created, rows, text, info)
+
+
+def _message_pairs(messages: Any) -> tuple[tuple[str, str], ...]:
+    try:
+        return tuple((str(m["role"]), str(m["content"])) for m in messages)
+    except (TypeError, KeyError) as exc:
+        raise _Reply(400, error_body("every message needs role and content (text)",
+                                     "messages")) from exc
+
+
+def _questions(pairs: tuple[tuple[str, str], ...]) -> Callable[[str], tuple[str, str] | None]:
+    """canvas id -> (state text, instructions), from dreads' prompt layout when it parses."""
+    parsed = _prompt_parts(pairs)
+    if parsed is None:  # not a dreads prompt: answers stay a function of the prompt text
+        text = "\n".join(c for _, c in pairs)
+        return lambda cid: (text, cid)
+    state_text, questions = parsed
+    return lambda cid: (state_text, questions.get(cid, cid))
+
+
+@lru_cache(maxsize=4096)
+def _prompt_parts(pairs: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, str]] | None:
+    from app.engine import parse_messages
+
+    try:
+        parts = parse_messages([{"role": r, "content": c} for r, c in pairs])
+    except Exception:  # any prompt dreads did not build
+        return None
+    return parts.state_text, dict(parts.questions)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _wait_disconnect(receive: Receive, limit_s: float) -> None:
+    async def _until_gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_until_gone(), timeout=limit_s)
+
+
+def create_app(options: SimOptions) -> SimApp:
+    """The simulator app for ``options`` (loads the tokenizer and the answer key)."""
+    return SimApp(options, load_sim_tokenizer(options.tokenizer))

@@ -1,0 +1,32 @@
+"""``SimOptions``: everything ``dreads sim`` and ``start_sim_thread`` can be told."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SimOptions"]
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    host: str = "127.0.0.1"
+    port: int = 0  #: 0 = a free port
+    model: str = "dgemma"  #: served model name
+    canvas_length: int = 320  #: served canvas (vLLM --diffusion-config canvas_length)
+    max_model_len: int = 8192
+    tokenizer: str = "standin"
+    vocab: int | None = None  #: None = the tokenizer's length
+    noise: float = 0.5  #: how much the slot's noise token moves the logits
+    separation: float = 1.5  #: with a key: the true label's mean logit lead (ranking quality)
+    miscalibration: float = 0.0  #: logits x (1 + m), first label -m: miscalibrated, same ranking
+    key_path: str | None = None  #: JSONL answer key
+    step_ms: float = 0.0  #: GPU step; 0 answers at once
+    max_batch: int = 256  #: reads per step
+    fail_rate: float = 0.0  #: HTTP 500 on the first delivery of a body
+    hang_rate: float = 0.0  #: no answer (until the client gives up) on the first delivery
+    malformed_rate: float = 0.0  #: a slot row without one label, first delivery
+    low_mass_rate: float = 0.0  #: argmax not a label, low label mass (every delivery)
+    down_for_s: float = 0.0  #: refuse connections for this long after start
+    hang_s: float = 600.0  #: longest a hanging request waits for the client to give up
+    seed: int = 0
+    record_bodies: int = 0  #: keep the last N request bodies (tests)

@@ -1,0 +1,183 @@
+"""The simulator's model: deterministic logprob rows, an optional answer key.
+
+At an answer slot the candidate labels are the request's ``logprob_token_ids``. Their logits:
+
+- without a key, a stable hash of (state, instructions, id): answers are a function of the prompt;
+- with a key, the true label stands ``separation + latent`` above the others, where ``latent`` is
+  a deterministic N(0, 1) per (state, question): some positives are hard. At the default
+  separation of 1.5 a yes/no ranking has an AUC of about 0.98;
+- plus ``noise`` x N(0, 1) drawn from (the noise token at the slot, the slot, the id): different
+  noise draws give different reads, the same body the same read;
+- ``miscalibration`` m: logits times (1 + m) and the first label (yes / A / 1) shifted by -m, so
+  probabilities are miscalibrated while the ranking of that label stays.
+
+Label mass is 0.90-0.99 normally; a ``low_mass`` read puts most mass on a non-label argmax.
+Every other position emits its canvas token with high probability.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import orjson
+
+__all__ = ["AnswerKey", "Row", "ScoreOptions", "Scorer"]
+
+_STD = NormalDist()
+_FIRST_LABELS = frozenset({"yes", "a", "1"})
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    noise: float = 0.5
+    separation: float = 1.5
+    miscalibration: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One canvas position's answer: the emitted argmax and the requested ids' logprobs."""
+
+    argmax_id: int
+    argmax_logprob: float
+    logprobs: Mapping[int, float]
+
+
+class AnswerKey:
+    """(serialised state, instructions) -> canvas label, from the JSONL answer-key file."""
+
+    def __init__(self, labels: Mapping[tuple[str, str], str]) -> None:
+        self.labels = dict(labels)
+
+    @classmethod
+    def load(cls, path: str | Path) -> AnswerKey:
+        """Read ``{"state", "question", "label"}`` lines. Raises ValueError naming the line."""
+        from app.engine import serialize_state
+
+        labels: dict[tuple[str, str], str] = {}
+        with open(path, "rb") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                    labels[(serialize_state(obj["state"]), str(obj["question"]))] = str(
+                        obj["label"]
+                    )
+                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ValueError(
+                        f"{path}:{line_no}: an answer-key line needs JSON with state, question "
+                        f"and label ({exc})"
+                    ) from exc
+        return cls(labels)
+
+    def label(self, state_text: str, instructions: str) -> str | None:
+        return self.labels.get((state_text, instructions))
+
+
+def _unit(*parts: Any) -> float:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") + 0.5) / 2**64
+
+
+def _normal(*parts: Any) -> float:
+    return _STD.inv_cdf(_unit(*parts))
+
+
+class Scorer:
+    """Turns a validated read into logprob rows."""
+
+    def __init__(self, options: ScoreOptions, *, vocab_size: int, piece: Any,
+                 key: AnswerKey | None = None) -> None:
+        self.options = options
+        self.vocab_size = vocab_size
+        self.piece = piece  #: id -> decoded text
+        self.key = key
+
+    def rows(self, canvas: Sequence[int], n_rows: int, logprob_ids: Sequence[int],
+             slots: Mapping[int, tuple[str, str] | None], fault: str | None) -> list[Row]:
+        """One row per position < n_rows. ``slots``: position -> (state, instructions) or None."""
+        out: list[Row] = []
+        dropped = False
+        for position in range(n_rows):
+            if position in slots:
+                row = self._slot_row(canvas, position, logprob_ids, slots[position], fault)
+                if fault == "malformed" and not dropped and len(logprob_ids) > 1:
+                    row, dropped = _drop_label(row, logprob_ids), True
+            else:
+                row = _template_row(canvas[position], position, logprob_ids)
+            out.append(row)
+        return out
+
+    def _slot_row(self, canvas: Sequence[int], position: int, ids: Sequence[int],
+                  question: tuple[str, str] | None, fault: str | None) -> Row:
+        if not ids:
+            return Row(canvas[position], -0.05, {})
+        logits = self._logits(canvas[position], position, ids, question)
+        top = max(logits, key=logits.__getitem__)
+        log_z = math.log(sum(math.exp(v) for v in logits.values()))
+        if fault == "low_mass":
+            mass = 0.03 + 0.12 * _unit(self.options.seed, "mass", canvas[position], position)
+            logprobs = {i: math.log(mass) + v - log_z for i, v in logits.items()}
+            other = self._non_label(ids, canvas[position])
+            return Row(other, math.log(0.6), logprobs)
+        mass = 0.90 + 0.09 * _unit(self.options.seed, "mass", canvas[position], position)
+        logprobs = {i: math.log(mass) + v - log_z for i, v in logits.items()}
+        return Row(top, logprobs[top], logprobs)
+
+    def _logits(self, noise_id: int, position: int, ids: Sequence[int],
+                question: tuple[str, str] | None) -> dict[int, float]:
+        opts = self.options
+        truth = self._true_id(ids, question)
+        logits: dict[int, float] = {}
+        for token_id in ids:
+            if truth is None:
+                base = 1.5 * _normal(opts.seed, "base", question, token_id)
+            elif token_id == truth:
+                base = opts.separation + _normal(opts.seed, "latent", question)
+            else:
+                base = 0.3 * _normal(opts.seed, "other", question, token_id)
+            base += opts.noise * _normal(opts.seed, "noise", noise_id, position, token_id)
+            logits[token_id] = base * (1.0 + opts.miscalibration)
+        if opts.miscalibration:
+            first = [i for i in ids if self.piece(i).strip().lower() in _FIRST_LABELS]
+            if first:
+                logits[first[0]] -= opts.miscalibration
+        return logits
+
+    def _true_id(self, ids: Sequence[int], question: tuple[str, str] | None) -> int | None:
+        if self.key is None or question is None:
+            return None
+        label = self.key.label(*question)
+        if label is None:
+            return None
+        for token_id in ids:
+            if self.piece(token_id).strip() == label:
+                return token_id
+        return None
+
+    def _non_label(self, ids: Sequence[int], noise_id: int) -> int:
+        candidate = int(_unit(self.options.seed, "other-argmax", noise_id) * self.vocab_size)
+        while candidate in ids:
+            candidate = (candidate + 1) % self.vocab_size
+        return candidate
+
+
+def _template_row(token_id: int, position: int, ids: Sequence[int]) -> Row:
+    logprobs = {i: -12.0 - ((i * 2654435761 + position) % 997) / 250.0 for i in ids}
+    if token_id in logprobs:
+        logprobs[token_id] = -0.01
+    return Row(token_id, -0.01, logprobs)
+
+
+def _drop_label(row: Row, ids: Sequence[int]) -> Row:
+    victim = next((i for i in ids if i != row.argmax_id), ids[0])
+    return Row(row.argmax_id, row.argmax_logprob,
+               {i: v for i, v in row.logprobs.items() if i != victim})

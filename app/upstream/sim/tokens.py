@@ -1,0 +1,118 @@
+"""The simulator's view of the tokenizer: pieces of ids, slot finding, prompt ids, prefix cache."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from app.engine.types import Message
+
+__all__ = ["PrefixCache", "SimTokenizer", "find_slots", "load_sim_tokenizer"]
+
+BLOCK = 16  #: vLLM's prefix-cache block size
+_TAIL_TOKENS = 6
+_LINE_SLOT = re.compile(r"(?:^|[\n>])\s*(q\d+):[ \t]*$")
+_INDEXED_SLOT = re.compile(r"(?:^|[\s>])(q\d+)$")
+_TURN = re.compile(r"<(?:start_of_turn|\|turn)>(system|user)\n(.*?)<(?:end_of_turn|turn\|)>", re.S)
+
+
+class SimTokenizer:
+    """Decodes single ids (cached) and renders prompts, for the simulator only."""
+
+    def __init__(self, text_tokenizer: Any, hf_tokenizer: Any) -> None:
+        self.text = text_tokenizer
+        self.hf = hf_tokenizer
+        self.vocab_size: int = int(text_tokenizer.info.vocab_size)
+        self.piece = lru_cache(maxsize=65536)(self._piece)
+        self._prompt_len = lru_cache(maxsize=4096)(self._prompt_len_uncached)
+
+    def _piece(self, token_id: int) -> str:
+        return str(self.hf.decode([token_id], skip_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.hf.decode(list(ids), skip_special_tokens=False))
+
+    def prompt_ids(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+        return self._prompt_len(messages)
+
+    def _prompt_len_uncached(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+        msgs: tuple[Message, ...] = tuple({"role": r, "content": c} for r, c in messages)
+        return tuple(self.text.chat_prompt_ids(msgs))
+
+    def messages_from_prompt(self, prompt_ids: Sequence[int]) -> list[dict[str, str]]:
+        """The system/user turns of a completions prompt, decoded back to text."""
+        text = self.decode(prompt_ids)
+        return [{"role": role, "content": content} for role, content in _TURN.findall(text)]
+
+
+@lru_cache(maxsize=4)
+def load_sim_tokenizer(name: str) -> SimTokenizer:
+    """The tokenizer ``name`` ("standin", a hub id or a path) for the simulator."""
+    from app.upstream.tokenizer import load_tokenizer
+
+    text = load_tokenizer(name)
+    return SimTokenizer(text, text.hf)
+
+
+def find_slots(
+    tokenizer: SimTokenizer, canvas: Sequence[int], rows: int, pinned: Sequence[int] | None
+) -> dict[int, str]:
+    """Slot position -> canvas id (``q<k>``): positions whose preceding canvas text ends in
+    ``q<k>:`` (lines format) or, when no line matches, ``q<k>`` (indexed). With a pinned list,
+    only unpinned positions are candidates."""
+    candidates = range(1, rows) if pinned is None else sorted(set(range(rows)) - set(pinned))
+    tails = {p: _tail(tokenizer, canvas, p) for p in candidates if p > 0}
+    return _match(tails, _LINE_SLOT) or _match(tails, _INDEXED_SLOT)
+
+
+def _tail(tokenizer: SimTokenizer, canvas: Sequence[int], position: int) -> str:
+    return "".join(tokenizer.piece(i) for i in canvas[max(0, position - _TAIL_TOKENS):position])
+
+
+def _match(tails: dict[int, str], pattern: re.Pattern[str]) -> dict[int, str]:
+    slots: dict[int, str] = {}
+    for position, tail in tails.items():
+        if position - 1 in slots:  # slots are never adjacent
+            continue
+        match = pattern.search(tail)
+        if match:
+            slots[position] = match.group(1)
+    return slots
+
+
+class PrefixCache:
+    """vLLM-style prefix cache accounting: full blocks of 16 tokens, chained hashes, LRU."""
+
+    def __init__(self, max_blocks: int = 100_000) -> None:
+        self.max_blocks = max_blocks
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+
+    def lookup_and_insert(self, prompt_ids: Sequence[int]) -> int:
+        """Tokens of the prompt already cached (a multiple of 16), then remember the prompt."""
+        chain = self._chain(prompt_ids)
+        cached = 0
+        for digest in chain:
+            if digest not in self._blocks:
+                break
+            cached += BLOCK
+        for digest in chain:
+            self._blocks[digest] = None
+            self._blocks.move_to_end(digest)
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
+        # vLLM always computes at least the last token.
+        return min(cached, max(0, (len(prompt_ids) - 1) // BLOCK * BLOCK))
+
+    @staticmethod
+    def _chain(prompt_ids: Sequence[int]) -> list[bytes]:
+        digests: list[bytes] = []
+        parent = b""
+        for start in range(0, len(prompt_ids) - BLOCK + 1, BLOCK):
+            block = ",".join(map(str, prompt_ids[start:start + BLOCK])).encode()
+            parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+            digests.append(parent)
+        return digests

@@ -1,0 +1,123 @@
+"""``HFTextTokenizer``: the engine's ``TextTokenizer`` over ``transformers.AutoTokenizer``.
+
+``load_tokenizer("standin")`` loads the bundled offline stand-in
+(``app/assets/standin_tokenizer``); any other name is a hub id or a local directory.
+Every id the engine needs (scaffold, turn close, pad) is read from the tokenizer itself.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from app.engine.types import Message, TokenizerInfo
+from app.errors import ConfigError
+
+__all__ = ["STANDIN", "HFTextTokenizer", "load_tokenizer", "standin_path"]
+
+#: The name that selects the bundled stand-in tokenizer.
+STANDIN = "standin"
+SCAFFOLD_OPEN = "<|channel>"
+SCAFFOLD_CLOSE = "<channel|>"
+SCAFFOLD_TEXT = f"{SCAFFOLD_OPEN}thought\n{SCAFFOLD_CLOSE}"
+TURN_CLOSE = "<turn|>"
+_PROBE_MESSAGES: tuple[Message, ...] = (
+    {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+)
+
+
+class HFTextTokenizer:
+    """A Hugging Face tokenizer adapted to the engine's ``TextTokenizer`` protocol.
+
+    Example::
+
+        tok = load_tokenizer("standin")
+        tok.encode("q0: yes")          # [391, 365, 442, 461]
+        tok.info.turn_close_id         # 106
+    """
+
+    info: TokenizerInfo
+
+    def __init__(self, hf_tokenizer: Any, name: str) -> None:
+        self.hf = hf_tokenizer
+        self.name = name
+        self._encode_cached = functools.lru_cache(maxsize=65536)(self._encode_uncached)
+        self.info = self._compute_info()
+
+    def _encode_uncached(self, text: str) -> tuple[int, ...]:
+        return tuple(self.hf.encode(text, add_special_tokens=False))
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text``, no special tokens added (special-token text is matched)."""
+        return list(self._encode_cached(text))
+
+    def chat_prompt_ids(self, messages: tuple[Message, ...]) -> list[int]:
+        """The chat template applied (generation prompt on, thinking off), as ids."""
+        ids = self.hf.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=True, enable_thinking=False,
+            tokenize=True, return_dict=False,
+        )
+        return [int(i) for i in ids]
+
+    def _token_id(self, token: str) -> int | None:
+        vocab = self.hf.get_vocab()
+        return vocab.get(token)
+
+    def _scaffold(self) -> tuple[str, tuple[int, ...]]:
+        if self._token_id(SCAFFOLD_OPEN) is None or self._token_id(SCAFFOLD_CLOSE) is None:
+            return "", ()
+        return SCAFFOLD_TEXT, tuple(self.encode(SCAFFOLD_TEXT))
+
+    def _scaffold_in_prompt(self, scaffold_ids: tuple[int, ...]) -> bool:
+        if not scaffold_ids or not getattr(self.hf, "chat_template", None):
+            return False
+        prompt = self.chat_prompt_ids(_PROBE_MESSAGES)
+        return tuple(prompt[-len(scaffold_ids):]) == scaffold_ids
+
+    def _compute_info(self) -> TokenizerInfo:
+        text, ids = self._scaffold()
+        turn_close = self._token_id(TURN_CLOSE)
+        if turn_close is None:
+            turn_close = self.hf.eos_token_id
+        pad = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.hf.eos_token_id
+        if turn_close is None or pad is None:
+            raise ConfigError(f"tokenizer {self.name!r} has neither '<turn|>' nor an eos token "
+                              "(or no pad/eos token); pass a chat model's tokenizer")
+        return TokenizerInfo(
+            name=self.name, vocab_size=len(self.hf), scaffold_text=text, scaffold_ids=ids,
+            scaffold_in_prompt=self._scaffold_in_prompt(ids), turn_close_id=int(turn_close),
+            pad_id=int(pad),
+        )
+
+
+def standin_path() -> str:
+    """Directory of the bundled stand-in tokenizer."""
+    return str(Path(str(resources.files("app"))) / "assets" / "standin_tokenizer")
+
+
+def _load_hf(source: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        raise ConfigError(
+            f"cannot load tokenizer {source!r}: {exc}. Pass --tokenizer (DREADS_TOKENIZER) as "
+            f"the served model's hub id (cached locally or reachable), a local directory with "
+            f"tokenizer.json, or {STANDIN!r} for the bundled offline stand-in"
+        ) from exc
+
+
+@functools.cache
+def load_tokenizer(name_or_path: str) -> HFTextTokenizer:
+    """Load a tokenizer once per process by hub name, local path, or ``"standin"``.
+
+    Raises:
+        ConfigError: it cannot be loaded; the message says what to pass.
+    """
+    if not name_or_path:
+        raise ConfigError(f"no tokenizer given; pass a hub id, a directory or {STANDIN!r}")
+    source = standin_path() if name_or_path == STANDIN else name_or_path
+    return HFTextTokenizer(_load_hf(source), name_or_path)

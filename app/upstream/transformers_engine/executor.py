@@ -1,0 +1,228 @@
+"""One batch of reads, synchronously (it runs on the engine's worker thread).
+
+1. Every distinct prompt gets a KV entry: from the prefill cache, else by extending the longest
+   cached prefix, else by extending a prefix shared with other prompts of the batch (encoded
+   once, then cached), else from scratch. Encoder calls are batched under a token budget.
+2. Reads are grouped by canvas width and decoded ``decode_batch`` canvases per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from app.engine.types import SlotRow
+from app.upstream.transformers_engine.model import (
+    DecodeRow,
+    KVEntry,
+    PrefillJob,
+    ReadModel,
+    SlotLogprobs,
+)
+from app.upstream.transformers_engine.prefill_cache import PrefillCache
+
+__all__ = ["BatchExecutor", "JobOutput", "ReadJob", "shared_prefix_groups"]
+
+log = logging.getLogger("dreads.upstream.transformers")
+
+Prompt = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReadJob:
+    """One validated read: prompt ids, seeded canvas, slot positions, ids to report."""
+
+    prompt: Prompt
+    canvas: tuple[int, ...]
+    slots: tuple[int, ...]
+    logprob_ids: tuple[int, ...]
+    constrained: bool = False
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    rows: dict[int, SlotRow]
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What the last batch did (for benchmarks and logs)."""
+
+    reads: int
+    prompts: int
+    prefilled_tokens: int
+    encoder_calls: int
+    decoder_calls: int
+
+
+def shared_prefix_groups(
+    prompts: Sequence[Prompt], *, min_tokens: int, share: float
+) -> list[tuple[int, list[Prompt]]]:
+    """Group prompts whose common prefix is at least ``min_tokens`` and ``share`` of the shorter.
+
+    Returns (prefix length, members) per group of two or more; each member keeps at least one
+    token after the prefix. A trailing ``(0, singles)`` holds the prompts in no group.
+    """
+    order = sorted(prompts)
+    groups: list[tuple[int, list[Prompt]]] = []
+    singles: list[Prompt] = []
+    run: list[Prompt] = order[:1]
+    run_lcp = 1 << 30
+
+    def close() -> None:
+        n = min(run_lcp, min(len(p) for p in run) - 1)
+        if len(run) > 1 and n > 0:
+            groups.append((n, list(run)))
+        else:
+            singles.extend(run)
+
+    for a, b in pairwise(order):
+        common = len(os.path.commonprefix([a, b]))
+        if common >= max(min_tokens, share * min(len(a), len(b))):
+            run.append(b)
+            run_lcp = min(run_lcp, common)
+            continue
+        close()
+        run, run_lcp = [b], 1 << 30
+    close()
+    if singles:
+        groups.append((0, singles))
+    return groups
+
+
+class BatchExecutor:
+    """Turns a list of ReadJobs into JobOutputs with as few forwards as it can."""
+
+    def __init__(self, model: ReadModel, cache: PrefillCache, *, prefill_token_budget: int,
+                 decode_batch: int, min_shared_prefix: int = 32, shared_share: float = 0.5) -> None:
+        self.model = model
+        self.cache = cache
+        self.prefill_token_budget = prefill_token_budget
+        self.decode_batch = decode_batch
+        self.min_shared_prefix = min_shared_prefix
+        self.shared_share = shared_share
+        self.last = BatchStats(0, 0, 0, 0, 0)
+        self._encoder_calls = self._decoder_calls = self._prefilled = 0
+
+    def run(self, jobs: Sequence[ReadJob]) -> list[JobOutput]:
+        """Answer every job (same order)."""
+        self._encoder_calls = self._decoder_calls = self._prefilled = 0
+        entries, reused = self._entries([j.prompt for j in jobs])
+        outputs: list[JobOutput | None] = [None] * len(jobs)
+        seen: set[Prompt] = set()
+        cached_tokens = []
+        for job in jobs:
+            cached_tokens.append(len(job.prompt) if job.prompt in seen else reused[job.prompt])
+            seen.add(job.prompt)
+        for group in _by_width(jobs):
+            for chunk in _chunks(group, self.decode_batch):
+                rows = [_decode_row(jobs[i], entries[jobs[i].prompt]) for i in chunk]
+                self._decoder_calls += 1
+                for i, result in zip(chunk, self.model.decode(rows), strict=True):
+                    outputs[i] = JobOutput(_slot_rows(jobs[i], result), len(jobs[i].prompt),
+                                           cached_tokens[i])
+        self.last = BatchStats(len(jobs), len(entries), self._prefilled, self._encoder_calls,
+                               self._decoder_calls)
+        return [o for o in outputs if o is not None]
+
+    # -- prompt entries -------------------------------------------------------------------------
+
+    def _entries(self, prompts: Sequence[Prompt]) -> tuple[dict[Prompt, KVEntry], dict[Prompt, int]]:
+        """A KV entry per distinct prompt, and how many of its tokens were reused."""
+        entries: dict[Prompt, KVEntry] = {}
+        reused: dict[Prompt, int] = {}
+        misses: list[Prompt] = []
+        for prompt in dict.fromkeys(prompts):
+            entry = self.cache.get(prompt)
+            if entry is None:
+                misses.append(prompt)
+            else:
+                entries[prompt], reused[prompt] = entry, len(prompt)
+        jobs: list[tuple[Prompt, PrefillJob]] = []
+        fresh: list[Prompt] = []
+        for prompt in misses:
+            prefix = self.cache.longest_prefix(prompt, min_len=self.min_shared_prefix)
+            if prefix is None:
+                fresh.append(prompt)
+            else:
+                jobs.append((prompt, PrefillJob(prefix, prompt[prefix.length :])))
+                reused[prompt] = prefix.length
+        jobs.extend(self._shared_jobs(fresh, reused))
+        for prompt, entry in self._prefill(jobs):
+            self.cache.put(prompt, entry)
+            entries[prompt] = entry
+        return entries, reused
+
+    def _shared_jobs(self, prompts: list[Prompt], reused: dict[Prompt, int]
+                     ) -> list[tuple[Prompt, PrefillJob]]:
+        """Encode each batch-shared prefix once (and cache it); the prompts extend it."""
+        if not prompts:
+            return []
+        groups = shared_prefix_groups(prompts, min_tokens=self.min_shared_prefix,
+                                      share=self.shared_share)
+        heads = {members[0][:n]: PrefillJob(None, members[0][:n]) for n, members in groups if n}
+        prefixes = dict(self._prefill(list(heads.items())))
+        jobs: list[tuple[Prompt, PrefillJob]] = []
+        for n, members in groups:
+            for prompt in members:
+                reused[prompt] = n
+                if n:
+                    self.cache.put(prompt[:n], prefixes[prompt[:n]])
+                jobs.append((prompt, PrefillJob(prefixes[prompt[:n]] if n else None, prompt[n:])))
+        return jobs
+
+    def _prefill(self, jobs: list[tuple[Prompt, PrefillJob]]) -> Iterator[tuple[Prompt, KVEntry]]:
+        """Run the jobs in encoder calls of at most ``prefill_token_budget`` padded tokens."""
+        jobs = sorted(jobs, key=lambda kj: len(kj[1].ids))
+        for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch):
+            self._encoder_calls += 1
+            self._prefilled += sum(len(j.ids) for _, j in chunk)
+            entries = self.model.prefill([j for _, j in chunk])
+            yield from zip((k for k, _ in chunk), entries, strict=True)
+
+
+def _budget_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int
+                   ) -> Iterator[list[tuple[Prompt, PrefillJob]]]:
+    """Consecutive chunks (jobs sorted by length) whose padded size rows * longest fits."""
+    chunk: list[tuple[Prompt, PrefillJob]] = []
+    for item in jobs:
+        longest = len(item[1].ids)  # sorted: the newest is the longest
+        if chunk and ((len(chunk) + 1) * longest > budget or len(chunk) >= max_rows):
+            yield chunk
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        yield chunk
+
+
+def _by_width(jobs: Sequence[ReadJob]) -> list[list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(len(job.canvas), []).append(i)
+    return list(groups.values())
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _decode_row(job: ReadJob, entry: KVEntry) -> DecodeRow:
+    return DecodeRow(entry, job.canvas, job.slots, job.logprob_ids, job.constrained)
+
+
+def _slot_rows(job: ReadJob, result: SlotLogprobs) -> dict[int, SlotRow]:
+    rows: dict[int, SlotRow] = {}
+    values = result.logprobs.tolist()
+    for k, slot in enumerate(job.slots):
+        rows[slot] = SlotRow(
+            logprobs=dict(zip(job.logprob_ids, values[k], strict=True)),
+            argmax_id=int(result.argmax_ids[k]),
+            argmax_logprob=float(result.argmax_logprobs[k]),
+        )
+    return rows

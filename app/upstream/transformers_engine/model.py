@@ -1,0 +1,250 @@
+"""DiffusionGemma read forwards with transformers: batched prefill into per-prompt KV entries and
+one read-only decoder step over seeded canvases, slot rows only.
+
+A ``KVEntry`` is one prompt's encoder cache for a single row, compact (no padding) and
+position-independent: its tokens were encoded at positions ``0..length-1``. Entries from any
+number of prefill calls can therefore be collated into one decoder batch (left padding, a
+padding mask, per-row canvas positions), and a prefix entry can be extended by a suffix.
+Neither the decoder nor an extension ever writes into an entry's tensors: collation builds new
+tensors (or expanded views) and transformers' ``DynamicLayer.update`` concatenates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
+
+__all__ = [
+    "SOFTCAP_DEFAULT",
+    "DecodeRow",
+    "KVEntry",
+    "PrefillJob",
+    "ReadModel",
+    "SlotLogprobs",
+    "load_model",
+]
+
+SOFTCAP_DEFAULT = 30.0
+
+
+@dataclass(frozen=True, eq=False)
+class KVEntry:
+    """One prompt's (or prefix's) encoder cache: per layer (keys, values), each (heads, n, dim)."""
+
+    length: int  #: prompt tokens encoded (positions 0..length-1)
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.layers)
+
+
+@dataclass(frozen=True)
+class PrefillJob:
+    """Encode ``ids`` after ``prefix`` (None: from the start)."""
+
+    prefix: KVEntry | None
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """One canvas to read: the prompt entry, the seeded canvas, the slot positions and ids."""
+
+    entry: KVEntry
+    canvas: tuple[int, ...]
+    slots: tuple[int, ...]
+    logprob_ids: tuple[int, ...]
+    constrained: bool = False
+
+
+@dataclass(frozen=True)
+class SlotLogprobs:
+    """Per slot: the requested ids' log-probs, and the argmax id and its log-prob."""
+
+    logprobs: torch.Tensor  #: (n_slots, n_ids) float32
+    argmax_ids: torch.Tensor  #: (n_slots,) int64
+    argmax_logprobs: torch.Tensor  #: (n_slots,) float32
+
+
+def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> ReadModel:
+    """Load a DiffusionGemma checkpoint (local dir or hub id) for reads."""
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+        path, dtype=getattr(torch, dtype), device_map=device
+    )
+    return ReadModel(model)
+
+
+class ReadModel:
+    """A DiffusionGemma model in eval mode, with the two forwards a read needs."""
+
+    def __init__(self, model: DiffusionGemmaForBlockDiffusion) -> None:
+        self.model = model.eval()
+        self.config = model.config
+        self.text_config = model.config.get_text_config(decoder=True)
+        self.vocab_size: int = int(self.text_config.vocab_size)
+        self.pad_id: int = int(self.text_config.pad_token_id or 0)
+        self.softcap: float = float(self.text_config.final_logit_softcapping or SOFTCAP_DEFAULT)
+        self.device = next(model.parameters()).device
+        self._template = DynamicCache(config=self.text_config)
+        self.sliding_window: int | None = getattr(self.text_config, "sliding_window", None)
+
+    # -- cache plumbing -------------------------------------------------------------------------
+
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.text_config)
+
+    def _is_sliding(self, layer_idx: int) -> bool:
+        return bool(self._template.layers[layer_idx].is_sliding)
+
+    def _kept(self, layer_idx: int, length: int) -> int:
+        """How many of ``length`` tokens a layer keeps (sliding layers keep window - 1)."""
+        if self._is_sliding(layer_idx) and self.sliding_window:
+            return min(length, self.sliding_window - 1)
+        return length
+
+    def collate(self, entries: Sequence[KVEntry]) -> tuple[DynamicCache, int]:
+        """A batch cache holding ``entries`` left-padded with zeros to the longest; its length."""
+        total = max(e.length for e in entries)
+        cache = self._new_cache()
+        if total == 0:
+            return cache, 0
+        for idx, layer in enumerate(cache.layers):
+            keys, values = self._collate_layer(entries, idx, self._kept(idx, total))
+            layer.lazy_initialization(keys, values)
+            layer.keys, layer.values = keys, values
+            if hasattr(layer, "cumulative_length"):
+                layer.cumulative_length = total
+        return cache, total
+
+    def _collate_layer(
+        self, entries: Sequence[KVEntry], idx: int, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        first = entries[0]
+        if all(e is first for e in entries):  # one prompt, many draws: views, no copy
+            k, v = first.layers[idx]
+            shape = (len(entries), *k.shape)
+            return k.unsqueeze(0).expand(shape), v.unsqueeze(0).expand(shape)
+        k0 = next(e for e in entries if e.length).layers[idx][0]
+        heads, _, dim = k0.shape
+        keys = k0.new_zeros((len(entries), heads, width, dim))
+        values = k0.new_zeros((len(entries), heads, width, dim))
+        for row, entry in enumerate(entries):
+            if not entry.length:
+                continue
+            k, v = entry.layers[idx]
+            n = k.shape[1]
+            keys[row, :, width - n :] = k
+            values[row, :, width - n :] = v
+        return keys, values
+
+    def _padding_mask(self, lengths: Sequence[int], total: int, extra: Sequence[int]) -> torch.Tensor:
+        """(B, total + max(extra)) bool: each row's prefix right-aligned, then its ``extra``."""
+        width = total + max(extra)
+        mask = torch.zeros((len(lengths), width), dtype=torch.bool)
+        for row, (n, m) in enumerate(zip(lengths, extra, strict=True)):
+            mask[row, total - n : total + m] = True
+        return mask.to(self.device)
+
+    # -- prefill --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def prefill(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
+        """Encode every job's ids after its prefix in ONE encoder call; one entry per job."""
+        empty = KVEntry(0, ())
+        prefixes = [j.prefix or empty for j in jobs]
+        cache, total = self.collate(prefixes) if any(p.length for p in prefixes) else (
+            self._new_cache(), 0)
+        for layer in cache.layers:
+            if layer.is_sliding:
+                layer.activate_past_recording()  # keep every token; we cut per row below
+        lengths = [len(j.ids) for j in jobs]
+        width = max(lengths)
+        ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
+        for row, job in enumerate(jobs):
+            ids[row, : len(job.ids)] = torch.tensor(job.ids, dtype=torch.long)
+        starts = torch.tensor([p.length for p in prefixes], dtype=torch.long)
+        positions = starts[:, None] + torch.arange(width)[None, :]
+        mask = self._padding_mask([p.length for p in prefixes], total, lengths)
+        self.model.model.encoder(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.long(),
+            position_ids=positions.to(self.device),
+            cache=cache,
+        )
+        return [
+            self._cut_row(cache, row, total + width, total, p.length, n)
+            for row, (p, n) in enumerate(zip(prefixes, lengths, strict=True))
+        ]
+
+    def _cut_row(
+        self, cache: DynamicCache, row: int, virtual: int, total: int, prefix_len: int, n: int
+    ) -> KVEntry:
+        """Row ``row`` of an extended cache as a compact entry with its own memory.
+
+        Each layer holds the last ``held`` of the virtual sequence ``total + width``; the row's
+        real tokens are ``[total - prefix_len, total + n)`` of it.
+        """
+        length = prefix_len + n
+        layers = []
+        for idx, layer in enumerate(cache.layers):
+            keys, values = layer.keys, layer.values
+            offset = virtual - keys.shape[-2]
+            end = total + n - offset
+            start = max(end - self._kept(idx, length), 0)
+            layers.append((keys[row, :, start:end].clone(), values[row, :, start:end].clone()))
+        return KVEntry(length, tuple(layers))
+
+    # -- decode ---------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def decode(self, rows: Sequence[DecodeRow]) -> list[SlotLogprobs]:
+        """One read-only decoder step over every row's canvas (all the same width)."""
+        cache, total = self.collate([r.entry for r in rows])
+        lengths = [r.entry.length for r in rows]
+        width = len(rows[0].canvas)
+        canvas = torch.tensor([r.canvas for r in rows], dtype=torch.long, device=self.device)
+        mask = positions = None
+        if any(n != total for n in lengths):  # mixed lengths: mask the padding, place each row
+            mask = self._padding_mask(lengths, total, [width] * len(rows))
+            positions = (torch.tensor(lengths)[:, None] + torch.arange(width)[None, :]).to(
+                self.device)
+        hidden = self.model.model(
+            cache=cache,
+            decoder_input_ids=canvas,
+            decoder_attention_mask=mask,
+            decoder_position_ids=positions,
+        ).last_hidden_state
+        row_idx = torch.tensor([i for i, r in enumerate(rows) for _ in r.slots], device=self.device)
+        slot_idx = torch.tensor([s for r in rows for s in r.slots], device=self.device)
+        logits = self.slot_logits(hidden[row_idx, slot_idx])
+        return self._split(rows, logits)
+
+    def slot_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Softcapped float32 logits over the full vocabulary for (N, hidden) slot states."""
+        logits = self.model.lm_head(hidden).float()
+        return torch.tanh(logits / self.softcap) * self.softcap
+
+    def _split(self, rows: Sequence[DecodeRow], logits: torch.Tensor) -> list[SlotLogprobs]:
+        out: list[SlotLogprobs] = []
+        at = 0
+        for row in rows:
+            chunk = logits[at : at + len(row.slots)]
+            at += len(row.slots)
+            out.append(_row_logprobs(chunk, row.logprob_ids, constrained=row.constrained))
+        return out
+
+
+def _row_logprobs(logits: torch.Tensor, ids: Sequence[int], *, constrained: bool) -> SlotLogprobs:
+    """Full-vocabulary log-softmax (or renormalised over ``ids`` when constrained)."""
+    index = torch.tensor(list(ids), dtype=torch.long, device=logits.device)
+    if constrained:
+        lp = torch.log_softmax(logits[:, index], dim=-1)
+        best, arg = lp.max(dim=-1)
+        return SlotLogprobs(lp.cpu(), index[arg].cpu(), best.cpu())
+    full = torch.log_softmax(logits, dim=-1)
+    best, arg = full.max(dim=-1)
+    return SlotLogprobs(full[:, index].cpu(), arg.cpu(), best.cpu())

@@ -1,0 +1,288 @@
+"""``VllmUpstream``: reads over HTTP to vLLM (or ``dreads sim``).
+
+Hot path on aiohttp: one ``ClientSession`` per event loop (made lazily inside the running loop),
+a connector sized to the in-flight bound, a semaphore bounding reads in flight, the body sent as
+the pre-encoded bytes of ``encode_body`` (byte-identical on every retry), responses parsed with
+orjson and ``parse_response``. Control plane (``fingerprint``, ``wait_ready``) on httpx.
+
+Errors: aiohttp exceptions are translated in ``_post`` only. Connection refused/reset, timeouts
+and 5xx are retried with jittered exponential backoff, then raise ``UpstreamUnavailable``
+(kind ``upstream_unreachable``, ``timeout`` or ``server_error``). 4xx raises ``UpstreamRejected``
+at once with vLLM's message. A bad body raises ``MalformedResponse``.
+
+Example::
+
+    upstream = VllmUpstream("http://127.0.0.1:8001", model="dgemma", canvas_length=320)
+    await upstream.wait_ready(timeout_s=600, probe=probe_request)
+    result = await upstream.read(request)
+    await upstream.aclose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+
+from app.engine import encode_body, parse_response
+from app.engine.types import Endpoint, ReadRequest, ReadResult, ServerFingerprint
+from app.errors import MalformedResponse, UpstreamRejected, UpstreamUnavailable
+
+__all__ = ["VllmUpstream"]
+
+logger = logging.getLogger("dreads.upstream")
+
+_PATHS = {Endpoint.CHAT: "/v1/chat/completions", Endpoint.COMPLETIONS: "/v1/completions"}
+_HEADERS = {"Content-Type": "application/json"}
+_MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class _LoopState:
+    """What is bound to one event loop: the session and the in-flight bound."""
+
+    loop: asyncio.AbstractEventLoop
+    session: aiohttp.ClientSession
+    in_flight: asyncio.Semaphore
+
+
+class VllmUpstream:
+    """The ``Upstream`` over vLLM's OpenAI-compatible HTTP API."""
+
+    def __init__(self, base_url: str, *, model: str, canvas_length: int,
+                 max_in_flight: int = 256, timeout_s: float = 60.0, retries: int = 4,
+                 backoff_s: float = 0.5, engine: str = "vllm",
+                 on_close: Callable[[], None] | None = None) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.canvas_length = canvas_length
+        self.max_in_flight = max_in_flight
+        self.timeout_s = timeout_s
+        self.retries = max(0, retries)
+        self.backoff_s = backoff_s
+        self.engine = engine
+        self._on_close = on_close
+        self._state: _LoopState | None = None
+
+    # -- hot path -----------------------------------------------------------------------------
+    async def read(self, request: ReadRequest) -> ReadResult:
+        """Send one read; retry transient failures. See the module docstring for errors."""
+        return await self._read(request, retries=self.retries)
+
+    async def _read(self, request: ReadRequest, *, retries: int) -> ReadResult:
+        url = self.base_url + _PATHS[Endpoint(request.endpoint)]
+        body = encode_body(request.body)
+        for attempt in range(retries + 1):
+            try:
+                payload, latency_ms = await self._send(url, body)
+                return parse_response(request.endpoint, payload, request.slots,
+                                      latency_ms=latency_ms)
+            except UpstreamUnavailable as exc:
+                if attempt >= retries:
+                    raise
+                delay = self._backoff(attempt)
+                logger.warning("read failed (%s: %s); retry %d/%d in %.2fs", exc.kind,
+                               exc.message, attempt + 1, retries, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, attempt: int) -> float:
+        """Full-jitter exponential backoff."""
+        return random.uniform(0.5, 1.0) * min(_MAX_BACKOFF_S, self.backoff_s * 2**attempt)
+
+    async def _send(self, url: str, body: bytes) -> tuple[dict[str, Any], float]:
+        """The decoded answer and its latency (queueing for an in-flight slot excluded)."""
+        state = self._loop_state()
+        async with state.in_flight:
+            started = time.perf_counter()
+            status, raw = await self._post(state.session, url, body)
+            latency_ms = (time.perf_counter() - started) * 1000.0
+        return _decode(status, raw), latency_ms
+
+    async def _post(self, session: aiohttp.ClientSession, url: str,
+                    body: bytes) -> tuple[int, bytes]:
+        """The one place aiohttp's exceptions become dreads errors."""
+        try:
+            async with session.post(url, data=body, headers=_HEADERS) as response:
+                return response.status, await response.read()
+        except TimeoutError as exc:
+            raise UpstreamUnavailable(
+                f"no answer from {url} within {self.timeout_s:g}s", kind="timeout") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamUnavailable(
+                f"cannot connect to {url}: {exc.os_error}; is vLLM (or dreads sim) running "
+                "there?", kind="upstream_unreachable") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamUnavailable(
+                f"connection to {url} failed: {exc!r}", kind="upstream_unreachable") from exc
+
+    def _loop_state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        state = self._state
+        if state is None or state.loop is not loop or state.session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_in_flight,
+                                             limit_per_host=self.max_in_flight,
+                                             ttl_dns_cache=300)
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                            json_serialize=lambda o: orjson.dumps(o).decode(),
+                                            raise_for_status=False)
+            state = _LoopState(loop, session, asyncio.Semaphore(self.max_in_flight))
+            self._state = state
+        return state
+
+    # -- control plane ------------------------------------------------------------------------
+    async def fingerprint(self) -> ServerFingerprint:
+        """Served model id and ``max_model_len`` (``/v1/models``), version (``/version``)."""
+        async with self._control_client() as client:
+            entry = await self._served_entry(client)
+            version = await _version(client)
+        engine = "sim" if version and version.startswith("dreads-sim") else self.engine
+        canvas = entry.get("canvas_length")
+        return ServerFingerprint(
+            engine=engine,
+            model_id=str(entry.get("id", self.model)),
+            max_model_len=entry.get("max_model_len"),
+            version=version,
+            canvas_length=int(canvas) if isinstance(canvas, int) else self.canvas_length,
+        )
+
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
+        """Poll ``/v1/models`` until it lists a model, then (if given) read ``probe`` once.
+
+        Raises:
+            UpstreamUnavailable: not ready within ``timeout_s``.
+            UpstreamRejected: the probe read was refused (a setting does not match the server).
+        """
+        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        last_error = "no answer yet"
+        next_log = started
+        async with self._control_client(timeout_s=min(10.0, max(1.0, timeout_s))) as client:
+            while time.monotonic() < deadline:
+                last_error = await self._ready_once(client, probe)
+                if not last_error:
+                    logger.info("upstream %s ready after %.1fs", self.base_url,
+                                time.monotonic() - started)
+                    return
+                if time.monotonic() >= next_log:
+                    logger.info("waiting for upstream %s (%.0fs): %s", self.base_url,
+                                time.monotonic() - started, last_error)
+                    next_log = time.monotonic() + 5.0
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        raise UpstreamUnavailable(
+            f"upstream {self.base_url} not ready after {timeout_s:g}s ({last_error}); check the "
+            "URL, that vLLM finished loading the model, and the served model name",
+            kind="timeout")
+
+    async def _ready_once(self, client: httpx.AsyncClient, probe: ReadRequest | None) -> str:
+        """'' when ready, else why not."""
+        try:
+            await self._served_entry(client)
+        except UpstreamUnavailable as exc:
+            return exc.message
+        if probe is None:
+            return ""
+        try:
+            await self._read(probe, retries=0)
+        except (UpstreamUnavailable, MalformedResponse) as exc:
+            return f"probe read failed: {exc.message}"
+        return ""
+
+    async def _served_entry(self, client: httpx.AsyncClient) -> dict[str, Any]:
+        obj = await _get_json(client, "/v1/models")
+        data = obj.get("data") if isinstance(obj, dict) else None
+        if not data:
+            raise UpstreamUnavailable(f"{self.base_url}/v1/models lists no model yet")
+        for entry in data:
+            if entry.get("id") == self.model:
+                return dict(entry)
+        served = ", ".join(str(e.get("id")) for e in data)
+        raise UpstreamRejected(
+            f"{self.base_url} serves {served}, not {self.model!r}: pass --model {served} "
+            "(or DREADS_MODEL)", status=404, param="model")
+
+    def _control_client(self, timeout_s: float = 10.0) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        state, self._state = self._state, None
+        same_loop = state is not None and state.loop is asyncio.get_running_loop()
+        if state is not None and same_loop and not state.session.closed:
+            await state.session.close()
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            on_close()
+
+
+def _decode(status: int, raw: bytes) -> dict[str, Any]:
+    if status >= 500:
+        raise UpstreamUnavailable(f"server error {status}: {_message(raw)}",
+                                  kind="server_error", status=status)
+    if status >= 400:
+        param = _error_field(raw, "param")
+        raise UpstreamRejected(f"rejected ({status}): {_message(raw)}", status=status,
+                               param=param if isinstance(param, str) else None)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedResponse(f"the response is not JSON: {raw[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise MalformedResponse(f"the response is not a JSON object: {raw[:200]!r}")
+    return obj
+
+
+def _error_field(raw: bytes, name: str) -> Any:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(error, dict):
+        return error.get(name)
+    return obj.get(name) if isinstance(obj, dict) and name == "message" else None
+
+
+def _message(raw: bytes) -> str:
+    message = _error_field(raw, "message")
+    if message is None:
+        detail = raw[:300].decode("utf-8", "replace").strip()
+        return detail or "(empty body)"
+    return str(message)
+
+
+async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
+    """The one place httpx's exceptions become dreads errors."""
+    try:
+        response = await client.get(path)
+    except httpx.TimeoutException as exc:
+        raise UpstreamUnavailable(f"GET {path} timed out", kind="timeout") from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamUnavailable(
+            f"cannot reach {client.base_url}{path}: {exc!r}") from exc
+    if response.status_code != 200:
+        raise UpstreamUnavailable(f"GET {path} answered {response.status_code}",
+                                  kind="server_error", status=response.status_code)
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamUnavailable(f"GET {path} did not answer JSON") from exc
+
+
+async def _version(client: httpx.AsyncClient) -> str | None:
+    try:
+        obj = await _get_json(client, "/version")
+    except UpstreamUnavailable:
+        return None
+    version = obj.get("version") if isinstance(obj, dict) else None
+    return str(version) if version is not None else None

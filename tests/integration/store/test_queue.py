@@ -1,0 +1,204 @@
+"""The lease protocol against real PostgreSQL and SQLite: claim, renew, finish, fail, sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.engine.types import Answer as EngineAnswer
+from app.engine.types import DrawRecord, QuestionType, SlotRead, StopReason
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.models import Answer, Attempt, Decision, Draw, Run
+from app.store.queue import (
+    AttemptInfo,
+    claim_decisions,
+    fail_decision,
+    finish_decision,
+    mark_queued,
+    renew_leases,
+    sweep,
+    utcnow,
+)
+
+Factory = sessionmaker[Session]
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def factory(request: pytest.FixtureRequest,
+            make_database: Callable[..., str]) -> Iterator[Factory]:
+    engine = make_engine(make_database(request.param))
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+def _seed(factory: Factory, n: int = 4, *, run_status: str = "active",
+          name: str = "r1") -> list[int]:
+    with session_scope(factory) as s:
+        run = Run(name=name, status=run_status, settings={}, settings_hash="h", upstream="sim")
+        s.add(run)
+        s.flush()
+        rows = [Decision(run_id=run.id, key=f"d{i}", payload={"state": "s"}, n_questions=2)
+                for i in range(n)]
+        s.add_all(rows)
+        s.flush()
+        return [d.id for d in rows]
+
+
+def _answer(qid: str, label: str = "yes") -> EngineAnswer:
+    return EngineAnswer(
+        question_id=qid, question_type=QuestionType.NOUL, label=label, option=label,
+        probs={"yes": 0.8, "no": 0.2}, p_yes=0.8, expected_level=None, legend=None,
+        confidence=0.3, top_prob=0.8, stderr=None, agreement=None, draws=1,
+        stop_reason=StopReason.NEAR_CERTAIN, label_mass=0.99, min_label_mass=0.99,
+        argmax_is_label=True, entropy=0.5)
+
+
+def _draw(qi: int) -> DrawRecord:
+    read = SlotRead(question_index=qi, draw=0, probs=(0.8, 0.2), label_logprobs=(-0.2, -1.6),
+                    label_mass=0.99, entropy=0.5, argmax_id=7, argmax_is_label=True)
+    return DrawRecord(unit=qi, draw=0, seed=123, read=read, latency_ms=1.0, prompt_tokens=10,
+                      cached_tokens=None)
+
+
+def _finish(factory: Factory, claim, label: str = "yes") -> bool:  # type: ignore[no-untyped-def]
+    with session_scope(factory) as s:
+        return finish_decision(s, claim=claim, answers=[_answer("a", label), _answer("b", label)],
+                               draws=[_draw(0), _draw(1)], attempt=AttemptInfo(worker="w"),
+                               question_ids=["a", "b"], expected={"a": "yes"})
+
+
+def _claim(factory: Factory, ids: list[int], owner: str = "w1", lease_s: float = 60,
+           **kw):  # type: ignore[no-untyped-def]
+    with session_scope(factory) as s:
+        return claim_decisions(s, decision_ids=ids, owner=owner, lease_s=lease_s, **kw)
+
+
+def _status(factory: Factory, did: int) -> str:
+    with session_scope(factory) as s:
+        return s.get_one(Decision, did).status
+
+
+def _outcomes(factory: Factory) -> list[str]:
+    with session_scope(factory) as s:
+        return sorted(s.scalars(select(Attempt.outcome)))
+
+
+def test_claim_wins_each_decision_once(factory: Factory) -> None:
+    ids = _seed(factory)
+    first = _claim(factory, ids[:3])
+    assert [c.id for c in first] == ids[:3]
+    assert all(c.attempts == 1 and c.lease_token for c in first)
+    again = _claim(factory, ids, owner="w2")
+    assert [c.id for c in again] == [ids[3]], "held decisions must not be claimed again"
+    assert _status(factory, ids[0]) == "leased"
+
+
+def test_expired_lease_is_taken_over_and_old_token_cannot_renew(factory: Factory) -> None:
+    ids = _seed(factory, 1)
+    (old,) = _claim(factory, ids, lease_s=-1)  # already expired
+    (new,) = _claim(factory, ids, owner="w2")
+    assert new.lease_token != old.lease_token and new.attempts == 2
+    with session_scope(factory) as s:
+        assert renew_leases(s, claims=[old], lease_s=60) == set()
+        assert renew_leases(s, claims=[new], lease_s=60) == {ids[0]}
+
+
+def test_claim_skips_cancelled_runs_and_capped_decisions(factory: Factory) -> None:
+    cancelled = _seed(factory, 2, run_status="cancelled", name="rc")
+    assert _claim(factory, cancelled) == []
+    ids = _seed(factory, 1, name="r2")
+    assert _claim(factory, ids, lease_s=-1, max_attempts=1)
+    assert _claim(factory, ids, max_attempts=1) == [], "the attempt cap stops new claims"
+
+
+def test_finish_records_everything_and_first_finished_attempt_wins(factory: Factory) -> None:
+    ids = _seed(factory, 1)
+    (stale,) = _claim(factory, ids, lease_s=-1)
+    (current,) = _claim(factory, ids, owner="w2")
+    assert _finish(factory, stale, "yes") is True, "a stale holder that finishes first wins"
+    assert _finish(factory, current, "no") is False
+    with session_scope(factory) as s:
+        labels = s.execute(select(Answer.question_id, Answer.label, Answer.expected)
+                           .order_by(Answer.question_id)).all()
+        assert [tuple(r) for r in labels] == [("a", "yes", "yes"), ("b", "yes", None)]
+        attempts = s.execute(select(Attempt.outcome, Attempt.won).order_by(Attempt.id)).all()
+        assert [tuple(r) for r in attempts] == [("ok", True), ("ok", False)]
+        assert s.scalar(select(func.count()).select_from(Draw)) == 4
+        decision = s.get_one(Decision, ids[0])
+        assert decision.status == "done" and decision.finished_at is not None
+
+
+def test_fail_transient_permanent_and_cap(factory: Factory) -> None:
+    ids = _seed(factory, 3)
+    a, b, c = _claim(factory, ids, max_attempts=5)
+    with session_scope(factory) as s:
+        assert fail_decision(s, claim=a, kind="server_error", detail="500", permanent=False,
+                             max_attempts=5) == "pending"
+        assert fail_decision(s, claim=b, kind="bad_request", detail="400: bad field",
+                             permanent=True) == "rejected"
+        assert fail_decision(s, claim=c, kind="timeout", detail="slow", permanent=False,
+                             max_attempts=1) == "failed"
+        assert fail_decision(s, claim=a, kind="timeout", detail="again", permanent=False) is None
+        assert s.get_one(Decision, ids[1]).last_error == "400: bad field"
+    assert _outcomes(factory) == ["bad_request", "server_error", "timeout", "timeout"]
+    assert [c.id for c in _claim(factory, ids)] == [ids[0]], "only the pending one is claimable"
+
+
+def test_sweep_expires_leases_poisons_at_cap_and_collects_unpublished(factory: Factory) -> None:
+    ids = _seed(factory, 6)
+    lost, capped, queued_old, queued_new, pending, held = ids
+    _claim(factory, [lost], lease_s=-1)
+    _claim(factory, [capped], lease_s=-1, max_attempts=1)
+    _claim(factory, [held], lease_s=60)
+    now = utcnow()
+    with session_scope(factory) as s:
+        mark_queued(s, [queued_old], now=now - timedelta(seconds=100))
+        mark_queued(s, [queued_new], now=now)
+    with session_scope(factory) as s:
+        result = sweep(s, now=now, max_attempts=2, requeue_after_s=50)
+    # `capped` was claimed once with a cap of 1, but the sweep cap is 2: lost, not poisoned.
+    assert (result.lost, result.poisoned) == (2, 0)
+    run_id = next(iter(result.to_publish))
+    assert sorted(result.to_isolate[run_id]) == [lost, capped]
+    assert sorted(result.to_publish[run_id]) == [queued_old, pending]
+    assert _status(factory, held) == "leased"
+    assert len(_claim(factory, [lost], lease_s=-1)) == 1
+    with session_scope(factory) as s:
+        result = sweep(s, now=utcnow(), max_attempts=2, requeue_after_s=50)
+    assert result.poisoned == 1 and _status(factory, lost) == "failed"
+    assert _outcomes(factory).count("poison") == 1
+    assert _outcomes(factory).count("worker_lost") == 2
+
+
+def test_sweep_ignores_cancelled_runs(factory: Factory) -> None:
+    _seed(factory, 3, run_status="cancelled", name="rc")
+    with session_scope(factory) as s:
+        assert sweep(s, now=utcnow(), requeue_after_s=0).n_publish == 0
+
+
+def test_concurrent_claims_and_finishes_never_double(
+        make_database: Callable[..., str]) -> None:
+    """PostgreSQL under real concurrency: 8 threads race for the same 40 decisions."""
+    engine = make_engine(make_database("postgresql"), pool_size=8)
+    factory = make_sessionmaker(engine)
+    ids = _seed(factory, 40)
+
+    def work(owner: str) -> int:
+        won = 0
+        for claim in _claim(factory, ids, owner=owner, lease_s=-1):
+            won += _finish(factory, claim)
+        return won
+
+    with ThreadPoolExecutor(8) as pool:
+        wins = sum(pool.map(work, [f"w{i}" for i in range(8)]))
+    with session_scope(factory) as s:
+        assert s.scalar(select(func.count()).select_from(Answer)) == 80
+        assert s.scalar(select(func.count(func.distinct(Attempt.decision_id)))
+                        .where(Attempt.won)) == 40
+    assert wins == 40
+    engine.dispose()

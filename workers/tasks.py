@@ -1,0 +1,49 @@
+"""Thin Celery tasks: ids in, ``app.runner.run_chunk`` on the process's loop, counts out."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from app.errors import StoreError
+from app.runner import BeforeDecision, run_chunk
+from app.store.queue import Claimed
+from workers.celery_app import app, process_state
+from workers.constants import TASK_RUN_CHUNK
+
+__all__ = ["reads_run_chunk"]
+
+#: How long a chunk that met a down upstream waits for it before the worker takes the next one.
+RECOVER_WAIT_S = 60.0
+
+
+@app.task(name=TASK_RUN_CHUNK, bind=True, autoretry_for=(StoreError,), retry_backoff=2,
+          retry_backoff_max=30, retry_jitter=True, max_retries=30)
+def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str, Any]:
+    """Claim and run one chunk; a chunk already done or held elsewhere is a no-op. A database
+    that is down at claim time retries the message with backoff (the rows stay in SQL)."""
+    state = process_state()
+    s = state.settings
+    delivery = self.request.delivery_info or {}
+    result = state.loop.run_until_complete(run_chunk(
+        run_id=run_id, decision_ids=decision_ids, session_factory=state.session_factory,
+        upstream=state.upstream, tokenizer=state.tokenizer, owner=state.owner,
+        lease_s=s.lease_s, max_in_flight=s.max_in_flight, max_attempts=s.max_attempts,
+        task_id=self.request.id, redelivered=bool(delivery.get("redelivered")),
+        recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook()))
+    return result.as_dict()
+
+
+def _test_poison_hook() -> BeforeDecision | None:
+    """TEST ONLY: ``DREADS_TEST_POISON_KEY=<decision key>`` makes the process running that
+    decision die at once (``os._exit``), to test the attempt cap on a decision that always
+    kills its worker. Unset in production."""
+    key = os.environ.get("DREADS_TEST_POISON_KEY")
+    if not key:
+        return None
+
+    def die_on(claim: Claimed) -> None:
+        if claim.key == key:
+            os._exit(70)
+
+    return die_on
