@@ -111,6 +111,7 @@ def open_sqlite(db_path: Path) -> sessionmaker[Session]:
 def embedded_lock(db_path: Path) -> Iterator[None]:
     """Exclusive per-database lock (``<db>.lock``); a second executor is refused."""
     lock_path = db_path.with_name(db_path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     handle: IO[str] = lock_path.open("w")
     try:
         try:

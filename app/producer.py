@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from itertools import batched
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,27 +30,51 @@ from app.engine import (
     decision_payload,
     parse_decision,
     plan_decision,
+    settings_from_dict,
     settings_hash,
     settings_to_dict,
 )
-from app.errors import BadLine, DreadsError, InputError, TemplateError, UpstreamError
+from app.errors import (
+    BadLine,
+    DreadsError,
+    InputError,
+    RunSettingsMismatch,
+    TemplateError,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
 from app.store.db import session_scope
+from app.store.models import RunStatus
 from app.store.queue import mark_queued
-from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
+from app.store.runs import (
+    DecisionRow,
+    RunInfo,
+    compare_fingerprint,
+    compare_settings,
+    ensure_run,
+    insert_decisions,
+    record_fingerprint,
+    reset_failed,
+    resume_preview,
+)
 
 __all__ = [
     "LineProblem",
     "ParsedJob",
     "PublishOutcome",
     "Publisher",
+    "ResumeReport",
     "SubmitReport",
     "SubmitRequest",
+    "check_resume_settings",
+    "check_server",
     "check_templates",
     "fetch_fingerprint",
     "fingerprint_dict",
     "parse_job_lines",
     "publish_decisions",
     "read_job_file",
+    "resume_run",
     "submit_job",
     "upstream_config",
 ]
@@ -257,7 +280,8 @@ def publish_decisions(
     messages went out. A broker failure stops there: the rest stay ``pending`` (the sweeper or
     ``dreads resume`` publishes them) and the outcome says why."""
     published = messages = 0
-    for slab in batched(ids, _PUBLISH_SLAB):
+    for start in range(0, len(ids), _PUBLISH_SLAB):
+        slab = ids[start:start + _PUBLISH_SLAB]
         try:
             messages += publisher(run_id, slab)
         except DreadsError as exc:
@@ -282,7 +306,11 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
 def fetch_fingerprint(
     url: str, settings: ReadSettings, *, timeout_s: float = 10.0
 ) -> tuple[ServerFingerprint | None, str | None]:
-    """The upstream's fingerprint, or (None, why) when it cannot be reached now."""
+    """The upstream's fingerprint, or (None, why) when it cannot be reached now.
+
+    Raises:
+        UpstreamRejected: it answers but serves another model than ``settings.model``.
+    """
     from app.upstream.factory import make_upstream
 
     async def _fetch() -> ServerFingerprint:
@@ -294,7 +322,106 @@ def fetch_fingerprint(
 
     try:
         return asyncio.run(_fetch()), None
-    except UpstreamError as exc:
+    except UpstreamUnavailable as exc:
         return None, exc.message
     except TimeoutError:
         return None, f"no answer from {url} within {timeout_s:.0f}s"
+
+
+@dataclass
+class ResumeReport:
+    """What ``dreads resume`` found and did."""
+
+    run: str
+    dry_run: bool
+    before: dict[str, int]  #: expired leases, failed, pending, stale queued (resume_preview)
+    retried: int = 0
+    sweep: Any = None  #: app.sweeper.SweepReport
+    server_note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        sweep = self.sweep.as_dict() if self.sweep is not None else None
+        return {"run": self.run, "dry_run": self.dry_run, "before": self.before,
+                "retried_failed": self.retried, "sweep": sweep, "server": self.server_note}
+
+    def lines(self) -> list[str]:
+        b = self.before
+        found = (f"run {self.run!r}: {b['pending']} pending, {b['stale_queued']} queued without "
+                 f"a live message, {b['expired_leases']} expired lease(s), {b['failed']} failed")
+        out = [found] + ([self.server_note] if self.server_note else [])
+        if self.dry_run:
+            return [*out, "dry run: nothing changed"]
+        if self.retried:
+            out.append(f"{self.retried} failed decision(s) put back to pending")
+        s = self.sweep
+        if s is not None:
+            out.append(f"swept: {s.lost} lost lease(s) back to pending, {s.poisoned} stopped at "
+                       f"the attempt cap; published {s.published} decision(s) in {s.messages} "
+                       "message(s)")
+            if s.error:
+                out.append(f"publish stopped: {s.error}")
+        return out
+
+
+def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSettings:
+    """The run's settings; refuses a cancelled run or options that differ from them."""
+    if run.status == RunStatus.CANCELLED:
+        raise InputError(f"run {run.name!r} was cancelled; submit its file under a new --run "
+                         "name to run it again")
+    current = settings_from_dict(dict(run.settings))
+    diffs = compare_settings(settings_to_dict(current),
+                             settings_to_dict(replace(current, **given)))
+    if diffs:
+        raise RunSettingsMismatch(
+            f"run {run.name!r} was created with other settings ({'; '.join(diffs)}); a run "
+            "continues only under its own settings: drop these options, or submit the file "
+            "under a new --run name")
+    return current
+
+
+def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
+                 settings: ReadSettings, *, force: bool) -> str | None:
+    """Refuse a server whose model or canvas differs from the run's (unless ``force``);
+    record the fingerprint when the run has none yet. Returns a note for the user."""
+    old = dict(run.fingerprint or {})
+    try:
+        fingerprint, why = fetch_fingerprint(url, settings)
+    except UpstreamRejected as exc:  # it serves another model than the run's
+        if not force:
+            raise RunSettingsMismatch(
+                f"run {run.name!r} started against model {old.get('model_id', settings.model)!r}"
+                f" but {exc.message}; point --upstream at the original server, or pass --force "
+                "to continue anyway") from exc
+        return f"--force: continuing although {exc.message}"
+    if fingerprint is None:
+        return f"upstream not reached ({why}): server fingerprint not checked"
+    diffs = compare_fingerprint(run.fingerprint, fingerprint)
+    if diffs and not force:
+        raise RunSettingsMismatch(
+            f"run {run.name!r} started against another server ({'; '.join(diffs)}); answers "
+            "would mix two models or canvases. Point --upstream at the original server, or "
+            "pass --force to continue anyway")
+    if run.fingerprint is None:
+        with session_scope(factory) as session:
+            record_fingerprint(session, run.id, fingerprint_dict(fingerprint) or {})
+        return f"server fingerprint recorded: {fingerprint.model_id}"
+    if diffs:
+        return f"--force: continuing against a different server ({'; '.join(diffs)})"
+    return None
+
+
+def resume_run(factory: sessionmaker[Session], run: RunInfo, *, sweep: Callable[[], Any],
+               retry_failed: bool, dry_run: bool, requeue_after_s: float) -> ResumeReport:
+    """Sweep the run once (expired leases back to pending, then publish every pending and
+    stale queued decision), after putting failed ones back with ``retry_failed``.
+    Idempotent: a finished run publishes nothing."""
+    with session_scope(factory) as session:
+        before = resume_preview(session, run.id, requeue_after_s=requeue_after_s)
+    report = ResumeReport(run=run.name, dry_run=dry_run, before=before)
+    if dry_run:
+        return report
+    if retry_failed:
+        with session_scope(factory) as session:
+            report.retried = reset_failed(session, run.id)
+    report.sweep = sweep()
+    return report

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import batched
+from itertools import islice
 from typing import Any, Protocol
 
 from app.errors import DreadsError
@@ -37,7 +37,9 @@ def chunk_ids(decision_ids: Sequence[int], chunk_size: int) -> Iterator[tuple[in
     """Split ids into chunks of at most ``chunk_size`` (the order is kept)."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return batched(decision_ids, chunk_size)
+    it = iter(decision_ids)
+    while chunk := tuple(islice(it, chunk_size)):
+        yield chunk
 
 
 def publish_chunks(celery_app_or_sender: Sender, run_id: int, decision_ids: Sequence[int],

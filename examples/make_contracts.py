@@ -247,9 +247,11 @@ def batch_sources(contracts: list[Contract]) -> list[Line]:
 
 
 def batch_lines(sources: list[Line]) -> list[Line]:
-    """OpenAI-batch-style requests (``custom_id`` + a Jev ``body``) for ``sources``."""
+    """OpenAI-batch-style requests for ``sources``: ``custom_id``, a Jev ``body``, and the
+    cell and expected answer in ``metadata``."""
     return [{"custom_id": p["id"], "method": "POST", "url": "/v1/systemone",
-             "body": {"state": p["state"], "questions": p["questions"]}} for p in sources]
+             "body": {"state": p["state"], "questions": p["questions"]},
+             "metadata": {"cell": p["cell"], "expected": p["expected"]}} for p in sources]
 
 
 # -- answer keys -------------------------------------------------------------------------------

@@ -10,6 +10,10 @@ import pytest
 pytest_plugins: list[str] = [
     "tests.fixtures.services",
     "tests.fixtures.report_db",
+    "tests.fixtures.tokenizer",
+    "tests.fixtures.tiny_model",
+    "tests.fixtures.sim",
+    "tests.fixtures.runs_cli",
 ]
 
 

@@ -8,7 +8,7 @@ whatever Redis lost. Time limits: soft < hard < visibility timeout.
 Per process (never across a fork): the SQLAlchemy engine, one event loop kept for the
 process's life, the upstream client and the tokenizer, built in ``worker_process_init`` (or on
 first use in a pool without children) and closed at shutdown. Before a worker consumes, its
-main process waits for the upstream to answer a probe read (``worker_init``).
+main process waits for the upstream to answer a probe read (``celeryd_after_setup``).
 
 ``celery -A workers.celery_app worker -Q dreads.reads`` works as well as ``dreads worker``.
 """
@@ -170,9 +170,10 @@ def _close_process(**_: Any) -> None:
     _state = None
 
 
-@signals.worker_init.connect
+@signals.celeryd_after_setup.connect
 def _wait_for_upstream(**_: Any) -> None:
-    """Main process, before consuming: block until the upstream answers a probe read."""
+    """Main process, logging set up, before the pool and the consumer start: block until the
+    upstream answers a probe read."""
     from workers.resources import wait_upstream_ready
 
     wait_upstream_ready(get_settings())

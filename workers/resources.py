@@ -36,7 +36,11 @@ _sweeper: Any = None
 def make_upstream_for(settings: Settings) -> Upstream:
     from app.upstream.factory import UpstreamConfig, make_upstream
 
-    return make_upstream(UpstreamConfig.from_settings(settings))
+    return make_upstream(UpstreamConfig(
+        url=settings.upstream, engine=settings.engine, model=settings.model,
+        canvas_length=settings.canvas, max_in_flight=settings.max_in_flight,
+        timeout_s=settings.read_timeout_s, retries=settings.read_retries,
+        device=settings.device, dtype=settings.dtype))
 
 
 def make_tokenizer(settings: Settings) -> TextTokenizer:

@@ -9,7 +9,12 @@ __all__ = ["app", "main"]
 # Command modules register their commands on import (one line per module).
 # isort: off
 from app.cli import sim  # noqa: F401
+from app.cli import upstream  # noqa: F401
 from app.cli import flower  # noqa: F401
+from app.cli import worker  # noqa: F401
+from app.cli import report  # noqa: F401
+from app.cli import db, run, runs  # noqa: F401
+from app.cli import engine  # noqa: F401
 # isort: on
 
 

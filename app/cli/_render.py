@@ -13,6 +13,7 @@ from app.producer import LineProblem, SubmitReport
 from app.store.runs import RunOverview, RunStatusReport
 
 __all__ = [
+    "cells_table",
     "counts_text",
     "duration",
     "overview_dict",
@@ -60,7 +61,7 @@ def problems_table(title: str, problems: list[LineProblem]) -> Table:
     return table
 
 
-def submit_report(report: SubmitReport, fp_error: str | None) -> None:
+def submit_report(report: SubmitReport, fp_error: str | None, *, queued: bool = True) -> None:
     if report.bad:
         err_console.print(problems_table(f"{len(report.bad)} bad line(s), not stored",
                                          report.bad))
@@ -72,10 +73,10 @@ def submit_report(report: SubmitReport, fp_error: str | None) -> None:
         err_console.print("[red]--strict: the file was refused; nothing was written.[/red] "
                           "Fix the lines above and submit again.")
         return
-    _submit_summary(report, fp_error)
+    _submit_summary(report, fp_error, queued)
 
 
-def _submit_summary(report: SubmitReport, fp_error: str | None) -> None:
+def _submit_summary(report: SubmitReport, fp_error: str | None, queued: bool) -> None:
     run = report.run
     assert run is not None
     verb = "created" if report.created else "existing"
@@ -89,7 +90,7 @@ def _submit_summary(report: SubmitReport, fp_error: str | None) -> None:
     if pub.error:
         err_console.print(f"[yellow]published {pub.published} decision(s), then: {pub.error}"
                           "[/yellow]")
-    elif report.inserted_ids:
+    elif report.inserted_ids and queued:
         console.print(f"queued {pub.published} decision(s) in {pub.messages} message(s)")
 
 
@@ -112,7 +113,7 @@ def runs_table(overview: list[RunOverview]) -> Table:
     return table
 
 
-def _cells_table(report: RunStatusReport) -> Table:
+def cells_table(report: RunStatusReport) -> Table:
     table = Table(title="per cell", title_justify="left")
     for name in ("cell", "total", "done", "unanswered", "failures", "low mass", "argmax≠label"):
         table.add_column(name, justify="left" if name in ("cell", "failures") else "right")
@@ -129,7 +130,7 @@ def status_view(report: RunStatusReport) -> Group:
     rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
                 f"{report.rate_per_s:.2f}/s; {report.remaining} left; "
                 f"ETA {duration(report.eta_s)}")
-    return Group(head, rate, _cells_table(report))
+    return Group(head, rate, cells_table(report))
 
 
 def resume_report(report: Any) -> None:

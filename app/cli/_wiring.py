@@ -4,7 +4,7 @@ fingerprint, the Celery publisher. Heavy imports (Celery, the HTTP client) stay 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +19,9 @@ from app.store.runs import find_run
 
 __all__ = [
     "make_publisher",
+    "make_sender",
     "resolve_settings",
+    "sweep_for",
     "upstream_url",
 ]
 
@@ -52,16 +54,36 @@ def upstream_url(given: str | None, factory: sessionmaker[Session], run: str) ->
     return info.upstream if info is not None else get_settings().upstream
 
 
-def make_publisher(broker: str | None, chunk_size: int | None, *, run_name: str) -> Publisher:
-    """``publisher(run_id, ids)`` sending ``reads.run_chunk`` messages through Celery."""
-    from app.publish import publish_chunks
+def make_sender(broker: str | None) -> Any:
+    """The Celery app publishing to ``broker`` (default ``DREADS_BROKER_URL``)."""
     from workers.celery_app import make_celery
 
-    env = get_settings()
-    celery = make_celery(broker_url=broker or env.broker_url)
-    size = chunk_size or env.chunk_size
+    return make_celery(broker_url=broker or get_settings().broker_url)
+
+
+def make_publisher(sender: Any, chunk_size: int | None, *, run_name: str) -> Publisher:
+    """``publisher(run_id, ids)`` sending ``reads.run_chunk`` messages through ``sender``."""
+    from app.publish import publish_chunks
+
+    size = chunk_size or get_settings().chunk_size
 
     def publish(run_id: int, ids: Sequence[int]) -> int:
-        return publish_chunks(celery, run_id, ids, size, run_name=run_name)
+        return publish_chunks(sender, run_id, ids, size, run_name=run_name)
 
     return publish
+
+
+def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
+              chunk_size: int | None) -> Callable[[], Any]:
+    """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
+    from app.sweeper import sweep_once
+
+    env = get_settings()
+
+    def _sweep() -> Any:
+        return sweep_once(factory, sender, max_attempts=env.max_attempts,
+                          requeue_after_s=env.requeue_after_s,
+                          chunk_size=chunk_size or env.chunk_size, run_id=run_id,
+                          lease_s=env.lease_s)
+
+    return _sweep

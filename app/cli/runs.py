@@ -22,7 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.cli import _render as render
 from app.cli._app import app
-from app.cli._wiring import make_publisher, resolve_settings, upstream_url
+from app.cli._wiring import (
+    make_publisher,
+    make_sender,
+    resolve_settings,
+    sweep_for,
+    upstream_url,
+)
 from app.cli.options import (
     CanvasOpt,
     CanvasStepOpt,
@@ -49,9 +55,13 @@ from app.cli.options import (
     open_store,
     read_overrides,
 )
+from app.cli.run import resume_embedded
 from app.config import get_settings
+from app.embedded import load_run
 from app.producer import (
     SubmitRequest,
+    check_resume_settings,
+    check_server,
     fetch_fingerprint,
     publish_decisions,
     resume_run,
@@ -60,6 +70,7 @@ from app.producer import (
 from app.store.db import session_scope
 from app.store.runs import (
     ANSWER_FIELDS,
+    RunInfo,
     cancel_run,
     iter_export,
     list_runs,
@@ -106,7 +117,7 @@ def submit(
                                 strict=strict, fingerprint=fingerprint)
         report = submit_job(request, factory, tok)
         if report.run is not None and report.inserted_ids:
-            publisher = make_publisher(broker, chunk_size, run_name=run)
+            publisher = make_publisher(make_sender(broker), chunk_size, run_name=run)
             report.publish = publish_decisions(factory, publisher, report.run.id,
                                                report.inserted_ids)
     if json_out:
@@ -198,15 +209,29 @@ def resume(
     url = database_url(database)
     with cli_errors():
         factory = open_store(url)
-        report = resume_run(factory, run, given=given, force=force, dry_run=dry_run,
-                            retry_failed=retry_failed, upstream=upstream,
-                            make_publisher=lambda: make_publisher(broker, chunk_size,
-                                                                  run_name=run),
-                            embedded=url.startswith("sqlite"))
+        info = load_run(factory, run)
+        settings = check_resume_settings(info, given)
+        note = check_server(factory, info, _resume_upstream(upstream, info), settings,
+                            force=force)
+        if url.startswith("sqlite") and not dry_run:
+            resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
+                            upstream=upstream)
+            return
+        sender = None if dry_run else make_sender(broker)
+        report = resume_run(factory, info, sweep=sweep_for(factory, sender, info.id, chunk_size),
+                            retry_failed=retry_failed, dry_run=dry_run,
+                            requeue_after_s=get_settings().requeue_after_s)
+        report.server_note = note
     if json_out:
         console.print_json(orjson.dumps(report.as_dict()).decode())
     else:
         render.resume_report(report)
+
+
+def _resume_upstream(given: str | None, info: RunInfo) -> str:
+    """The upstream to check: the given one, else the run's (the embedded ``sim`` is started
+    fresh by the executor, so there is nothing to check before)."""
+    return given or info.upstream
 
 
 @app.command()

@@ -74,6 +74,14 @@ def sim(
     down_for: Annotated[float, typer.Option(
         min=0.0, help="Refuse connections for SECONDS at start.", rich_help_panel=_FAULTS)]
     = 0.0,
+    engine: Annotated[str, typer.Option(
+        help="'sim' (synthetic answers) or 'transformers': answer with the DiffusionGemma "
+        "checkpoint --model names (pip install -e .[engine]).", rich_help_panel=_ANSWERS)]
+    = "sim",
+    device: Annotated[str, typer.Option(help="--engine transformers: cpu or cuda.",
+                                        rich_help_panel=_ANSWERS)] = "cpu",
+    dtype: Annotated[str, typer.Option(help="--engine transformers: bfloat16 or float32.",
+                                       rich_help_panel=_ANSWERS)] = "bfloat16",
     seed: Annotated[int, typer.Option(help="Seed of answers and faults.")] = 0,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
@@ -93,6 +101,8 @@ def sim(
         miscalibration=miscalibration, key_path=key, step_ms=step_ms, max_batch=max_batch,
         fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
         low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
+        engine_model=model if engine == "transformers" else None, engine_device=device,
+        engine_dtype=dtype,
     )
     try:
         run_sim_forever(options)

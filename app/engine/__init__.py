@@ -23,7 +23,12 @@ from app.engine.questions import (
     parse_decision,
     parse_question,
 )
-from app.engine.settings_hash import settings_from_dict, settings_hash, settings_to_dict
+from app.engine.settings_hash import (
+    check_settings,
+    settings_from_dict,
+    settings_hash,
+    settings_to_dict,
+)
 from app.engine.template import answer_lines, canvas_width, plan_decision, resolve_unit
 from app.engine.types import (
     Answer,
@@ -84,6 +89,7 @@ __all__ = [
     "build_probe_request",
     "build_request",
     "canvas_width",
+    "check_settings",
     "decision_from_payload",
     "decision_payload",
     "derive_seed",

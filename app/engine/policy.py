@@ -58,8 +58,8 @@ def stop_reason(settings: ReadSettings,
     """
     if not draws:
         return None
-    if settings.policy is PolicyName.FIXED:
+    if settings.policy == PolicyName.FIXED:
         return StopReason.FIXED if len(draws) >= max(1, settings.fixed_draws) else None
-    if settings.policy is PolicyName.ENTROPY:
+    if settings.policy == PolicyName.ENTROPY:
         return _entropy(settings, draws)
     return _agree(settings, draws)

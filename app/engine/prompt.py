@@ -113,7 +113,7 @@ def build_messages(decision: Decision, question_indices: Sequence[int],
     """
     state = serialize_state(decision.state)
     block = question_block(decision, question_indices, canvas_ids)
-    if layout is Layout.REFERENCE:
+    if layout == Layout.REFERENCE:
         return ({"role": "system", "content": block}, {"role": "user", "content": state})
     user = f"{DOCUMENT_HEAD}{state}\n\n{block}"
     return ({"role": "system", "content": SYSTEM_INSTRUCTION}, {"role": "user", "content": user})

@@ -99,7 +99,7 @@ _SHAPES: dict[QuestionType, Callable[[Any], tuple[tuple[str, ...], tuple[str | N
 def _question_type(spec: Mapping[str, Any]) -> QuestionType:
     raw = spec.get("type")
     try:
-        return QuestionType(raw)
+        return QuestionType(raw if isinstance(raw, str) else "")
     except ValueError:
         raise InputError(f"unknown type {raw!r}; use one of {_TYPES}") from None
 

@@ -1,24 +1,90 @@
-"""``ReadSettings`` <-> dict, and its hash (recorded on a run)."""
+"""``ReadSettings`` <-> dict, and the hash recorded on a run.
+
+The dict is JSON-able (enums as their values) and round-trips exactly; unknown keys or values
+of the wrong kind are a ``ConfigError``; keys missing from a stored dict take the defaults.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import hashlib
+import json
+from enum import Enum
+from typing import Any, get_type_hints
 
 from app.engine.types import ReadSettings
+from app.errors import ConfigError
 
-__all__ = ["settings_from_dict", "settings_hash", "settings_to_dict"]
+__all__ = ["check_settings", "settings_from_dict", "settings_hash", "settings_to_dict"]
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ReadSettings)}
+_TYPES = get_type_hints(ReadSettings)
+_KIND_NAMES: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false",
+                               str: "a string"}
+_POSITIVE = ("canvas_length", "canvas_step", "max_draws", "steps", "fixed_draws",
+             "max_logprob_ids", "joint_max_questions")
 
 
 def settings_to_dict(settings: ReadSettings) -> dict[str, Any]:
     """JSON-able dict of the settings (enums as their values)."""
-    raise NotImplementedError
+    return {name: _plain(getattr(settings, name)) for name in _FIELDS}
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = _TYPES[name]
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        try:
+            return kind(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in kind)
+            raise ConfigError(f"setting {name}={value!r} is not one of {allowed}") from None
+    if kind is bool and isinstance(value, bool):
+        return value
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"setting {name}={value!r} must be {_KIND_NAMES.get(kind, kind)}")
+
+
+def check_settings(settings: ReadSettings) -> ReadSettings:
+    """Reject settings no read can run under.
+
+    Raises:
+        ConfigError: names the setting and the allowed range.
+    """
+    for name in _POSITIVE:
+        if getattr(settings, name) < 1:
+            raise ConfigError(f"setting {name} must be at least 1, got {getattr(settings, name)}")
+    if not 0.0 <= settings.threshold <= 1.0:
+        raise ConfigError(f"setting threshold must be within [0, 1], got {settings.threshold}")
+    if settings.canvas_step > settings.canvas_length:
+        raise ConfigError(f"canvas_step {settings.canvas_step} exceeds canvas_length "
+                          f"{settings.canvas_length}")
+    return settings
 
 
 def settings_from_dict(data: dict[str, Any]) -> ReadSettings:
-    """Inverse of ``settings_to_dict``. Raises ConfigError on unknown keys or bad values."""
-    raise NotImplementedError
+    """Inverse of ``settings_to_dict``.
+
+    Raises:
+        ConfigError: an unknown key, a value of the wrong kind, or an impossible value.
+    """
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"unknown read setting(s) {unknown}; known: {sorted(_FIELDS)}")
+    values = {name: _coerce(name, value) for name, value in data.items()}
+    return check_settings(ReadSettings(**values))
 
 
 def settings_hash(settings: ReadSettings) -> str:
-    """sha256 hex of the canonical JSON of the settings."""
-    raise NotImplementedError
+    """sha256 hex of the canonical JSON of the settings (sorted keys, no spaces)."""
+    text = json.dumps(settings_to_dict(settings), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

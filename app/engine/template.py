@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from app.engine.prompt import INDEXED_AFTER, build_messages
 from app.engine.types import (
@@ -139,7 +140,7 @@ def resolve_slots(tokenizer: TextTokenizer, label_sets: Sequence[Sequence[str]],
     key = (tuple(tuple(s) for s in label_sets), tuple(canvas_ids), fmt)
     try:
         try:
-            return _resolve_cached(tokenizer, *key)
+            return _resolve_cached(cast(Any, tokenizer), *key)
         except TypeError:  # an unhashable tokenizer: resolve without the cache
             return _resolve(tokenizer, *key)
     except _SlotProblem as problem:
@@ -199,7 +200,7 @@ def resolve_unit(decision: Decision, question_indices: Sequence[int], settings: 
     logprob_ids = _logprob_ids(resolved, settings, qids)
     messages = build_messages(decision, question_indices, canvas_ids, settings.layout)
     prompt_ids = (tuple(tokenizer.chat_prompt_ids(messages))
-                  if settings.endpoint is Endpoint.COMPLETIONS else None)
+                  if settings.endpoint == Endpoint.COMPLETIONS else None)
     slots = tuple(SlotSpec(question_index=qi, canvas_id=cid, position=pos, label_ids=ids)
                   for qi, cid, pos, ids in zip(question_indices, canvas_ids, positions,
                                                resolved.label_ids, strict=True))
@@ -222,7 +223,7 @@ def _fit_joint(decision: Decision, group: list[int], settings: ReadSettings,
 
 
 def _groups(indices: list[int], settings: ReadSettings) -> list[list[int]]:
-    if settings.read_mode is ReadMode.ISOLATED:
+    if settings.read_mode == ReadMode.ISOLATED:
         return [[i] for i in indices]
     size = max(1, settings.joint_max_questions)
     return [indices[k:k + size] for k in range(0, len(indices), size)]

@@ -72,7 +72,7 @@ def build_request(unit: ReadUnit, settings: ReadSettings, *, draw: int, seed: in
         "return_tokens_as_token_ids": True,
         "vllm_xargs": _xargs(unit, settings, canvas),
     }
-    if settings.endpoint is Endpoint.COMPLETIONS:
+    if settings.endpoint == Endpoint.COMPLETIONS:
         if unit.prompt_ids is None:
             raise ValueError("a completions read needs prompt_ids: plan it with "
                              "endpoint=completions")
@@ -80,8 +80,9 @@ def build_request(unit: ReadUnit, settings: ReadSettings, *, draw: int, seed: in
     else:
         body.update(messages=[dict(m) for m in unit.messages], logprobs=True,
                     chat_template_kwargs={"enable_thinking": False})
-    return ReadRequest(unit=unit.index, draw=draw, seed=seed, endpoint=settings.endpoint,
-                       body=body, slots=slots, logprob_ids=unit.logprob_ids)
+    return ReadRequest(unit=unit.index, draw=draw, seed=seed,
+                       endpoint=Endpoint(settings.endpoint), body=body, slots=slots,
+                       logprob_ids=unit.logprob_ids)
 
 
 def encode_body(body: Mapping[str, Any]) -> bytes:
@@ -176,7 +177,7 @@ def parse_response(endpoint: Endpoint, obj: Mapping[str, Any], slots: Sequence[i
     if not isinstance(obj, Mapping):
         raise MalformedResponse(f"response is not a JSON object: {type(obj).__name__}")
     lp = _get(obj, "choices", 0, "logprobs")
-    if endpoint is Endpoint.CHAT:
+    if endpoint == Endpoint.CHAT:
         content = lp.get("content") if isinstance(lp, Mapping) else None
         rows = {pos: _chat_row(content, pos) for pos in slots}
     else:

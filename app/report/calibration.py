@@ -7,7 +7,9 @@ labelled run (isotonic by default, or Platt scaling), globally or per question i
 
 The applied map is ``(1 - EPSILON) * f(p) + EPSILON * p``: isotonic regression is flat on
 stretches, and the small raw term keeps it strictly increasing so ranking figures (AUC, ranks,
-top share) are exactly those of the raw scores, while the calibration moves by < 1e-6.
+top share) are exactly those of the raw scores, while the calibration moves by < 1e-6. That
+holds for one global map; per-question maps keep each question's ranking but may reorder
+answers of different questions, so pooled ranking figures can change under them.
 
 ``calib.json``::
 
@@ -125,7 +127,7 @@ def fit_calibration(
     question_ids: Sequence[str],
     *,
     method: CalibrationMethod = CalibrationMethod.ISOTONIC,
-    per_question: bool = True,
+    per_question: bool = False,
     source: Mapping[str, Any] | None = None,
 ) -> Calibration:
     """Fit a global map and, with ``per_question``, one map per question id that has

@@ -1,8 +1,8 @@
 """What went wrong, per cell: unanswered questions, failures by kind, low-mass reads, draws.
 
 A cell is flagged when one of its rates (unanswered, failed attempts, reads with label mass
-below 0.5, reads whose argmax is not a label) stands far from the pooled rate of all cells:
-a two-sided exact binomial test, Bonferroni-corrected over the cells
+below 0.5, reads whose argmax is not a label) stands far above the rate of the other cells:
+a one-sided exact binomial test, Bonferroni-corrected over the cells
 (``metrics.flag_outlier_rates``). The field report's 56 unanswered of ~1,653 in one cell
 against 0 elsewhere is such a cell.
 """
@@ -92,12 +92,12 @@ def _flag_cells(per_cell: dict[str, dict[str, Any]], alpha: float) -> list[dict[
     for flag, (num_key, den_key) in FLAG_RATES.items():
         nums = [int(per_cell[c][num_key]) for c in names]
         dens = [int(per_cell[c][den_key]) for c in names]
-        pooled = _rate(sum(nums), sum(dens))
         results = m.flag_outlier_rates(nums, dens, alpha)
         for cell, num, den, (hit, p_value) in zip(names, nums, dens, results, strict=True):
             if hit:
                 per_cell[cell]["flags"].append(flag)
                 flagged.append({"cell": cell, "flag": flag, "count": num, "total": den,
-                                "rate": _rate(num, den), "pooled_rate": pooled,
+                                "rate": _rate(num, den),
+                                "others_rate": _rate(sum(nums) - num, sum(dens) - den),
                                 "p_value": p_value})
     return flagged

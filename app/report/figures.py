@@ -186,7 +186,7 @@ def _calibration_of(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
     y, s, _ = noul_arrays(rows)
     bins = m.reliability_bins(y, s, p.n_bins)
     return {
-        "n": int(y.size), "positives": int(y.sum()),
+        "n": int(y.size), "positives": int(y.sum()), "auc": m.auc(y, s),
         "ece": m.ece(y, s, p.n_bins), "brier": m.brier(y, s),
         "reliability": [
             {"low": b.low, "high": b.high, "count": b.count, "mean_score": b.mean_score,

@@ -219,7 +219,8 @@ def render_html(
     flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
     flagged = "".join(
         f"<li>cell {escape(f['cell'])}: {escape(f['flag'])} {f['count']}/{f['total']} "
-        f"(pooled rate {fmt(f['pooled_rate'])}, p = {f['p_value']:.2g})</li>"
+        f"({pct(f['rate'])} against {pct(f['others_rate'])} in the other cells, "
+        f"p = {f['p_value']:.2g})</li>"
         for f in doc["diagnostics"]["flagged"])
     body = [
         f"<h1>dreads report: {escape(run['name'])}</h1>",

@@ -1,8 +1,8 @@
 """SQL -> report rows: one row per (decision, question), answered or not, plus per-cell counts.
 
-The report reads SQL only. Expected labels come from the decision payload (``expected``) and
-fall back to the answer's ``expected`` column; they are normalised to canvas labels (``yes``/
-``no``, ``A``.., ``1``..) whether the user gave the label or the option name.
+The report reads SQL only. Questions and expected labels come from the decision payload, read
+by ``app.engine.decision_from_payload`` (canvas labels: ``yes``/``no``, ``A``.., ``1``..), with
+the answer's ``expected`` column as a fallback; a label given as an option name is mapped.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app.engine import decision_from_payload
 from app.errors import InputError
 from app.store.models import Answer, Attempt, Decision, Draw, OutcomeKind, Run
 
@@ -108,10 +109,9 @@ def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, A
 
 def _decision_rows(decision: Decision, answers: Mapping[str, Answer]) -> Iterator[QuestionRow]:
     payload = decision.payload or {}
-    expected = payload.get("expected") or {}
     state_key = json.dumps(payload.get("state"), sort_keys=True, default=str)
     cell = decision.cell if decision.cell is not None else NO_CELL
-    questions = _questions(payload)
+    questions, expected = _parsed(decision.key, decision.cell, payload)
     for qid, qtype, labels, options in questions:
         answer = answers.get(qid)
         if answer is not None:
@@ -149,6 +149,19 @@ def _with_answer(row: QuestionRow, answer: Answer) -> QuestionRow:
 
 
 _QuestionShape = tuple[str, str, tuple[str, ...], tuple[str, ...]]
+
+
+def _parsed(
+    key: str, cell: str | None, payload: Mapping[str, Any]
+) -> tuple[list[_QuestionShape], Mapping[str, Any]]:
+    """Questions and expected labels as the engine reads the stored payload; a payload the
+    engine refuses (written by hand, or by an older version) is read leniently instead."""
+    try:
+        decision = decision_from_payload(key, cell, payload)
+    except InputError:
+        return _questions(payload), payload.get("expected") or {}
+    shapes = [(q.id, q.type.value, q.labels, q.options) for q in decision.questions]
+    return shapes, decision.expected
 
 
 def _questions(payload: Mapping[str, Any]) -> list[_QuestionShape]:

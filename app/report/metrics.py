@@ -199,22 +199,24 @@ def ece(y: ArrayLike, s: ArrayLike, n_bins: int = 10) -> float | None:
 def flag_outlier_rates(
     counts: Sequence[int], totals: Sequence[int], alpha: float = 0.01
 ) -> list[tuple[bool, float | None]]:
-    """Flag groups whose rate stands far from the pooled rate of all groups.
+    """Flag groups whose rate stands far above the rate of all the other groups.
 
-    Two-sided exact binomial test of each group's count against the pooled rate, with a
-    Bonferroni correction over the groups. Returns (flagged, p-value) per group; nothing is
-    flagged when there is a single group or the pooled rate is 0 or 1.
+    Each group's count is tested against the pooled rate of the others (smoothed by half an
+    event, so that "0 everywhere else" is a small rate, not an impossible one) with a one-sided
+    exact binomial test, Bonferroni-corrected over the groups. Only excess is flagged: a cell
+    with fewer failures than the rest is not a problem to look at. Returns (flagged, p-value)
+    per group; nothing is flagged with a single group or no events at all.
     """
-    total = int(sum(totals))
-    pooled = sum(counts) / total if total else 0.0
-    if len(counts) < 2 or pooled in (0.0, 1.0):
+    total_k, total_n = int(sum(counts)), int(sum(totals))
+    if len(counts) < 2 or total_k == 0:
         return [(False, None) for _ in counts]
     corrected = alpha / len(counts)
-    out = []
+    out: list[tuple[bool, float | None]] = []
     for k, n in zip(counts, totals, strict=True):
         if not n:
             out.append((False, None))
             continue
-        p_value = float(binomtest(int(k), int(n), pooled).pvalue)
+        others = (total_k - k + 0.5) / (total_n - n + 1)
+        p_value = float(binomtest(int(k), int(n), min(others, 1.0), alternative="greater").pvalue)
         out.append((p_value < corrected, p_value))
     return out

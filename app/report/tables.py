@@ -9,15 +9,29 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["CHOICE_COLUMNS", "NOUL_COLUMNS", "SCORE_COLUMNS", "fmt", "pct", "report_view"]
+__all__ = [
+    "CHOICE_COLUMNS",
+    "NOUL_COLUMNS",
+    "NOUL_RANK_COLUMNS",
+    "NOUL_THRESHOLD_COLUMNS",
+    "SCORE_COLUMNS",
+    "diagnostics_tables",
+    "fmt",
+    "pct",
+    "report_view",
+]
 
-#: figure name -> column title, in display order
-NOUL_COLUMNS: dict[str, str] = {
-    "n": "n", "positives": "pos", "negatives": "neg", "auc": "AUC", "recall": "recall>{r}",
-    "top_share": "top {t}", "rank_median_pct": "med rank %", "rank_worst_pct": "worst rank %",
-    "fp_count": "FP>{f}", "fp_per_1000_neg": "FP/1k neg", "fp_per_100_states": "FP/100 st",
-    "referral_band": "band", "ece": "ECE", "brier": "Brier", "unanswered": "unans.",
+#: figure name -> column title, in display order; the yes/no figures print as two tables
+NOUL_RANK_COLUMNS: dict[str, str] = {
+    "n": "n", "positives": "pos", "negatives": "neg", "auc": "AUC",
+    "top_share": "top {t}", "rank_median_pct": "median rank %", "rank_worst_pct": "worst rank %",
 }
+NOUL_THRESHOLD_COLUMNS: dict[str, str] = {
+    "recall": "recall >{r}", "fp_count": "FP >{f}", "fp_per_1000_neg": "FP/1k neg",
+    "fp_per_100_states": "FP/100 states", "referral_band": "band {r}-{f}", "ece": "ECE",
+    "brier": "Brier",
+}
+NOUL_COLUMNS = {**NOUL_RANK_COLUMNS, **NOUL_THRESHOLD_COLUMNS, "unanswered": "unanswered"}
 CHOICE_COLUMNS = {"n": "n", "accuracy": "accuracy", "log_loss": "log loss",
                   "unanswered": "unans."}
 SCORE_COLUMNS = {"n": "n", "mae_level": "MAE level", "accuracy": "top-level acc.",
@@ -51,7 +65,7 @@ def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str
                params: Mapping[str, Any], flags: Mapping[str, list[str]] | None = None) -> Table:
     """Rows = cells then ``overall``; columns = figures."""
     table = Table(title=title, title_justify="left")
-    table.add_column("cell")
+    table.add_column("cell", no_wrap=True)
     for t in _titles(columns, params):
         table.add_column(t, justify="right")
     names = list(columns)
@@ -101,26 +115,30 @@ def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
-def diagnostics_table(diag: Mapping[str, Any]) -> Table:
-    """Per cell: unanswered, failures by kind, low label mass, argmax not a label, draws."""
-    table = Table(title="diagnostics per cell", title_justify="left")
-    for name in ("cell", "questions", "unanswered", "failed attempts", "low mass", "argmax≠label",
-                 "draws mean", "stop reasons", "stderr p50/p90", "flags"):
-        table.add_column(name, justify="left" if name in ("cell", "failed attempts",
-                                                          "stop reasons", "flags") else "right")
+def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
+    """Per cell: unanswered and failures by kind; then the reads (label mass, draws, stderr)."""
     rows = [*diag["cells"].items(), ("overall", diag["overall"])]
+    lost = Table(title="unanswered and failures per cell", title_justify="left")
+    for name in ("cell", "questions", "unanswered", "failed attempts", "flags"):
+        lost.add_column(name, justify="right" if name in ("questions", "unanswered") else "left",
+                        no_wrap=name == "cell")
+    reads = Table(title="reads per cell", title_justify="left")
+    for name in ("cell", "reads", "mass<0.5", "argmax≠label", "draws mean", "stop reasons",
+                 "stderr p50", "stderr p90"):
+        reads.add_column(name, justify="left" if name in ("cell", "stop reasons") else "right",
+                         no_wrap=name == "cell")
     for cell, d in rows:
         failures = ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"
-        stops = ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-"
         flags = ", ".join(d["flags"])
-        table.add_row(
-            cell, fmt(d["questions"]), f"{d['unanswered']} ({pct(d['unanswered_rate'])})",
-            failures, pct(d["low_mass_share"]), pct(d["argmax_not_label_share"]),
-            fmt(d["draws_mean"]), stops,
-            f"{fmt(d['stderr']['p50'])} / {fmt(d['stderr']['p90'])}",
-            Text(flags, style="bold red") if flags else "",
-        )
-    return table
+        lost.add_row(cell, fmt(d["questions"]),
+                     f"{d['unanswered']} ({pct(d['unanswered_rate'])})",
+                     f"{d['failed_attempts']}/{d['attempts']}: {failures}",
+                     Text(flags, style="bold red") if flags else "")
+        reads.add_row(cell, fmt(d["reads"]), pct(d["low_mass_share"]),
+                      pct(d["argmax_not_label_share"]), fmt(d["draws_mean"]),
+                      ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
+                      fmt(d["stderr"]["p50"]), fmt(d["stderr"]["p90"]))
+    return [lost, reads]
 
 
 def _confusion(conf: Mapping[str, Any]) -> Table:
@@ -136,8 +154,14 @@ def _confusion(conf: Mapping[str, Any]) -> Table:
 
 def _flag_lines(diag: Mapping[str, Any]) -> list[RenderableType]:
     return [Text(f"⚑ cell {f['cell']!r}: {f['flag']} {f['count']}/{f['total']} "
-                 f"({pct(f['rate'])}) against {pct(f['pooled_rate'])} pooled "
+                 f"({pct(f['rate'])}) against {pct(f['others_rate'])} in the other cells "
                  f"(p = {f['p_value']:.2g})", style="red") for f in diag["flagged"]]
+
+
+def _parts(kind: str, columns: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    if kind != "noul":
+        return [("", columns)]
+    return [(": ranking", NOUL_RANK_COLUMNS), (": thresholds", NOUL_THRESHOLD_COLUMNS)]
 
 
 def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
@@ -149,14 +173,17 @@ def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
                                  ("score", SCORE_COLUMNS, "score")):
         if not labelled[kind]:
             continue
-        out.append(cell_table(f"{title} per cell", doc["raw"][kind], columns, params, flags))
+        for part, cols in _parts(kind, columns):
+            out.append(cell_table(f"{title} per cell{part}", doc["raw"][kind], cols, params,
+                                  flags))
         if doc["calibrated"] and kind == "noul":
             blocks = {"raw": doc["raw"]["noul"]["overall"],
                       "calibrated": doc["calibrated"]["noul"]["overall"]}
             out.append(figure_table("yes/no overall: raw and calibrated", blocks, columns,
                                     params))
-            out.append(cell_table("yes/no per cell, calibrated", doc["calibrated"]["noul"],
-                                  columns, params, flags))
+            out.append(cell_table("yes/no per cell, calibrated: thresholds",
+                                  doc["calibrated"]["noul"], NOUL_THRESHOLD_COLUMNS, params,
+                                  flags))
         if kind == "choice":
             out.append(_confusion(doc["raw"]["choice"]["confusion"]))
     if labelled["noul"]:
@@ -193,7 +220,7 @@ def report_view(doc: Mapping[str, Any]) -> Group:
                           "to get accuracy figures; diagnostics follow", style="yellow"))
     flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
     parts += _typed_tables(doc, params, flags)
-    parts.append(diagnostics_table(doc["diagnostics"]))
+    parts += diagnostics_tables(doc["diagnostics"])
     parts += _flag_lines(doc["diagnostics"])
     if doc["against"]:
         parts += _against_tables(doc, params)

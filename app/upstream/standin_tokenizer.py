@@ -14,6 +14,7 @@ from __future__ import annotations
 import string
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 __all__ = ["CHAT_TEMPLATE", "MAX_VOCAB", "build_standin", "build_vocab", "main"]
 
@@ -91,7 +92,7 @@ def build_standin() -> object:
     from transformers import GemmaTokenizer
 
     vocab, merges = build_vocab()
-    tok = GemmaTokenizer(vocab=vocab, merges=merges)
+    tok = GemmaTokenizer(vocab=vocab, merges=cast(Any, merges))  # pairs, as tokenizers takes
     tok.add_special_tokens({"additional_special_tokens": _SPECIALS})
     tok.chat_template = CHAT_TEMPLATE
     return tok

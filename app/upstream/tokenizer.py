@@ -62,7 +62,7 @@ class HFTextTokenizer:
         return [int(i) for i in ids]
 
     def _token_id(self, token: str) -> int | None:
-        vocab = self.hf.get_vocab()
+        vocab: dict[str, int] = self.hf.get_vocab()
         return vocab.get(token)
 
     def _scaffold(self) -> tuple[str, tuple[int, ...]]:

@@ -23,7 +23,7 @@ import orjson
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
 from app.upstream.sim.options import SimOptions
-from app.upstream.sim.scorer import AnswerKey, ScoreOptions, Scorer
+from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer
 from app.upstream.sim.shapes import chat_response, completions_response, models_response, usage
 from app.upstream.sim.tokens import PrefixCache, SimTokenizer, find_slots, load_sim_tokenizer
 from app.upstream.sim.validate import ReadSpec, SimBadRequest, error_body, validate_read
@@ -35,7 +35,7 @@ logger = logging.getLogger("dreads.sim")
 Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-_JSON = [(b"content-type", b"application/json")]
+_JSON = (b"content-type", b"application/json")
 
 
 class _Reply(Exception):
@@ -76,6 +76,7 @@ class SimApp:
         self.bodies: deque[bytes] = deque(maxlen=max(1, options.record_bodies))
         self.created = int(time.time())
         self.version = f"dreads-sim {_version()}"
+        self.engine_rows = _engine_rows(options)
 
     # -- ASGI ---------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -90,7 +91,9 @@ class SimApp:
         except _Reply as reply:
             status, payload = reply.status, reply.body
         data = b"" if payload is None else orjson.dumps(payload)
-        headers = _JSON if payload is not None else []
+        headers = [(b"content-length", str(len(data)).encode())]
+        if payload is not None:
+            headers.append(_JSON)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 
@@ -171,7 +174,8 @@ class SimApp:
             raise _Reply(504, error_body("dreads sim: injected hang ended", None, 504))
         await self.batch.admit()
         self.counters["reads"] += 1
-        return 200, self._answer(body, spec, chat=chat, fault=fault)
+        rows = await self.engine_rows(body, spec, chat=chat) if self.engine_rows else None
+        return 200, self._answer(body, spec, chat=chat, fault=fault, rows=rows)
 
     def _validated(self, raw: bytes, *, chat: bool) -> tuple[dict[str, Any], ReadSpec]:
         try:
@@ -195,7 +199,7 @@ class SimApp:
         return body, spec
 
     def _answer(self, body: dict[str, Any], spec: ReadSpec, *, chat: bool,
-                fault: str | None) -> dict[str, Any]:
+                fault: str | None, rows: list[Row] | None = None) -> dict[str, Any]:
         messages = _message_pairs(body["messages"]) if chat else None
         if messages is None:
             prompt = body["prompt"]
@@ -207,7 +211,8 @@ class SimApp:
         questions = _questions(pairs)
         slot_ids = find_slots(self.tokenizer, spec.canvas, spec.rows, spec.pinned)
         slots = {p: questions(cid) for p, cid in slot_ids.items()}
-        rows = self.scorer.rows(spec.canvas, spec.rows, spec.logprob_ids, slots, fault)
+        if rows is None:
+            rows = self.scorer.rows(spec.canvas, spec.rows, spec.logprob_ids, slots, fault)
         cached = self.prefix.lookup_and_insert(prompt_ids)
         info = usage(len(prompt_ids), len(rows), cached)
         text = "".join(self.tokenizer.piece(r.argmax_id) for r in rows)
@@ -264,6 +269,16 @@ async def _wait_disconnect(receive: Receive, limit_s: float) -> None:
 
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_until_gone(), timeout=limit_s)
+
+
+def _engine_rows(options: SimOptions) -> Any:
+    """``--engine transformers``: rows from the in-process engine (needs the engine extra)."""
+    if not options.engine_model:
+        return None
+    from app.upstream.transformers_engine.sim_rows import EngineRows
+
+    return EngineRows(options.engine_model, device=options.engine_device,
+                      dtype=options.engine_dtype, canvas_length=options.canvas_length)
 
 
 def create_app(options: SimOptions) -> SimApp:

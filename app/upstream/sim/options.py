@@ -30,3 +30,6 @@ class SimOptions:
     hang_s: float = 600.0  #: longest a hanging request waits for the client to give up
     seed: int = 0
     record_bodies: int = 0  #: keep the last N request bodies (tests)
+    engine_model: str | None = None  #: a DiffusionGemma checkpoint: rows from the engine
+    engine_device: str = "cpu"  #: with engine_model
+    engine_dtype: str = "bfloat16"  #: with engine_model

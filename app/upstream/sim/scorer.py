@@ -11,7 +11,7 @@ At an answer slot the candidate labels are the request's ``logprob_token_ids``. 
 - ``miscalibration`` m: logits times (1 + m) and the first label (yes / A / 1) shifted by -m, so
   probabilities are miscalibrated while the ranking of that label stays.
 
-Label mass is 0.90-0.99 normally; a ``low_mass`` read puts most mass on a non-label argmax.
+Label mass is 0.90-0.99 normally (fixed per question); a ``low_mass`` read puts most mass on a non-label argmax.
 Every other position emits its canvas token with high probability.
 """
 
@@ -128,7 +128,7 @@ class Scorer:
             logprobs = {i: math.log(mass) + v - log_z for i, v in logits.items()}
             other = self._non_label(ids, canvas[position])
             return Row(other, math.log(0.6), logprobs)
-        mass = 0.90 + 0.09 * _unit(self.options.seed, "mass", canvas[position], position)
+        mass = 0.90 + 0.09 * _unit(self.options.seed, "mass", question)
         logprobs = {i: math.log(mass) + v - log_z for i, v in logits.items()}
         return Row(top, logprobs[top], logprobs)
 

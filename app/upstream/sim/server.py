@@ -27,7 +27,9 @@ logger = logging.getLogger("dreads.sim")
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket; port 0 picks a free one."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, so asyncio sets TCP_NODELAY on accepted connections (else Nagle plus
+    # delayed ACK add 40 ms to every keep-alive request).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)

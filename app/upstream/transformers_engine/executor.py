@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -24,7 +25,7 @@ from app.upstream.transformers_engine.model import (
 )
 from app.upstream.transformers_engine.prefill_cache import PrefillCache
 
-__all__ = ["BatchExecutor", "JobOutput", "ReadJob", "shared_prefix_groups"]
+__all__ = ["BatchExecutor", "BatchStats", "JobOutput", "ReadJob", "shared_prefix_groups"]
 
 log = logging.getLogger("dreads.upstream.transformers")
 
@@ -82,7 +83,7 @@ def shared_prefix_groups(
             singles.extend(run)
 
     for a, b in pairwise(order):
-        common = len(os.path.commonprefix([a, b]))
+        common = _common_prefix(a, b)
         if common >= max(min_tokens, share * min(len(a), len(b))):
             run.append(b)
             run_lcp = min(run_lcp, common)
@@ -107,6 +108,7 @@ class BatchExecutor:
         self.min_shared_prefix = min_shared_prefix
         self.shared_share = shared_share
         self.last = BatchStats(0, 0, 0, 0, 0)
+        self.totals: Counter[str] = Counter()  #: BatchStats summed over every batch
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
 
     def run(self, jobs: Sequence[ReadJob]) -> list[JobOutput]:
@@ -128,11 +130,14 @@ class BatchExecutor:
                                            cached_tokens[i])
         self.last = BatchStats(len(jobs), len(entries), self._prefilled, self._encoder_calls,
                                self._decoder_calls)
+        for name, value in dataclasses.asdict(self.last).items():
+            self.totals[name] += value
         return [o for o in outputs if o is not None]
 
     # -- prompt entries -------------------------------------------------------------------------
 
-    def _entries(self, prompts: Sequence[Prompt]) -> tuple[dict[Prompt, KVEntry], dict[Prompt, int]]:
+    def _entries(self, prompts: Sequence[Prompt]
+                 ) -> tuple[dict[Prompt, KVEntry], dict[Prompt, int]]:
         """A KV entry per distinct prompt, and how many of its tokens were reused."""
         entries: dict[Prompt, KVEntry] = {}
         reused: dict[Prompt, int] = {}
@@ -184,6 +189,11 @@ class BatchExecutor:
             self._prefilled += sum(len(j.ids) for _, j in chunk)
             entries = self.model.prefill([j for _, j in chunk])
             yield from zip((k for k, _ in chunk), entries, strict=True)
+
+
+def _common_prefix(a: Prompt, b: Prompt) -> int:
+    pairs = enumerate(zip(a, b, strict=False))
+    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
 
 
 def _budget_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int

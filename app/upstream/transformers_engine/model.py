@@ -11,11 +11,15 @@ tensors (or expanded views) and transformers' ``DynamicLayer.update`` concatenat
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
+
+from app.errors import ConfigError
 
 __all__ = [
     "SOFTCAP_DEFAULT",
@@ -72,10 +76,17 @@ class SlotLogprobs:
 
 def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> ReadModel:
     """Load a DiffusionGemma checkpoint (local dir or hub id) for reads."""
-    model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-        path, dtype=getattr(torch, dtype), device_map=device
-    )
-    return ReadModel(model)
+    options: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if device != "cpu" and importlib.util.find_spec("accelerate") is not None:
+        options["device_map"] = device  # straight onto the GPU, no full copy in CPU memory
+    try:
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **options)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot load a DiffusionGemma checkpoint from {path!r}: {exc}. Pass --model as a "
+            "directory with config.json and *.safetensors (`dreads engine make-tiny DIR` writes "
+            "a tiny one) or a hub id cached locally") from exc
+    return ReadModel(model.to(device))
 
 
 class ReadModel:
@@ -141,7 +152,8 @@ class ReadModel:
             values[row, :, width - n :] = v
         return keys, values
 
-    def _padding_mask(self, lengths: Sequence[int], total: int, extra: Sequence[int]) -> torch.Tensor:
+    def _padding_mask(self, lengths: Sequence[int], total: int, extra: Sequence[int]
+                      ) -> torch.Tensor:
         """(B, total + max(extra)) bool: each row's prefix right-aligned, then its ``extra``."""
         width = total + max(extra)
         mask = torch.zeros((len(lengths), width), dtype=torch.bool)
@@ -229,22 +241,38 @@ class ReadModel:
         return torch.tanh(logits / self.softcap) * self.softcap
 
     def _split(self, rows: Sequence[DecodeRow], logits: torch.Tensor) -> list[SlotLogprobs]:
+        """Per row: the requested ids' log-probs and the argmax, in a few batched kernels."""
+        wanted = [(r.logprob_ids, r.constrained) for r in rows for _ in r.slots]
+        picked = _pick(logits, wanted)
         out: list[SlotLogprobs] = []
         at = 0
         for row in rows:
-            chunk = logits[at : at + len(row.slots)]
-            at += len(row.slots)
-            out.append(_row_logprobs(chunk, row.logprob_ids, constrained=row.constrained))
+            n, k = len(row.slots), len(row.logprob_ids)
+            part = slice(at, at + n)
+            at += n
+            out.append(SlotLogprobs(picked.logprobs[part, :k], picked.argmax_ids[part],
+                                    picked.argmax_logprobs[part]))
         return out
 
 
-def _row_logprobs(logits: torch.Tensor, ids: Sequence[int], *, constrained: bool) -> SlotLogprobs:
-    """Full-vocabulary log-softmax (or renormalised over ``ids`` when constrained)."""
-    index = torch.tensor(list(ids), dtype=torch.long, device=logits.device)
-    if constrained:
-        lp = torch.log_softmax(logits[:, index], dim=-1)
-        best, arg = lp.max(dim=-1)
-        return SlotLogprobs(lp.cpu(), index[arg].cpu(), best.cpu())
+def _pick(logits: torch.Tensor, wanted: Sequence[tuple[Sequence[int], bool]]) -> SlotLogprobs:
+    """For (N, vocab) logits: each row's ids' log-probs (full-vocabulary log-softmax, or
+    renormalised over its ids when constrained) and its argmax, padded to the most ids."""
+    width = max(len(ids) for ids, _ in wanted)
+    index = torch.zeros((len(wanted), width), dtype=torch.long)
+    valid = torch.zeros((len(wanted), width), dtype=torch.bool)
+    for i, (ids, _) in enumerate(wanted):
+        index[i, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        valid[i, : len(ids)] = True
+    constrained = torch.tensor([c for _, c in wanted], dtype=torch.bool)
+    index, valid = index.to(logits.device), valid.to(logits.device)
     full = torch.log_softmax(logits, dim=-1)
     best, arg = full.max(dim=-1)
-    return SlotLogprobs(full[:, index].cpu(), arg.cpu(), best.cpu())
+    sub = torch.log_softmax(logits.gather(1, index).masked_fill(~valid, -torch.inf), dim=-1)
+    sub_best, sub_arg = sub.max(dim=-1)
+    mask = constrained.to(logits.device)
+    return SlotLogprobs(
+        torch.where(mask[:, None], sub, full.gather(1, index)).cpu(),
+        torch.where(mask, index.gather(1, sub_arg[:, None])[:, 0], arg).cpu(),
+        torch.where(mask, sub_best, best).cpu(),
+    )

@@ -41,7 +41,8 @@ def rounded_vocab(n_tokens: int) -> int:
     return -(-n_tokens // _VOCAB_MULTIPLE) * _VOCAB_MULTIPLE
 
 
-def build_tiny_model(vocab_size: int, *, seed: int = 0, **config: Any) -> DiffusionGemmaForBlockDiffusion:
+def build_tiny_model(vocab_size: int, *, seed: int = 0,
+                     **config: Any) -> DiffusionGemmaForBlockDiffusion:
     """A random tiny DiffusionGemma in float32, eval mode; the same seed gives the same weights."""
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(tiny_config(vocab_size, **config))

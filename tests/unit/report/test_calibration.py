@@ -66,7 +66,7 @@ def test_per_question_maps_and_global_fallback(tmp_path: Path) -> None:
     ids = ["a"] * 300 + ["b"] * 300 + ["rare"] * 5
     y = np.concatenate([y1, y2, [1, 0, 1, 0, 1]])
     s = np.concatenate([s1, s1, [0.5] * 5])
-    cal = fit_calibration(y, s, ids, source={"run": "r1"})
+    cal = fit_calibration(y, s, ids, per_question=True, source={"run": "r1"})
     assert set(cal.questions) == {"a", "b"}  # "rare" has too few answers: global map
     assert cal.scope == "per_question"
     path = tmp_path / "calib.json"

@@ -87,8 +87,13 @@ def test_outlier_cell_flagged_like_the_field_report() -> None:
     assert not any(flag for flag, _ in flags[1:])
 
 
-def test_even_rates_are_not_flagged() -> None:
+def test_even_low_or_single_rates_are_not_flagged() -> None:
     flags = m.flag_outlier_rates([10, 12, 9, 11], [1000, 1000, 1000, 1000])
     assert not any(flag for flag, _ in flags)
+    # One stray failure where the others have none is not an outlier.
+    assert not any(flag for flag, _ in m.flag_outlier_rates([1, 0, 0, 0], [1600] * 4))
+    # A cell doing better than the rest is not flagged, the one doing worse is.
+    flags = m.flag_outlier_rates([0, 25], [300, 300])
+    assert [flag for flag, _ in flags] == [False, True]
     assert m.flag_outlier_rates([0, 0], [10, 10]) == [(False, None), (False, None)]
     assert m.flag_outlier_rates([5], [10]) == [(False, None)]

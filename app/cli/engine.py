@@ -1,0 +1,83 @@
+"""``dreads engine``: the in-process transformers engine (``pip install -e .[engine]``).
+
+``dreads engine make-tiny OUT_DIR`` saves a tiny random DiffusionGemma with the stand-in
+tokenizer (tests, demos: ``dreads sim --engine transformers --model OUT_DIR``, or
+``DREADS_ENGINE=transformers dreads run ... --model OUT_DIR``).
+
+Other commands select the engine with the options below (``EngineOpt``, ``DeviceOpt``,
+``DtypeOpt``) and ``engine_config()``; the model to load is the run's ``--model``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from app.cli._app import app
+
+if TYPE_CHECKING:
+    from app.upstream.factory import UpstreamConfig
+
+__all__ = ["DeviceOpt", "DtypeOpt", "EngineOpt", "engine_app", "engine_config", "make_tiny"]
+
+_ENGINE = "Engine"
+
+EngineOpt = Annotated[str | None, typer.Option(
+    "--engine", help="vllm (HTTP: vLLM or dreads sim) or transformers (in-process; --model is "
+    "then a checkpoint dir or hub id). Default DREADS_ENGINE or vllm.", rich_help_panel=_ENGINE)]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", help="transformers engine: cuda or cpu (default DREADS_DEVICE or cpu).",
+    rich_help_panel=_ENGINE)]
+DtypeOpt = Annotated[str | None, typer.Option(
+    "--dtype", help="transformers engine: bfloat16 or float32 (default DREADS_DTYPE).",
+    rich_help_panel=_ENGINE)]
+
+engine_app = typer.Typer(help="The in-process transformers engine (pip install -e .[engine]).",
+                         no_args_is_help=True)
+app.add_typer(engine_app, name="engine")
+
+_ENGINES = ("vllm", "transformers")
+_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | None,
+                  dtype: str | None) -> UpstreamConfig:
+    """``base`` with the options the user gave; checks them.
+
+    Raises:
+        ConfigError: an unknown engine or dtype, the message says what to pass.
+    """
+    from dataclasses import replace
+
+    from app.errors import ConfigError
+
+    chosen = replace(base, engine=engine or base.engine, device=device or base.device,
+                     dtype=dtype or base.dtype)
+    if chosen.engine not in _ENGINES:
+        raise ConfigError(f"unknown engine {chosen.engine!r}: pass --engine vllm or "
+                          "--engine transformers")
+    if chosen.dtype not in _DTYPES:
+        raise ConfigError(f"unknown dtype {chosen.dtype!r}: pass one of {', '.join(_DTYPES)}")
+    return chosen
+
+
+@engine_app.command("make-tiny")
+def make_tiny(
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write (created if missing).")],
+    seed: Annotated[int, typer.Option(help="Weight seed.")] = 0,
+    tokenizer: Annotated[str | None, typer.Option(
+        help="Tokenizer directory (default: the bundled stand-in).")] = None,
+) -> None:
+    """Save a tiny random DiffusionGemma (2 layers, 4 experts) with a tokenizer to OUT_DIR."""
+    try:
+        from app.upstream.transformers_engine.tiny import make_tiny_dir
+    except ImportError as exc:
+        typer.echo(f"error: the transformers engine needs torch: pip install -e .[engine] "
+                   f"({exc})", err=True)
+        raise typer.Exit(2) from exc
+    path = make_tiny_dir(out_dir, tokenizer_dir=tokenizer, seed=seed)
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    typer.echo(f"tiny DiffusionGemma written to {path} ({size / 1e6:.1f} MB); serve it with "
+               f"`dreads sim --engine transformers --model {path}`")

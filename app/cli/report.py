@@ -1,0 +1,136 @@
+"""``dreads report`` (figures, diagnostics, calibration, comparison, HTML), ``dreads calibrate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from app.cli._app import app
+from app.cli.options import (
+    DatabaseOpt,
+    JsonOpt,
+    cli_errors,
+    console,
+    database_url,
+    err_console,
+    open_store,
+)
+from app.errors import InputError
+from app.report.calibration import CalibrationMethod, fit_calibration, load_calibration
+from app.report.document import calibrate_rows, report_from_rows
+from app.report.figures import Params, noul_arrays, typed_rows
+from app.report.html import render_html
+from app.report.load import load_run_rows, resolve_run
+from app.report.metrics import ece
+from app.report.tables import report_view
+from app.store.db import session_scope
+
+__all__ = ["calibrate", "report"]
+
+_FIG = "Figures"
+
+
+def _params(threshold_recall: float, threshold_fp: float, top_share: float) -> Params:
+    if threshold_recall > threshold_fp:
+        raise InputError(
+            f"--threshold-recall {threshold_recall} is above --threshold-fp {threshold_fp}; "
+            "the referral band runs from the recall threshold up to the false-positive one, "
+            "so give a recall threshold at or below the false-positive threshold"
+        )
+    return Params(threshold_recall=threshold_recall, threshold_fp=threshold_fp,
+                  top_share=top_share, band_low=threshold_recall, band_high=threshold_fp)
+
+
+@app.command("report")
+def report(
+    run: Annotated[str, typer.Argument(help="Run name (or id).")],
+    json_out: JsonOpt = False,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="Also write one self-contained HTML page (plots embedded).")] = None,
+    threshold_recall: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Recall counts P(yes) above this.", rich_help_panel=_FIG)] = 0.30,
+    threshold_fp: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="False positives: negatives with P(yes) above this.",
+        rich_help_panel=_FIG)] = 0.70,
+    top_share: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Share of positives ranked in this top share.",
+        rich_help_panel=_FIG)] = 0.05,
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="calib.json from `dreads calibrate`: adds calibrated figures.")
+    ] = None,
+    against: Annotated[str | None, typer.Option(
+        "--against", help="Another run of the same decisions: side by side, with the "
+        "difference.")] = None,
+    database: DatabaseOpt = None,
+) -> None:
+    """Evaluation figures of a run (questions with expected labels), overall and per cell,
+    with diagnostics of what went wrong per cell."""
+    with cli_errors():
+        params = _params(threshold_recall, threshold_fp, top_share)
+        calib = load_calibration(calibration) if calibration is not None else None
+        factory = open_store(database_url(database))
+        with session_scope(factory) as session:
+            data = load_run_rows(session, resolve_run(session, run))
+            doc = report_from_rows(session, data, params, calibration=calib, against=against)
+        if html is not None:
+            cal_rows = calibrate_rows(data.rows, calib) if calib is not None else None
+            _write(html, render_html(doc, data.rows, cal_rows))
+    if json_out:
+        typer.echo(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        # Piped output is not cropped to 80 columns: the per-cell tables are wide.
+        wide = console if console.is_terminal else Console(width=max(console.width, 160))
+        wide.print(report_view(doc))
+    if html is not None:
+        err_console.print(f"wrote {html}", highlight=False)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}; choose a writable path") from exc
+
+
+@app.command("calibrate")
+def calibrate(
+    run: Annotated[str, typer.Argument(help="A run with expected labels (name or id).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write calib.json.")],
+    method: Annotated[CalibrationMethod, typer.Option(
+        help="isotonic (monotone steps) or platt (logistic on the logit).")
+    ] = CalibrationMethod.ISOTONIC,
+    per_question: Annotated[bool, typer.Option(
+        "--per-question/--global", help="One map for all questions (default: ranking figures "
+        "stay exactly equal), or one map per question id with the global map as fallback "
+        "(rankings within a question stay equal; pooled rankings can change).")] = False,
+    json_out: JsonOpt = False,
+    database: DatabaseOpt = None,
+) -> None:
+    """Fit a monotone calibration map of P(yes) from a run's labelled yes/no answers."""
+    with cli_errors():
+        factory = open_store(database_url(database))
+        with session_scope(factory) as session:
+            data = load_run_rows(session, resolve_run(session, run))
+        rows = [r for r in typed_rows(data.rows, "noul") if r.answered and r.p_yes is not None]
+        y, s, _ = noul_arrays(rows)
+        calib = fit_calibration(y, s, [r.question_id for r in rows], method=method,
+                                per_question=per_question, source={"run": data.run.name})
+        _write(output, json.dumps(calib.to_json(), indent=2) + "\n")
+        calibrated = calib.apply([r.question_id for r in rows], s)
+    summary: dict[str, Any] = {
+        "output": str(output), "method": method.value, "scope": calib.scope,
+        "n": int(y.size), "positives": int(y.sum()), "question_maps": sorted(calib.questions),
+        "ece_before": ece(y, s), "ece_after_in_sample": ece(y, calibrated),
+    }
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2, allow_nan=False))
+        return
+    console.print(
+        f"wrote {output}: {method.value} {calib.scope} map from {summary['n']} labelled "
+        f"answers ({summary['positives']} yes); {len(calib.questions)} per-question map(s); "
+        f"ECE {summary['ece_before']:.4f} -> {summary['ece_after_in_sample']:.4f} (in sample: "
+        "check it on another run with `dreads report OTHER --calibration`)", highlight=False)

@@ -1,0 +1,349 @@
+"""``dreads check-upstream`` and ``dreads decide``: talk to an upstream directly, no database.
+
+Exit codes: 0 ok; 1 the upstream failed or is not ready; 2 a user error (bad line, rejected
+template, bad option).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.table import Table
+
+from app.cli._app import app
+from app.cli.options import (
+    CanvasOpt,
+    DrawsOpt,
+    JsonOpt,
+    MaxDrawsOpt,
+    ModelOpt,
+    ModeOpt,
+    PolicyOpt,
+    ThresholdOpt,
+    TokenizerOpt,
+    UpstreamOpt,
+    base_read_settings,
+    console,
+    err_console,
+    read_overrides,
+)
+from app.config import get_settings
+from app.engine import (
+    Answer,
+    Decision,
+    DecisionFlow,
+    ReadSettings,
+    ServerFingerprint,
+    TextTokenizer,
+    build_probe_request,
+    parse_decision,
+    plan_decision,
+)
+from app.errors import ConfigError, DreadsError, InputError, UpstreamError
+from app.upstream.base import Upstream
+
+__all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_decisions"]
+
+_WAIT_HELP = "Seconds to wait for the upstream to be ready."
+
+
+def _make_upstream(url: str, settings: ReadSettings) -> Upstream:
+    from app.upstream.factory import UpstreamConfig, make_upstream
+
+    env = get_settings()
+    return make_upstream(UpstreamConfig(
+        url=url, engine=env.engine, model=settings.model, canvas_length=settings.canvas_length,
+        max_in_flight=env.max_in_flight, timeout_s=env.read_timeout_s, retries=env.read_retries,
+        device=env.device, dtype=env.dtype))
+
+
+def _load_tokenizer(name: str) -> TextTokenizer:
+    from app.upstream.tokenizer import load_tokenizer
+
+    return load_tokenizer(name)
+
+
+# -- check-upstream ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Check:
+    fingerprint: ServerFingerprint
+    read_latency_ms: float
+    prompt_tokens: int | None
+    waited_s: float
+
+
+async def _check(url: str, settings: ReadSettings, timeout_s: float) -> _Check:
+    tokenizer = _load_tokenizer(settings.tokenizer)
+    probe = build_probe_request(settings, tokenizer)
+    upstream = _make_upstream(url, settings)
+    started = time.monotonic()
+    try:
+        await upstream.wait_ready(timeout_s=timeout_s, probe=probe)
+        waited_s = time.monotonic() - started
+        fingerprint = await upstream.fingerprint()
+        read_started = time.perf_counter()
+        result = await upstream.read(probe)
+        latency_ms = (time.perf_counter() - read_started) * 1000.0
+    finally:
+        await upstream.aclose()
+    return _Check(fingerprint, latency_ms, result.prompt_tokens, waited_s)
+
+
+def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table:
+    fp = check.fingerprint
+    table = Table(title=f"upstream {url}: ready", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    engine = f"{fp.engine} (SIMULATOR)" if fp.engine == "sim" else fp.engine
+    for name, value in (("engine", engine), ("model", fp.model_id),
+                        ("max_model_len", fp.max_model_len), ("version", fp.version),
+                        ("canvas_length", fp.canvas_length),
+                        ("ready after", f"{check.waited_s:.1f}s"),
+                        ("read latency", f"{check.read_latency_ms:.1f} ms"),
+                        ("probe prompt tokens", check.prompt_tokens)):
+        table.add_row(name, "-" if value is None else str(value))
+    if fp.canvas_length != settings.canvas_length:
+        table.add_row("[yellow]warning[/yellow]",
+                      f"the server's canvas is {fp.canvas_length}, the settings say "
+                      f"{settings.canvas_length}: pass --canvas {fp.canvas_length}")
+    return table
+
+
+@app.command("check-upstream")
+def check_upstream(
+    url: Annotated[str, typer.Argument(help="vLLM (or dreads sim) base URL, or 'sim'.")],
+    timeout: Annotated[float, typer.Option("--timeout", min=0.0, help=_WAIT_HELP)] = 60.0,
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    canvas: CanvasOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
+    settings = base_read_settings(read_overrides(model=model, tokenizer=tokenizer, canvas=canvas))
+    try:
+        if json_out:
+            check = asyncio.run(_check(url, settings, timeout))
+        else:
+            with console.status(f"waiting for {url} (up to {timeout:g}s): model list, then "
+                                "one real read ..."):
+                check = asyncio.run(_check(url, settings, timeout))
+    except DreadsError as exc:
+        _not_ready(url, exc, json_out)
+        raise typer.Exit(2 if isinstance(exc, (InputError, ConfigError)) else 1) from exc
+    if json_out:
+        typer.echo(orjson.dumps({"ready": True, **asdict(check)}).decode())
+    else:
+        console.print(_fingerprint_table(check, url, settings))
+
+
+def _not_ready(url: str, exc: DreadsError, json_out: bool) -> None:
+    if json_out:
+        typer.echo(orjson.dumps({"ready": False, "kind": exc.kind, "error": exc.message}).decode())
+        return
+    err_console.print(f"[red]not ready:[/red] {url}: {exc.message}", highlight=False)
+    err_console.print("check: the URL and port, that vLLM finished loading (GET /v1/models), "
+                      "the served model name (--model), the canvas (--canvas) and the "
+                      "tokenizer (--tokenizer)", highlight=False)
+
+
+# -- decide -----------------------------------------------------------------------------------
+@dataclass
+class DecideOutcome:
+    """One line's outcome: answers, or why there are none."""
+
+    line_no: int
+    decision_id: str | None
+    status: str  #: done | rejected | failed | bad_line
+    answers: tuple[Answer, ...] = ()
+    error: str | None = None
+    kind: str | None = None
+
+
+def load_decisions(lines: Sequence[str]) -> list[Decision | DecideOutcome]:
+    """Parse JSONL lines; a bad line becomes a ``bad_line`` outcome with its line number."""
+    out: list[Decision | DecideOutcome] = []
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse_decision(orjson.loads(line), line_no=line_no))
+        except orjson.JSONDecodeError as exc:
+            out.append(DecideOutcome(line_no, None, "bad_line", error=f"line {line_no}: not "
+                                     f"JSON ({exc})", kind="rejected"))
+        except InputError as exc:
+            out.append(DecideOutcome(line_no, None, "bad_line", error=exc.message,
+                                     kind=exc.kind))
+    return out
+
+
+async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
+                      tokenizer: TextTokenizer, upstream: Upstream) -> DecideOutcome:
+    try:
+        plan = plan_decision(decision, settings, tokenizer)
+    except InputError as exc:
+        return DecideOutcome(line_no, decision.id, "rejected", error=exc.message, kind=exc.kind)
+    flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
+    try:
+        while not flow.done:
+            requests = flow.next_requests()
+            results = await asyncio.gather(*(upstream.read(r) for r in requests))
+            for request, result in zip(requests, results, strict=True):
+                flow.record(request, result)
+    except UpstreamError as exc:
+        return DecideOutcome(line_no, decision.id, "failed", error=exc.message, kind=exc.kind)
+    return DecideOutcome(line_no, decision.id, "done", answers=flow.answers())
+
+
+async def decide_all(items: Sequence[Decision | DecideOutcome], settings: ReadSettings,
+                     tokenizer: TextTokenizer, upstream: Upstream) -> list[DecideOutcome]:
+    """Answer every decision concurrently (bad lines pass through), in input order."""
+    async def _one(index: int, item: Decision | DecideOutcome) -> DecideOutcome:
+        if isinstance(item, DecideOutcome):
+            return item
+        return await _decide_one(item, index + 1, settings, tokenizer, upstream)
+
+    return list(await asyncio.gather(*(_one(i, item) for i, item in enumerate(items))))
+
+
+async def _run_decide(items: list[Decision | DecideOutcome], settings: ReadSettings, url: str,
+                      timeout_s: float) -> tuple[list[DecideOutcome], ServerFingerprint]:
+    tokenizer = _load_tokenizer(settings.tokenizer)
+    upstream = _make_upstream(url, settings)
+    try:
+        await upstream.wait_ready(timeout_s=timeout_s)
+        fingerprint = await upstream.fingerprint()
+        outcomes = await decide_all(items, settings, tokenizer, upstream)
+    finally:
+        await upstream.aclose()
+    return outcomes, fingerprint
+
+
+def _single(state: str, question: str, qtype: str, options: list[str]) -> Decision:
+    names = [o.strip() for opt in options for o in opt.split(",") if o.strip()]
+    spec: dict[str, Any] = {"type": qtype, "instructions": question}
+    if qtype == "choice":
+        spec["criteria"] = {name: None for name in names}
+    elif qtype == "score":
+        spec["criteria"] = names
+    elif names:
+        raise InputError("--options is for --type choice or score; noul labels are yes/no")
+    return parse_decision({"id": "cli", "state": state, "questions": {"q": spec}})
+
+
+def _items(file: Path | None, state: str | None, question: str | None, qtype: str,
+           options: list[str]) -> list[Decision | DecideOutcome]:
+    if file is not None and (state is not None or question is not None):
+        raise InputError("give a FILE or --state with --question, not both")
+    if file is not None:
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InputError(f"cannot read {file}: {exc.strerror}") from exc
+        return list(load_decisions(lines))
+    if state is None or question is None:
+        raise InputError("give a JSONL FILE, or --state TEXT and --question TEXT")
+    return [_single(state, question, qtype, options)]
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _answers_table(outcome: DecideOutcome) -> Table:
+    table = Table(title=f"decision {outcome.decision_id} (line {outcome.line_no})",
+                  caption="P: P(yes) for noul, else the answer's probability; mass: label "
+                          "mass (mean, min); H: entropy")
+    for column in ("question", "answer", "P", "mass", "argmax label", "H", "stderr", "agree",
+                   "draws", "stop"):
+        table.add_column(column, overflow="fold")
+    for a in outcome.answers:
+        prob = a.p_yes if a.p_yes is not None else a.top_prob
+        mass = f"{a.label_mass:.2f}, {a.min_label_mass:.2f}"
+        table.add_row(a.question_id, f"{a.option} ({a.label})", _fmt(prob), mass,
+                      "yes" if a.argmax_is_label else "[red]no[/red]", _fmt(a.entropy, 2),
+                      _fmt(a.stderr), _fmt(a.agreement, 2), str(a.draws), str(a.stop_reason))
+    return table
+
+
+def _print_outcomes(outcomes: list[DecideOutcome], fingerprint: ServerFingerprint) -> None:
+    label = " (SIMULATOR)" if fingerprint.engine == "sim" else ""
+    console.print(f"upstream: {fingerprint.model_id}{label}, canvas {fingerprint.canvas_length}",
+                  highlight=False)
+    for outcome in outcomes:
+        if outcome.status == "done":
+            console.print(_answers_table(outcome))
+        else:
+            where = f"line {outcome.line_no}" + (f" ({outcome.decision_id})"
+                                                 if outcome.decision_id else "")
+            err_console.print(f"[red]{outcome.status}[/red] {where}: {outcome.error}",
+                              highlight=False)
+
+
+def _outcome_json(outcome: DecideOutcome) -> dict[str, Any]:
+    return {"line": outcome.line_no, "id": outcome.decision_id, "status": outcome.status,
+            "kind": outcome.kind, "error": outcome.error,
+            "answers": [asdict(a) for a in outcome.answers]}
+
+
+def _exit_code(outcomes: list[DecideOutcome]) -> int:
+    statuses = {o.status for o in outcomes}
+    if "failed" in statuses:
+        return 1
+    return 2 if statuses & {"rejected", "bad_line"} else 0
+
+
+@app.command("decide")
+def decide(
+    file: Annotated[Path | None, typer.Argument(help="JSONL decisions (one per line).")] = None,
+    state: Annotated[str | None, typer.Option(help="The state (document) of one decision.")]
+    = None,
+    question: Annotated[str | None, typer.Option(help="The question's instructions.")] = None,
+    qtype: Annotated[str, typer.Option("--type", help="noul | choice | score.")] = "noul",
+    options: Annotated[list[str] | None, typer.Option(
+        "--options", help="Choice options / score levels (repeat, or comma-separated).")]
+    = None,
+    upstream: UpstreamOpt = None,
+    policy: PolicyOpt = None,
+    draws: DrawsOpt = None,
+    threshold: ThresholdOpt = None,
+    max_draws: MaxDrawsOpt = None,
+    mode: ModeOpt = None,
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    canvas: CanvasOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.0, help=_WAIT_HELP)] = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Answer a few decisions directly against an upstream (no database): answers, label mass,
+    draws and why they stopped."""
+    if qtype not in ("noul", "choice", "score"):
+        err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
+        raise typer.Exit(2)
+    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
+                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode)
+    settings = base_read_settings(overrides)
+    url = upstream or get_settings().upstream
+    try:
+        items = _items(file, state, question, qtype, options or [])
+        outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout))
+    except InputError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        raise typer.Exit(2) from exc
+    except DreadsError as exc:
+        err_console.print(f"[red]error:[/red] {url}: {exc.message}", highlight=False)
+        raise typer.Exit(1) from exc
+    if json_out:
+        payload = {"upstream": asdict(fingerprint),
+                   "decisions": [_outcome_json(o) for o in outcomes]}
+        typer.echo(orjson.dumps(payload, default=dict).decode())
+    else:
+        _print_outcomes(outcomes, fingerprint)
+    raise typer.Exit(_exit_code(outcomes))
+

@@ -1,0 +1,182 @@
+"""``TransformersUpstream``: the ``Upstream`` Protocol answered in-process by DiffusionGemma.
+
+It takes the same ``ReadRequest`` the HTTP client sends (the body is validated exactly as the
+simulator validates it for vLLM) and returns the same ``ReadResult``: at each slot the full
+vocabulary log-softmax (temperature 1, softcap 30) of the requested ids plus the argmax, or the
+distribution renormalised over the requested ids when the read is constrained. Reads from every
+decision in flight in the process are micro-batched onto one worker thread (one engine per GPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import torch
+import transformers
+
+from app.engine.types import (
+    Endpoint,
+    ReadRequest,
+    ReadResult,
+    ServerFingerprint,
+    TextTokenizer,
+)
+from app.errors import UpstreamRejected, UpstreamUnavailable
+from app.upstream.sim.validate import SimBadRequest, validate_read
+from app.upstream.transformers_engine.batcher import MicroBatcher
+from app.upstream.transformers_engine.executor import BatchExecutor, JobOutput, ReadJob
+from app.upstream.transformers_engine.model import ReadModel, load_model
+from app.upstream.transformers_engine.prefill_cache import PrefillCache
+
+__all__ = ["ENGINE", "TransformersUpstream", "default_cache_bytes"]
+
+log = logging.getLogger("dreads.upstream.transformers")
+
+ENGINE = "transformers"
+_PROMPT_MEMO = 4096
+
+
+def default_cache_bytes(device: str) -> int:
+    """16 GiB of prompt KV on a GPU, 512 MiB on the CPU."""
+    return (16 << 30) if device.startswith("cuda") else (512 << 20)
+
+
+class TransformersUpstream:
+    """Reads answered by a local DiffusionGemma (``pip install -e .[engine]``).
+
+    Example::
+
+        upstream = TransformersUpstream("google/diffusiongemma-26B-A4B-it",
+                                        tokenizer=load_tokenizer("google/diffusiongemma-26B-A4B-it"),
+                                        device="cuda")
+        result = await upstream.read(request)
+    """
+
+    engine: str = ENGINE
+
+    def __init__(self, model_path: str, *, tokenizer: TextTokenizer, device: str = "cpu",
+                 dtype: str = "bfloat16", max_batch: int = 64, flush_ms: float = 3.0,
+                 prefill_token_budget: int = 16384, cache_bytes: int | None = None,
+                 canvas_length: int | None = None, model: ReadModel | None = None) -> None:
+        self.model_id = model_path
+        self.model = model if model is not None else load_model(model_path, device=device,
+                                                                 dtype=dtype)
+        self.tokenizer = tokenizer
+        self.canvas_length = int(canvas_length or self.model.config.canvas_length)
+        self.cache = PrefillCache(cache_bytes if cache_bytes is not None
+                                  else default_cache_bytes(device))
+        self.executor = BatchExecutor(self.model, self.cache,
+                                      prefill_token_budget=prefill_token_budget,
+                                      decode_batch=max_batch)
+        self.batcher: MicroBatcher[ReadJob, JobOutput] = MicroBatcher(
+            self._run_batch, max_batch=max_batch, flush_ms=flush_ms)
+        self._prompts: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
+
+    @classmethod
+    def from_model(cls, model: ReadModel, *, tokenizer: TextTokenizer, name: str,
+                   **options: Any) -> TransformersUpstream:
+        """An upstream over an already loaded model (tests, benchmarks)."""
+        return cls(name, tokenizer=tokenizer, model=model, **options)
+
+    # -- the Upstream Protocol ------------------------------------------------------------------
+
+    async def read(self, request: ReadRequest) -> ReadResult:
+        """Answer one read; raises UpstreamRejected (what vLLM answers 400) or
+        UpstreamUnavailable (the forward failed, e.g. out of memory)."""
+        started = time.perf_counter()
+        job = self.job_for(request)
+        output = await self.batcher.submit(job)
+        return ReadResult(rows=output.rows, prompt_tokens=output.prompt_tokens,
+                          cached_tokens=output.cached_tokens,
+                          latency_ms=(time.perf_counter() - started) * 1000.0)
+
+    async def fingerprint(self) -> ServerFingerprint:
+        text = self.model.text_config
+        return ServerFingerprint(
+            engine=ENGINE,
+            model_id=self.model_id,
+            max_model_len=int(getattr(text, "max_position_embeddings", 0)) or None,
+            version=f"transformers {transformers.__version__}; torch {torch.__version__}",
+            canvas_length=self.canvas_length,
+        )
+
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
+        """The model is loaded in the constructor; a probe read must succeed within timeout_s."""
+        if probe is None:
+            return
+        try:
+            await asyncio.wait_for(self.read(probe), timeout_s)
+        except TimeoutError as exc:
+            raise UpstreamUnavailable(
+                f"the transformers engine did not answer a probe read within {timeout_s:g}s",
+                kind="timeout") from exc
+
+    async def aclose(self) -> None:
+        await self.batcher.aclose()
+        self.cache.clear()
+
+    # -- requests -> jobs -----------------------------------------------------------------------
+
+    def job_for(self, request: ReadRequest) -> ReadJob:
+        """Validate a request as vLLM would and turn it into a ReadJob."""
+        body = request.body
+        chat = request.endpoint == Endpoint.CHAT
+        try:
+            spec = validate_read(body, chat=chat, canvas_length=self.canvas_length,
+                                 vocab_size=self.model.vocab_size)
+        except SimBadRequest as exc:
+            raise UpstreamRejected(exc.message, status=400, param=exc.param) from exc
+        xargs = body.get("vllm_xargs") or {}
+        if int(xargs.get("diffusion_max_steps", 1)) != 1:
+            raise UpstreamRejected(
+                "the transformers engine runs exactly one read-only step: use steps = 1 "
+                "(or serve the model with vLLM for multi-step reads)", param="extra_args")
+        bad = [s for s in request.slots if not 0 <= s < spec.width]
+        if bad:
+            raise UpstreamRejected(f"slot positions {bad} lie outside the canvas of width "
+                                   f"{spec.width}", param="extra_args")
+        ids = spec.logprob_ids or tuple(request.logprob_ids)
+        return ReadJob(self._prompt_ids(body, chat=chat), spec.canvas, tuple(request.slots),
+                       tuple(ids), spec.constrained)
+
+    def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool) -> tuple[int, ...]:
+        if not chat:
+            return self._completion_ids(body["prompt"])
+        key = orjson.dumps(body["messages"], option=orjson.OPT_SORT_KEYS)
+        ids = self._prompts.get(key)
+        if ids is None:
+            messages = tuple(dict(m) for m in body["messages"])
+            ids = tuple(self.tokenizer.chat_prompt_ids(messages))
+            self._prompts[key] = ids
+            if len(self._prompts) > _PROMPT_MEMO:
+                self._prompts.popitem(last=False)
+        return ids
+
+    def _completion_ids(self, prompt: Any) -> tuple[int, ...]:
+        if isinstance(prompt, str):
+            return tuple(self.tokenizer.encode(prompt))
+        bad = [i for i in prompt if not 0 <= i < self.model.vocab_size]
+        if bad:
+            raise UpstreamRejected(f"prompt token ids {bad[:5]} out of vocabulary "
+                                   f"[0, {self.model.vocab_size})", param="prompt")
+        return tuple(int(i) for i in prompt)
+
+    def _run_batch(self, jobs: Sequence[ReadJob]) -> list[JobOutput]:
+        try:
+            return self.executor.run(jobs)
+        except torch.OutOfMemoryError as exc:
+            self.cache.clear()
+            raise UpstreamUnavailable(
+                f"the transformers engine ran out of device memory on a batch of {len(jobs)} "
+                "reads: lower --max-batch or the prefill token budget", kind="server_error",
+            ) from exc
+        except RuntimeError as exc:
+            log.exception("transformers engine batch of %d reads failed", len(jobs))
+            raise UpstreamUnavailable(f"the transformers engine failed: {exc}",
+                                      kind="server_error") from exc

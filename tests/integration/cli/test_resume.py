@@ -1,0 +1,125 @@
+"""``dreads resume`` against real PostgreSQL, a private Redis and simulators: settings and
+server checks (--force), idempotence on a finished run, publishing what is pending."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.embedded import EmbeddedConfig, execute_run
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.runs import require_run, status_counts
+from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.upstream.tokenizer import load_tokenizer
+from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+from tests.fixtures.services import RedisServer, free_port
+from workers.constants import QUEUE
+
+Dreads = Callable[..., CliResult]
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[SimHandle]:
+    with start_sim_thread(SimOptions()) as handle:
+        yield handle
+
+
+def _counts(db: str, run: str) -> dict[str, int]:
+    engine = make_engine(db)
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            return status_counts(session, require_run(session, run).id)
+    finally:
+        engine.dispose()
+
+
+def _finish(db: str, run: str, url: str) -> None:
+    engine = make_engine(db)
+    factory = make_sessionmaker(engine)
+    with session_scope(factory) as session:
+        info = require_run(session, run)
+    asyncio.run(execute_run(factory, info, upstream_url=url, tokenizer=load_tokenizer("standin"),
+                            config=EmbeddedConfig(chunk_size=4, ready_timeout_s=30)))
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def done_run(dreads: Dreads, cli_pg: str, cli_redis: RedisServer, served: SimHandle,
+             tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = write_jobs(tmp_path_factory.mktemp("r") / "r.jsonl",
+                      [job_line(f"r{i}") for i in range(6)])
+    result = dreads("submit", str(path), "--run", "fin", "--database-url", cli_pg,
+                    "--broker", cli_redis.url, "--upstream", served.url, "--json")
+    assert result.code == 0, result.stderr
+    assert result.json()["fingerprint"]["model_id"] == "dgemma"  # taken at first contact
+    _finish(cli_pg, "fin", served.url)
+    assert _counts(cli_pg, "fin") == {"done": 6}
+    return "fin"
+
+
+def _resume(dreads: Dreads, db: str, redis: RedisServer, run: str, *extra: str) -> CliResult:
+    return dreads("resume", run, "--database-url", db, "--broker", redis.url, *extra)
+
+
+def test_finished_run_publishes_nothing(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
+                                       done_run: str, served: SimHandle) -> None:
+    cli_redis.wipe()
+    for extra in ((), ("--retry-failed",)):
+        result = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", served.url,
+                         "--json", *extra)
+        assert result.code == 0, result.stderr
+        doc = result.json()
+        assert doc["sweep"]["published"] == 0 and doc["retried_failed"] == 0
+        assert cli_redis.client().llen(QUEUE) == 0
+    assert _counts(cli_pg, done_run) == {"done": 6}
+
+
+def test_changed_setting_refused(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
+                                 done_run: str, served: SimHandle) -> None:
+    result = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", served.url,
+                     "--policy", "fixed", "--draws", "3")
+    assert result.code == 1
+    assert "policy: 'agree' -> 'fixed'" in result.stderr and "fixed_draws: 1 -> 3" in result.stderr
+    same = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", served.url, "--seed", "0")
+    assert same.code == 0, same.stderr
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"model": "other"}, "'dgemma'"),
+    ({"canvas_length": 256}, "canvas_length: 320 -> 256"),
+])
+def test_other_server_refused_unless_forced(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
+                                            done_run: str, options: dict, needle: str) -> None:
+    with start_sim_thread(SimOptions(**options)) as other:
+        refused = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", other.url)
+        assert refused.code == 1
+        assert needle in refused.stderr and "--force" in refused.stderr
+        forced = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", other.url,
+                         "--force")
+        assert forced.code == 0, forced.stderr
+        assert "--force" in forced.stdout
+
+
+def test_pending_published_and_dry_run(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
+                                      served: SimHandle, tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "p.jsonl", [job_line(f"p{i}") for i in range(5)])
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    submitted = dreads("submit", str(path), "--run", "pend", "--database-url", cli_pg,
+                       "--broker", down, "--upstream", served.url)
+    assert submitted.code == 0
+    assert _counts(cli_pg, "pend") == {"pending": 5}
+    cli_redis.wipe()
+    dry = _resume(dreads, cli_pg, cli_redis, "pend", "--dry-run")
+    assert dry.code == 0 and "5 pending" in dry.stdout and "dry run" in dry.stdout
+    assert _counts(cli_pg, "pend") == {"pending": 5}
+    result = _resume(dreads, cli_pg, cli_redis, "pend", "--chunk-size", "2", "--json")
+    assert result.code == 0, result.stderr
+    assert result.json()["sweep"]["published"] == 5
+    assert cli_redis.client().llen(QUEUE) == 3
+    assert _counts(cli_pg, "pend") == {"queued": 5}
+    again = _resume(dreads, cli_pg, cli_redis, "pend", "--json")
+    assert again.json()["sweep"]["published"] == 0  # queued recently: their messages are live
+    assert cli_redis.client().llen(QUEUE) == 3

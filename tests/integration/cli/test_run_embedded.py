@@ -1,0 +1,102 @@
+"""``dreads run``: the embedded mode on SQLite with the simulator, its summary, and a run
+killed half-way (SIGKILL) then run again: every decision answered exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+
+Dreads = Callable[..., CliResult]
+ROOT = Path(__file__).resolve().parents[3]
+DREADS = str(Path(sys.executable).parent / "dreads")
+
+
+def _query(db: Path, sql: str) -> list[tuple]:
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def test_run_small_example_with_sim(dreads: Dreads, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    result = dreads("run", str(ROOT / "examples" / "small.jsonl"), "--upstream", "sim",
+                    "--db", str(db))
+    assert result.code == 0, result.stderr
+    assert "SIMULATOR" in result.stderr and "small.key.jsonl" in result.stderr
+    assert "done 5" in result.stdout and "headline figures" in result.stdout
+    assert "auc" in result.stdout
+    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [("done", 5)]
+    again = dreads("run", str(ROOT / "examples" / "small.jsonl"), "--upstream", "sim",
+                   "--db", str(db), "--json")
+    assert again.code == 0, again.stderr
+    doc = again.json()
+    assert doc["counts"] == {"done": 5} and doc["draws"]["draw_rows"] > 0
+    assert doc["headline"]["noul"]["n"] == 3
+    assert _query(db, "SELECT count(*) FROM attempts") == [(5,)]  # nothing ran twice
+
+
+def test_run_refuses_changed_settings(dreads: Dreads, tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("a")])
+    db = tmp_path / "d.db"
+    assert dreads("run", str(path), "--upstream", "sim", "--db", str(db)).code == 0
+    result = dreads("run", str(path), "--upstream", "sim", "--db", str(db), "--seed", "9")
+    assert result.code == 1 and "seed: 0 -> 9" in result.stderr
+
+
+def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "dreads run ended before it could be killed"
+        if db.exists():
+            try:
+                done = _query(db, "SELECT count(*) FROM decisions WHERE status = 'done'")
+            except Exception:  # schema not created yet
+                done = [(0,)]
+            if done[0][0] >= at_least:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {at_least} decisions done after {timeout_s}s")
+
+
+@pytest.mark.slow
+def test_killed_run_continues_exactly_once(make_sim: Callable, tmp_path: Path) -> None:
+    n = 160
+    path = write_jobs(tmp_path / "kill.jsonl", [job_line(f"k{i:03d}") for i in range(n)])
+    db = tmp_path / "kill.db"
+    slow = make_sim(step_ms=40, max_batch=4)  # ~100 reads/s: the run takes several seconds
+    args = [DREADS, "run", str(path), "--upstream", slow.url, "--db", str(db),
+            "--workers", "4", "--chunk-size", "8"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_done(db, 20, proc, timeout_s=180)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    held = _query(db, "SELECT count(*) FROM decisions WHERE status = 'leased'")[0][0]
+    done_before = _query(db, "SELECT count(*) FROM decisions WHERE status = 'done'")[0][0]
+    assert held > 0 and done_before < n
+    rerun = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "back to pending" in rerun.stderr
+    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [("done", n)]
+    per_decision = _query(db, "SELECT d.id, count(a.id) FROM decisions d LEFT JOIN answers a "
+                              "ON a.decision_id = d.id GROUP BY d.id")
+    assert len(per_decision) == n and {c for _, c in per_decision} == {1}
+    lost = _query(db, "SELECT count(*) FROM attempts WHERE outcome = 'worker_lost'")[0][0]
+    assert lost == held
+    won = _query(db, "SELECT count(*) FROM attempts WHERE outcome = 'ok' AND won")[0][0]
+    assert won == n

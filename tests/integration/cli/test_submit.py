@@ -1,0 +1,131 @@
+"""``dreads submit`` against real PostgreSQL and a private Redis: bad lines, --strict,
+OpenAI-batch lines, re-submit, replicates, settings mismatch, a broker that is down."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+from tests.fixtures.services import RedisServer, free_port
+from workers.constants import QUEUE
+
+Dreads = Callable[..., CliResult]
+
+
+def _submit(dreads: Dreads, db: str, redis: RedisServer, path: Path, run: str,
+            *extra: str) -> CliResult:
+    return dreads("submit", str(path), "--run", run, "--database-url", db,
+                  "--broker", redis.url, "--upstream", f"http://127.0.0.1:{free_port()}",
+                  "--chunk-size", "2", "--json", *extra)
+
+
+def _rows(db: str, sql: str, **params: object) -> list[tuple]:
+    engine = create_engine(db)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
+    finally:
+        engine.dispose()
+
+
+def _statuses(db: str, run: str) -> dict[str, int]:
+    sql = ("SELECT d.status, count(*) FROM decisions d JOIN runs r ON r.id = d.run_id "
+           "WHERE r.name = :run GROUP BY d.status")
+    return dict(_rows(db, sql, run=run))
+
+
+def test_bad_lines_reported_and_good_lines_kept(dreads: Dreads, cli_pg: str,
+                                                cli_redis: RedisServer, tmp_path: Path) -> None:
+    cli_redis.wipe()
+    lines = [job_line("a1"), "{not json", job_line("a2"),
+             orjson.dumps({"id": "a3", "questions": {}}).decode(), job_line("a1"),
+             job_line("a4")]
+    result = _submit(dreads, cli_pg, cli_redis, write_jobs(tmp_path / "j.jsonl", lines), "bad")
+    assert result.code == 0, result.stderr
+    doc = result.json()
+    bad = {p["line"]: p["reason"] for p in doc["bad_lines"]}
+    assert sorted(bad) == [2, 4, 5]
+    assert "JSON" in bad[2]
+    assert "duplicate id 'a1' (first on line 1)" in bad[5]
+    assert doc["inserted"] == 3 and doc["valid"] == 3 and doc["lines"] == 6
+    assert _statuses(cli_pg, "bad") == {"queued": 3}
+    assert cli_redis.client().llen(QUEUE) == 2  # 3 decisions in chunks of 2
+    assert doc["fingerprint"] is None and "fingerprint_error" in doc
+
+
+def test_strict_refuses_whole_file(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
+                                   tmp_path: Path) -> None:
+    cli_redis.wipe()
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("s1"), "[1, 2]", job_line("s2")])
+    result = dreads("submit", str(path), "--run", "strict", "--database-url", cli_pg,
+                    "--broker", cli_redis.url, "--strict")
+    assert result.code == 2
+    assert "line" in result.stderr and "nothing was written" in result.stderr
+    assert _rows(cli_pg, "SELECT count(*) FROM runs WHERE name = 'strict'") == [(0,)]
+    assert cli_redis.client().llen(QUEUE) == 0
+
+
+def test_batch_style_lines_resubmit_and_replicates(dreads: Dreads, cli_pg: str,
+                                                   cli_redis: RedisServer,
+                                                   tmp_path: Path) -> None:
+    cli_redis.wipe()
+    batch = {"custom_id": "b1", "method": "POST", "url": "/v1/systemone",
+             "body": {"state": "Clause 1: x.", "questions": {
+                 "ok": {"type": "noul", "instructions": "Is it lawful?"}}}}
+    path = write_jobs(tmp_path / "j.jsonl", [orjson.dumps(batch).decode(), job_line("b2")])
+    first = _submit(dreads, cli_pg, cli_redis, path, "rep", "--replicates", "3")
+    assert first.code == 0, first.stderr
+    assert first.json()["inserted"] == 6
+    keys = _rows(cli_pg, "SELECT d.key, d.replicate FROM decisions d JOIN runs r ON "
+                 "r.id = d.run_id WHERE r.name = 'rep' ORDER BY 1, 2")
+    assert keys == [(k, i) for k in ("b1", "b2") for i in range(3)]
+    messages = cli_redis.client().llen(QUEUE)
+    again = _submit(dreads, cli_pg, cli_redis, path, "rep")
+    assert again.code == 0, again.stderr
+    assert again.json()["inserted"] == 0 and again.json()["already_present"] == 6
+    assert cli_redis.client().llen(QUEUE) == messages
+
+
+def test_existing_run_under_other_settings_refused(dreads: Dreads, cli_pg: str,
+                                                   cli_redis: RedisServer,
+                                                   tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("m1")])
+    assert _submit(dreads, cli_pg, cli_redis, path, "mis").code == 0
+    result = _submit(dreads, cli_pg, cli_redis, path, "mis", "--seed", "7")
+    assert result.code == 1
+    assert "seed: 0 -> 7" in result.stderr and "--run" in result.stderr
+
+
+def test_broker_down_leaves_rows_pending(dreads: Dreads, cli_pg: str, tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("p1"), job_line("p2")])
+    result = dreads("submit", str(path), "--run", "nobroker", "--database-url", cli_pg,
+                    "--broker", f"redis://127.0.0.1:{free_port()}/0",
+                    "--upstream", f"http://127.0.0.1:{free_port()}")
+    assert result.code == 0
+    assert "sweeper" in result.stderr or "resume" in result.stderr
+    assert _statuses(cli_pg, "nobroker") == {"pending": 2}
+
+
+def test_missing_schema_says_what_to_run(dreads: Dreads, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'empty.db'}"
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("x1")])
+    for args in (("submit", str(path), "--run", "x"), ("status", "x"), ("runs",)):
+        result = dreads(*args, "--database-url", db)
+        assert result.code == 2
+        assert "dreads db upgrade" in result.stderr
+    up = dreads("db", "upgrade", "--database-url", db)
+    assert up.code == 0, up.stderr
+    assert dreads("db", "current", "--database-url", db).code == 0
+    assert dreads("runs", "--database-url", db).code == 0
+
+
+@pytest.mark.parametrize("missing", ["nope.jsonl"])
+def test_missing_file(dreads: Dreads, cli_pg: str, tmp_path: Path, missing: str) -> None:
+    result = dreads("submit", str(tmp_path / missing), "--run", "nofile",
+                    "--database-url", cli_pg)
+    assert result.code == 2 and "cannot read job file" in result.stderr

@@ -1,0 +1,172 @@
+"""`dreads report` and `dreads calibrate` through Typer's CliRunner on crafted SQLite runs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
+
+from app.cli import app
+from app.store.db import session_scope
+from tests.fixtures.report_db import RunBuilder
+
+DB = tuple[str, sessionmaker[Session]]
+runner = CliRunner()
+
+
+def _squashed_run(session: Session, name: str, seed: int, n: int = 400,
+                  outlier: int = 0) -> None:
+    """Scores that rank well but are squashed (true P(yes) = sqrt(score)); two questions."""
+    rng = np.random.default_rng(seed)
+    b = RunBuilder(session, name)
+    for i in range(n):
+        truth = float(rng.uniform())
+        y = int(rng.uniform() < truth)
+        cell = "wording-a" if i % 2 else "wording-b"
+        lost = cell == "wording-b" and i < 2 * outlier
+        b.noul(f"d{i}", None if lost else truth**2, "yes" if y else "no", cell=cell,
+               qid="conflict" if i % 3 else "gap", masses=(0.3,) if i % 17 == 0 else (0.9,))
+
+
+def _cli(url: str, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, [*args, "--database-url", url])
+    return result.exit_code, result.output
+
+
+def test_calibrate_then_report_another_run(report_db: DB, tmp_path: Path) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        _squashed_run(session, "fit", seed=1)
+        _squashed_run(session, "other", seed=2)
+    calib = tmp_path / "calib.json"
+    code, out = _cli(url, "calibrate", "fit", "-o", str(calib), "--json")
+    assert code == 0, out
+    summary = json.loads(out)
+    assert summary["ece_after_in_sample"] < summary["ece_before"]
+    assert summary["scope"] == "global" and summary["question_maps"] == []
+    assert json.loads(calib.read_text())["method"] == "isotonic"
+    code, out = _cli(url, "report", "other", "--calibration", str(calib), "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["calibration_source"]["run"] == "fit"
+    for block in ("overall", "cells"):
+        raw, cal = doc["raw"]["noul"][block], doc["calibrated"]["noul"][block]
+        pairs = [(raw, cal)] if block == "overall" else [
+            (raw[c], cal[c]) for c in ("wording-a", "wording-b")]
+        for r, c in pairs:
+            for name in ("auc", "rank_median_pct", "rank_worst_pct", "top_share"):
+                assert c["figures"][name] == r["figures"][name], name
+            assert c["figures"]["ece"] < r["figures"]["ece"] / 2
+            assert c["figures"]["brier"] < r["figures"]["brier"]
+
+
+def test_per_question_calibration_keeps_each_question_ranking(report_db: DB,
+                                                               tmp_path: Path) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        _squashed_run(session, "fit", seed=1)
+        _squashed_run(session, "other", seed=2)
+    calib = tmp_path / "calib.json"
+    code, out = _cli(url, "calibrate", "fit", "-o", str(calib), "--per-question", "--json")
+    assert code == 0, out
+    assert json.loads(out)["question_maps"] == ["conflict", "gap"]
+    code, out = _cli(url, "report", "other", "--calibration", str(calib), "--json")
+    doc = json.loads(out)
+    for q in ("conflict", "gap"):
+        raw = doc["raw"]["calibration"]["questions"][q]
+        cal = doc["calibrated"]["calibration"]["questions"][q]
+        assert cal["auc"] == raw["auc"]
+        assert cal["ece"] < raw["ece"]
+
+
+def test_platt_global_calibration(report_db: DB, tmp_path: Path) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        _squashed_run(session, "fit", seed=3)
+    calib = tmp_path / "platt.json"
+    code, out = _cli(url, "calibrate", "fit", "-o", str(calib), "--method", "platt", "--global")
+    assert code == 0, out
+    assert "platt global map" in out
+    stored = json.loads(calib.read_text())
+    assert stored["scope"] == "global" and stored["questions"] == {}
+    assert stored["global"]["a"] > 0
+
+
+def test_rich_output_shows_figures_cells_and_flags(report_db: DB) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        _squashed_run(session, "flagged", seed=4, n=600, outlier=25)
+    code, out = _cli(url, "report", "flagged")
+    assert code == 0, out
+    for text in ("yes/no per cell", "wording-a", "wording-b", "AUC", "recall >0.3",
+                 "unanswered and failures per cell", "calibration per question", "FP >0.7"):
+        assert text in out, text
+    assert re.search(r"⚑ cell 'wording-b': unanswered 25/300", out)
+    assert "wording-a'" not in out  # the cell doing better than the rest is not flagged
+
+
+def test_against_puts_runs_side_by_side(report_db: DB) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        b = RunBuilder(session, "a")
+        c = RunBuilder(session, "b")
+        for i in range(40):
+            y = i % 2
+            b.noul(f"d{i}", 0.8 if y else 0.2, "yes" if y else "no", cell=f"c{i % 4}")
+            if i < 36:  # run b lacks four decisions
+                c.noul(f"d{i}", 0.6 if y or i % 5 == 0 else 0.4, "yes" if y else "no",
+                       cell=f"c{i % 4}")
+        c.noul("extra", 0.5, "yes")
+    code, out = _cli(url, "report", "a", "--against", "b", "--json")
+    assert code == 0, out
+    cmp = json.loads(out)["against"]
+    assert (cmp["a"], cmp["b"], cmp["matched"], cmp["only_a"], cmp["only_b"]) == (
+        "a", "b", 36, 4, 1)
+    overall = cmp["noul"]["overall"]
+    assert overall["a"]["figures"]["n"] == overall["b"]["figures"]["n"] == 36
+    assert overall["a"]["figures"]["auc"] == 1.0
+    assert overall["diff"]["auc"] == pytest.approx(1.0 - overall["b"]["figures"]["auc"])
+    assert overall["diff"]["fp_count"] == 0  # b's false positives are at 0.6, below 0.7
+    assert set(cmp["noul"]["cells"]) == {"c0", "c1", "c2", "c3"}
+    code, out = _cli(url, "report", "a", "--against", "b")
+    assert code == 0 and "noul c0: a vs b" in out and "Δ (a-b)" in out
+
+
+def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        _squashed_run(session, "fit", seed=5)
+        _squashed_run(session, "page", seed=6, n=600, outlier=25)
+    calib = tmp_path / "calib.json"
+    assert _cli(url, "calibrate", "fit", "-o", str(calib))[0] == 0
+    page = tmp_path / "report.html"
+    code, out = _cli(url, "report", "page", "--html", str(page), "--calibration", str(calib))
+    assert code == 0, out
+    html = page.read_text()
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) == 5  # scores raw + calibrated, reliability, ranks, label mass
+    assert all(base64.b64decode(img).startswith(b"\x89PNG") for img in images)
+    assert '<tr class="flag"><td>wording-b' in html
+    assert "http://" not in html and "https://" not in html  # nothing fetched
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["report", "missing"], "no run named 'missing'"),
+    (["report", "r", "--threshold-recall", "0.8"], "--threshold-recall 0.8 is above"),
+    (["report", "r", "--calibration", "/nonexistent/c.json"], "dreads calibrate RUN"),
+    (["report", "r", "--against", "r"], "same run"),
+    (["calibrate", "r", "-o", "/tmp/never.json"], "expected"),
+])
+def test_user_errors_exit_2_with_advice(report_db: DB, args: list[str], message: str) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        RunBuilder(session, "r").noul("d", 0.5, None)  # no expected label
+    code, out = _cli(url, *args)
+    assert code == 2
+    assert message in " ".join(out.split())

@@ -1,0 +1,74 @@
+"""The stand-in tokenizer (built and bundled) and the HF adapter the engine reads ids from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.errors import ConfigError
+from app.upstream.standin_tokenizer import MAX_VOCAB, main
+from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer, standin_path
+
+ASSETS = Path(standin_path())
+
+
+def test_standin_info_has_the_real_roles_and_ids(standin_tokenizer: HFTextTokenizer) -> None:
+    info = standin_tokenizer.info
+    assert info.name == "standin" and info.vocab_size <= MAX_VOCAB
+    assert (info.turn_close_id, info.pad_id) == (106, 0)
+    assert info.scaffold_text == "<|channel>thought\n<channel|>"
+    assert info.scaffold_ids[0] == 100 and info.scaffold_ids[-1] == 101
+    assert info.scaffold_in_prompt is True
+    vocab = standin_tokenizer.hf.get_vocab()
+    assert {t: vocab[t] for t in ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|think|>",
+                                  "<|turn>", "\n")} == {
+        "<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4, "<|think|>": 98,
+        "<|turn>": 105, "\n": 107}
+
+
+@pytest.mark.parametrize("label", ["yes", "no", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"123456789"])
+def test_labels_after_a_colon_are_one_token(standin_tokenizer: HFTextTokenizer,
+                                            label: str) -> None:
+    base = standin_tokenizer.encode("q0: ")
+    ids = standin_tokenizer.encode(f"q0: {label}")
+    assert len(ids) == len(base)  # "▁label" replaces the lone "▁"
+
+
+def test_chat_prompt_has_the_real_layout(standin_tokenizer: HFTextTokenizer) -> None:
+    ids = standin_tokenizer.chat_prompt_ids(({"role": "system", "content": "S"},
+                                             {"role": "user", "content": "U"}))
+    assert ids[:2] == [2, 105] and ids[-4:] == list(standin_tokenizer.info.scaffold_ids)
+    assert ids.count(106) == 2
+
+
+def test_non_ascii_falls_back_to_bytes(standin_tokenizer: HFTextTokenizer) -> None:
+    text = "Preis über 5 € ✓"
+    assert standin_tokenizer.hf.decode(standin_tokenizer.encode(text)) == text
+
+
+def test_special_token_text_is_matched(standin_tokenizer: HFTextTokenizer) -> None:
+    assert standin_tokenizer.encode("<turn|>") == [106]
+
+
+def test_bundled_files_match_the_builder(tmp_path: Path) -> None:
+    assert main([str(tmp_path)]) == 0
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        built, bundled = tmp_path / name, ASSETS / name
+        if name.endswith(".json"):
+            assert json.loads(built.read_text()) == json.loads(bundled.read_text()), name
+        else:
+            assert built.read_text() == bundled.read_text()
+
+
+def test_load_tokenizer_is_cached_per_process() -> None:
+    assert load_tokenizer("standin") is load_tokenizer("standin")
+
+
+def test_loading_a_bad_tokenizer_says_what_to_pass(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_tokenizer(str(tmp_path))
+    assert "'standin' for the bundled offline stand-in" in err.value.message
+    with pytest.raises(ConfigError, match="no tokenizer given"):
+        load_tokenizer("")
