@@ -64,6 +64,8 @@ class Result:
     prefilled_tokens: int
     encoder_calls: int
     decoder_calls: int
+    encoder_s: float
+    decoder_s: float
     batch_mean: float
     batch_max: int
     peak_gib: float
@@ -88,6 +90,12 @@ def build_model(config: str, device: str) -> ReadModel:
             model = DiffusionGemmaForBlockDiffusion(cfg)
     finally:
         torch.set_default_dtype(previous)
+    with torch.no_grad():  # built on the device without init: give it sane random weights
+        for param in model.parameters():
+            if param.ndim == 1:
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02)
     return ReadModel(model.eval())
 
 
@@ -188,19 +196,21 @@ def measure(model: ReadModel, work: Workload, mode: str, draws: int, args: Any,
     totals = upstream.executor.totals
     upstream.batcher.executor.shutdown(wait=True)
     return Result(f"{mode}@{max_batch}", draws, canvases, qreads, wall, totals["prefilled_tokens"],
-                  totals["encoder_calls"], totals["decoder_calls"], statistics.mean(sizes),
+                  totals["encoder_calls"], totals["decoder_calls"], totals["encoder_s"],
+                  totals["decoder_s"], statistics.mean(sizes),
                   max(sizes), peak)
 
 
 def _print(results: list[Result]) -> None:
     head = (f"{'mode@max_batch':<26}{'draws':>6}{'canvases':>9}{'q-reads':>8}{'wall s':>8}"
-            f"{'canv/s':>8}{'q-reads/s':>10}{'prefill tok':>12}{'enc':>5}{'dec':>5}"
+            f"{'canv/s':>8}{'q-reads/s':>10}{'prefill tok':>12}{'enc n/s':>11}{'dec n/s':>11}"
             f"{'batch avg/max':>15}{'peak GiB':>9}")
     print(head)
     for r in results:
         print(f"{r.mode:<26}{r.draws:>6}{r.canvases:>9}{r.question_reads:>8}{r.wall_s:>8.2f}"
               f"{r.canvases / r.wall_s:>8.1f}{r.qreads_per_s:>10.1f}{r.prefilled_tokens:>12}"
-              f"{r.encoder_calls:>5}{r.decoder_calls:>5}{r.batch_mean:>9.1f}/{r.batch_max:<5}"
+              f"{r.encoder_calls:>4}/{r.encoder_s:<6.2f}{r.decoder_calls:>4}/{r.decoder_s:<6.2f}"
+              f"{r.batch_mean:>9.1f}/{r.batch_max:<5}"
               f"{r.peak_gib:>9.1f}")
     print()
     for draws, batch in sorted({(r.draws, r.mode.split("@")[1]) for r in results}):

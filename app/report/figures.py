@@ -108,11 +108,11 @@ def choice_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
 def score_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     """MAE of the expected level and accuracy of the top level, labelled score questions."""
     done = [r for r in _answered(rows) if str(r.expected) in r.labels]
-    leveled = [r for r in done if r.expected_level is not None]
-    levels = [r.labels.index(str(r.expected)) for r in leveled]
+    leveled = [(r, r.expected_level) for r in done if r.expected_level is not None]
+    levels = [r.labels.index(str(r.expected)) for r, _ in leveled]
     return {
         "n": len(done), "unanswered": len(rows) - len(done),
-        "mae_level": m.mae(levels, [r.expected_level for r in leveled]),
+        "mae_level": m.mae(levels, [level for _, level in leveled]),
         "accuracy": m.accuracy([str(r.expected) for r in done], [str(r.label) for r in done]),
     }
 
@@ -148,7 +148,8 @@ def _mean_std(per_rep: Sequence[Figures]) -> tuple[Figures, Figures]:
             mean[name], std[name] = None, None
             continue
         arr = np.asarray(values, dtype=np.float64)
-        mean[name] = float(arr.mean())
+        same_int = all(isinstance(v, int) for v in values) and len(set(values)) == 1
+        mean[name] = values[0] if same_int else float(arr.mean())
         std[name] = float(arr.std(ddof=1)) if arr.size > 1 else None
     return mean, std
 

@@ -29,7 +29,7 @@ _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
 .flags{color:#b00;font-weight:bold}.plots img{max-width:620px;margin:4px}
@@ -53,7 +53,7 @@ def _png(fig: Figure) -> str:
 
 def _score_plot(y: np.ndarray, s: np.ndarray, title: str) -> str:
     fig, ax = _axes(6.5, 3.6)
-    bins = np.linspace(0, 1, 41)
+    bins = [i / 40 for i in range(41)]
     ax.hist(s[y == 0], bins=bins, alpha=0.6, label=f"negatives ({int((y == 0).sum())})",
             color="tab:blue")
     ax.hist(s[y == 1], bins=bins, alpha=0.7, label=f"positives ({int(y.sum())})",
@@ -68,10 +68,10 @@ def _reliability_plot(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> st
     fig, ax = _axes(4.8, 4.4)
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect")
     for name, (y, s) in curves.items():
-        bins = [b for b in m.reliability_bins(y, s) if b.count]
-        ece = m.ece(y, s)
-        ax.plot([b.mean_score for b in bins], [b.observed for b in bins], marker="o",
-                label=f"{name} (ECE {fmt(ece)})")
+        points = [(b.mean_score, b.observed) for b in m.reliability_bins(y, s)
+                  if b.mean_score is not None and b.observed is not None]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                label=f"{name} (ECE {fmt(m.ece(y, s))})")
     ax.set(xlabel="mean P(yes) in bin", ylabel="observed share of yes",
            title="reliability diagram", xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left")
@@ -93,7 +93,7 @@ def _rank_plot(y: np.ndarray, s: np.ndarray) -> str:
 def _mass_plot(rows: Sequence[QuestionRow]) -> str:
     mass = np.array([r.label_mass for r in rows if r.label_mass is not None], dtype=float)
     fig, ax = _axes(5.5, 3.6)
-    ax.hist(mass, bins=np.linspace(0, 1, 41), color="tab:green")
+    ax.hist(mass, bins=[i / 40 for i in range(41)], color="tab:green")
     ax.axvline(0.5, color="tab:red", linestyle="--", linewidth=1)
     ax.set_yscale("symlog")
     ax.set(xlabel="label mass (mean over draws)", ylabel="answers",

@@ -48,7 +48,8 @@ def fmt(value: Any, std: Any = None) -> str:
         text = f"{value:.0f}"
     else:
         text = f"{value:.4g}"
-    return f"{text} ± {std:.2g}" if isinstance(std, float) else text
+    # A spread of exactly 0 (counts, or figures every replicate agrees on) is left out.
+    return f"{text} ± {std:.2g}" if isinstance(std, float) and std != 0.0 else text
 
 
 def _titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
@@ -142,8 +143,8 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
 
 
 def _confusion(conf: Mapping[str, Any]) -> Table:
-    table = Table(title="choice confusion (rows expected, columns answered)",
-                  title_justify="left")
+    table = Table(title="choice confusion", title_justify="left",
+                  caption="rows expected, columns answered", caption_justify="left")
     table.add_column("")
     for label in conf["labels"]:
         table.add_column(label, justify="right")

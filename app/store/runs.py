@@ -6,14 +6,15 @@ Repositories flush, never commit: the caller's ``session_scope`` owns the transa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
 
+import orjson
 from sqlalchemy import Select, and_, case, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from app.engine import ServerFingerprint
@@ -175,13 +176,16 @@ def record_fingerprint(session: Session, run_id: int, fingerprint: Mapping[str, 
     session.execute(update(Run).where(Run.id == run_id).values(fingerprint=dict(fingerprint)))
 
 
-def _dialect_insert(session: Session) -> Any:
-    name = session.get_bind().dialect.name
-    if name == "postgresql":
-        return postgresql.insert
-    if name == "sqlite":
-        return sqlite.insert
-    raise InputError(f"dreads stores runs in PostgreSQL or SQLite, not {name}")
+_COLUMNS = ("run_id", "key", "replicate", "cell", "line_no", "payload", "n_questions", "status",
+            "attempts", "last_error_kind", "last_error", "finished_at")
+_STAGING = """CREATE TEMP TABLE IF NOT EXISTS dreads_incoming (
+    run_id bigint, key varchar(500), replicate int, cell varchar(200), line_no int,
+    payload json, n_questions int, status varchar(16), attempts int,
+    last_error_kind varchar(32), last_error text, finished_at timestamptz) ON COMMIT DROP"""
+_FROM_STAGING = (f"INSERT INTO decisions ({', '.join(_COLUMNS)}) "
+                 f"SELECT {', '.join(_COLUMNS)} FROM dreads_incoming "
+                 "ON CONFLICT (run_id, key, replicate) DO NOTHING RETURNING id, key, replicate")
+BatchWriter = Callable[[Session, int, Sequence["DecisionRow"]], list[tuple[int, str, int]]]
 
 
 def insert_decisions(
@@ -189,38 +193,70 @@ def insert_decisions(
 ) -> list[tuple[int, DecisionRow]]:
     """Insert in batches; rows already there (same run, key, replicate) are skipped.
 
+    PostgreSQL: COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT DO
+    NOTHING per batch; SQLite: an executemany INSERT ... ON CONFLICT DO NOTHING.
     Returns (database id, row) of the rows actually inserted. Rejected rows (a template
     problem found at submit) get status ``rejected`` and a ``rejected`` attempt row.
     """
-    insert = _dialect_insert(session)
-    table = Decision.__table__
-    stmt = (insert(table).on_conflict_do_nothing(index_elements=["run_id", "key", "replicate"])
-            .returning(table.c.id, table.c.key, table.c.replicate))
+    writer = _batch_writer(session)
     inserted: list[tuple[int, DecisionRow]] = []
     batch: list[DecisionRow] = []
     for row in rows:
         batch.append(row)
         if len(batch) >= batch_size:
-            inserted += _insert_batch(session, stmt, run_id, batch)
+            inserted += _write_batch(session, writer, run_id, batch)
             batch = []
     if batch:
-        inserted += _insert_batch(session, stmt, run_id, batch)
+        inserted += _write_batch(session, writer, run_id, batch)
     return inserted
 
 
-def _insert_batch(
-    session: Session, stmt: Any, run_id: int, batch: Sequence[DecisionRow]
-) -> list[tuple[int, DecisionRow]]:
-    values = [_row_values(run_id, row) for row in batch]
-    result = session.execute(stmt.values(values))
+def _batch_writer(session: Session) -> BatchWriter:
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        return _copy_batch
+    if name == "sqlite":
+        return _insert_batch
+    raise InputError(f"dreads stores runs in PostgreSQL or SQLite, not {name}")
+
+
+def _write_batch(session: Session, writer: BatchWriter, run_id: int,
+                 batch: Sequence[DecisionRow]) -> list[tuple[int, DecisionRow]]:
     by_key = {(row.key, row.replicate): row for row in batch}
-    won = [(rid, by_key[(key, rep)]) for rid, key, rep in result.all()]
+    won = [(rid, by_key[(key, rep)]) for rid, key, rep in writer(session, run_id, batch)]
     rejected = [{"run_id": run_id, "decision_id": rid, "outcome": OutcomeKind.REJECTED,
                  "detail": row.rejected_reason, "worker": "submit", "n_reads": 0}
                 for rid, row in won if row.rejected_reason is not None]
     if rejected:
         session.execute(Attempt.__table__.insert(), rejected)
     return won
+
+
+def _insert_batch(session: Session, run_id: int,
+                  batch: Sequence[DecisionRow]) -> list[tuple[int, str, int]]:
+    table = Decision.__table__
+    stmt = (sqlite.insert(table)
+            .on_conflict_do_nothing(index_elements=["run_id", "key", "replicate"])
+            .returning(table.c.id, table.c.key, table.c.replicate))
+    values = [_row_values(run_id, row) for row in batch]
+    # executemany: SQLAlchemy's "insertmanyvalues" batches it with one cached compile
+    return [tuple(r) for r in session.connection().execute(stmt, values)]  # type: ignore[misc]
+
+
+def _copy_batch(session: Session, run_id: int,
+                batch: Sequence[DecisionRow]) -> list[tuple[int, str, int]]:
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cur:
+        cur.execute(_STAGING)
+        cur.execute("TRUNCATE dreads_incoming")
+        with cur.copy(f"COPY dreads_incoming ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+            for row in batch:
+                values = _row_values(run_id, row)
+                values["payload"] = orjson.dumps(values["payload"]).decode()
+                copy.write_row([values[c] for c in _COLUMNS])
+        cur.execute(_FROM_STAGING)
+        return [tuple(r) for r in cur.fetchall()]
 
 
 def _row_values(run_id: int, row: DecisionRow) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def make_upstream(config: UpstreamConfig) -> Upstream:
     if config.engine == "transformers":
         from app.upstream.transformers_engine import make_transformers_upstream
 
-        return make_transformers_upstream(config)  # type: ignore[no-any-return]
+        return make_transformers_upstream(config)
     if config.engine != "vllm":
         raise ConfigError(
             f"unknown engine {config.engine!r}: use 'vllm' (HTTP, also dreads sim) or "

@@ -98,7 +98,7 @@ class VllmUpstream:
 
     def _backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff."""
-        return random.uniform(0.5, 1.0) * min(_MAX_BACKOFF_S, self.backoff_s * 2**attempt)
+        return random.uniform(0.5, 1.0) * min(_MAX_BACKOFF_S, self.backoff_s * 2.0**attempt)
 
     async def _send(self, url: str, body: bytes) -> tuple[dict[str, Any], float]:
         """The decoded answer and its latency (queueing for an in-flight slot excluded)."""

@@ -7,6 +7,7 @@ Runs the real compose client (``docker compose`` when the plugin is installed, o
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,9 @@ def test_missing_database_password_stops_compose(tmp_path: Path) -> None:
     out = _config(_env_with(tmp_path, POSTGRES_PASSWORD=None))
     assert out.returncode != 0
     assert "POSTGRES_PASSWORD" in out.stderr
+
+
+def test_every_compose_variable_is_in_env_example() -> None:
+    used = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", COMPOSE_FILE.read_text()))
+    listed = set(re.findall(r"^#? ?([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.MULTILINE))
+    assert used - listed == set(), "document these in .env.example"

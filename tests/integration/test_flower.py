@@ -140,9 +140,9 @@ def flower_factory(tmp_path: Path) -> Iterator[Callable[..., FlowerProcess]]:
     started: list[FlowerProcess] = []
 
     def start(args: list[str], env: dict[str, str]) -> FlowerProcess:
+        """Start one; call ``wait_listening()`` before using it (so several start at once)."""
         flower = FlowerProcess(args, env, tmp_path / f"flower{len(started)}.log")
         started.append(flower)
-        flower.wait_listening()
         return flower
 
     yield start
@@ -173,8 +173,14 @@ def _get(flower: FlowerProcess, path: str, auth: tuple[str, str] | None) -> http
     return httpx.get(f"{flower.url}{path}", auth=auth, timeout=30)
 
 
+def _json(flower: FlowerProcess, path: str, auth: tuple[str, str]) -> dict[str, Any]:
+    """The JSON body of a 200 answer, else {} (Flower answers 503 while inspect fails)."""
+    response = _get(flower, path, auth)
+    return response.json() if response.status_code == 200 else {}
+
+
 def _tasks_done(flower: FlowerProcess, auth: tuple[str, str], n: int) -> dict[str, Any]:
-    tasks = _get(flower, "/api/tasks?taskname=reads.run_chunk", auth).json()
+    tasks = _json(flower, "/api/tasks?taskname=reads.run_chunk", auth)
     done = {k: t for k, t in tasks.items() if t.get("state") == "SUCCESS"}
     return done if len(done) >= n else {}
 
@@ -188,26 +194,23 @@ def test_flower_lists_the_worker_and_the_dreads_tasks(
     auth = ("ops", password)
     env = {"DREADS_BROKER_URL": redis_server.url, "DREADS_DATABASE_URL": pg_url,
            "DREADS_UPSTREAM": sim_url, "DREADS_TOKENIZER": "standin", "DREADS_CHUNK_SIZE": "2"}
-    worker = worker_factory(env, celery=True, concurrency=1)  # starts while Flower does
+    worker = worker_factory(env, celery=True, concurrency=1)  # all three start at once
     flower = flower_factory([], {**env, "DREADS_FLOWER_BASIC_AUTH": f"ops:{password}"})
+    open_flower = flower_factory(["--insecure"], {"DREADS_BROKER_URL": redis_server.url})
+    flower.wait_listening()
     for path in ("/api/workers", "/api/tasks"):
         assert _get(flower, path, None).status_code == 401
         assert _get(flower, path, ("ops", "wrong")).status_code == 401
+    open_flower.wait_listening()
+    assert _get(open_flower, "/api/workers", None).status_code == 200, "--insecure on loopback"
 
+    prefix = worker.args[worker.args.index("-n") + 1].split("@")[0] + "@"
+    name = _wait(lambda: [w for w in _json(flower, "/api/workers?refresh=1", auth)
+                          if w.startswith(prefix)], 120, "the worker in /api/workers")
     run = f"flower-{uuid.uuid4().hex[:6]}"
     _submit(run, env, monkeypatch)
-    prefix = worker.args[worker.args.index("-n") + 1].split("@")[0] + "@"
-    name = _wait(lambda: [w for w in _get(flower, "/api/workers?refresh=1", auth).json()
-                          if w.startswith(prefix)], 120, "the worker in /api/workers")
     done = _wait(lambda: _tasks_done(flower, auth, 3), 120, "3 finished reads.run_chunk tasks")
     args = sorted(t["args"] for t in done.values())
     assert all(a.startswith(f"run={run} chunk=") for a in args), args
     assert sum(int(a.rsplit("n=", 1)[1]) for a in args) == 5
     assert {t["worker"] for t in done.values()} == set(name)
-
-
-def test_insecure_flower_on_loopback_serves_without_credentials(
-    redis_server: RedisServer, flower_factory: Callable[..., FlowerProcess],
-) -> None:
-    flower = flower_factory(["--insecure"], {"DREADS_BROKER_URL": redis_server.url})
-    assert _get(flower, "/api/workers", None).status_code == 200

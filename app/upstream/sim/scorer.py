@@ -11,8 +11,8 @@ At an answer slot the candidate labels are the request's ``logprob_token_ids``. 
 - ``miscalibration`` m: logits times (1 + m) and the first label (yes / A / 1) shifted by -m, so
   probabilities are miscalibrated while the ranking of that label stays.
 
-Label mass is 0.90-0.99 normally (fixed per question); a ``low_mass`` read puts most mass on a non-label argmax.
-Every other position emits its canvas token with high probability.
+Label mass is 0.90-0.99 normally (fixed per question); a ``low_mass`` read puts most mass on
+a non-label argmax. Every other position emits its canvas token with high probability.
 """
 
 from __future__ import annotations

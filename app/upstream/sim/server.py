@@ -38,7 +38,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def _server(app: SimApp) -> uvicorn.Server:
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=1, http="h11", loop="asyncio",
+                            timeout_graceful_shutdown=1, http="auto", loop="auto",
                             backlog=2048)
     return uvicorn.Server(config)
 

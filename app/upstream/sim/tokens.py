@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
@@ -93,7 +94,7 @@ class PrefixCache:
 
     def lookup_and_insert(self, prompt_ids: Sequence[int]) -> int:
         """Tokens of the prompt already cached (a multiple of 16), then remember the prompt."""
-        chain = self._chain(prompt_ids)
+        chain = self._chain(tuple(prompt_ids))
         cached = 0
         for digest in chain:
             if digest not in self._blocks:
@@ -108,11 +109,13 @@ class PrefixCache:
         return min(cached, max(0, (len(prompt_ids) - 1) // BLOCK * BLOCK))
 
     @staticmethod
-    def _chain(prompt_ids: Sequence[int]) -> list[bytes]:
+    @lru_cache(maxsize=1024)
+    def _chain(prompt_ids: tuple[int, ...]) -> tuple[bytes, ...]:
+        data = array("I", prompt_ids).tobytes()
+        size = BLOCK * 4
         digests: list[bytes] = []
         parent = b""
-        for start in range(0, len(prompt_ids) - BLOCK + 1, BLOCK):
-            block = ",".join(map(str, prompt_ids[start:start + BLOCK])).encode()
-            parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+        for start in range(0, len(data) - size + 1, size):
+            parent = hashlib.blake2b(parent + data[start:start + size], digest_size=16).digest()
             digests.append(parent)
-        return digests
+        return tuple(digests)

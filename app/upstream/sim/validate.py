@@ -117,7 +117,7 @@ def _check_logprobs(body: Mapping[str, Any], *, chat: bool, vocab_size: int) -> 
         raise SimBadRequest("a diffusion read needs logprobs: true", param="logprobs")
     if not chat and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
         raise SimBadRequest("a diffusion read needs logprobs as an integer", param="logprobs")
-    if not chat and logprobs < 0 and logprobs != -1:
+    if isinstance(logprobs, int) and not chat and logprobs < 0 and logprobs != -1:
         raise SimBadRequest(f"logprobs must be non-negative, got {logprobs}", param="logprobs")
     ids = body.get("logprob_token_ids") or []
     if not isinstance(ids, list) or not all(_is_int(i) for i in ids):

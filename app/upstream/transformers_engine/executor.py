@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class BatchStats:
     prefilled_tokens: int
     encoder_calls: int
     decoder_calls: int
+    encoder_s: float = 0.0
+    decoder_s: float = 0.0
 
 
 def shared_prefix_groups(
@@ -110,10 +113,12 @@ class BatchExecutor:
         self.last = BatchStats(0, 0, 0, 0, 0)
         self.totals: Counter[str] = Counter()  #: BatchStats summed over every batch
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
+        self._encoder_s = self._decoder_s = 0.0
 
     def run(self, jobs: Sequence[ReadJob]) -> list[JobOutput]:
         """Answer every job (same order)."""
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
+        self._encoder_s = self._decoder_s = 0.0
         entries, reused = self._entries([j.prompt for j in jobs])
         outputs: list[JobOutput | None] = [None] * len(jobs)
         seen: set[Prompt] = set()
@@ -125,11 +130,14 @@ class BatchExecutor:
             for chunk in _chunks(group, self.decode_batch):
                 rows = [_decode_row(jobs[i], entries[jobs[i].prompt]) for i in chunk]
                 self._decoder_calls += 1
-                for i, result in zip(chunk, self.model.decode(rows), strict=True):
+                started = time.perf_counter()
+                results = self.model.decode(rows)
+                self._decoder_s += time.perf_counter() - started
+                for i, result in zip(chunk, results, strict=True):
                     outputs[i] = JobOutput(_slot_rows(jobs[i], result), len(jobs[i].prompt),
                                            cached_tokens[i])
         self.last = BatchStats(len(jobs), len(entries), self._prefilled, self._encoder_calls,
-                               self._decoder_calls)
+                               self._decoder_calls, self._encoder_s, self._decoder_s)
         for name, value in dataclasses.asdict(self.last).items():
             self.totals[name] += value
         return [o for o in outputs if o is not None]
@@ -187,7 +195,9 @@ class BatchExecutor:
         for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch):
             self._encoder_calls += 1
             self._prefilled += sum(len(j.ids) for _, j in chunk)
+            started = time.perf_counter()
             entries = self.model.prefill([j for _, j in chunk])
+            self._encoder_s += time.perf_counter() - started
             yield from zip((k for k, _ in chunk), entries, strict=True)
 
 

@@ -36,13 +36,20 @@ SOFTCAP_DEFAULT = 30.0
 
 @dataclass(frozen=True, eq=False)
 class KVEntry:
-    """One prompt's (or prefix's) encoder cache: per layer (keys, values), each (heads, n, dim)."""
+    """One prompt's (or prefix's) encoder cache for a single row.
+
+    ``layers`` hold, per layer, (keys, values) of shape (heads, n, dim) for the tokens after
+    ``parent`` (all tokens when there is none): a question's prompt keeps only its own suffix
+    and refers to the shared document prefix. Sliding layers keep at most window - 1 tokens.
+    """
 
     length: int  #: prompt tokens encoded (positions 0..length-1)
     layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    parent: KVEntry | None = None
 
     @property
     def nbytes(self) -> int:
+        """Bytes of this entry's own tensors (not its parent's)."""
         return sum(k.nbytes + v.nbytes for k, v in self.layers)
 
 
@@ -135,22 +142,38 @@ class ReadModel:
         self, entries: Sequence[KVEntry], idx: int, width: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         first = entries[0]
-        if all(e is first for e in entries):  # one prompt, many draws: views, no copy
+        if all(e is first for e in entries):  # one prompt, many draws: expanded views
             k, v = first.layers[idx]
+            if first.parent is not None:  # one copy of the chain, then views of it
+                k, v = self._zeros(1, k, width)
+                self._place(k, v, 0, first, idx, width)
+                k, v = k[0], v[0]
             shape = (len(entries), *k.shape)
             return k.unsqueeze(0).expand(shape), v.unsqueeze(0).expand(shape)
-        k0 = next(e for e in entries if e.length).layers[idx][0]
-        heads, _, dim = k0.shape
-        keys = k0.new_zeros((len(entries), heads, width, dim))
-        values = k0.new_zeros((len(entries), heads, width, dim))
+        like = next(e for e in entries if e.length).layers[idx][0]
+        keys, values = self._zeros(len(entries), like, width)
         for row, entry in enumerate(entries):
-            if not entry.length:
-                continue
-            k, v = entry.layers[idx]
-            n = k.shape[1]
-            keys[row, :, width - n :] = k
-            values[row, :, width - n :] = v
+            self._place(keys, values, row, entry, idx, width)
         return keys, values
+
+    @staticmethod
+    def _zeros(rows: int, like: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        heads, _, dim = like.shape
+        return like.new_zeros((rows, heads, width, dim)), like.new_zeros((rows, heads, width, dim))
+
+    def _place(self, keys: torch.Tensor, values: torch.Tensor, row: int, entry: KVEntry,
+               idx: int, width: int) -> None:
+        """Copy an entry's tokens (its own, then its parents') right-aligned into row ``row``."""
+        need = self._kept(idx, entry.length)
+        end = width
+        node: KVEntry | None = entry
+        while node is not None and need > 0:
+            k, v = node.layers[idx]
+            n = min(k.shape[1], need)
+            if n:
+                keys[row, :, end - n : end] = k[:, k.shape[1] - n :]
+                values[row, :, end - n : end] = v[:, v.shape[1] - n :]
+            end, need, node = end - n, need - n, node.parent
 
     def _padding_mask(self, lengths: Sequence[int], total: int, extra: Sequence[int]
                       ) -> torch.Tensor:
@@ -187,28 +210,31 @@ class ReadModel:
             position_ids=positions.to(self.device),
             cache=cache,
         )
-        return [
-            self._cut_row(cache, row, total + width, total, p.length, n)
+        entries = [
+            self._cut_row(cache, row, total + width, total, p, n)
             for row, (p, n) in enumerate(zip(prefixes, lengths, strict=True))
         ]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # so callers can time the call
+        return entries
 
     def _cut_row(
-        self, cache: DynamicCache, row: int, virtual: int, total: int, prefix_len: int, n: int
+        self, cache: DynamicCache, row: int, virtual: int, total: int, prefix: KVEntry, n: int
     ) -> KVEntry:
-        """Row ``row`` of an extended cache as a compact entry with its own memory.
+        """Row ``row``'s new tokens of an extended cache as an entry (own memory) under
+        ``prefix``.
 
         Each layer holds the last ``held`` of the virtual sequence ``total + width``; the row's
-        real tokens are ``[total - prefix_len, total + n)`` of it.
+        new tokens are ``[total, total + n)`` of it.
         """
-        length = prefix_len + n
         layers = []
         for idx, layer in enumerate(cache.layers):
             keys, values = layer.keys, layer.values
             offset = virtual - keys.shape[-2]
             end = total + n - offset
-            start = max(end - self._kept(idx, length), 0)
+            start = max(end - self._kept(idx, n), 0)
             layers.append((keys[row, :, start:end].clone(), values[row, :, start:end].clone()))
-        return KVEntry(length, tuple(layers))
+        return KVEntry(prefix.length + n, tuple(layers), prefix if prefix.length else None)
 
     # -- decode ---------------------------------------------------------------------------------
 

@@ -1,12 +1,12 @@
-"""Shared pieces of the durability scenarios: a simulator subprocess, submitting a run through
-the real producer, waiting for it to settle, and the invariants checked in SQL."""
+"""Shared pieces of the durability scenarios: a simulator subprocess, submitting a run in the
+producer's order (rows committed, then messages published, then stamped queued), waiting for
+it to settle, and the invariants checked in SQL."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +17,13 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.engine import ReadSettings, decision_payload, parse_decision, settings_hash
-from app.engine import settings_to_dict
+from app.engine import (
+    ReadSettings,
+    decision_payload,
+    parse_decision,
+    settings_hash,
+    settings_to_dict,
+)
 from app.publish import publish_chunks
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision

@@ -91,14 +91,25 @@ def test_a_prompt_extended_from_a_cached_prefix_equals_the_whole_prompt(
     results = tiny_read_model.decode([DecodeRow(e, CANVAS, SLOTS, IDS) for e in extended])
     assert _close(results[0], _reference(tiny_read_model, prompt, CANVAS))
     assert _close(results[1], _reference(tiny_read_model, prompt[:33], CANVAS))
+    nested = tiny_read_model.prefill([PrefillJob(extended[1], prompt[33:])])[0]  # a chain of 3
+    again = tiny_read_model.decode([DecodeRow(nested, CANVAS, SLOTS, IDS)] * 2)
+    assert _close(again[1], _reference(tiny_read_model, prompt, CANVAS))
+    long_suffix = tiny_read_model.prefill([PrefillJob(prefix, _ids(20, 5))])[0]  # > window
+    alone = tiny_read_model.decode([DecodeRow(long_suffix, CANVAS, SLOTS, IDS),
+                                    DecodeRow(extended[0], CANVAS, SLOTS, IDS)])
+    assert _close(alone[0], _reference(tiny_read_model, prompt[:30] + _ids(20, 5), CANVAS))
 
 
 def test_reads_and_extensions_leave_cached_entries_unchanged(tiny_read_model: Any) -> None:
-    entry = tiny_read_model.prefill([PrefillJob(None, PROMPTS["long"])])[0]
-    before = [(k.clone(), v.clone()) for k, v in entry.layers]
-    tiny_read_model.decode([DecodeRow(entry, _ids(16, k), SLOTS, IDS) for k in range(3)])
-    tiny_read_model.prefill([PrefillJob(entry, _ids(5, 9)), PrefillJob(None, _ids(7, 8))])
-    for (k0, v0), (k1, v1) in zip(before, entry.layers, strict=True):
+    parent = tiny_read_model.prefill([PrefillJob(None, PROMPTS["long"])])[0]
+    child = tiny_read_model.prefill([PrefillJob(parent, _ids(6, 9))])[0]
+    before = [(k.clone(), v.clone()) for e in (parent, child) for k, v in e.layers]
+    tiny_read_model.decode([DecodeRow(e, _ids(16, k), SLOTS, IDS)
+                            for k, e in enumerate((parent, child, child))])
+    tiny_read_model.decode([DecodeRow(child, _ids(16, k), SLOTS, IDS) for k in range(2)])
+    tiny_read_model.prefill([PrefillJob(child, _ids(5, 9)), PrefillJob(None, _ids(7, 8))])
+    after = [(k, v) for e in (parent, child) for k, v in e.layers]
+    for (k0, v0), (k1, v1) in zip(before, after, strict=True):
         assert torch.equal(k0, k1)
         assert torch.equal(v0, v1)
 

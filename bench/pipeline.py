@@ -1,0 +1,211 @@
+"""End-to-end throughput of the durable pipeline against the simulator, and what it costs.
+
+    python bench/pipeline.py                      # everything (a few minutes on 2 cores)
+    python bench/pipeline.py --decisions 1000 --submit-n 20000
+
+Measures, each on fresh services (a private redis-server, a new database on the PostgreSQL at
+``--pg``, ``dreads sim`` and ``dreads worker`` subprocesses):
+
+1. capacity-bound: ``dreads sim --step-ms 100 --max-batch 32`` (320 reads/s). Decisions/s through
+   submit -> Redis -> Celery -> simulator -> PostgreSQL, against a plain asyncio client (the
+   same ``VllmUpstream`` and engine, no SQL, no queue) sending the same decisions to the same
+   simulator with the same number of decisions in flight (worker processes x chunk size). The
+   ratio is the pipeline's efficiency (target >= 0.9).
+2. orchestration ceiling: the same with ``--step-ms 0``; worker CPU ms per decision (main
+   process + pool children, from /proc, measured over the run only).
+3. ``dreads submit`` and ``dreads resume`` wall time for ``--submit-n`` decisions (resume with
+   nothing to re-publish, and after the broker lost every message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.engine import DecisionFlow, ReadSettings, parse_decision, plan_decision  # noqa: E402
+from tests.fixtures.services import (  # noqa: E402
+    VENV_BIN,
+    RedisServer,
+    WorkerProcess,
+    create_pg_database,
+    drop_pg_database,
+    wait_until,
+)
+from tests.integration.durability.harness import Sim, Stack, job_lines  # noqa: E402
+
+CHUNK = 32
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Row:
+    name: str
+    value: str
+    note: str = ""
+
+
+@contextmanager
+def services(tmp: Path, pg: str, *sim_args: str) -> Iterator[tuple[Stack, Sim, RedisServer]]:
+    redis = RedisServer(tmp / f"redis-{time.monotonic_ns()}", appendonly=False)
+    redis.start()
+    url = create_pg_database(pg, "bench")
+    sim = Sim(tmp / "sim.log", *sim_args)
+    try:
+        with Stack.open(url, redis.url, sim.url) as stack:
+            yield stack, sim, redis
+    finally:
+        sim.stop()
+        redis.kill()
+        drop_pg_database(url)
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` and its live children, in seconds."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    total = 0
+    for p in [pid, *map(int, out.split())]:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / TICKS
+
+
+def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int) -> tuple[float, float]:
+    """(decisions/s, worker CPU ms per decision) for ``n`` decisions."""
+    env = {**os.environ, **stack.env(max_in_flight=256, read_retries=4), "PYTHONUNBUFFERED": "1"}
+    worker = WorkerProcess([str(VENV_BIN / "dreads"), "worker", "-c", str(concurrency), "-n",
+                            f"bench{time.monotonic_ns()}@%h", "--loglevel", "WARNING",
+                            "--without-mingle", "--without-gossip"], env,
+                           tmp / "worker.log")
+    try:
+        wait_until(lambda: len(worker.children()) >= concurrency, timeout_s=120,
+                   what="the worker's pool")
+        time.sleep(3)  # children finish their process init
+        cpu0 = _cpu_s(worker.pid)
+        t0 = time.perf_counter()
+        stack.submit(n, name=f"bench{time.monotonic_ns()}")
+        stack.wait_settled(1800)
+        elapsed = time.perf_counter() - t0
+        cpu = _cpu_s(worker.pid) - cpu0
+    finally:
+        worker.stop()
+    assert stack.done() == n, stack.counts()
+    return n / elapsed, cpu * 1000 / n
+
+
+def plain_rate(sim_url: str, n: int, in_flight: int) -> float:
+    """Decisions/s of a bare asyncio client: same engine and HTTP client, no queue, no SQL."""
+    from app.upstream.tokenizer import load_tokenizer
+    from app.upstream.vllm import VllmUpstream
+
+    tokenizer = load_tokenizer("standin")
+    settings = ReadSettings()
+    decisions = [parse_decision(orjson.loads(line)) for _, line in job_lines(n)]
+
+    async def one(upstream: VllmUpstream, sem: asyncio.Semaphore, decision: object) -> None:
+        async with sem:
+            plan = plan_decision(decision, settings, tokenizer)  # type: ignore[arg-type]
+            flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
+            while not flow.done:
+                requests = flow.next_requests()
+                results = await asyncio.gather(*(upstream.read(r) for r in requests))
+                for request, result in zip(requests, results, strict=True):
+                    flow.record(request, result)
+
+    async def main() -> float:
+        upstream = VllmUpstream(sim_url, model=settings.model,
+                                canvas_length=settings.canvas_length, max_in_flight=256)
+        sem = asyncio.Semaphore(in_flight)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(upstream, sem, d) for d in decisions))
+        elapsed = time.perf_counter() - t0
+        await upstream.aclose()
+        return n / elapsed
+
+    return asyncio.run(main())
+
+
+def cli_time(args: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run([str(VENV_BIN / "dreads"), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"dreads {args[0]} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def submit_resume(stack: Stack, redis: RedisServer, tmp: Path, n: int) -> list[Row]:
+    job = tmp / "job.jsonl"
+    job.write_text("\n".join(line for _, line in job_lines(n)) + "\n")
+    env = {**os.environ, **stack.env(requeue_after_s=600)}
+    submit_s = cli_time(["submit", str(job), "--run", "big", "--json"], env)
+    resume_s = cli_time(["resume", "big", "--json"], env)
+    redis.wipe()
+    env_lost = {**env, "DREADS_REQUEUE_AFTER_S": "0"}
+    republish_s = cli_time(["resume", "big", "--json"], env_lost)
+    return [
+        Row(f"dreads submit, {n:,} decisions", f"{submit_s:.1f} s",
+            f"{n / submit_s:,.0f} decisions/s incl. ~4 s CLI start"),
+        Row("dreads resume, nothing to re-publish", f"{resume_s:.1f} s", ""),
+        Row("dreads resume after Redis lost everything", f"{republish_s:.1f} s",
+            f"re-publishes {n:,}"),
+    ]
+
+
+def rate_rows(tmp: Path, pg: str, n: int, concurrency: int, sim_args: list[str],
+              label: str) -> list[Row]:
+    with services(tmp, pg, *sim_args) as (stack, sim, _):
+        plain = plain_rate(sim.url, n, concurrency * CHUNK)
+    with services(tmp, pg, *sim_args) as (stack, sim, _):
+        rate, cpu_ms = pipeline_rate(stack, tmp, n, concurrency)
+    return [
+        Row(f"{label}: pipeline (submit->Redis->Celery->sim->PG)", f"{rate:,.0f} dec/s",
+            f"worker CPU {cpu_ms:.2f} ms/decision"),
+        Row(f"{label}: plain asyncio client, {concurrency * CHUNK} in flight",
+            f"{plain:,.0f} dec/s", ""),
+        Row(f"{label}: ratio pipeline / plain", f"{rate / plain:.2f}", "target >= 0.9"),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decisions", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=2, help="worker pool processes")
+    parser.add_argument("--submit-n", type=int, default=100_000)
+    parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--skip", default="", help="comma list: capacity,ceiling,submit")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="dreads-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        if "capacity" not in skip:
+            rows += rate_rows(tmp, args.pg, args.decisions, args.concurrency,
+                              ["--step-ms", "100", "--max-batch", "32"], "sim 100ms x 32")
+        if "ceiling" not in skip:
+            rows += rate_rows(tmp, args.pg, args.decisions, args.concurrency,
+                              ["--step-ms", "0"], "sim zero latency")
+        if "submit" not in skip:
+            with services(tmp, args.pg) as (stack, _, redis):
+                rows += submit_resume(stack, redis, tmp, args.submit_n)
+    width = max(len(r.name) for r in rows)
+    print(f"\n{'measure':<{width}}  {'value':>14}  note")
+    for r in rows:
+        print(f"{r.name:<{width}}  {r.value:>14}  {r.note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""``sweep_once`` and ``publish_chunks`` against real PostgreSQL and a private Redis (fast)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from sqlalchemy import select
+
+from app.publish import PublishError, chunk_ids, publish_chunks
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.models import Decision, Run
+from app.store.queue import claim_decisions, mark_queued
+from app.sweeper import sweep_once
+from tests.fixtures.services import RedisServer, free_port
+from workers.celery_app import make_celery
+from workers.constants import QUEUE, TASK_RUN_CHUNK
+
+
+@pytest.fixture
+def factory(pg_url: str) -> Iterator[object]:
+    engine = make_engine(pg_url)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+def _seed(factory, n: int) -> list[int]:  # type: ignore[no-untyped-def]
+    with session_scope(factory) as s:
+        run = Run(name="r", settings={}, settings_hash="h", upstream="sim")
+        s.add(run)
+        s.flush()
+        rows = [Decision(run_id=run.id, key=f"d{i}", payload={}) for i in range(n)]
+        s.add_all(rows)
+        s.flush()
+        return [d.id for d in rows]
+
+
+def _messages(redis: RedisServer) -> list[dict[str, object]]:
+    raw = redis.client().lrange(QUEUE, 0, -1)
+    return [orjson.loads(m) for m in raw]
+
+
+def _chunks(redis: RedisServer) -> list[list[int]]:
+    """The decision ids of every queued message (kombu base64-encodes the JSON body)."""
+    out = []
+    for message in _messages(redis):
+        args, _kwargs, _embed = orjson.loads(base64.b64decode(message["body"]))  # type: ignore[arg-type]
+        out.append(list(args[1]))
+    return out
+
+
+def _statuses(factory) -> dict[int, str]:  # type: ignore[no-untyped-def]
+    with session_scope(factory) as s:
+        return dict(s.execute(select(Decision.id, Decision.status)).all())  # type: ignore[arg-type]
+
+
+def test_chunk_ids_keeps_order_and_size() -> None:
+    assert list(chunk_ids([1, 2, 3, 4, 5], 2)) == [(1, 2), (3, 4), (5,)]
+    with pytest.raises(ValueError, match="chunk_size"):
+        list(chunk_ids([1], 0))
+
+
+def test_publish_chunks_sends_named_tasks_with_readable_argsrepr(
+        redis_server: RedisServer) -> None:
+    celery = make_celery(broker_url=redis_server.url)
+    assert publish_chunks(celery, 7, list(range(1, 71)), 32, run_name="demo") == 3
+    messages = _messages(redis_server)
+    assert len(messages) == 3
+    headers = [m["headers"] for m in messages]
+    assert {h["task"] for h in headers} == {TASK_RUN_CHUNK}  # type: ignore[index]
+    assert sorted(h["argsrepr"] for h in headers) == [  # type: ignore[index]
+        "run=demo chunk=1..32 n=32", "run=demo chunk=33..64 n=32", "run=demo chunk=65..70 n=6"]
+
+
+def test_sweep_publishes_pending_isolates_lost_and_waits_for_backlog(
+        factory, redis_server: RedisServer) -> None:  # type: ignore[no-untyped-def]
+    celery = make_celery(broker_url=redis_server.url)
+    ids = _seed(factory, 10)
+    with session_scope(factory) as s:
+        claim_decisions(s, decision_ids=ids[:2], owner="dead", lease_s=-1)
+        mark_queued(s, ids[2:6])
+    report = sweep_once(factory, celery, requeue_after_s=0, chunk_size=32)
+    assert (report.lost, report.published) == (2, 10)
+    # 4 pending + 4 stale queued in one chunk; the 2 lost ones alone in a message each
+    assert sorted(_chunks(redis_server), key=lambda c: (len(c), c)) == [[ids[0]], [ids[1]], ids[2:]]
+    assert set(_statuses(factory).values()) == {"queued"}
+    again = sweep_once(factory, celery, requeue_after_s=0, chunk_size=32)
+    assert again.published == 0 and again.backlog == 3, "a backlog is not a loss"
+
+
+def test_publish_failure_leaves_rows_for_the_next_sweep(factory) -> None:  # type: ignore[no-untyped-def]
+    dead = make_celery(broker_url=f"redis://127.0.0.1:{free_port()}/0")
+    dead.conf.broker_connection_timeout = 1
+    dead.conf.broker_connection_max_retries = 0
+    ids = _seed(factory, 5)
+    report = sweep_once(factory, dead, chunk_size=2)
+    assert report.published == 0 and report.error and "broker" in report.error
+    assert set(_statuses(factory).values()) == {"pending"}
+    with pytest.raises(PublishError, match="sweeper"):
+        publish_chunks(dead, 1, ids, 2)
