@@ -137,8 +137,15 @@ async def bench_httpx(url: str, requests: Sequence[ReadRequest], in_flight: int)
     limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
         async def send(request: ReadRequest) -> object:
-            response = await client.post("/v1/chat/completions", content=encode_body(request.body),
-                                         headers={"content-type": "application/json"})
+            for attempt in range(3):  # a reset keep-alive connection: retry, as a client would
+                try:
+                    response = await client.post(
+                        "/v1/chat/completions", content=encode_body(request.body),
+                        headers={"content-type": "application/json"})
+                    break
+                except httpx.TransportError:
+                    if attempt == 2:
+                        raise
             response.raise_for_status()
             return parse_response(request.endpoint, orjson.loads(response.content),
                                   request.slots)

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
 
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
 import torch
-from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.engine.types import Endpoint, ReadRequest
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
+from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
 from app.upstream.transformers_engine.tiny import tiny_config
 
 FULL_TEXT = dict(
@@ -75,27 +79,22 @@ class Result:
         return self.question_reads / self.wall_s
 
 
-def build_model(config: str, device: str) -> ReadModel:
+def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16,
+                layers: int = 30) -> ReadModel:
     if config == "small":
         torch.manual_seed(0)
         return ReadModel(DiffusionGemmaForBlockDiffusion(tiny_config(1024, layers=3)).eval())
-    cfg = DiffusionGemmaConfig(text_config=FULL_TEXT, vision_config=SMALL_VISION,
-                               canvas_length=256)
-    cfg.text_config._attn_implementation = "sdpa"
+    text = dict(FULL_TEXT, num_hidden_layers=layers,
+                layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * (layers // 6))
+    cfg = DiffusionGemmaConfig(text_config=text, vision_config=SMALL_VISION, canvas_length=256)
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
             model = DiffusionGemmaForBlockDiffusion(cfg)
     finally:
         torch.set_default_dtype(previous)
-    with torch.no_grad():  # built on the device without init: give it sane random weights
-        for param in model.parameters():
-            if param.ndim == 1:
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, 0.02)
     return ReadModel(model.eval())
 
 
@@ -201,6 +200,45 @@ def measure(model: ReadModel, work: Workload, mode: str, draws: int, args: Any,
                   max(sizes), peak)
 
 
+def check_against_plain_forward(model: ReadModel) -> None:
+    """Batched, mixed-length, prefix-chained reads vs one unbatched plain forward each."""
+    ids = _Ids(model.vocab_size, 99)
+    prompts = [ids.take(n) for n in (300, 700, 1300)]  # 1300 > the 1024 sliding window
+    prompts.append(prompts[2][:1200] + ids.take(40))  # shares a 1200-token prefix
+    canvas, slots = _canvas(3, ids.take(3), [300, 301, 302])
+    labels = ids.take(4)
+    single = model.decode([DecodeRow(model.prefill([PrefillJob(None, tuple(prompts[0]))])[0],
+                                     tuple(canvas), tuple(slots), tuple(labels))])
+    entries = model.prefill([PrefillJob(None, tuple(p)) for p in prompts[:3]])
+    prefix = model.prefill([PrefillJob(None, tuple(prompts[2][:1200]))])[0]
+    entries.append(model.prefill([PrefillJob(prefix, tuple(prompts[3][1200:]))])[0])
+    rows = [DecodeRow(e, tuple(canvas), tuple(slots), tuple(labels)) for e in entries]
+    batched = model.decode(rows)
+    references = [_plain_read(model, p, canvas, slots, labels) for p in prompts]
+    for name, pairs in (("single row", zip(references[:1], single, strict=True)),
+                        ("batched+chained", zip(references, batched, strict=True))):
+        dlp = dprob = scale = 0.0
+        for reference, result in pairs:
+            dlp = max(dlp, float((reference - result.logprobs).abs().max()))
+            dprob = max(dprob, float((reference.softmax(-1) - result.logprobs.softmax(-1))
+                                     .abs().max()))
+            scale = max(scale, float(reference.abs().max()))
+        print(f"check {model.model.dtype} {model.text_config.num_hidden_layers} layers, "
+              f"{name} vs plain unbatched forward: max |dlogprob| {dlp:.2e} (|logprob| up to "
+              f"{scale:.1f}), max |dp| over the labels {dprob:.2e}")
+
+
+def _plain_read(model: ReadModel, prompt: list[int], canvas: list[int], slots: list[int],
+                labels: list[int]) -> torch.Tensor:
+    cache = DynamicCache(config=model.text_config)
+    with torch.inference_mode():
+        model.model.model.encoder(input_ids=torch.tensor([prompt], device=model.device),
+                                  cache=cache)
+        logits = model.model(cache=cache, decoder_input_ids=torch.tensor(
+            [canvas], device=model.device)).logits
+    return torch.log_softmax(logits[0, slots].float(), -1)[:, labels].cpu()
+
+
 def _print(results: list[Result]) -> None:
     head = (f"{'mode@max_batch':<26}{'draws':>6}{'canvases':>9}{'q-reads':>8}{'wall s':>8}"
             f"{'canv/s':>8}{'q-reads/s':>10}{'prefill tok':>12}{'enc n/s':>11}{'dec n/s':>11}"
@@ -242,6 +280,11 @@ def main() -> None:
     parser.add_argument("--time-limit-s", type=float, default=420.0)
     args = parser.parse_args()
     began = time.perf_counter()
+    if args.config == "full":
+        small = build_model("full", args.device, dtype=torch.float32, layers=6)
+        check_against_plain_forward(small)
+        del small
+        torch.cuda.empty_cache()
     model = build_model(args.config, args.device)
     print(f"model {args.config} on {args.device}: "
           f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters, "
@@ -250,6 +293,8 @@ def main() -> None:
                     model.vocab_size)
     print(f"workload: {work}; max_batch {args.max_batch}, prefill budget "
           f"{args.prefill_budget} tokens, flush {args.flush_ms} ms")
+    if args.config == "full":
+        check_against_plain_forward(model)
     warm = Workload(2, 2, 64, 96, model.vocab_size, seed=7)
     batches = [int(b) for b in args.max_batch.split(",")]
     for mode in ("isolated-sharing", "joint"):

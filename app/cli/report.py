@@ -8,6 +8,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from sqlalchemy import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.cli._app import app
 from app.cli.options import (
@@ -19,7 +22,7 @@ from app.cli.options import (
     err_console,
     open_store,
 )
-from app.errors import InputError
+from app.errors import InputError, StoreError
 from app.report.calibration import CalibrationMethod, fit_calibration, load_calibration
 from app.report.document import calibrate_rows, report_from_rows
 from app.report.figures import Params, noul_arrays, typed_rows
@@ -32,6 +35,19 @@ from app.store.db import session_scope
 __all__ = ["calibrate", "report"]
 
 _FIG = "Figures"
+
+
+def _store(database: str | None) -> sessionmaker[Session]:
+    """The session factory, with an unreachable database reported as what to check."""
+    url = database_url(database)
+    try:
+        return open_store(url)
+    except OperationalError as exc:  # the CLI is the edge that opens the database here
+        shown = make_url(url).render_as_string(hide_password=True)
+        raise StoreError(
+            f"cannot open the database {shown}: {exc.orig}; check --database-url / "
+            "DREADS_DATABASE_URL and that the server is running (or the SQLite file exists)"
+        ) from exc
 
 
 def _params(threshold_recall: float, threshold_fp: float, top_share: float) -> Params:
@@ -72,7 +88,7 @@ def report(
     with cli_errors():
         params = _params(threshold_recall, threshold_fp, top_share)
         calib = load_calibration(calibration) if calibration is not None else None
-        factory = open_store(database_url(database))
+        factory = _store(database)
         with session_scope(factory) as session:
             data = load_run_rows(session, resolve_run(session, run))
             doc = report_from_rows(session, data, params, calibration=calib, against=against)
@@ -112,7 +128,7 @@ def calibrate(
 ) -> None:
     """Fit a monotone calibration map of P(yes) from a run's labelled yes/no answers."""
     with cli_errors():
-        factory = open_store(database_url(database))
+        factory = _store(database)
         with session_scope(factory) as session:
             data = load_run_rows(session, resolve_run(session, run))
         rows = [r for r in typed_rows(data.rows, "noul") if r.answered and r.p_yes is not None]

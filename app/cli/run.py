@@ -68,8 +68,10 @@ from app.embedded import (
     start_upstream,
 )
 from app.engine import settings_from_dict
+from app.errors import InputError, UpstreamUnavailable
 from app.producer import SubmitRequest, submit_job
 from app.store.db import session_scope
+from app.store.models import RunStatus
 from app.store.runs import RunInfo, require_run, reset_failed, run_status
 from app.upstream.tokenizer import load_tokenizer
 
@@ -163,6 +165,9 @@ def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
 
 
 def _execute(job: _Job) -> ExecutorStats:
+    if job.run.status == RunStatus.CANCELLED:
+        raise InputError(f"run {job.run.name!r} was cancelled; run the file under a new --run "
+                         "name to run it again")
     reclaimed = reclaim_dead_leases(job.factory, job.run.id, max_attempts=job.config.max_attempts)
     if reclaimed and not job.quiet:
         err_console.print(f"{reclaimed} decision(s) left leased by an earlier, stopped run "
@@ -215,6 +220,10 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
             return asyncio.run(execute_run(job.factory, job.run, upstream_url=url,
                                            tokenizer=tokenizer, config=job.config,
                                            progress=progress))
+        except UpstreamUnavailable as exc:
+            raise UpstreamUnavailable(
+                f"{exc.message}; start the model server there, pass --upstream URL, or try "
+                "--upstream sim (the built-in simulator)", kind=exc.kind) from exc
         except KeyboardInterrupt:
             bar.stop()
             err_console.print("[yellow]interrupted.[/yellow] Nothing is lost: run the same "
@@ -232,7 +241,8 @@ def _summary(factory: sessionmaker[Session], name: str, json_out: bool) -> None:
         doc = {**status.as_dict(), "draws": draws, "headline": headline}
         console.print_json(orjson.dumps(doc).decode())
         return
-    console.print(f"run {name!r} in SQLite: {render.counts_text(status.counts)}",
+    source = " (answers from the SIMULATOR)" if info.upstream == SIM else ""
+    console.print(f"run {name!r} in SQLite{source}: {render.counts_text(status.counts)}",
                   highlight=False)
     console.print(render.cells_table(status))
     console.print(f"reads: {draws['draw_rows']} draw row(s), "

@@ -65,8 +65,9 @@ def _cell_diag(rows: Sequence[QuestionRow], counts: CellCounts) -> dict[str, Any
     decisions = {(r.decision_key, r.replicate): r.status for r in rows}
     return {
         "questions": len(rows), "answered": len(answered),
-        "unanswered": len(rows) - len(answered),
-        "unanswered_rate": _rate(len(rows) - len(answered), len(rows)),
+        "unanswered": sum(r.unanswered for r in rows),
+        "unanswered_rate": _rate(sum(r.unanswered for r in rows), len(rows)),
+        "in_flight": sum(r.in_flight for r in rows),
         "decision_statuses": count_values(decisions.values()),
         "reads": counts.reads, "low_mass_reads": counts.low_mass_reads,
         "low_mass_share": _rate(counts.low_mass_reads, counts.reads),

@@ -3,6 +3,28 @@
 ``build_report`` returns a JSON-ready dict (``--json`` prints it as is); the Rich tables and
 the HTML page are renderings of it. ``summarize_run`` gives the headline figures for the
 embedded ``dreads run`` summary.
+
+The document (``"format": "dreads.report/1"``; keys are always present, absent parts null)::
+
+    run          {id, name, upstream, engine, replicates, status, settings_hash}
+    params       thresholds: threshold_recall, threshold_fp, top_share, band_low/high, n_bins
+    labelled     {questions, with_expected, noul, choice, score}: counts of questions
+    raw          {noul, choice, score: {overall: BLOCK, cells: {cell: BLOCK}},
+                  choice.confusion: {labels, matrix}, calibration: CALIBRATION}
+    calibrated   like raw, P(yes) through --calibration; null without it
+    calibration_source  {method, scope, run, n, positives} of calib.json; or null
+    diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
+                  rate, others_rate, p_value}]}
+    against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
+                  cells: {cell: PAIR}}}; PAIR = {a: BLOCK, b: BLOCK, diff: {figure: a - b}}
+
+    BLOCK        {replicates, figures: {name: value}, std: {name: sd}} (figures.py)
+    CALIBRATION  {overall, questions: {qid: {n, positives, auc, ece, brier, reliability}}}
+    DIAG         questions, answered, unanswered(_rate) (finished without an answer),
+                 in_flight (pending / queued / leased), decision_statuses, reads,
+                 low_mass_reads/_share, argmax_not_label_reads/_share, attempts,
+                 failed_attempts, failure_rate, failures {kind: n}, draws_mean,
+                 draws {n: count}, stop_reasons, stderr {p50, p90, p99, max}, flags
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def noul_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     fp, fp_1000, fp_states = m.false_positives(y, s, p.threshold_fp, n_states)
     return {
         "n": int(y.size), "positives": int(y.sum()), "negatives": int(y.size - y.sum()),
-        "unanswered": sum(1 for r in rows if not r.answered),
+        "unanswered": sum(r.unanswered for r in rows),
         "distinct_states": n_states,
         "auc": m.auc(y, s),
         "recall": recall, "recall_hits": recall_hits,
@@ -99,7 +99,7 @@ def choice_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     truth = [str(r.expected) for r in done]
     p_true = [float((r.probs or {}).get(str(r.expected), 0.0)) for r in done]
     return {
-        "n": len(done), "unanswered": len(rows) - len(done),
+        "n": len(done), "unanswered": sum(r.unanswered for r in rows),
         "accuracy": m.accuracy(truth, [str(r.label) for r in done]),
         "log_loss": m.log_loss_true(p_true),
     }
@@ -111,7 +111,7 @@ def score_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     leveled = [(r, r.expected_level) for r in done if r.expected_level is not None]
     levels = [r.labels.index(str(r.expected)) for r, _ in leveled]
     return {
-        "n": len(done), "unanswered": len(rows) - len(done),
+        "n": len(done), "unanswered": sum(r.unanswered for r in rows),
         "mae_level": m.mae(levels, [level for _, level in leveled]),
         "accuracy": m.accuracy([str(r.expected) for r in done], [str(r.label) for r in done]),
     }

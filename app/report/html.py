@@ -30,7 +30,7 @@ body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+th{background:#f3f3f3;white-space:normal}td:first-child,th:first-child{text-align:left}
 tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
 .flags{color:#b00;font-weight:bold}.plots img{max-width:620px;margin:4px}
 .note{color:#555;font-size:13px}
@@ -64,7 +64,7 @@ def _score_plot(y: np.ndarray, s: np.ndarray, title: str) -> str:
     return _png(fig)
 
 
-def _reliability_plot(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> str:
+def _reliability_plot(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str) -> str:
     fig, ax = _axes(4.8, 4.4)
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect")
     for name, (y, s) in curves.items():
@@ -73,7 +73,7 @@ def _reliability_plot(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> st
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                 label=f"{name} (ECE {fmt(m.ece(y, s))})")
     ax.set(xlabel="mean P(yes) in bin", ylabel="observed share of yes",
-           title="reliability diagram", xlim=(0, 1), ylim=(0, 1))
+           title=title, xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left")
     return _png(fig)
 
@@ -112,10 +112,45 @@ def _plots(rows: Sequence[QuestionRow], calibrated: Sequence[QuestionRow] | None
             yc, sc, _ = noul_arrays(typed_rows(calibrated, "noul"))
             imgs.append(_score_plot(yc, sc, "calibrated P(yes)"))
             curves["calibrated"] = (yc, sc)
-        imgs.append(_reliability_plot(curves))
+        imgs.append(_reliability_plot(curves, "reliability diagram"))
         imgs.append(_rank_plot(y, s))
+        per_question = _per_question_curves(noul)
+        if 1 < len(per_question) <= _MAX_QUESTION_CURVES:
+            imgs.append(_reliability_plot(per_question, "reliability per question (raw)"))
     imgs.append(_mass_plot(rows))
     return '<div class="plots">' + "".join(imgs) + "</div>"
+
+
+_MAX_QUESTION_CURVES = 8
+
+
+def _per_question_curves(rows: Sequence[QuestionRow]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    groups: dict[str, list[QuestionRow]] = {}
+    for r in rows:
+        groups.setdefault(r.question_id, []).append(r)
+    curves = {}
+    for qid in sorted(groups):
+        y, s, _ = noul_arrays(groups[qid])
+        if y.size:
+            curves[qid] = (y, s)
+    return curves
+
+
+def _calibration_table(doc: Mapping[str, Any]) -> str:
+    raw = doc["raw"]["calibration"]
+    cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
+    head = ["question", "n", "pos", "AUC", "ECE", "Brier",
+            *(["ECE calibrated", "Brier calibrated"] if cal else [])]
+    parts = ["<table>", _head(head)]
+    for qid, c in [*raw["questions"].items(), ("overall", raw["overall"])]:
+        extra = []
+        if cal:
+            cq = cal["overall"] if qid == "overall" else cal["questions"][qid]
+            extra = [fmt(cq["ece"]), fmt(cq["brier"])]
+        parts.append(_row([qid, fmt(c["n"]), fmt(c["positives"]), fmt(c["auc"]),
+                           fmt(c["ece"]), fmt(c["brier"]), *extra],
+                          "overall" if qid == "overall" else ""))
+    return "".join(parts) + "</table>"
 
 
 def _titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
@@ -149,12 +184,13 @@ def _cell_table(section: Mapping[str, Any], columns: Mapping[str, str],
 
 
 def _diag_table(diag: Mapping[str, Any]) -> str:
-    parts = ["<table>", _head(["cell", "questions", "unanswered", "failed attempts",
+    parts = ["<table>", _head(["cell", "questions", "unanswered", "in flight", "failed attempts",
                                "low mass", "argmax≠label", "draws mean", "stop reasons",
                                "stderr p50", "stderr p90", "flags"])]
     for cell, d in [*diag["cells"].items(), ("overall", diag["overall"])]:
         parts.append(_row([
             cell, fmt(d["questions"]), f"{d['unanswered']} ({pct(d['unanswered_rate'])})",
+            fmt(d["in_flight"]),
             ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-",
             pct(d["low_mass_share"]), pct(d["argmax_not_label_share"]), fmt(d["draws_mean"]),
             ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
@@ -191,6 +227,9 @@ def _figure_sections(doc: Mapping[str, Any], flags: Mapping[str, list[str]]) -> 
                                      columns, params))
             out.append("<h3>calibrated, per cell</h3>")
             out.append(_cell_table(doc["calibrated"]["noul"], columns, params, flags))
+        if kind == "noul":
+            out.append("<h2>calibration per question (yes/no)</h2>")
+            out.append(_calibration_table(doc))
     return out
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Row, case, func, select
 from sqlalchemy.orm import Session
 
 from app.engine import decision_from_payload
@@ -21,6 +22,7 @@ from app.errors import InputError
 from app.store.models import Answer, Attempt, Decision, Draw, OutcomeKind, Run
 
 __all__ = [
+    "IN_FLIGHT",
     "CellCounts",
     "QuestionRow",
     "RunRows",
@@ -30,6 +32,8 @@ __all__ = [
 ]
 
 NO_CELL = "(none)"
+#: decision statuses whose answers may still come
+IN_FLIGHT = frozenset({"pending", "queued", "leased"})
 _YES = {"yes", "true", "1", "y"}
 _NO = {"no", "false", "0", "n"}
 
@@ -57,6 +61,16 @@ class QuestionRow:
     stderr: float | None = None
     draws: int | None = None
     stop_reason: str | None = None
+
+    @property
+    def unanswered(self) -> bool:
+        """No answer and none coming: the decision finished (failed, rejected, cancelled)."""
+        return not self.answered and self.status not in IN_FLIGHT
+
+    @property
+    def in_flight(self) -> bool:
+        """No answer yet, but the decision is still pending, queued or leased."""
+        return not self.answered and self.status in IN_FLIGHT
 
 
 @dataclass(frozen=True)
@@ -94,53 +108,65 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
     """Every decision question of ``run`` with its answer, and per-cell read/attempt counts."""
     answers = _answers_by_decision(session, run.id)
     rows: list[QuestionRow] = []
-    query = select(Decision).where(Decision.run_id == run.id).order_by(Decision.id)
-    for decision in session.scalars(query):
+    query = (
+        select(Decision.id, Decision.key, Decision.replicate, Decision.cell, Decision.payload,
+               Decision.status)
+        .where(Decision.run_id == run.id)
+        .order_by(Decision.id)
+    )
+    for decision in session.execute(query):
         rows.extend(_decision_rows(decision, answers.get(decision.id, {})))
     return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id))
 
 
-def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Answer]]:
-    out: dict[int, dict[str, Answer]] = {}
-    for answer in session.scalars(select(Answer).where(Answer.run_id == run_id)):
+# Plain column rows, not ORM objects: a run has tens of thousands of answers.
+_ANSWER_COLUMNS = (
+    Answer.decision_id, Answer.question_id, Answer.question_type, Answer.label, Answer.p_yes,
+    Answer.probs, Answer.expected_level, Answer.label_mass, Answer.argmax_is_label,
+    Answer.stderr, Answer.draws, Answer.stop_reason, Answer.expected,
+)
+
+
+def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Row[Any]]]:
+    out: dict[int, dict[str, Row[Any]]] = {}
+    for answer in session.execute(select(*_ANSWER_COLUMNS).where(Answer.run_id == run_id)):
         out.setdefault(answer.decision_id, {})[answer.question_id] = answer
     return out
 
 
-def _decision_rows(decision: Decision, answers: Mapping[str, Answer]) -> Iterator[QuestionRow]:
+def _decision_rows(decision: Row[Any], answers: Mapping[str, Row[Any]]) -> Iterator[QuestionRow]:
     payload = decision.payload or {}
-    state_key = json.dumps(payload.get("state"), sort_keys=True, default=str)
-    cell = decision.cell if decision.cell is not None else NO_CELL
-    questions, expected = _parsed(decision.key, decision.cell, payload)
+    common = {
+        "decision_key": decision.key, "replicate": decision.replicate,
+        "cell": decision.cell if decision.cell is not None else NO_CELL,
+        "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
+        "status": decision.status,
+    }
+    questions, expected = _parsed(payload)
     for qid, qtype, labels, options in questions:
         answer = answers.get(qid)
-        if answer is not None:
-            labels = tuple(answer.probs) or labels
+        if answer is not None and not labels:
+            labels = tuple(answer.probs)
         given = expected.get(qid, answer.expected if answer is not None else None)
-        base = QuestionRow(
-            decision_key=decision.key, replicate=decision.replicate, cell=cell,
-            state_key=state_key, status=decision.status, question_id=qid, question_type=qtype,
-            labels=labels, expected=normalize_expected(given, qtype, labels, options),
-            answered=answer is not None,
-        )
-        yield base if answer is None else _with_answer(base, answer)
+        label = normalize_expected(given, qtype, labels, options)
+        yield _row(common, qid, qtype, labels, label, answer)
     # Answers for questions the payload does not list still count (defensive: no row lost).
     known = {q[0] for q in questions}
     for qid, answer in answers.items():
         if qid not in known:
             labels = tuple(answer.probs)
-            yield _with_answer(QuestionRow(
-                decision_key=decision.key, replicate=decision.replicate, cell=cell,
-                state_key=state_key, status=decision.status, question_id=qid,
-                question_type=answer.question_type, labels=labels,
-                expected=normalize_expected(answer.expected, answer.question_type, labels, ()),
-                answered=True,
-            ), answer)
+            label = normalize_expected(answer.expected, answer.question_type, labels, ())
+            yield _row(common, qid, answer.question_type, labels, label, answer)
 
 
-def _with_answer(row: QuestionRow, answer: Answer) -> QuestionRow:
-    return replace(
-        row, answered=True, label=answer.label, p_yes=answer.p_yes,
+def _row(common: Mapping[str, Any], qid: str, qtype: str, labels: tuple[str, ...],
+         expected: str | None, answer: Row[Any] | None) -> QuestionRow:
+    if answer is None:
+        return QuestionRow(**common, question_id=qid, question_type=qtype, labels=labels,
+                           expected=expected, answered=False)
+    return QuestionRow(
+        **common, question_id=qid, question_type=qtype, labels=labels, expected=expected,
+        answered=True, label=answer.label, p_yes=answer.p_yes,
         probs={k: float(v) for k, v in answer.probs.items()},
         expected_level=answer.expected_level, label_mass=answer.label_mass,
         argmax_is_label=answer.argmax_is_label, stderr=answer.stderr, draws=answer.draws,
@@ -151,17 +177,24 @@ def _with_answer(row: QuestionRow, answer: Answer) -> QuestionRow:
 _QuestionShape = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
 
-def _parsed(
-    key: str, cell: str | None, payload: Mapping[str, Any]
-) -> tuple[list[_QuestionShape], Mapping[str, Any]]:
-    """Questions and expected labels as the engine reads the stored payload; a payload the
-    engine refuses (written by hand, or by an older version) is read leniently instead."""
+def _parsed(payload: Mapping[str, Any]) -> tuple[list[_QuestionShape], Mapping[str, Any]]:
+    """Questions and expected labels as the engine reads the stored payload (cached: most
+    decisions of a run ask the same questions)."""
+    spec = {"questions": payload.get("questions"), "expected": payload.get("expected")}
+    # Key order matters: options are labelled A, B, ... in the order given.
+    return _parse_spec(json.dumps(spec, default=str))
+
+
+@lru_cache(maxsize=4096)
+def _parse_spec(spec_json: str) -> tuple[list[_QuestionShape], Mapping[str, Any]]:
+    # A payload the engine refuses (written by hand, or by an older version) is read leniently.
+    spec = json.loads(spec_json)
     try:
-        decision = decision_from_payload(key, cell, payload)
+        decision = decision_from_payload("report", None, {"state": "", **spec})
     except InputError:
-        return _questions(payload), payload.get("expected") or {}
+        return _questions(spec), spec.get("expected") or {}
     shapes = [(q.id, q.type.value, q.labels, q.options) for q in decision.questions]
-    return shapes, decision.expected
+    return shapes, dict(decision.expected)
 
 
 def _questions(payload: Mapping[str, Any]) -> list[_QuestionShape]:

@@ -57,9 +57,20 @@ def _titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
                      t=f"{params['top_share']:.0%}") for t in columns.values()]
 
 
+#: shares shown with their counts, as the field report does ("0.842 (64/76)")
+_WITH_HITS = {"recall": "recall_hits", "top_share": "top_share_hits"}
+
+
 def _block_cells(block: Mapping[str, Any], names: Sequence[str]) -> list[str]:
     figures, std = block["figures"], block.get("std") or {}
-    return [fmt(figures.get(n), std.get(n)) for n in names]
+    out = []
+    for n in names:
+        text = fmt(figures.get(n), std.get(n))
+        hits = figures.get(_WITH_HITS.get(n, ""))
+        if isinstance(hits, int) and figures.get(n) is not None and not std.get(n):
+            text += f" ({hits}/{figures.get('positives')})"
+        out.append(text)
+    return out
 
 
 def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str],
@@ -120,9 +131,9 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
     """Per cell: unanswered and failures by kind; then the reads (label mass, draws, stderr)."""
     rows = [*diag["cells"].items(), ("overall", diag["overall"])]
     lost = Table(title="unanswered and failures per cell", title_justify="left")
-    for name in ("cell", "questions", "unanswered", "failed attempts", "flags"):
-        lost.add_column(name, justify="right" if name in ("questions", "unanswered") else "left",
-                        no_wrap=name == "cell")
+    for name in ("cell", "questions", "unanswered", "in flight", "failed attempts", "flags"):
+        lost.add_column(name, justify="left" if name in ("cell", "failed attempts", "flags")
+                        else "right", no_wrap=name == "cell")
     reads = Table(title="reads per cell", title_justify="left")
     for name in ("cell", "reads", "mass<0.5", "argmax≠label", "draws mean", "stop reasons",
                  "stderr p50", "stderr p90"):
@@ -132,7 +143,7 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
         failures = ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"
         flags = ", ".join(d["flags"])
         lost.add_row(cell, fmt(d["questions"]),
-                     f"{d['unanswered']} ({pct(d['unanswered_rate'])})",
+                     f"{d['unanswered']} ({pct(d['unanswered_rate'])})", fmt(d["in_flight"]),
                      f"{d['failed_attempts']}/{d['attempts']}: {failures}",
                      Text(flags, style="bold red") if flags else "")
         reads.add_row(cell, fmt(d["reads"]), pct(d["low_mass_share"]),
@@ -192,19 +203,39 @@ def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
     return out
 
 
+#: figures compared per cell (a, b, a - b) in the compact comparison table
+_COMPARED = {"noul": ("auc", "recall", "fp_count", "ece"), "choice": ("accuracy", "log_loss"),
+             "score": ("mae_level", "accuracy")}
+
+
 def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[RenderableType]:
     cmp = doc["against"]
     out: list[RenderableType] = [Text(
         f"comparison: a = {cmp['a']}, b = {cmp['b']}: {cmp['matched']} matched question(s), "
-        f"{cmp['only_a']} only in a, {cmp['only_b']} only in b")]
+        f"{cmp['only_a']} only in a, {cmp['only_b']} only in b", style="bold")]
     for kind, columns in (("noul", NOUL_COLUMNS), ("choice", CHOICE_COLUMNS),
                           ("score", SCORE_COLUMNS)):
         if not cmp[kind]["cells"]:
             continue
-        for cell, pair in [("overall", cmp[kind]["overall"]), *cmp[kind]["cells"].items()]:
-            out.append(figure_table(f"{kind} {cell}: a vs b", {"a": pair["a"], "b": pair["b"]},
-                                    columns, params, diff=pair["diff"]))
+        pair = cmp[kind]["overall"]
+        out.append(figure_table(f"{kind} overall: a vs b", {"a": pair["a"], "b": pair["b"]},
+                                columns, params, diff=pair["diff"]))
+        out.append(_compare_cells(kind, cmp[kind], columns, params))
     return out
+
+
+def _compare_cells(kind: str, section: Mapping[str, Any], columns: Mapping[str, str],
+                   params: Mapping[str, Any]) -> Table:
+    names = _COMPARED[kind]
+    table = Table(title=f"{kind} per cell: a | b | Δ (a-b)", title_justify="left")
+    table.add_column("cell", no_wrap=True)
+    for title in _titles({n: columns[n] for n in names}, params):
+        table.add_column(title, justify="right")
+    for cell, pair in [*section["cells"].items(), ("overall", section["overall"])]:
+        table.add_row(cell, *(
+            f"{fmt(pair['a']['figures'].get(n))} | {fmt(pair['b']['figures'].get(n))} | "
+            f"{fmt(pair['diff'].get(n))}" for n in names))
+    return table
 
 
 def report_view(doc: Mapping[str, Any]) -> Group:

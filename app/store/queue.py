@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, insert, or_, select, update
+from sqlalchemy import and_, bindparam, exists, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -174,25 +175,36 @@ def _by_token(claims: Sequence[Claimed]) -> dict[str, list[int]]:
     return groups
 
 
+_ATTEMPTS = Attempt.__table__
+_DECISIONS = Decision.__table__
+_ANSWERS = Answer.__table__
+#: Prebuilt Core statements of the hot path (compiled once, no ORM bookkeeping per call).
+_INSERT_ATTEMPT = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id)
+_INSERT_DRAWS = insert(Draw.__table__)
+_ANSWERS_IGNORE = {
+    name: dialect.insert(_ANSWERS).on_conflict_do_nothing(
+        index_elements=["decision_id", "question_id"]).returning(_ANSWERS.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_ATTEMPT_LOST_RACE = (update(_ATTEMPTS).where(_ATTEMPTS.c.id == bindparam("attempt_id"))
+                      .values(won=False))
+_DECISION_DONE = (
+    update(_DECISIONS).where(_DECISIONS.c.id == bindparam("decision_id"))
+    .values(status=DecisionStatus.DONE, finished_at=bindparam("now"), lease_token=None,
+            lease_expires_at=None, updated_at=bindparam("now"))
+)
+
+
 def _insert_attempt(session: Session, *, claim: Claimed, outcome: str, info: AttemptInfo,
-                    detail: str | None = None, now: datetime) -> int:
-    stmt = insert(Attempt).values(
-        run_id=claim.run_id, decision_id=claim.id, outcome=outcome, detail=detail,
-        worker=info.worker, task_id=info.task_id, redelivered=info.redelivered,
-        lease_token=claim.lease_token, n_reads=info.n_reads, latency_ms=info.latency_ms,
-        won=False, started_at=info.started_at, ended_at=now,
-    ).returning(Attempt.id)
-    return int(session.execute(stmt).scalar_one())
-
-
-def _insert_ignore(session: Session) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` into answers, for the session's dialect."""
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    return dialect_insert(Answer).on_conflict_do_nothing(
-        index_elements=["decision_id", "question_id"])
+                    detail: str | None = None, now: datetime, won: bool = False) -> int:
+    row = {
+        "run_id": claim.run_id, "decision_id": claim.id, "outcome": outcome, "detail": detail,
+        "worker": info.worker, "task_id": info.task_id, "redelivered": info.redelivered,
+        "lease_token": claim.lease_token, "n_reads": info.n_reads,
+        "latency_ms": info.latency_ms, "won": won, "started_at": info.started_at,
+        "ended_at": now,
+    }
+    return int(session.connection().execute(_INSERT_ATTEMPT, row).scalar_one())
 
 
 def _answer_row(claim: Claimed, attempt_id: int, answer: EngineAnswer,
@@ -233,22 +245,19 @@ def finish_decision(session: Session, *, claim: Claimed, answers: Sequence[Engin
     before it; otherwise its attempt row records the lost race and its answers are dropped.
     """
     now = now or utcnow()
+    conn = session.connection()
+    # Optimistic: the attempt is written as the winner and corrected in the rare lost race.
     attempt_id = _insert_attempt(session, claim=claim, outcome=OutcomeKind.OK, info=attempt,
-                                 now=now)
+                                 now=now, won=True)
     if draws:
-        session.execute(insert(Draw), [_draw_row(claim, attempt_id, d, question_ids)
-                                       for d in draws])
+        conn.execute(_INSERT_DRAWS, [_draw_row(claim, attempt_id, d, question_ids)
+                                     for d in draws])
     rows = [_answer_row(claim, attempt_id, a, expected or {}) for a in answers]
-    inserted = session.execute(_insert_ignore(session).values(rows).returning(Answer.id)).all()
+    inserted = conn.execute(_ANSWERS_IGNORE[conn.dialect.name], rows).all()
     won = bool(inserted)
-    if won:
-        session.execute(update(Attempt).where(Attempt.id == attempt_id).values(won=True))
-    session.execute(
-        update(Decision).where(Decision.id == claim.id)
-        .values(status=DecisionStatus.DONE, finished_at=now, lease_token=None,
-                lease_expires_at=None, updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
+    if not won:
+        conn.execute(_ATTEMPT_LOST_RACE, {"attempt_id": attempt_id})
+    conn.execute(_DECISION_DONE, {"decision_id": claim.id, "now": now})
     return won
 
 
@@ -281,32 +290,35 @@ def fail_decision(session: Session, *, claim: Claimed, kind: str, detail: str, p
     return str(status) if session.execute(stmt).first() else None
 
 
+#: Ids per UPDATE ... IN (...): PostgreSQL takes at most 65,535 parameters per statement.
+_IDS_PER_STATEMENT = 5000
+
+
+def _update_in_slices(session: Session, ids: Sequence[int], stmt: Any) -> int:
+    ids = list(ids)
+    total = 0
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        part = ids[start:start + _IDS_PER_STATEMENT]
+        result = session.execute(stmt.where(Decision.id.in_(part))
+                                 .execution_options(synchronize_session=False))
+        total += int(result.rowcount or 0)  # type: ignore[attr-defined]
+    return total
+
+
 def mark_queued(session: Session, ids: Sequence[int], *, now: datetime | None = None) -> int:
     """Stamp decisions whose chunk message is (being) published; leased/done rows are left."""
-    if not ids:
-        return 0
     now = now or utcnow()
-    stmt = (
-        update(Decision)
-        .where(Decision.id.in_(list(ids)), Decision.status.in_(_CLAIMABLE))
-        .values(status=DecisionStatus.QUEUED, enqueued_at=now, updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    return int(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
+    stmt = (update(Decision).where(Decision.status.in_(_CLAIMABLE))
+            .values(status=DecisionStatus.QUEUED, enqueued_at=now, updated_at=now))
+    return _update_in_slices(session, ids, stmt)
 
 
 def mark_pending(session: Session, ids: Sequence[int], *, now: datetime | None = None) -> int:
     """Undo ``mark_queued`` after a failed publish, so the next sweep publishes them again."""
-    if not ids:
-        return 0
     now = now or utcnow()
-    stmt = (
-        update(Decision)
-        .where(Decision.id.in_(list(ids)), Decision.status == DecisionStatus.QUEUED)
-        .values(status=DecisionStatus.PENDING, enqueued_at=None, updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    return int(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
+    stmt = (update(Decision).where(Decision.status == DecisionStatus.QUEUED)
+            .values(status=DecisionStatus.PENDING, enqueued_at=None, updated_at=now))
+    return _update_in_slices(session, ids, stmt)
 
 
 def sweep(session: Session, *, now: datetime | None = None, lease_s: float = 120.0,
@@ -345,7 +357,9 @@ def _expire_leases(session: Session, *, now: datetime, max_attempts: int, run_id
     rows = session.execute(stmt).all()
     if not rows:
         return
-    attempts, lost, poisoned = [], [], []
+    attempts: list[dict[str, Any]] = []
+    lost: list[int] = []
+    poisoned: list[int] = []
     for did, rid, token, owner, n in rows:
         capped = n >= max_attempts
         (poisoned if capped else lost).append(did)
@@ -365,13 +379,10 @@ def _expire_leases(session: Session, *, now: datetime, max_attempts: int, run_id
 def _set_lost(session: Session, ids: list[int], status: str, kind: str, now: datetime) -> None:
     if not ids:
         return
-    session.execute(
-        update(Decision).where(Decision.id.in_(ids))
-        .values(status=status, last_error_kind=kind, lease_token=None, lease_expires_at=None,
-                last_error=f"{kind}: lease expired without a result", updated_at=now,
-                finished_at=now if status == DecisionStatus.FAILED else None)
-        .execution_options(synchronize_session=False)
-    )
+    _update_in_slices(session, ids, update(Decision).values(
+        status=status, last_error_kind=kind, lease_token=None, lease_expires_at=None,
+        last_error=f"{kind}: lease expired without a result", updated_at=now,
+        finished_at=now if status == DecisionStatus.FAILED else None))
 
 
 def _collect_unpublished(session: Session, *, now: datetime, requeue_after_s: float,

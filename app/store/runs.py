@@ -13,7 +13,7 @@ from itertools import groupby
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, and_, case, func, select, update
+from sqlalchemy import Select, and_, case, func, insert, select, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
@@ -228,19 +228,18 @@ def _write_batch(session: Session, writer: BatchWriter, run_id: int,
                  "detail": row.rejected_reason, "worker": "submit", "n_reads": 0}
                 for rid, row in won if row.rejected_reason is not None]
     if rejected:
-        session.execute(Attempt.__table__.insert(), rejected)
+        session.execute(insert(Attempt), rejected)
     return won
 
 
 def _insert_batch(session: Session, run_id: int,
                   batch: Sequence[DecisionRow]) -> list[tuple[int, str, int]]:
-    table = Decision.__table__
-    stmt = (sqlite.insert(table)
+    stmt = (sqlite.insert(Decision)
             .on_conflict_do_nothing(index_elements=["run_id", "key", "replicate"])
-            .returning(table.c.id, table.c.key, table.c.replicate))
+            .returning(Decision.id, Decision.key, Decision.replicate))
     values = [_row_values(run_id, row) for row in batch]
     # executemany: SQLAlchemy's "insertmanyvalues" batches it with one cached compile
-    return [tuple(r) for r in session.connection().execute(stmt, values)]  # type: ignore[misc]
+    return [(r[0], r[1], r[2]) for r in session.connection().execute(stmt, values)]
 
 
 def _copy_batch(session: Session, run_id: int,
@@ -286,7 +285,7 @@ def reset_failed(session: Session, run_id: int) -> int:
         .values(status=DecisionStatus.PENDING, attempts=0, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=None)
     )
-    return int(result.rowcount or 0)
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def cancel_run(session: Session, run_id: int) -> int:
@@ -298,7 +297,7 @@ def cancel_run(session: Session, run_id: int) -> int:
         .values(status=DecisionStatus.CANCELLED, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=datetime.now(UTC))
     )
-    return int(result.rowcount or 0)
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def status_counts(session: Session, run_id: int) -> dict[str, int]:

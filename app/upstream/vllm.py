@@ -43,6 +43,9 @@ logger = logging.getLogger("dreads.upstream")
 _PATHS = {Endpoint.CHAT: "/v1/chat/completions", Endpoint.COMPLETIONS: "/v1/completions"}
 _HEADERS = {"Content-Type": "application/json"}
 _MAX_BACKOFF_S = 30.0
+_KEEPALIVE_S = 4.0
+#: 4xx a proxy in front of vLLM may answer that say "later", not "never".
+_TRANSIENT_4XX = frozenset({408, 429})
 
 
 @dataclass
@@ -130,9 +133,11 @@ class VllmUpstream:
         loop = asyncio.get_running_loop()
         state = self._state
         if state is None or state.loop is not loop or state.session.closed:
+            # vLLM (uvicorn) drops idle keep-alive connections after 5 s; let ours go first,
+            # so a read never lands on a connection the server is closing.
             connector = aiohttp.TCPConnector(limit=self.max_in_flight,
                                              limit_per_host=self.max_in_flight,
-                                             ttl_dns_cache=300)
+                                             keepalive_timeout=_KEEPALIVE_S, ttl_dns_cache=300)
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
             session = aiohttp.ClientSession(connector=connector, timeout=timeout,
                                             json_serialize=lambda o: orjson.dumps(o).decode(),
@@ -226,7 +231,7 @@ class VllmUpstream:
 
 
 def _decode(status: int, raw: bytes) -> dict[str, Any]:
-    if status >= 500:
+    if status >= 500 or status in _TRANSIENT_4XX:
         raise UpstreamUnavailable(f"server error {status}: {_message(raw)}",
                                   kind="server_error", status=status)
     if status >= 400:

@@ -208,9 +208,10 @@ class SimApp:
                           for m in self.tokenizer.messages_from_prompt(prompt_ids))
         else:
             pairs, prompt_ids = messages, self.tokenizer.prompt_ids(messages)
-        questions = _questions(pairs)
-        slot_ids = find_slots(self.tokenizer, spec.canvas, spec.rows, spec.pinned)
-        slots = {p: questions(cid) for p, cid in slot_ids.items()}
+        parsed = _prompt_parts(pairs)
+        known = set(parsed[1]) if parsed is not None else None
+        slot_ids = find_slots(self.tokenizer, spec.canvas, spec.rows, spec.pinned, known)
+        slots = {p: _question(pairs, parsed, cid) for p, cid in slot_ids.items()}
         if rows is None:
             rows = self.scorer.rows(spec.canvas, spec.rows, spec.logprob_ids, slots, fault)
         cached = self.prefix.lookup_and_insert(prompt_ids)
@@ -229,14 +230,13 @@ def _message_pairs(messages: Any) -> tuple[tuple[str, str], ...]:
                                      "messages")) from exc
 
 
-def _questions(pairs: tuple[tuple[str, str], ...]) -> Callable[[str], tuple[str, str] | None]:
-    """canvas id -> (state text, instructions), from dreads' prompt layout when it parses."""
-    parsed = _prompt_parts(pairs)
-    if parsed is None:  # not a dreads prompt: answers stay a function of the prompt text
-        text = "\n".join(c for _, c in pairs)
-        return lambda cid: (text, cid)
+def _question(pairs: tuple[tuple[str, str], ...], parsed: tuple[str, dict[str, str]] | None,
+              canvas_id: str) -> tuple[str, str]:
+    """(state text, instructions) of a slot; for a prompt dreads did not build, the prompt."""
+    if parsed is None:
+        return "\n".join(c for _, c in pairs), canvas_id
     state_text, questions = parsed
-    return lambda cid: (state_text, questions.get(cid, cid))
+    return state_text, questions.get(canvas_id, canvas_id)
 
 
 @lru_cache(maxsize=4096)

@@ -6,7 +6,7 @@ import hashlib
 import re
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -60,28 +60,43 @@ def load_sim_tokenizer(name: str) -> SimTokenizer:
 
 
 def find_slots(
-    tokenizer: SimTokenizer, canvas: Sequence[int], rows: int, pinned: Sequence[int] | None
+    tokenizer: SimTokenizer, canvas: Sequence[int], rows: int, pinned: Sequence[int] | None,
+    known: Collection[str] | None = None,
 ) -> dict[int, str]:
     """Slot position -> canvas id (``q<k>``): positions whose preceding canvas text ends in
     ``q<k>:`` (lines format) or, when no line matches, ``q<k>`` (indexed). With a pinned list,
-    only unpinned positions are candidates."""
+    only unpinned positions are candidates; with ``known`` ids, only those ids count (a noise
+    digit after ``q8`` does not make a ``q89``)."""
     candidates = range(1, rows) if pinned is None else sorted(set(range(rows)) - set(pinned))
     tails = {p: _tail(tokenizer, canvas, p) for p in candidates if p > 0}
-    return _match(tails, _LINE_SLOT) or _match(tails, _INDEXED_SLOT)
+    return _match(tails, _LINE_SLOT, known) or _match(tails, _INDEXED_SLOT, known)
 
 
 def _tail(tokenizer: SimTokenizer, canvas: Sequence[int], position: int) -> str:
     return "".join(tokenizer.piece(i) for i in canvas[max(0, position - _TAIL_TOKENS):position])
 
 
-def _match(tails: dict[int, str], pattern: re.Pattern[str]) -> dict[int, str]:
+def _match(tails: dict[int, str], pattern: re.Pattern[str],
+           known: Collection[str] | None) -> dict[int, str]:
+    """The matches that read as q0, q1, ... in increasing order (a template lists its ids in
+    order): the longest such chain drops look-alikes such as "q1" before the "0" of "q10", or a
+    noise digit after "q1" that spells "q10"."""
+    found = sorted((p, m.group(1)) for p, tail in tails.items() if (m := pattern.search(tail))
+                   and (known is None or m.group(1) in known))
+    index = [int(canvas_id[1:]) for _, canvas_id in found]
+    length = [1] * len(found)
+    previous = [-1] * len(found)
+    for k in range(len(found)):
+        for j in range(k):
+            if index[j] < index[k] and length[j] + 1 > length[k]:
+                length[k], previous[k] = length[j] + 1, j
+    if not found:
+        return {}
+    k = length.index(max(length))
     slots: dict[int, str] = {}
-    for position, tail in tails.items():
-        if position - 1 in slots:  # slots are never adjacent
-            continue
-        match = pattern.search(tail)
-        if match:
-            slots[position] = match.group(1)
+    while k >= 0:
+        slots[found[k][0]] = found[k][1]
+        k = previous[k]
     return slots
 
 

@@ -62,7 +62,8 @@ class TransformersUpstream:
 
     def __init__(self, model_path: str, *, tokenizer: TextTokenizer, device: str = "cpu",
                  dtype: str = "bfloat16", max_batch: int = 64, flush_ms: float = 3.0,
-                 prefill_token_budget: int = 16384, cache_bytes: int | None = None,
+                 prefill_token_budget: int = 16384, decode_token_budget: int = 65536,
+                 cache_bytes: int | None = None,
                  canvas_length: int | None = None, model: ReadModel | None = None) -> None:
         self.model_id = model_path
         self.model = model if model is not None else load_model(model_path, device=device,
@@ -73,7 +74,8 @@ class TransformersUpstream:
                                   else default_cache_bytes(device))
         self.executor = BatchExecutor(self.model, self.cache,
                                       prefill_token_budget=prefill_token_budget,
-                                      decode_batch=max_batch)
+                                      decode_batch=max_batch,
+                                      decode_token_budget=decode_token_budget)
         self.batcher: MicroBatcher[ReadJob, JobOutput] = MicroBatcher(
             self._run_batch, max_batch=max_batch, flush_ms=flush_ms)
         self._prompts: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()

@@ -103,11 +103,13 @@ class BatchExecutor:
     """Turns a list of ReadJobs into JobOutputs with as few forwards as it can."""
 
     def __init__(self, model: ReadModel, cache: PrefillCache, *, prefill_token_budget: int,
-                 decode_batch: int, min_shared_prefix: int = 32, shared_share: float = 0.5) -> None:
+                 decode_batch: int, decode_token_budget: int = 65536,
+                 min_shared_prefix: int = 32, shared_share: float = 0.5) -> None:
         self.model = model
         self.cache = cache
         self.prefill_token_budget = prefill_token_budget
         self.decode_batch = decode_batch
+        self.decode_token_budget = decode_token_budget
         self.min_shared_prefix = min_shared_prefix
         self.shared_share = shared_share
         self.last = BatchStats(0, 0, 0, 0, 0)
@@ -127,7 +129,7 @@ class BatchExecutor:
             cached_tokens.append(len(job.prompt) if job.prompt in seen else reused[job.prompt])
             seen.add(job.prompt)
         for group in _by_width(jobs):
-            for chunk in _chunks(group, self.decode_batch):
+            for chunk in self._decode_chunks(group, jobs, entries):
                 rows = [_decode_row(jobs[i], entries[jobs[i].prompt]) for i in chunk]
                 self._decoder_calls += 1
                 started = time.perf_counter()
@@ -141,6 +143,21 @@ class BatchExecutor:
         for name, value in dataclasses.asdict(self.last).items():
             self.totals[name] += value
         return [o for o in outputs if o is not None]
+
+    def _decode_chunks(self, group: list[int], jobs: Sequence[ReadJob],
+                       entries: dict[Prompt, KVEntry]) -> Iterator[list[int]]:
+        """At most ``decode_batch`` rows and ``decode_token_budget`` rows x longest prompt."""
+        group = sorted(group, key=lambda i: entries[jobs[i].prompt].length)
+        chunk: list[int] = []
+        for i in group:
+            longest = entries[jobs[i].prompt].length
+            if chunk and (len(chunk) >= self.decode_batch
+                          or (len(chunk) + 1) * longest > self.decode_token_budget):
+                yield chunk
+                chunk = []
+            chunk.append(i)
+        if chunk:
+            yield chunk
 
     # -- prompt entries -------------------------------------------------------------------------
 
@@ -225,11 +242,6 @@ def _by_width(jobs: Sequence[ReadJob]) -> list[list[int]]:
     for i, job in enumerate(jobs):
         groups.setdefault(len(job.canvas), []).append(i)
     return list(groups.values())
-
-
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _decode_row(job: ReadJob, entry: KVEntry) -> DecodeRow:

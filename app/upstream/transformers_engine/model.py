@@ -20,6 +20,7 @@ import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
+from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds
 
 __all__ = [
     "SOFTCAP_DEFAULT",
@@ -32,25 +33,6 @@ __all__ = [
 ]
 
 SOFTCAP_DEFAULT = 30.0
-
-
-@dataclass(frozen=True, eq=False)
-class KVEntry:
-    """One prompt's (or prefix's) encoder cache for a single row.
-
-    ``layers`` hold, per layer, (keys, values) of shape (heads, n, dim) for the tokens after
-    ``parent`` (all tokens when there is none): a question's prompt keeps only its own suffix
-    and refers to the shared document prefix. Sliding layers keep at most window - 1 tokens.
-    """
-
-    length: int  #: prompt tokens encoded (positions 0..length-1)
-    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
-    parent: KVEntry | None = None
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of this entry's own tensors (not its parent's)."""
-        return sum(k.nbytes + v.nbytes for k, v in self.layers)
 
 
 @dataclass(frozen=True)
@@ -107,73 +89,13 @@ class ReadModel:
         self.pad_id: int = int(self.text_config.pad_token_id or 0)
         self.softcap: float = float(self.text_config.final_logit_softcapping or SOFTCAP_DEFAULT)
         self.device = next(model.parameters()).device
-        self._template = DynamicCache(config=self.text_config)
-        self.sliding_window: int | None = getattr(self.text_config, "sliding_window", None)
+        self.kinds = LayerKinds(self.text_config)
 
     # -- cache plumbing -------------------------------------------------------------------------
 
-    def _new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.text_config)
-
-    def _is_sliding(self, layer_idx: int) -> bool:
-        return bool(self._template.layers[layer_idx].is_sliding)
-
-    def _kept(self, layer_idx: int, length: int) -> int:
-        """How many of ``length`` tokens a layer keeps (sliding layers keep window - 1)."""
-        if self._is_sliding(layer_idx) and self.sliding_window:
-            return min(length, self.sliding_window - 1)
-        return length
-
     def collate(self, entries: Sequence[KVEntry]) -> tuple[DynamicCache, int]:
-        """A batch cache holding ``entries`` left-padded with zeros to the longest; its length."""
-        total = max(e.length for e in entries)
-        cache = self._new_cache()
-        if total == 0:
-            return cache, 0
-        for idx, layer in enumerate(cache.layers):
-            keys, values = self._collate_layer(entries, idx, self._kept(idx, total))
-            layer.lazy_initialization(keys, values)
-            layer.keys, layer.values = keys, values
-            if hasattr(layer, "cumulative_length"):
-                layer.cumulative_length = total
-        return cache, total
-
-    def _collate_layer(
-        self, entries: Sequence[KVEntry], idx: int, width: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        first = entries[0]
-        if all(e is first for e in entries):  # one prompt, many draws: expanded views
-            k, v = first.layers[idx]
-            if first.parent is not None:  # one copy of the chain, then views of it
-                k, v = self._zeros(1, k, width)
-                self._place(k, v, 0, first, idx, width)
-                k, v = k[0], v[0]
-            shape = (len(entries), *k.shape)
-            return k.unsqueeze(0).expand(shape), v.unsqueeze(0).expand(shape)
-        like = next(e for e in entries if e.length).layers[idx][0]
-        keys, values = self._zeros(len(entries), like, width)
-        for row, entry in enumerate(entries):
-            self._place(keys, values, row, entry, idx, width)
-        return keys, values
-
-    @staticmethod
-    def _zeros(rows: int, like: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        heads, _, dim = like.shape
-        return like.new_zeros((rows, heads, width, dim)), like.new_zeros((rows, heads, width, dim))
-
-    def _place(self, keys: torch.Tensor, values: torch.Tensor, row: int, entry: KVEntry,
-               idx: int, width: int) -> None:
-        """Copy an entry's tokens (its own, then its parents') right-aligned into row ``row``."""
-        need = self._kept(idx, entry.length)
-        end = width
-        node: KVEntry | None = entry
-        while node is not None and need > 0:
-            k, v = node.layers[idx]
-            n = min(k.shape[1], need)
-            if n:
-                keys[row, :, end - n : end] = k[:, k.shape[1] - n :]
-                values[row, :, end - n : end] = v[:, v.shape[1] - n :]
-            end, need, node = end - n, need - n, node.parent
+        """A batch cache of ``entries`` (left-padded to the longest) and its length."""
+        return self.kinds.collate(entries)
 
     def _padding_mask(self, lengths: Sequence[int], total: int, extra: Sequence[int]
                       ) -> torch.Tensor:
@@ -189,13 +111,12 @@ class ReadModel:
     @torch.inference_mode()
     def prefill(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         """Encode every job's ids after its prefix in ONE encoder call; one entry per job."""
-        empty = KVEntry(0, ())
-        prefixes = [j.prefix or empty for j in jobs]
+        prefixes = [j.prefix or EMPTY for j in jobs]
         cache, total = self.collate(prefixes) if any(p.length for p in prefixes) else (
-            self._new_cache(), 0)
+            self.kinds.new_cache(), 0)
         for layer in cache.layers:
             if layer.is_sliding:
-                layer.activate_past_recording()  # keep every token; we cut per row below
+                layer.activate_past_recording()  # keep every token; cut per row below
         lengths = [len(j.ids) for j in jobs]
         width = max(lengths)
         ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
@@ -210,31 +131,10 @@ class ReadModel:
             position_ids=positions.to(self.device),
             cache=cache,
         )
-        entries = [
-            self._cut_row(cache, row, total + width, total, p, n)
-            for row, (p, n) in enumerate(zip(prefixes, lengths, strict=True))
-        ]
+        entries = self.kinds.cut(cache, prefixes, lengths, total, width)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # so callers can time the call
         return entries
-
-    def _cut_row(
-        self, cache: DynamicCache, row: int, virtual: int, total: int, prefix: KVEntry, n: int
-    ) -> KVEntry:
-        """Row ``row``'s new tokens of an extended cache as an entry (own memory) under
-        ``prefix``.
-
-        Each layer holds the last ``held`` of the virtual sequence ``total + width``; the row's
-        new tokens are ``[total, total + n)`` of it.
-        """
-        layers = []
-        for idx, layer in enumerate(cache.layers):
-            keys, values = layer.keys, layer.values
-            offset = virtual - keys.shape[-2]
-            end = total + n - offset
-            start = max(end - self._kept(idx, n), 0)
-            layers.append((keys[row, :, start:end].clone(), values[row, :, start:end].clone()))
-        return KVEntry(prefix.length + n, tuple(layers), prefix if prefix.length else None)
 
     # -- decode ---------------------------------------------------------------------------------
 

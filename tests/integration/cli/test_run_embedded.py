@@ -100,3 +100,20 @@ def test_killed_run_continues_exactly_once(make_sim: Callable, tmp_path: Path) -
     assert lost == held
     won = _query(db, "SELECT count(*) FROM attempts WHERE outcome = 'ok' AND won")[0][0]
     assert won == n
+
+
+def test_resume_on_sqlite_runs_here(dreads: Dreads, tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "j.jsonl", [job_line(f"e{i}") for i in range(4)])
+    db = tmp_path / "e.db"
+    url = f"sqlite:///{db}"
+    assert dreads("db", "upgrade", "--database-url", url).code == 0
+    submitted = dreads("submit", str(path), "--run", "emb", "--database-url", url,
+                       "--broker", "redis://127.0.0.1:1/0", "--upstream", "sim")
+    assert submitted.code == 0, submitted.stderr
+    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
+        ("pending", 4)]
+    resumed = dreads("resume", "emb", "--database-url", url)
+    assert resumed.code == 0, resumed.stderr
+    assert "SIMULATOR" in resumed.stderr and "done 4" in resumed.stdout
+    watch = dreads("status", "emb", "--watch", "--interval", "0.2", "--database-url", url)
+    assert watch.code == 0 and "done 4" in watch.stdout

@@ -118,10 +118,10 @@ def test_against_puts_runs_side_by_side(report_db: DB) -> None:
         c = RunBuilder(session, "b")
         for i in range(40):
             y = i % 2
-            b.noul(f"d{i}", 0.8 if y else 0.2, "yes" if y else "no", cell=f"c{i % 4}")
+            b.noul(f"d{i}", 0.8 if y else 0.2, "yes" if y else "no", cell=f"c{i % 8 // 2}")
             if i < 36:  # run b lacks four decisions
                 c.noul(f"d{i}", 0.6 if y or i % 5 == 0 else 0.4, "yes" if y else "no",
-                       cell=f"c{i % 4}")
+                       cell=f"c{i % 8 // 2}")
         c.noul("extra", 0.5, "yes")
     code, out = _cli(url, "report", "a", "--against", "b", "--json")
     assert code == 0, out
@@ -135,7 +135,8 @@ def test_against_puts_runs_side_by_side(report_db: DB) -> None:
     assert overall["diff"]["fp_count"] == 0  # b's false positives are at 0.6, below 0.7
     assert set(cmp["noul"]["cells"]) == {"c0", "c1", "c2", "c3"}
     code, out = _cli(url, "report", "a", "--against", "b")
-    assert code == 0 and "noul c0: a vs b" in out and "Δ (a-b)" in out
+    assert code == 0 and "noul overall: a vs b" in out and "Δ (a-b)" in out
+    assert re.search(r"c0 +│ +1 \| [0-9.]+ \| ", out)  # per cell: AUC a | b | a - b
 
 
 def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
@@ -150,10 +151,12 @@ def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
     assert code == 0, out
     html = page.read_text()
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 5  # scores raw + calibrated, reliability, ranks, label mass
+    # scores raw + calibrated, reliability, ranks, reliability per question, label mass
+    assert len(images) == 6
     assert all(base64.b64decode(img).startswith(b"\x89PNG") for img in images)
     assert '<tr class="flag"><td>wording-b' in html
     assert "http://" not in html and "https://" not in html  # nothing fetched
+    assert "calibration per question" in html and "ECE calibrated" in html
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -170,3 +173,28 @@ def test_user_errors_exit_2_with_advice(report_db: DB, args: list[str], message:
     code, out = _cli(url, *args)
     assert code == 2
     assert message in " ".join(out.split())
+
+
+def test_run_without_expected_labels_still_reports_diagnostics(report_db: DB) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        b = RunBuilder(session, "unlabelled")
+        b.noul("d1", 0.7, None, cell="x", masses=(0.2,), argmax_ok=(False,))
+        b.noul("d2", None, None, cell="x", failures=["bad_request"])
+    code, out = _cli(url, "report", "unlabelled")
+    assert code == 0, out
+    text = " ".join(out.split())
+    assert "no question has an expected label" in text
+    assert "yes/no per cell" not in text
+    assert "1 (50.00%)" in text and "bad_request 1" in text
+    doc = json.loads(_cli(url, "report", "unlabelled", "--json")[1])
+    x = doc["diagnostics"]["cells"]["x"]
+    assert (x["low_mass_share"], x["argmax_not_label_share"]) == (1.0, 1.0)
+    assert doc["raw"]["noul"]["overall"]["figures"]["auc"] is None
+
+
+def test_unreachable_database_says_what_to_check(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"
+    code, out = _cli(url, "report", "r")
+    assert code == 1
+    assert "check --database-url / DREADS_DATABASE_URL" in " ".join(out.split())

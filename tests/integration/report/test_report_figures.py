@@ -11,6 +11,7 @@ from app.errors import InputError
 from app.report.document import build_report, summarize_run
 from app.report.figures import Params
 from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.models import Decision
 from tests.fixtures.report_db import RunBuilder
 
 DB = tuple[str, sessionmaker[Session]]
@@ -210,3 +211,18 @@ def test_postgres_gives_the_same_report(report_db: DB, pg_url: str) -> None:
     finally:
         engine.dispose()
     assert docs[0] == docs[1]
+
+
+def test_decisions_still_in_flight_are_not_unanswered(report_db: DB) -> None:
+    _, factory = report_db
+    with session_scope(factory) as session:
+        b = RunBuilder(session, "partial")
+        b.noul("done", 0.9, "yes")
+        b.noul("lost", None, "yes")
+        b.noul("waiting", None, "no")
+        session.query(Decision).filter(Decision.key == "waiting").update({"status": "pending"})
+        doc = build_report(session, "partial")
+    overall = doc["diagnostics"]["overall"]
+    assert (overall["answered"], overall["unanswered"], overall["in_flight"]) == (1, 1, 1)
+    assert overall["decision_statuses"] == {"done": 1, "failed": 1, "pending": 1}
+    assert doc["raw"]["noul"]["overall"]["figures"]["unanswered"] == 1

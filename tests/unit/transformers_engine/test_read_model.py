@@ -103,12 +103,12 @@ def test_a_prompt_extended_from_a_cached_prefix_equals_the_whole_prompt(
 def test_reads_and_extensions_leave_cached_entries_unchanged(tiny_read_model: Any) -> None:
     parent = tiny_read_model.prefill([PrefillJob(None, PROMPTS["long"])])[0]
     child = tiny_read_model.prefill([PrefillJob(parent, _ids(6, 9))])[0]
-    before = [(k.clone(), v.clone()) for e in (parent, child) for k, v in e.layers]
+    before = [(k.clone(), v.clone()) for e in (parent, child) for k, v in e.kinds]
     tiny_read_model.decode([DecodeRow(e, _ids(16, k), SLOTS, IDS)
                             for k, e in enumerate((parent, child, child))])
     tiny_read_model.decode([DecodeRow(child, _ids(16, k), SLOTS, IDS) for k in range(2)])
     tiny_read_model.prefill([PrefillJob(child, _ids(5, 9)), PrefillJob(None, _ids(7, 8))])
-    after = [(k, v) for e in (parent, child) for k, v in e.layers]
+    after = [(k, v) for e in (parent, child) for k, v in e.kinds]
     for (k0, v0), (k1, v1) in zip(before, after, strict=True):
         assert torch.equal(k0, k1)
         assert torch.equal(v0, v1)

@@ -122,6 +122,20 @@ async def test_the_answer_key_moves_answers(
     assert p_no < 0.05
 
 
+async def test_the_answer_key_works_through_the_completions_endpoint(
+        asgi_client: AsgiClient, standin_tokenizer: HFTextTokenizer, tmp_path: Path) -> None:
+    settings = ReadSettings(endpoint=Endpoint.COMPLETIONS)
+    plan = plan_decision(parse_decision(DECISION), settings, standin_tokenizer)
+    request = build_request(plan.units[0], settings, draw=0, seed=1,
+                            vocab_size=standin_tokenizer.info.vocab_size)
+    yes, no = (f"token_id:{standin_tokenizer.encode(w)[0]}" for w in (" yes", " no"))
+    for label, check in (("yes", lambda d: d > 3), ("no", lambda d: d < -3)):
+        client = asgi_client(key_path=_key(tmp_path, label), separation=6.0, noise=0.1)
+        answer = (await client.post("/v1/completions", json=dict(request.body))).json()
+        row = answer["choices"][0]["logprobs"]["top_logprobs"][request.slots[0]]
+        assert check(row[yes] - row[no]), label
+
+
 async def test_miscalibration_moves_probabilities_but_keeps_the_ranking(
         asgi_client: AsgiClient, standin_tokenizer: HFTextTokenizer, tmp_path: Path) -> None:
     instructions = DECISION["questions"]["conflict"]["instructions"]

@@ -1,0 +1,117 @@
+"""``app.store.runs`` and the producer on real PostgreSQL and SQLite: bulk insert with
+ON CONFLICT DO NOTHING, rejected templates stored with their message, the settings check,
+status and export queries."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app.engine import ReadSettings, settings_hash, settings_to_dict
+from app.errors import RunSettingsMismatch
+from app.producer import SubmitRequest, submit_job
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.runs import (
+    DecisionRow,
+    ensure_run,
+    insert_decisions,
+    iter_export,
+    require_run,
+    run_status,
+)
+from app.upstream.tokenizer import load_tokenizer
+from tests.fixtures.runs_cli import job_line, write_jobs
+
+KINDS = ["postgresql", "sqlite"]
+
+
+@pytest.fixture(params=KINDS)
+def factory(request: pytest.FixtureRequest, make_database: Callable[..., str]):  # type: ignore[no-untyped-def]
+    engine = make_engine(make_database(request.param))
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+def _run(session, name: str = "r", settings: ReadSettings | None = None):  # type: ignore[no-untyped-def]
+    settings = settings or ReadSettings()
+    return ensure_run(session, name=name, settings=settings_to_dict(settings),
+                      settings_hash=settings_hash(settings), upstream="http://x", engine="vllm",
+                      source=None, replicates=1, fingerprint=None)
+
+
+def _row(key: str, replicate: int = 0, reason: str | None = None) -> DecisionRow:
+    payload = {"state": "s", "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
+    return DecisionRow(key=key, replicate=replicate, cell="c", line_no=1, payload=payload,
+                       n_questions=1, rejected_reason=reason)
+
+
+def test_bulk_insert_skips_existing(factory) -> None:  # type: ignore[no-untyped-def]
+    with session_scope(factory) as session:
+        run, created = _run(session)
+        first = insert_decisions(session, run.id, [_row("a"), _row("b"), _row("a", 1)],
+                                 batch_size=2)
+    assert created and sorted((r.key, r.replicate) for _, r in first) == [
+        ("a", 0), ("a", 1), ("b", 0)]
+    with session_scope(factory) as session:
+        run, created = _run(session)
+        again = insert_decisions(session, run.id, [_row("a"), _row("c", reason="too wide")])
+        report = run_status(session, require_run(session, "r"))
+    assert not created and [r.key for _, r in again] == ["c"]
+    assert report.counts == {"pending": 3, "rejected": 1}
+    (cell,) = report.cells
+    assert cell.failures == {"rejected": 1} and cell.unanswered == 1
+
+
+def test_other_settings_refused(factory) -> None:  # type: ignore[no-untyped-def]
+    with session_scope(factory) as session:
+        _run(session)
+    with pytest.raises(RunSettingsMismatch, match=r"threshold: 0\.1 -> 0\.2"), \
+            session_scope(factory) as session:
+        _run(session, settings=replace(ReadSettings(), threshold=0.2))
+
+
+def test_template_problems_stored_as_rejected(factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    choice = orjson.dumps({"id": "ch", "state": "s", "questions": {"t": {
+        "type": "choice", "instructions": "which?",
+        "criteria": {"x": None, "y": None, "z": None}}}}).decode()
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("n1"), choice, job_line("n2")])
+    settings = ReadSettings(max_logprob_ids=2)  # a 3-option choice needs 3 logprob ids
+    tok = load_tokenizer("standin")
+    strict = submit_job(SubmitRequest(path=path, run_name="t", settings=settings,
+                                      upstream="x", strict=True), factory, tok)
+    assert strict.refused and strict.run is None
+    report = submit_job(SubmitRequest(path=path, run_name="t", settings=settings,
+                                      upstream="x"), factory, tok)
+    assert [(p.line_no, p.key) for p in report.rejected] == [(2, "ch")]
+    assert "logprob ids" in report.rejected[0].reason
+    assert report.inserted == 3 and len(report.inserted_ids) == 2  # rejected: not published
+    with session_scope(factory) as session:
+        records = {r["id"]: r for r in iter_export(session, report.run.id)}
+    assert records["ch"]["status"] == "rejected" and "logprob ids" in records["ch"]["error"]
+    assert records["n1"]["answers"]["ok"] == {"answered": False, "expected": "yes"}
+
+
+@pytest.mark.slow
+def test_bulk_submit_is_fast_on_postgresql(make_database: Callable[..., str],
+                                           tmp_path: Path) -> None:
+    n = 20_000
+    path = write_jobs(tmp_path / "big.jsonl", [job_line(f"d{i}", cell=f"c{i % 7}")
+                                               for i in range(n)])
+    engine = make_engine(make_database("postgresql"))
+    factory = make_sessionmaker(engine)
+    tok = load_tokenizer("standin")
+    t0 = time.perf_counter()
+    report = submit_job(SubmitRequest(path=path, run_name="big", settings=ReadSettings(),
+                                      upstream="x"), factory, tok)
+    elapsed = time.perf_counter() - t0
+    assert report.inserted == n and len(report.inserted_ids) == n
+    assert elapsed < 30, f"{n} decisions took {elapsed:.1f}s"
+    again = submit_job(SubmitRequest(path=path, run_name="big", settings=ReadSettings(),
+                                     upstream="x"), factory, tok)
+    assert again.inserted == 0 and again.already_present == n
+    engine.dispose()
