@@ -25,12 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import DreadsError
 from app.publish import PublishError, Sender, publish_chunks, queue_backlog
 from app.store.db import session_scope
+from app.store.models import Run
 from app.store.queue import SweepResult, mark_pending, mark_queued, sweep, translate_db_errors
 from workers.constants import SWEEP_LOCK_ID
 
@@ -103,15 +104,26 @@ def _publish(factory: sessionmaker[Session], publisher: Sender | None, result: S
     published = messages = 0
     batches = [(rid, ids, chunk_size) for rid, ids in result.to_publish.items()]
     batches += [(rid, ids, 1) for rid, ids in result.to_isolate.items()]
+    names = _run_names(factory, {rid for rid, _, _ in batches}) if batches else {}
     for i, (rid, ids, size) in enumerate(batches):
         try:
-            messages += publish_chunks(publisher, rid, ids, size)
+            messages += publish_chunks(publisher, rid, ids, size, run_name=names.get(rid))
         except PublishError as exc:
             unsent = [d for _, rest, _ in batches[i:] for d in rest]
             _unmark(factory, unsent)
             return published, messages, exc.message
         published += len(ids)
     return published, messages, None
+
+
+def _run_names(factory: sessionmaker[Session], run_ids: set[int]) -> dict[int, str]:
+    """Run names for the messages' ``argsrepr`` (what Flower shows); ids if the lookup fails."""
+    try:
+        with translate_db_errors("run names"), session_scope(factory) as session:
+            rows = session.execute(select(Run.id, Run.name).where(Run.id.in_(run_ids))).all()
+    except DreadsError:
+        return {}
+    return {int(rid): str(name) for rid, name in rows}
 
 
 def _unmark(factory: sessionmaker[Session], ids: list[int]) -> None:

@@ -117,3 +117,20 @@ def test_resume_on_sqlite_runs_here(dreads: Dreads, tmp_path: Path) -> None:
     assert "SIMULATOR" in resumed.stderr and "done 4" in resumed.stdout
     watch = dreads("status", "emb", "--watch", "--interval", "0.2", "--database-url", url)
     assert watch.code == 0 and "done 4" in watch.stdout
+
+
+def test_replicates_draw_different_noise(dreads: Dreads, tmp_path: Path) -> None:
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("r1"), job_line("r2", expected="no")])
+    db = tmp_path / "r.db"
+    result = dreads("run", str(path), "--upstream", "sim", "--db", str(db), "--replicates", "3",
+                    "--policy", "fixed", "--draws", "1", "--json")
+    assert result.code == 0, result.stderr
+    assert result.json()["counts"] == {"done": 6}
+    listed = dreads("runs", "--json", "--database-url", f"sqlite:///{db}").json()
+    assert [(r["name"], r["replicates"], r["settings"]["policy"]) for r in listed] == [
+        ("j", 3, "fixed")]
+    rows = _query(db, "SELECT d.key, d.replicate, a.p_yes FROM decisions d JOIN answers a "
+                      "ON a.decision_id = d.id ORDER BY 1, 2")
+    assert [(k, r) for k, r, _ in rows] == [(k, r) for k in ("r1", "r2") for r in range(3)]
+    for key in ("r1", "r2"):
+        assert len({p for k, _, p in rows if k == key}) == 3  # each replicate its own noise

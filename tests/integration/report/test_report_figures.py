@@ -11,7 +11,7 @@ from app.errors import InputError
 from app.report.document import build_report, summarize_run
 from app.report.figures import Params
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.models import Decision
+from app.store.models import Decision, Run
 from tests.fixtures.report_db import RunBuilder
 
 DB = tuple[str, sessionmaker[Session]]
@@ -185,8 +185,6 @@ def test_summary_and_unknown_run(report_db: DB) -> None:
     _, factory = report_db
     with session_scope(factory) as session:
         _hand_run(session)
-        from app.store.models import Run
-
         run_id = session.query(Run.id).scalar()
         summary = summarize_run(session, run_id)
         with pytest.raises(InputError, match="dreads status"):

@@ -1,0 +1,100 @@
+"""``run_chunk`` without Celery: the simulator over real HTTP and SQLite (fast, not slow-marked).
+
+Covers what a chunk does with each kind of decision: done and committed, a redelivered chunk as
+a no-op, a template that cannot fit (rejected, message kept), the server refusing the request
+(``bad_request``, rejected), and the server unreachable (transient, back to pending).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import select
+
+from app.engine import ReadSettings
+from app.runner import run_chunk
+from app.store.db import session_scope
+from app.store.models import Answer, Attempt, Decision
+from app.upstream.sim import SimOptions, start_sim_thread
+from app.upstream.tokenizer import load_tokenizer
+from app.upstream.vllm import VllmUpstream
+from tests.fixtures.services import free_port
+from tests.integration.durability.harness import Stack
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    handle = start_sim_thread(SimOptions())
+    yield handle.url
+    handle.stop()
+
+
+@pytest.fixture
+def stack(make_database: Callable[..., str], sim_url: str) -> Iterator[Stack]:
+    with Stack.open(make_database("sqlite"), "memory://", sim_url) as opened:
+        yield opened
+
+
+def _write(stack: Stack, n: int, settings: ReadSettings, name: str) -> list[int]:
+    """Rows only (no broker): the ids of ``n`` decisions of a new run."""
+    from app.engine import settings_hash, settings_to_dict
+    from app.store.runs import ensure_run, insert_decisions
+    from tests.integration.durability.harness import _rows
+
+    with session_scope(stack.factory) as s:
+        run, _ = ensure_run(s, name=name, settings=settings_to_dict(settings),
+                            settings_hash=settings_hash(settings), upstream=stack.upstream,
+                            engine="vllm", source=None, replicates=1, fingerprint=None)
+        stack.run_id = run.id
+        return sorted(rid for rid, _ in insert_decisions(s, run.id, _rows(n)))
+
+
+async def _run(stack: Stack, ids: list[int], url: str | None = None, **kw: object) -> object:
+    upstream = VllmUpstream(url or stack.upstream, model="dgemma", canvas_length=320,
+                            retries=0)
+    try:
+        return await run_chunk(run_id=stack.run_id, decision_ids=ids,
+                               session_factory=stack.factory, upstream=upstream,
+                               tokenizer=load_tokenizer("standin"), owner="test", lease_s=30,
+                               max_in_flight=16, **kw)  # type: ignore[arg-type]
+    finally:
+        await upstream.aclose()
+
+
+def _statuses(stack: Stack) -> list[str]:
+    with session_scope(stack.factory) as s:
+        return list(s.scalars(select(Decision.status).where(Decision.run_id == stack.run_id)))
+
+
+async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: Stack) -> None:
+    ids = _write(stack, 20, ReadSettings(), "ok")
+    result = await _run(stack, ids)
+    assert (result.claimed, result.done, result.won) == (20, 20, 20)  # type: ignore[attr-defined]
+    assert set(_statuses(stack)) == {"done"}
+    again = await _run(stack, ids)
+    assert again.claimed == 0 and again.done == 0  # type: ignore[attr-defined]
+    with session_scope(stack.factory) as s:
+        assert len(s.scalars(select(Answer.id)).all()) == 20
+        assert s.scalars(select(Attempt.outcome)).all() == ["ok"] * 20
+
+
+async def test_template_too_wide_is_rejected_with_its_message(stack: Stack) -> None:
+    ids = _write(stack, 3, replace(ReadSettings(), canvas_length=16), "narrow")
+    result = await _run(stack, ids)
+    assert result.rejected == 3 and result.failed == {"rejected": 3}  # type: ignore[attr-defined]
+    with session_scope(stack.factory) as s:
+        rows = s.execute(select(Decision.status, Decision.last_error)).all()
+    assert {r.status for r in rows} == {"rejected"}
+    assert all(r.last_error for r in rows)
+
+
+async def test_server_refusal_is_permanent_and_unreachable_is_transient(stack: Stack) -> None:
+    ids = _write(stack, 4, replace(ReadSettings(), model="no-such-model"), "refused")
+    result = await _run(stack, ids[:2])
+    assert result.failed == {"bad_request": 2}  # type: ignore[attr-defined]
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = await _run(stack, ids[2:], url=dead)
+    assert result.failed == {"upstream_unreachable": 2}  # type: ignore[attr-defined]
+    assert sorted(_statuses(stack)) == ["pending", "pending", "rejected", "rejected"]

@@ -1,0 +1,56 @@
+"""The Celery reliability settings derived from ``Settings`` (no broker needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli.worker import worker_argv
+from app.config import Settings
+from app.errors import ConfigError
+from workers.celery_app import celery_config, make_celery, time_limits
+from workers.constants import QUEUE, TASK_RUN_CHUNK
+
+
+def test_reliability_settings_are_on() -> None:
+    conf = celery_config(Settings(broker_url="redis://127.0.0.1:1/3"))
+    expected = {
+        "task_acks_late": True, "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1, "task_acks_on_failure_or_timeout": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "broker_connection_retry_on_startup": True, "broker_connection_max_retries": None,
+        "task_ignore_result": True, "result_backend": None,
+        "worker_send_task_events": True, "task_send_sent_event": True,
+    }
+    assert {k: conf[k] for k in expected} == expected
+    assert conf["worker_soft_shutdown_timeout"] > 0 and conf["worker_max_tasks_per_child"] > 0
+    assert conf["task_routes"][TASK_RUN_CHUNK]["queue"] == QUEUE
+
+
+def test_time_limits_are_ordered_and_visibility_is_set_everywhere() -> None:
+    settings = Settings(task_time_limit_s=600, visibility_timeout_s=1800)
+    soft, hard, visibility = time_limits(settings)
+    assert soft < hard == 600 < visibility == 1800
+    conf = celery_config(settings)
+    assert conf["visibility_timeout"] == 1800
+    assert conf["broker_transport_options"]["visibility_timeout"] == 1800
+    assert conf["result_backend_transport_options"]["visibility_timeout"] == 1800
+    assert (conf["task_soft_time_limit"], conf["task_time_limit"]) == (soft, hard)
+
+
+def test_a_visibility_timeout_below_the_time_limit_is_refused() -> None:
+    with pytest.raises(ConfigError, match="DREADS_VISIBILITY_TIMEOUT_S"):
+        time_limits(Settings(task_time_limit_s=600, visibility_timeout_s=300))
+
+
+def test_make_celery_overrides_the_broker() -> None:
+    app = make_celery(broker_url="redis://127.0.0.1:1/9")
+    assert app.conf.broker_url == "redis://127.0.0.1:1/9"
+    assert app.conf.task_acks_late is True
+
+
+def test_worker_command_line_has_the_dreads_defaults() -> None:
+    argv = worker_argv(concurrency=2, pool="prefork", loglevel="INFO", hostname="dreads@%h",
+                       extra=["--without-mingle"])
+    assert argv[:3] == ["-A", "workers.celery_app", "worker"]
+    assert argv[argv.index("-Q") + 1] == QUEUE and argv[argv.index("-c") + 1] == "2"
+    assert argv[-1] == "--without-mingle"
