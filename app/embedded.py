@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ReadSettings, TextTokenizer, build_probe_request, settings_from_dict
 from app.errors import InputError
-from app.producer import SubmitReport, SubmitRequest, submit_job, upstream_config
+from app.producer import upstream_config
 from app.runner import ChunkResult, run_chunk
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.migrate import upgrade
@@ -39,6 +39,7 @@ from app.store.queue import sweep
 from app.store.runs import RunInfo, require_run
 
 __all__ = [
+    "OWNER_PREFIX",
     "SIM",
     "EmbeddedConfig",
     "ExecutorStats",
@@ -51,9 +52,9 @@ __all__ = [
     "reclaim_dead_leases",
     "settled_count",
     "sim_key_path",
+    "sqlite_store",
     "sqlite_url",
     "start_upstream",
-    "submit_embedded",
 ]
 
 log = logging.getLogger("dreads.embedded")
@@ -108,6 +109,18 @@ def open_sqlite(db_path: Path) -> sessionmaker[Session]:
 
 
 @contextmanager
+def sqlite_store(db_path: Path) -> Iterator[sessionmaker[Session]]:
+    """``open_sqlite`` whose engine is disposed on exit."""
+    factory = open_sqlite(db_path)
+    try:
+        yield factory
+    finally:
+        bind = factory.kw.get("bind")
+        if bind is not None:
+            bind.dispose()
+
+
+@contextmanager
 def embedded_lock(db_path: Path) -> Iterator[None]:
     """Exclusive per-database lock (``<db>.lock``); a second executor is refused."""
     lock_path = db_path.with_name(db_path.name + ".lock")
@@ -147,13 +160,6 @@ def start_upstream(upstream: str, settings: ReadSettings, job_file: Path | None)
                          tokenizer=settings.tokenizer, key_path=str(key) if key else None)
     handle = start_sim_thread(options)
     return handle.url, handle
-
-
-def submit_embedded(
-    factory: sessionmaker[Session], request: SubmitRequest, tokenizer: TextTokenizer
-) -> SubmitReport:
-    """Store the job (nothing is published: the local executor claims straight from SQL)."""
-    return submit_job(request, factory, tokenizer)
 
 
 def reclaim_dead_leases(

@@ -4,7 +4,8 @@ fingerprint, the Celery publisher. Heavy imports (Celery, the HTTP client) stay 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -54,11 +55,16 @@ def upstream_url(given: str | None, factory: sessionmaker[Session], run: str) ->
     return info.upstream if info is not None else get_settings().upstream
 
 
-def make_sender(broker: str | None) -> Any:
-    """The Celery app publishing to ``broker`` (default ``DREADS_BROKER_URL``)."""
+@contextmanager
+def make_sender(broker: str | None) -> Iterator[Any]:
+    """The Celery app publishing to ``broker`` (default ``DREADS_BROKER_URL``), closed after."""
     from workers.celery_app import make_celery
 
-    return make_celery(broker_url=broker or get_settings().broker_url)
+    celery = make_celery(broker_url=broker or get_settings().broker_url)
+    try:
+        yield celery
+    finally:
+        celery.close()
 
 
 def make_publisher(sender: Any, chunk_size: int | None, *, run_name: str) -> Publisher:

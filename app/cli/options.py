@@ -48,6 +48,7 @@ __all__ = [
     "database_url",
     "err_console",
     "open_store",
+    "opened_store",
     "read_overrides",
 ]
 
@@ -181,6 +182,18 @@ def open_store(url: str) -> sessionmaker[Session]:
         engine.dispose()
         raise
     return make_sessionmaker(engine)
+
+
+@contextmanager
+def opened_store(url: str) -> Iterator[sessionmaker[Session]]:
+    """``open_store`` whose engine (and its pooled connections) is disposed on exit."""
+    factory = open_store(url)
+    try:
+        yield factory
+    finally:
+        bind = factory.kw.get("bind")
+        if bind is not None:
+            bind.dispose()
 
 
 @contextmanager

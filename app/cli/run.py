@@ -62,14 +62,14 @@ from app.embedded import (
     embedded_lock,
     execute_run,
     load_run,
-    open_sqlite,
     reclaim_dead_leases,
     sim_key_path,
+    sqlite_store,
     start_upstream,
 )
 from app.engine import settings_from_dict
 from app.errors import InputError, UpstreamUnavailable
-from app.producer import SubmitRequest, submit_job
+from app.producer import SubmitRequest, check_server, submit_job
 from app.store.db import session_scope
 from app.store.models import RunStatus
 from app.store.runs import RunInfo, require_run, reset_failed, run_status
@@ -89,11 +89,13 @@ class _Job:
     job_file: Path | None
     config: EmbeddedConfig
     quiet: bool = False
+    check_server: bool = True  #: compare/record the server fingerprint (resume did already)
 
 
 @app.command()
 def run(
-    file: Annotated[Path, typer.Argument(help="Job file (JSONL, one decision per line).")],
+    file: Annotated[Path, typer.Argument(help="Job file (JSONL, one decision per line).",
+                                         exists=True, dir_okay=False, readable=True)],
     upstream: Annotated[str | None, typer.Option(
         "--upstream", help="vLLM URL, or 'sim' for the built-in simulator "
         "(default DREADS_UPSTREAM).")] = None,
@@ -123,8 +125,7 @@ def run(
                            constrained=constrained, endpoint=endpoint, seed=seed)
     name = run_name or file.stem
     config = _config(workers, concurrency, chunk_size)
-    with cli_errors(), embedded_lock(db):
-        factory = open_sqlite(db)
+    with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
         settings, n_rep, tok = resolve_settings(factory, name, given, replicates)
         target = upstream or get_settings().upstream
         request = SubmitRequest(path=file, run_name=name, settings=settings, upstream=target,
@@ -136,7 +137,7 @@ def run(
             raise typer.Exit(2)
         job = _Job(factory, db, load_run(factory, name), target, file, config, quiet=json_out)
         _execute(job)
-    _summary(factory, name, json_out)
+        _summary(factory, name, json_out)
 
 
 def _config(workers: int, concurrency: int, chunk_size: int | None) -> EmbeddedConfig:
@@ -160,7 +161,8 @@ def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
             console.print(f"{n} failed decision(s) put back to pending")
         env = get_settings()
         config = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts)
-        _execute(_Job(factory, db_path, run, upstream or run.upstream, source, config))
+        _execute(_Job(factory, db_path, run, upstream or run.upstream, source, config,
+                      check_server=False))
     _summary(factory, run.name, False)
 
 
@@ -178,6 +180,10 @@ def _execute(job: _Job) -> ExecutorStats:
     url, sim = start_upstream(job.upstream, settings, job.job_file)
     try:
         _say_upstream(job, url)
+        if job.check_server:
+            note = check_server(job.factory, job.run, url, settings, force=False)
+            if note and not job.quiet:
+                err_console.print(note, highlight=False)
         return _drive(job, url, load_tokenizer(settings.tokenizer))
     finally:
         if sim is not None:

@@ -52,7 +52,7 @@ from app.cli.options import (
     console,
     database_url,
     err_console,
-    open_store,
+    opened_store,
     read_overrides,
 )
 from app.cli.run import resume_embedded
@@ -107,8 +107,7 @@ def submit(
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed)
-    with cli_errors():
-        factory = open_store(database_url(database))
+    with cli_errors(), opened_store(database_url(database)) as factory:
         settings, n_replicates, tok = resolve_settings(factory, run, given, replicates)
         url = upstream_url(upstream, factory, run)
         fingerprint, fp_error = fetch_fingerprint(url, settings)
@@ -117,9 +116,10 @@ def submit(
                                 strict=strict, fingerprint=fingerprint)
         report = submit_job(request, factory, tok)
         if report.run is not None and report.inserted_ids:
-            publisher = make_publisher(make_sender(broker), chunk_size, run_name=run)
-            report.publish = publish_decisions(factory, publisher, report.run.id,
-                                               report.inserted_ids)
+            with make_sender(broker) as sender:
+                publisher = make_publisher(sender, chunk_size, run_name=run)
+                report.publish = publish_decisions(factory, publisher, report.run.id,
+                                                   report.inserted_ids)
     if json_out:
         console.print_json(orjson.dumps({**report.as_dict(), "fingerprint_error": fp_error})
                            .decode())
@@ -151,15 +151,14 @@ def status(
     database: DatabaseOpt = None,
 ) -> None:
     """Counts by status, per-cell unanswered / failures / diagnostics, rate and ETA (SQL only)."""
-    with cli_errors():
-        factory = open_store(database_url(database))
+    with cli_errors(), opened_store(database_url(database)) as factory:
         report = _status(factory, run)
-    if json_out:
-        console.print_json(orjson.dumps(report.as_dict()).decode())
-    elif watch:
-        _watch(factory, run, interval_s)
-    else:
-        console.print(render.status_view(report))
+        if json_out:
+            console.print_json(orjson.dumps(report.as_dict()).decode())
+        elif watch:
+            _watch(factory, run, interval_s)
+        else:
+            console.print(render.status_view(report))
 
 
 def _status(factory: sessionmaker[Session], name: str) -> Any:
@@ -207,8 +206,7 @@ def resume(
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed)
     url = database_url(database)
-    with cli_errors():
-        factory = open_store(url)
+    with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
         note = check_server(factory, info, _resume_upstream(upstream, info), settings,
@@ -217,10 +215,11 @@ def resume(
             resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
                             upstream=upstream)
             return
-        sender = None if dry_run else make_sender(broker)
-        report = resume_run(factory, info, sweep=sweep_for(factory, sender, info.id, chunk_size),
-                            retry_failed=retry_failed, dry_run=dry_run,
-                            requeue_after_s=get_settings().requeue_after_s)
+        with make_sender(broker) as sender:
+            report = resume_run(factory, info,
+                                sweep=sweep_for(factory, sender, info.id, chunk_size),
+                                retry_failed=retry_failed, dry_run=dry_run,
+                                requeue_after_s=get_settings().requeue_after_s)
         report.server_note = note
     if json_out:
         console.print_json(orjson.dumps(report.as_dict()).decode())
@@ -229,8 +228,7 @@ def resume(
 
 
 def _resume_upstream(given: str | None, info: RunInfo) -> str:
-    """The upstream to check: the given one, else the run's (the embedded ``sim`` is started
-    fresh by the executor, so there is nothing to check before)."""
+    """The upstream whose fingerprint is checked: the given one, else the run's."""
     return given or info.upstream
 
 
@@ -272,7 +270,7 @@ def export(
 
 @contextmanager
 def _session(database: str | None) -> Iterator[Session]:
-    with session_scope(open_store(database_url(database))) as session:
+    with opened_store(database_url(database)) as factory, session_scope(factory) as session:
         yield session
 
 
@@ -287,8 +285,9 @@ def _open_out(output: Path | None) -> Iterator[IO[str]]:
 
 def _write_jsonl(out: IO[str], records: Iterator[dict[str, Any]]) -> int:
     n = 0
-    for n, record in enumerate(records, start=1):  # noqa: B007
+    for record in records:
         out.write(orjson.dumps(record).decode() + "\n")
+        n += 1
     return n
 
 
@@ -302,9 +301,10 @@ def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
     row = {k: record[k] for k in ("id", "cell", "replicate", "status", "error_kind", "error")}
     for qid, answer in record["answers"].items():
         for name, value in answer.items():
+            if name == "probs" and value is not None:
+                value = orjson.dumps(value).decode()
             if name != "answered":
-                row[f"{qid}.{name}"] = orjson.dumps(value).decode() if name == "probs" \
-                    and value is not None else value
+                row[f"{qid}.{name}"] = value
     return row
 
 
@@ -312,6 +312,7 @@ def _write_csv(out: IO[str], qids: list[str], records: Iterator[dict[str, Any]])
     writer = csv.DictWriter(out, fieldnames=_csv_columns(qids), extrasaction="ignore")
     writer.writeheader()
     n = 0
-    for n, record in enumerate(records, start=1):  # noqa: B007
+    for record in records:
         writer.writerow(_csv_row(record))
+        n += 1
     return n

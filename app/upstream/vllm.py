@@ -92,7 +92,9 @@ class VllmUpstream:
                                       latency_ms=latency_ms)
             except UpstreamUnavailable as exc:
                 if attempt >= retries:
-                    raise
+                    raise UpstreamUnavailable(
+                        f"{exc.message} (gave up after {attempt + 1} attempt(s))",
+                        kind=exc.kind, status=exc.status) from exc
                 delay = self._backoff(attempt)
                 logger.warning("read failed (%s: %s); retry %d/%d in %.2fs", exc.kind,
                                exc.message, attempt + 1, retries, delay)

@@ -5,7 +5,7 @@ At an answer slot the candidate labels are the request's ``logprob_token_ids``. 
 - without a key, a stable hash of (state, instructions, id): answers are a function of the prompt;
 - with a key, the true label stands ``separation + latent`` above the others, where ``latent`` is
   a deterministic N(0, 1) per (state, question): some positives are hard. At the default
-  separation of 1.5 a yes/no ranking has an AUC of about 0.98;
+  separation of 1.5 one yes/no read ranks with an AUC of about 0.96 (1.8: 0.98);
 - plus ``noise`` x N(0, 1) drawn from (the noise token at the slot, the slot, the id): different
   noise draws give different reads, the same body the same read;
 - ``miscalibration`` m: logits times (1 + m) and the first label (yes / A / 1) shifted by -m, so

@@ -81,7 +81,8 @@ async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: St
 
 
 async def test_template_too_wide_is_rejected_with_its_message(stack: Stack) -> None:
-    ids = _write(stack, 3, replace(ReadSettings(), canvas_length=16), "narrow")
+    ids = _write(stack, 3, replace(ReadSettings(), canvas_length=4, canvas_step=4),
+                 "narrow")
     result = await _run(stack, ids)
     assert result.rejected == 3 and result.failed == {"rejected": 3}  # type: ignore[attr-defined]
     with session_scope(stack.factory) as s:
