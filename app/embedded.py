@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import case, func, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ReadSettings, TextTokenizer, build_probe_request, settings_from_dict
@@ -34,7 +34,7 @@ from app.producer import upstream_config
 from app.runner import ChunkResult, run_chunk
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.migrate import upgrade
-from app.store.models import Answer, Decision, DecisionStatus, Draw
+from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
 from app.store.queue import sweep
 from app.store.runs import RunInfo, require_run
 
@@ -50,6 +50,7 @@ __all__ = [
     "load_run",
     "open_sqlite",
     "reclaim_dead_leases",
+    "release_own_leases",
     "settled_count",
     "sim_key_path",
     "sqlite_store",
@@ -178,6 +179,29 @@ def reclaim_dead_leases(
         result = sweep(session, now=now, max_attempts=max_attempts, run_id=run_id,
                        republish_queued=False)
     return result.lost + result.poisoned
+
+
+def release_own_leases(factory: sessionmaker[Session], run_id: int) -> int:
+    """After Ctrl-C: this process's leases go back to pending with a ``cancelled`` attempt
+    each, and the interrupted claim does not count against the attempt cap."""
+    owner = _owner()
+    with session_scope(factory) as session:
+        rows = session.execute(
+            update(Decision)
+            .where(Decision.run_id == run_id, Decision.status == DecisionStatus.LEASED,
+                   Decision.lease_owner == owner)
+            .values(status=DecisionStatus.PENDING, lease_token=None, lease_expires_at=None,
+                    attempts=func.max(Decision.attempts - 1, 0)
+                    if session.get_bind().dialect.name == "sqlite"
+                    else func.greatest(Decision.attempts - 1, 0))
+            .returning(Decision.id, Decision.lease_token)
+            .execution_options(synchronize_session=False)).all()
+        if rows:
+            session.execute(insert(Attempt), [
+                {"run_id": run_id, "decision_id": did, "outcome": OutcomeKind.CANCELLED,
+                 "detail": "interrupted (Ctrl-C) before a result", "worker": owner,
+                 "lease_token": token, "n_reads": 0} for did, token in rows])
+    return len(rows)
 
 
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[int]:

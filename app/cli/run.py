@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.cli import _render as render
 from app.cli._app import app
-from app.cli._wiring import resolve_settings
+from app.cli._wiring import resolve_settings, upstream_url
 from app.cli.options import (
     CanvasOpt,
     CanvasStepOpt,
@@ -63,6 +63,7 @@ from app.embedded import (
     execute_run,
     load_run,
     reclaim_dead_leases,
+    release_own_leases,
     sim_key_path,
     sqlite_store,
     start_upstream,
@@ -76,6 +77,8 @@ from app.store.runs import RunInfo, require_run, reset_failed, run_status
 from app.upstream.tokenizer import load_tokenizer
 
 __all__ = ["resume_embedded", "run"]
+
+_TYPES = ("noul", "choice", "score")
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,8 @@ def run(
     file: Annotated[Path, typer.Argument(help="Job file (JSONL, one decision per line).",
                                          exists=True, dir_okay=False, readable=True)],
     upstream: Annotated[str | None, typer.Option(
-        "--upstream", help="vLLM URL, or 'sim' for the built-in simulator "
-        "(default DREADS_UPSTREAM).")] = None,
+        "--upstream", help="vLLM URL, or 'sim' for the built-in simulator (default: the "
+        "run's own, else DREADS_UPSTREAM).")] = None,
     db: Annotated[Path, typer.Option("--db", help="SQLite file (created if missing).")]
     = Path("dreads.db"),
     run_name: Annotated[str | None, typer.Option(
@@ -127,7 +130,7 @@ def run(
     config = _config(workers, concurrency, chunk_size)
     with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
         settings, n_rep, tok = resolve_settings(factory, name, given, replicates)
-        target = upstream or get_settings().upstream
+        target = upstream_url(upstream, factory, name)
         request = SubmitRequest(path=file, run_name=name, settings=settings, upstream=target,
                                 engine=get_settings().engine, replicates=n_rep, strict=strict)
         report = submit_job(request, factory, tok)
@@ -232,7 +235,9 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
                 "--upstream sim (the built-in simulator)", kind=exc.kind) from exc
         except KeyboardInterrupt:
             bar.stop()
-            err_console.print("[yellow]interrupted.[/yellow] Nothing is lost: run the same "
+            released = release_own_leases(job.factory, job.run.id)
+            err_console.print(f"[yellow]interrupted[/yellow] ({released} decision(s) in "
+                              "progress put back to pending). Nothing is lost: run the same "
                               "command again (or `dreads resume`) to continue.")
             raise typer.Exit(130) from None
 
@@ -253,8 +258,10 @@ def _summary(factory: sessionmaker[Session], name: str, json_out: bool) -> None:
     console.print(render.cells_table(status))
     console.print(f"reads: {draws['draw_rows']} draw row(s), "
                   f"{draws['mean_draws_per_answer']:.2f} draws per answer on average")
-    if headline:
+    if headline and any((headline.get(t) or {}).get("n") for t in _TYPES):
         console.print(_headline_table(headline))
+    else:
+        console.print("no expected labels in this run: no evaluation figures")
 
 
 def _headline(session: Session, run_id: int) -> dict[str, Any] | None:
@@ -274,7 +281,7 @@ def _headline_table(headline: dict[str, Any]) -> Table:
                   title_justify="left")
     table.add_column("type")
     table.add_column("figures", overflow="fold")
-    for qtype in ("noul", "choice", "score"):
+    for qtype in _TYPES:
         figures = headline.get(qtype) or {}
         if figures.get("n"):
             table.add_row(qtype, ", ".join(f"{k} {_fmt(v)}" for k, v in figures.items()))

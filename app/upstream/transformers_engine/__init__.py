@@ -7,6 +7,7 @@ benchmark do, lazily.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from app.upstream.transformers_engine.engine import (
@@ -33,9 +34,23 @@ __all__ = [
 
 
 def make_transformers_upstream(config: UpstreamConfig) -> TransformersUpstream:
-    """The engine ``config`` asks for: ``model_path`` (else ``model``) loaded on ``device``."""
+    """The engine ``config`` asks for: ``model_path`` (else ``model``) loaded on ``device``,
+    with the checkpoint's own tokenizer (as vLLM serves it).
+
+    Raises:
+        ConfigError: the checkpoint or its tokenizer cannot be loaded (the message says why).
+    """
     from app.upstream.tokenizer import load_tokenizer
 
     path = config.model_path or config.model
-    return TransformersUpstream(path, tokenizer=load_tokenizer(path), device=config.device,
-                                dtype=config.dtype, canvas_length=config.canvas_length)
+    model = _shared_model(path, config.device, config.dtype)  # fails first if wrong
+    return TransformersUpstream(path, tokenizer=load_tokenizer(path), model=model,
+                                device=config.device, dtype=config.dtype,
+                                canvas_length=config.canvas_length)
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_model(path: str, device: str, dtype: str) -> ReadModel:
+    """Weights are loaded once per process: a worker that makes an upstream per chunk (each
+    with its own batcher and prompt cache) does not reload 50 GB each time."""
+    return load_model(path, device=device, dtype=dtype)

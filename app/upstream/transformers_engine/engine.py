@@ -69,7 +69,7 @@ class TransformersUpstream:
         self.model = model if model is not None else load_model(model_path, device=device,
                                                                  dtype=dtype)
         self.tokenizer = tokenizer
-        self.canvas_length = int(canvas_length or self.model.config.canvas_length)
+        self.canvas_length = int(canvas_length or self.model.config.canvas_length or 256)
         self.cache = PrefillCache(cache_bytes if cache_bytes is not None
                                   else default_cache_bytes(device))
         self.executor = BatchExecutor(self.model, self.cache,

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-__all__ = ["EMPTY", "KVEntry", "LayerKinds"]
+__all__ = ["EMPTY", "KVEntry", "LayerKinds", "layers_of"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,10 +43,10 @@ EMPTY = KVEntry(0, ())
 class LayerKinds:
     """The model's cache layers grouped by kind, and how many tokens each kind keeps."""
 
-    def __init__(self, text_config: object) -> None:
+    def __init__(self, text_config: Any) -> None:
         self.text_config = text_config
         template = DynamicCache(config=text_config)
-        sliding = [bool(layer.is_sliding) for layer in template.layers]
+        sliding = [bool(layer.is_sliding) for layer in layers_of(template)]
         self.sliding = sorted(set(sliding))  #: per kind: is it a sliding-window kind
         self.layers = [[i for i, s in enumerate(sliding) if s == kind] for kind in self.sliding]
         self.window: int | None = getattr(text_config, "sliding_window", None)
@@ -67,8 +68,9 @@ class LayerKinds:
             return cache, 0
         for kind, layer_ids in enumerate(self.layers):
             keys, values = self._collate_kind(entries, kind, self.kept(kind, total))
+            layers = layers_of(cache)
             for j, idx in enumerate(layer_ids):
-                layer = cache.layers[idx]
+                layer = layers[idx]
                 layer.lazy_initialization(keys[:, j], values[:, j])
                 layer.keys, layer.values = keys[:, j], values[:, j]
                 if hasattr(layer, "cumulative_length"):
@@ -113,12 +115,13 @@ class LayerKinds:
         """After an encoder call over ``total`` collated prefix tokens and ``width`` new ones:
         each row's new tokens as an entry (own memory) under its prefix."""
         virtual = total + width
+        layers = layers_of(cache)
         news = []
         for layer_ids in self.layers:
-            held = cache.layers[layer_ids[0]].keys.shape[-2]  # the last `held` of `virtual`
+            held = layers[layer_ids[0]].keys.shape[-2]  # the last `held` of `virtual`
             base = total - (virtual - held)  # where the new tokens start
-            news.append((torch.stack([cache.layers[i].keys[:, :, base:] for i in layer_ids], 1),
-                         torch.stack([cache.layers[i].values[:, :, base:] for i in layer_ids], 1)))
+            news.append((torch.stack([layers[i].keys[:, :, base:] for i in layer_ids], 1),
+                         torch.stack([layers[i].values[:, :, base:] for i in layer_ids], 1)))
         entries = []
         for row, (prefix, n) in enumerate(zip(prefixes, lengths, strict=True)):
             kinds = []
@@ -128,6 +131,11 @@ class LayerKinds:
             entries.append(KVEntry(prefix.length + n, tuple(kinds),
                                    prefix if prefix.length else None))
         return entries
+
+
+def layers_of(cache: DynamicCache) -> list[Any]:
+    """The cache's layers (DynamicLayer / DynamicSlidingWindowLayer here)."""
+    return list(cache.layers)
 
 
 def _zeros(rows: int, like: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,7 +20,7 @@ import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
-from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds
+from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
 
 __all__ = [
     "SOFTCAP_DEFAULT",
@@ -75,7 +75,7 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> Re
             f"cannot load a DiffusionGemma checkpoint from {path!r}: {exc}. Pass --model as a "
             "directory with config.json and *.safetensors (`dreads engine make-tiny DIR` writes "
             "a tiny one) or a hub id cached locally") from exc
-    return ReadModel(model.to(device))
+    return ReadModel(model if str(model.device) == device else model.to(device))  # type: ignore[arg-type]
 
 
 class ReadModel:
@@ -114,7 +114,7 @@ class ReadModel:
         prefixes = [j.prefix or EMPTY for j in jobs]
         cache, total = self.collate(prefixes) if any(p.length for p in prefixes) else (
             self.kinds.new_cache(), 0)
-        for layer in cache.layers:
+        for layer in layers_of(cache):
             if layer.is_sliding:
                 layer.activate_past_recording()  # keep every token; cut per row below
         lengths = [len(j.ids) for j in jobs]
@@ -185,6 +185,9 @@ def _pick(logits: torch.Tensor, wanted: Sequence[tuple[Sequence[int], bool]]) ->
     """For (N, vocab) logits: each row's ids' log-probs (full-vocabulary log-softmax, or
     renormalised over its ids when constrained) and its argmax, padded to the most ids."""
     width = max(len(ids) for ids, _ in wanted)
+    if width == 0:  # no ids asked for: only the argmax rows
+        best, arg = torch.log_softmax(logits, dim=-1).max(dim=-1)
+        return SlotLogprobs(logits.new_zeros((len(wanted), 0)).cpu(), arg.cpu(), best.cpu())
     index = torch.zeros((len(wanted), width), dtype=torch.long)
     valid = torch.zeros((len(wanted), width), dtype=torch.bool)
     for i, (ids, _) in enumerate(wanted):

@@ -71,24 +71,43 @@ def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[bytes], timeout_s
     raise AssertionError(f"fewer than {at_least} decisions done after {timeout_s}s")
 
 
+def _count(db: Path, where: str, table: str = "decisions") -> int:
+    return _query(db, f"SELECT count(*) FROM {table} WHERE {where}")[0][0]
+
+
 @pytest.mark.slow
-def test_killed_run_continues_exactly_once(make_sim: Callable, tmp_path: Path) -> None:
-    n = 160
+def test_interrupted_and_killed_run_continues_exactly_once(make_sim: Callable,
+                                                          tmp_path: Path) -> None:
+    n = 200
     path = write_jobs(tmp_path / "kill.jsonl", [job_line(f"k{i:03d}") for i in range(n)])
     db = tmp_path / "kill.db"
     slow = make_sim(step_ms=40, max_batch=4)  # ~100 reads/s: the run takes several seconds
     args = [DREADS, "run", str(path), "--upstream", slow.url, "--db", str(db),
             "--workers", "4", "--chunk-size", "8"]
+    # Ctrl-C: exit 130, this process's leases released as ``cancelled`` attempts
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_done(db, 10, proc, timeout_s=180)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert _count(db, "status = 'leased'") == 0
+    assert _count(db, "outcome = 'cancelled'", "attempts") > 0
+    # SIGKILL: leases stay behind; the next run reclaims them (``worker_lost``)
     proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_done(db, 20, proc, timeout_s=180)
+        _wait_done(db, _count(db, "status = 'done'") + 20, proc, timeout_s=180)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-    held = _query(db, "SELECT count(*) FROM decisions WHERE status = 'leased'")[0][0]
-    done_before = _query(db, "SELECT count(*) FROM decisions WHERE status = 'done'")[0][0]
-    assert held > 0 and done_before < n
+    held = _count(db, "status = 'leased'")
+    assert held > 0 and _count(db, "status = 'done'") < n
     rerun = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "back to pending" in rerun.stderr
@@ -96,10 +115,8 @@ def test_killed_run_continues_exactly_once(make_sim: Callable, tmp_path: Path) -
     per_decision = _query(db, "SELECT d.id, count(a.id) FROM decisions d LEFT JOIN answers a "
                               "ON a.decision_id = d.id GROUP BY d.id")
     assert len(per_decision) == n and {c for _, c in per_decision} == {1}
-    lost = _query(db, "SELECT count(*) FROM attempts WHERE outcome = 'worker_lost'")[0][0]
-    assert lost == held
-    won = _query(db, "SELECT count(*) FROM attempts WHERE outcome = 'ok' AND won")[0][0]
-    assert won == n
+    assert _count(db, "outcome = 'worker_lost'", "attempts") == held
+    assert _count(db, "outcome = 'ok' AND won", "attempts") == n
 
 
 def test_resume_on_sqlite_runs_here(dreads: Dreads, tmp_path: Path) -> None:

@@ -1,0 +1,119 @@
+"""The micro-batcher, the prefill cache and the batch planner, without a model forward."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from app.upstream.transformers_engine.batcher import MicroBatcher  # noqa: E402
+from app.upstream.transformers_engine.executor import shared_prefix_groups  # noqa: E402
+from app.upstream.transformers_engine.kv import KVEntry  # noqa: E402
+from app.upstream.transformers_engine.prefill_cache import PrefillCache  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+
+class _Recorder:
+    """A batch function that records each batch and the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, jobs: Sequence[int]) -> list[int]:
+        self.batches.append(list(jobs))
+        self.threads.add(threading.current_thread().name)
+        time.sleep(0.02)  # a forward: reads arriving meanwhile wait for the next batch
+        return [j * 10 for j in jobs]
+
+
+def test_concurrent_reads_are_gathered_up_to_max_batch() -> None:
+    recorder = _Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(recorder, max_batch=4, flush_ms=50.0)
+
+    async def main() -> list[int]:
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(10)))
+        await batcher.aclose()
+        return list(results)
+
+    assert asyncio.run(main()) == [i * 10 for i in range(10)]
+    assert [len(b) for b in recorder.batches] == [4, 4, 2]
+    assert sorted(j for b in recorder.batches for j in b) == list(range(10))
+    assert recorder.threads and threading.main_thread().name not in recorder.threads
+
+
+def test_a_lone_read_goes_after_flush_ms() -> None:
+    recorder = _Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(recorder, max_batch=64, flush_ms=5.0)
+
+    async def main() -> float:
+        started = time.perf_counter()
+        assert await batcher.submit(7) == 70
+        elapsed = time.perf_counter() - started
+        await batcher.aclose()
+        return elapsed
+
+    assert asyncio.run(main()) < 2.0
+    assert recorder.batches == [[7]]
+
+
+def test_a_failed_batch_fails_each_of_its_reads() -> None:
+    def broken(jobs: Sequence[int]) -> list[int]:
+        raise RuntimeError("forward failed")
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(broken, max_batch=8, flush_ms=1.0)
+
+    async def main() -> list[BaseException | int]:
+        out = await asyncio.gather(*(batcher.submit(i) for i in range(3)),
+                                   return_exceptions=True)
+        await batcher.aclose()
+        return list(out)
+
+    assert all(isinstance(r, RuntimeError) for r in asyncio.run(main()))
+
+
+def _entry(tokens: int) -> KVEntry:
+    tensor = torch.zeros((1, 1, tokens, 4), dtype=torch.float32)  # 16 bytes per token
+    return KVEntry(tokens, ((tensor, tensor.clone()),))
+
+
+def test_prefill_cache_evicts_least_recently_used_by_bytes() -> None:
+    cache = PrefillCache(max_bytes=3 * 32 * 10)  # room for three 10-token entries
+    for first in (1, 2, 3):
+        cache.put((first,) * 10, _entry(10))
+    assert cache.get((1,) * 10) is not None  # 1 is now the most recent
+    cache.put((4,) * 10, _entry(10))
+    assert (2,) * 10 not in cache
+    assert all(key in cache for key in ((1,) * 10, (3,) * 10, (4,) * 10))
+    assert cache.bytes == 3 * 32 * 10
+    cache.put((5,) * 100, _entry(100))  # larger than the whole cache: not kept
+    assert (5,) * 100 not in cache
+
+
+def test_prefill_cache_finds_the_longest_cached_prefix() -> None:
+    cache = PrefillCache(max_bytes=1 << 20)
+    short, long = _entry(3), _entry(5)
+    cache.put((1, 2, 3), short)
+    cache.put((1, 2, 3, 4, 5), long)
+    assert cache.longest_prefix((1, 2, 3, 4, 5, 6)) is long
+    assert cache.longest_prefix((1, 2, 3, 9)) is short
+    assert cache.longest_prefix((1, 2, 3, 4, 5)) is short  # a proper prefix only
+    assert cache.longest_prefix((1, 2, 3, 9), min_len=4) is None
+
+
+def test_prompts_of_one_document_form_a_group() -> None:
+    system = tuple(range(10))
+    doc_a, doc_b = tuple(range(100, 160)), tuple(range(200, 260))
+    prompts = [system + doc_a + (900 + q,) * 5 for q in range(3)]
+    prompts += [system + doc_b + (900 + q,) * 5 for q in range(2)]
+    prompts.append(system + (7,) * 40)
+    groups = shared_prefix_groups(prompts, min_tokens=8, share=0.5)
+    shared = sorted((n, len(members)) for n, members in groups if n)
+    assert shared == [(70, 2), (70, 3)]
+    assert groups[-1] == (0, [system + (7,) * 40])
