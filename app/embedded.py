@@ -235,13 +235,16 @@ async def execute_run(
     tokenizer: TextTokenizer,
     config: EmbeddedConfig,
     progress: Progress | None = None,
+    engine: Any = None,
 ) -> ExecutorStats:
-    """Run every claimable decision of ``run`` to a settled state (bounded rounds)."""
+    """Run every claimable decision of ``run`` to a settled state (bounded rounds).
+
+    ``engine``: the engine choice (an ``UpstreamConfig``, see ``producer.upstream_config``)."""
     from app.upstream.factory import make_upstream
 
     settings = settings_from_dict(dict(run.settings))
     upstream = make_upstream(upstream_config(upstream_url, settings,
-                                             max_in_flight=config.max_in_flight))
+                                             max_in_flight=config.max_in_flight, engine=engine))
     stats = ExecutorStats()
     poller = asyncio.create_task(_poll(factory, run.id, config.poll_s, progress))
     try:

@@ -293,18 +293,21 @@ def publish_decisions(
     return PublishOutcome(published, messages)
 
 
-def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | None = None) -> Any:
+def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | None = None,
+                    engine: Any = None) -> Any:
+    """The ``UpstreamConfig`` reading ``settings`` at ``url``. ``engine`` (an UpstreamConfig:
+    engine, device, dtype, model_path) is the engine the user chose; default ``DREADS_*``."""
     from app.upstream.factory import UpstreamConfig
 
     env = get_settings()
-    return UpstreamConfig(url=url, engine=env.engine, model=settings.model,
-                          canvas_length=settings.canvas_length,
-                          max_in_flight=max_in_flight or env.max_in_flight,
-                          timeout_s=env.read_timeout_s, retries=env.read_retries)
+    base = engine or UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype)
+    return replace(base, url=url, model=settings.model, canvas_length=settings.canvas_length,
+                   max_in_flight=max_in_flight or env.max_in_flight,
+                   timeout_s=env.read_timeout_s, retries=env.read_retries)
 
 
 def fetch_fingerprint(
-    url: str, settings: ReadSettings, *, timeout_s: float = 10.0
+    url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None
 ) -> tuple[ServerFingerprint | None, str | None]:
     """The upstream's fingerprint, or (None, why) when it cannot be reached now.
 
@@ -314,7 +317,7 @@ def fetch_fingerprint(
     from app.upstream.factory import make_upstream
 
     async def _fetch() -> ServerFingerprint:
-        upstream = make_upstream(upstream_config(url, settings))
+        upstream = make_upstream(upstream_config(url, settings, engine=engine))
         try:
             return await asyncio.wait_for(upstream.fingerprint(), timeout_s)
         finally:
@@ -380,12 +383,12 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
-                 settings: ReadSettings, *, force: bool) -> str | None:
+                 settings: ReadSettings, *, force: bool, engine: Any = None) -> str | None:
     """Refuse a server whose model or canvas differs from the run's (unless ``force``);
     record the fingerprint when the run has none yet. Returns a note for the user."""
     old = dict(run.fingerprint or {})
     try:
-        fingerprint, why = fetch_fingerprint(url, settings)
+        fingerprint, why = fetch_fingerprint(url, settings, engine=engine)
     except UpstreamRejected as exc:  # it serves another model than the run's
         if not force:
             raise RunSettingsMismatch(

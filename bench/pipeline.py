@@ -47,7 +47,7 @@ from tests.fixtures.services import (  # noqa: E402
 )
 from tests.integration.durability.harness import Sim, Stack, job_lines  # noqa: E402
 
-CHUNK = 32
+CHUNK = 32  #: decisions per message (``--chunk``)
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -83,7 +83,8 @@ def _cpu_s(pid: int) -> float:
     return total / TICKS
 
 
-def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int) -> tuple[float, float]:
+def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int,
+                  chunk: int) -> tuple[float, float]:
     """(decisions/s, worker CPU ms per decision) for ``n`` decisions."""
     env = {**os.environ, **stack.env(max_in_flight=256, read_retries=4), "PYTHONUNBUFFERED": "1"}
     worker = WorkerProcess([str(VENV_BIN / "dreads"), "worker", "-c", str(concurrency), "-n",
@@ -96,7 +97,7 @@ def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int) -> tuple[fl
         time.sleep(3)  # children finish their process init
         cpu0 = _cpu_s(worker.pid)
         t0 = time.perf_counter()
-        stack.submit(n, name=f"bench{time.monotonic_ns()}")
+        stack.submit(n, name=f"bench{time.monotonic_ns()}", chunk_size=chunk)
         stack.wait_settled(1800)
         elapsed = time.perf_counter() - t0
         cpu = _cpu_s(worker.pid) - cpu0
@@ -165,16 +166,17 @@ def submit_resume(stack: Stack, redis: RedisServer, tmp: Path, n: int) -> list[R
     ]
 
 
-def rate_rows(tmp: Path, pg: str, n: int, concurrency: int, sim_args: list[str],
+def rate_rows(tmp: Path, pg: str, n: int, concurrency: int, chunk: int, sim_args: list[str],
               label: str) -> list[Row]:
+    in_flight = concurrency * chunk
     with services(tmp, pg, *sim_args) as (stack, sim, _):
-        plain = plain_rate(sim.url, n, concurrency * CHUNK)
+        plain = plain_rate(sim.url, n, in_flight)
     with services(tmp, pg, *sim_args) as (stack, sim, _):
-        rate, cpu_ms = pipeline_rate(stack, tmp, n, concurrency)
+        rate, cpu_ms = pipeline_rate(stack, tmp, n, concurrency, chunk)
     return [
-        Row(f"{label}: pipeline (submit->Redis->Celery->sim->PG)", f"{rate:,.0f} dec/s",
+        Row(f"{label}: pipeline, -c {concurrency} x chunk {chunk}", f"{rate:,.0f} dec/s",
             f"worker CPU {cpu_ms:.2f} ms/decision"),
-        Row(f"{label}: plain asyncio client, {concurrency * CHUNK} in flight",
+        Row(f"{label}: plain asyncio client, {in_flight} decisions in flight",
             f"{plain:,.0f} dec/s", ""),
         Row(f"{label}: ratio pipeline / plain", f"{rate / plain:.2f}", "target >= 0.9"),
     ]
@@ -186,17 +188,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="worker pool processes")
     parser.add_argument("--submit-n", type=int, default=100_000)
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--chunk", type=int, default=CHUNK, help="decisions per message")
     parser.add_argument("--skip", default="", help="comma list: capacity,ceiling,submit")
     args = parser.parse_args()
+
     skip = set(filter(None, args.skip.split(",")))
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="dreads-bench-") as tmp_name:
         tmp = Path(tmp_name)
         if "capacity" not in skip:
-            rows += rate_rows(tmp, args.pg, args.decisions, args.concurrency,
+            rows += rate_rows(tmp, args.pg, args.decisions, args.concurrency, args.chunk,
                               ["--step-ms", "100", "--max-batch", "32"], "sim 100ms x 32")
         if "ceiling" not in skip:
-            rows += rate_rows(tmp, args.pg, args.decisions, args.concurrency,
+            rows += rate_rows(tmp, args.pg, args.decisions, args.concurrency, args.chunk,
                               ["--step-ms", "0"], "sim zero latency")
         if "submit" not in skip:
             with services(tmp, args.pg) as (stack, _, redis):

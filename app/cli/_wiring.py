@@ -14,37 +14,76 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.cli.options import base_read_settings
 from app.config import get_settings
 from app.engine import ReadSettings, TextTokenizer, settings_from_dict
+from app.errors import InputError
 from app.producer import Publisher
 from app.store.db import session_scope
 from app.store.runs import find_run
+from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "make_publisher",
     "make_sender",
+    "resolve_engine",
     "resolve_settings",
+    "run_upstream",
     "sweep_for",
     "upstream_url",
 ]
 
 log = logging.getLogger("dreads.cli")
 
+_ENGINES = ("vllm", "transformers")
+
 
 def resolve_settings(
-    factory: sessionmaker[Session], run: str, given: Mapping[str, Any], replicates: int | None
+    factory: sessionmaker[Session], run: str, given: Mapping[str, Any], replicates: int | None,
+    *, engine: str = "vllm",
 ) -> tuple[ReadSettings, int, TextTokenizer]:
     """An existing run's own settings (what was given on top, to be checked), or the
-    ``DREADS_*`` defaults for a new run; its replicate count; its tokenizer."""
+    ``DREADS_*`` defaults for a new run (``engine`` "transformers": the model's tokenizer);
+    its replicate count; its tokenizer."""
     from app.upstream.tokenizer import load_tokenizer
 
     with session_scope(factory) as session:
         info = find_run(session, run)
     if info is None:
-        settings = base_read_settings(dict(given))
+        settings = base_read_settings(dict(given), engine=engine)
         n = replicates or 1
     else:
         settings = replace(settings_from_dict(dict(info.settings)), **given)
         n = replicates or info.replicates
     return settings, n, load_tokenizer(settings.tokenizer)
+
+
+def resolve_engine(factory: sessionmaker[Session], run: str, *, engine: str | None,
+                   device: str | None, dtype: str | None) -> UpstreamConfig:
+    """The engine choice: the options given, else the run's own engine (an existing run),
+    else ``DREADS_ENGINE``; device and dtype from the options or ``DREADS_DEVICE/DTYPE``."""
+    from app.cli.engine import engine_config
+
+    env = get_settings()
+    with session_scope(factory) as session:
+        info = find_run(session, run)
+    recorded = info.engine if info is not None and info.engine in _ENGINES else env.engine
+    base = UpstreamConfig(engine=recorded, device=env.device, dtype=env.dtype)
+    return engine_config(base, engine=engine, device=device, dtype=dtype)
+
+
+def run_upstream(given: str | None, factory: sessionmaker[Session], run: str,
+                 choice: UpstreamConfig, settings: ReadSettings) -> str:
+    """What the run records as its upstream: the URL (``upstream_url``) for vLLM; the model
+    read in this process for the transformers engine (no server, no URL).
+
+    Raises:
+        InputError: ``--upstream`` given together with ``--engine transformers``.
+    """
+    if choice.engine != "transformers":
+        return upstream_url(given, factory, run)
+    if given:
+        raise InputError(f"--upstream {given} is for the vllm engine; with --engine "
+                         "transformers the model (--model DIR or hub id) is read in this "
+                         "process: drop --upstream")
+    return choice.model_path or settings.model
 
 
 def upstream_url(given: str | None, factory: sessionmaker[Session], run: str) -> str:

@@ -162,11 +162,17 @@ def read_overrides(
     return {name: value for name, value in given.items() if value is not None}
 
 
-def base_read_settings(overrides: dict[str, Any]) -> ReadSettings:
-    """Defaults from ``DREADS_*`` (model, tokenizer, canvas), then the given overrides."""
+def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm") -> ReadSettings:
+    """Defaults from ``DREADS_*`` (model, tokenizer, canvas), then the given overrides.
+
+    With the in-process ``transformers`` engine the canvases are built with the checkpoint's
+    own tokenizer (the model), unless ``--tokenizer`` was given."""
     env = get_settings()
     base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
-    return replace(base, **overrides)
+    settings = replace(base, **overrides)
+    if engine == "transformers" and "tokenizer" not in overrides:
+        settings = replace(settings, tokenizer=settings.model)
+    return settings
 
 
 def database_url(given: str | None) -> str:

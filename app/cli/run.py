@@ -29,7 +29,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.cli import _render as render
 from app.cli._app import app
-from app.cli._wiring import resolve_settings, upstream_url
+from app.cli._wiring import resolve_engine, resolve_settings, run_upstream
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     CanvasOpt,
     CanvasStepOpt,
@@ -74,6 +75,7 @@ from app.producer import SubmitRequest, check_server, submit_job
 from app.store.db import session_scope
 from app.store.models import RunStatus
 from app.store.runs import RunInfo, require_run, reset_failed, run_status
+from app.upstream.factory import UpstreamConfig
 from app.upstream.tokenizer import load_tokenizer
 
 __all__ = ["resume_embedded", "run"]
@@ -88,11 +90,17 @@ class _Job:
     factory: sessionmaker[Session]
     db_path: Path
     run: RunInfo
-    upstream: str  #: "sim" or a URL
+    upstream: str  #: "sim" or a URL (the model for the transformers engine)
     job_file: Path | None
     config: EmbeddedConfig
     quiet: bool = False
     check_server: bool = True  #: compare/record the server fingerprint (resume did already)
+    engine: UpstreamConfig | None = None  #: the engine choice (None: DREADS_*)
+
+    @property
+    def in_process(self) -> bool:
+        """Reads answered by the transformers engine in this process (no server)."""
+        return self.engine is not None and self.engine.engine == "transformers"
 
 
 @app.command()
@@ -120,6 +128,7 @@ def run(
         "--concurrency", min=1, help="Reads in flight, all chunks together.")] = 64,
     chunk_size: ChunkSizeOpt = None,
     json_out: JsonOpt = False,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Run a job file start to finish in this process: SQLite store, no Redis, no worker."""
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
@@ -129,16 +138,19 @@ def run(
     name = run_name or file.stem
     config = _config(workers, concurrency, chunk_size)
     with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
-        settings, n_rep, tok = resolve_settings(factory, name, given, replicates)
-        target = upstream_url(upstream, factory, name)
+        choice = resolve_engine(factory, name, engine=engine, device=device, dtype=dtype)
+        settings, n_rep, tok = resolve_settings(factory, name, given, replicates,
+                                                engine=choice.engine)
+        target = run_upstream(upstream, factory, name, choice, settings)
         request = SubmitRequest(path=file, run_name=name, settings=settings, upstream=target,
-                                engine=get_settings().engine, replicates=n_rep, strict=strict)
+                                engine=choice.engine, replicates=n_rep, strict=strict)
         report = submit_job(request, factory, tok)
         if not json_out or report.refused:
             render.submit_report(report, None, queued=False)
         if report.refused:
             raise typer.Exit(2)
-        job = _Job(factory, db, load_run(factory, name), target, file, config, quiet=json_out)
+        job = _Job(factory, db, load_run(factory, name), target, file, config, quiet=json_out,
+                   engine=choice)
         _execute(job)
         _summary(factory, name, json_out)
 
@@ -151,7 +163,8 @@ def _config(workers: int, concurrency: int, chunk_size: int | None) -> EmbeddedC
 
 
 def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
-                    retry_failed: bool, note: str | None, upstream: str | None = None) -> None:
+                    retry_failed: bool, note: str | None, upstream: str | None = None,
+                    engine: UpstreamConfig | None = None) -> None:
     """``dreads resume`` on a SQLite store: continue the run here, like ``dreads run``."""
     db_path = Path(make_url(url).database or "dreads.db")
     source = Path(run.source) if run.source else None
@@ -165,7 +178,7 @@ def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
         env = get_settings()
         config = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts)
         _execute(_Job(factory, db_path, run, upstream or run.upstream, source, config,
-                      check_server=False))
+                      check_server=False, engine=engine))
     _summary(factory, run.name, False)
 
 
@@ -180,11 +193,13 @@ def _execute(job: _Job) -> ExecutorStats:
     if not _has_work(job):
         return ExecutorStats()
     settings = settings_from_dict(dict(job.run.settings))
-    url, sim = start_upstream(job.upstream, settings, job.job_file)
+    url, sim = (job.upstream, None) if job.in_process else start_upstream(
+        job.upstream, settings, job.job_file)
     try:
         _say_upstream(job, url)
         if job.check_server:
-            note = check_server(job.factory, job.run, url, settings, force=False)
+            note = check_server(job.factory, job.run, url, settings, force=False,
+                                engine=job.engine)
             if note and not job.quiet:
                 err_console.print(note, highlight=False)
         return _drive(job, url, load_tokenizer(settings.tokenizer))
@@ -200,6 +215,10 @@ def _has_work(job: _Job) -> bool:
 
 def _say_upstream(job: _Job, url: str) -> None:
     if job.quiet:
+        return
+    if job.in_process and job.engine is not None:
+        err_console.print(f"engine: transformers in this process, model {url} on "
+                          f"{job.engine.device} ({job.engine.dtype})", highlight=False)
         return
     if job.upstream != SIM:
         err_console.print(f"upstream: {url}", highlight=False)
@@ -228,7 +247,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
         try:
             return asyncio.run(execute_run(job.factory, job.run, upstream_url=url,
                                            tokenizer=tokenizer, config=job.config,
-                                           progress=progress))
+                                           progress=progress, engine=job.engine))
         except UpstreamUnavailable as exc:
             raise UpstreamUnavailable(
                 f"{exc.message}; start the model server there, pass --upstream URL, or try "

@@ -25,10 +25,12 @@ from app.cli._app import app
 from app.cli._wiring import (
     make_publisher,
     make_sender,
+    resolve_engine,
     resolve_settings,
+    run_upstream,
     sweep_for,
-    upstream_url,
 )
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     CanvasOpt,
     CanvasStepOpt,
@@ -101,6 +103,7 @@ def submit(
     broker: Annotated[str | None, typer.Option(
         "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")] = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Validate a job file, store its decisions and queue them for the workers."""
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
@@ -108,11 +111,13 @@ def submit(
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed)
     with cli_errors(), opened_store(database_url(database)) as factory:
-        settings, n_replicates, tok = resolve_settings(factory, run, given, replicates)
-        url = upstream_url(upstream, factory, run)
-        fingerprint, fp_error = fetch_fingerprint(url, settings)
+        choice = resolve_engine(factory, run, engine=engine, device=device, dtype=dtype)
+        settings, n_replicates, tok = resolve_settings(factory, run, given, replicates,
+                                                       engine=choice.engine)
+        url = run_upstream(upstream, factory, run, choice, settings)
+        fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice)
         request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
-                                engine=get_settings().engine, replicates=n_replicates,
+                                engine=choice.engine, replicates=n_replicates,
                                 strict=strict, fingerprint=fingerprint)
         report = submit_job(request, factory, tok)
         if report.run is not None and report.inserted_ids:
@@ -196,6 +201,7 @@ def resume(
     broker: Annotated[str | None, typer.Option(
         "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")] = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Continue a run: check settings and server, sweep, (retry failed,) publish what is left.
 
@@ -209,11 +215,12 @@ def resume(
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
+        choice = resolve_engine(factory, run, engine=engine, device=device, dtype=dtype)
         note = check_server(factory, info, _resume_upstream(upstream, info), settings,
-                            force=force)
+                            force=force, engine=choice)
         if url.startswith("sqlite") and not dry_run:
             resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
-                            upstream=upstream)
+                            upstream=upstream, engine=choice)
             return
         with make_sender(broker) as sender:
             report = resume_run(factory, info,

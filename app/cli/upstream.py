@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 
 from app.cli._app import app
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt, engine_config
 from app.cli.options import (
     CanvasOpt,
     DrawsOpt,
@@ -48,20 +49,41 @@ from app.engine import (
 )
 from app.errors import ConfigError, DreadsError, InputError, UpstreamError
 from app.upstream.base import Upstream
+from app.upstream.factory import UpstreamConfig
 
 __all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_decisions"]
 
 _WAIT_HELP = "Seconds to wait for the upstream to be ready."
 
 
-def _make_upstream(url: str, settings: ReadSettings) -> Upstream:
-    from app.upstream.factory import UpstreamConfig, make_upstream
+def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> Upstream:
+    from dataclasses import replace
+
+    from app.upstream.factory import make_upstream
 
     env = get_settings()
-    return make_upstream(UpstreamConfig(
-        url=url, engine=env.engine, model=settings.model, canvas_length=settings.canvas_length,
-        max_in_flight=env.max_in_flight, timeout_s=env.read_timeout_s, retries=env.read_retries,
-        device=env.device, dtype=env.dtype))
+    return make_upstream(replace(
+        choice, url=url, model=settings.model, canvas_length=settings.canvas_length,
+        max_in_flight=env.max_in_flight, timeout_s=env.read_timeout_s,
+        retries=env.read_retries))
+
+
+def _engine_choice(engine: str | None, device: str | None, dtype: str | None) -> UpstreamConfig:
+    """The options given over ``DREADS_ENGINE/DEVICE/DTYPE`` (ConfigError if unknown)."""
+    env = get_settings()
+    base = UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype)
+    return engine_config(base, engine=engine, device=device, dtype=dtype)
+
+
+def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> str:
+    """The URL to read from, or the model the transformers engine loads in this process."""
+    if choice.engine != "transformers":
+        return url or get_settings().upstream
+    if url:
+        raise InputError(f"{url} is an upstream URL, for the vllm engine; with --engine "
+                         "transformers the model (--model DIR or hub id) is read in this "
+                         "process: drop the URL")
+    return choice.model_path or settings.model
 
 
 def _load_tokenizer(name: str) -> TextTokenizer:
@@ -79,10 +101,11 @@ class _Check:
     waited_s: float
 
 
-async def _check(url: str, settings: ReadSettings, timeout_s: float) -> _Check:
+async def _check(url: str, settings: ReadSettings, timeout_s: float,
+                 choice: UpstreamConfig) -> _Check:
     tokenizer = _load_tokenizer(settings.tokenizer)
     probe = build_probe_request(settings, tokenizer)
-    upstream = _make_upstream(url, settings)
+    upstream = _make_upstream(url, settings, choice)
     started = time.monotonic()
     try:
         await upstream.wait_ready(timeout_s=timeout_s, probe=probe)
@@ -118,22 +141,28 @@ def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table
 
 @app.command("check-upstream")
 def check_upstream(
-    url: Annotated[str, typer.Argument(help="vLLM (or dreads sim) base URL, or 'sim'.")],
+    url: Annotated[str | None, typer.Argument(
+        help="vLLM (or dreads sim) base URL, or 'sim' (default DREADS_UPSTREAM; none with "
+        "--engine transformers).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.0, help=_WAIT_HELP)] = 60.0,
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     canvas: CanvasOpt = None,
     json_out: JsonOpt = False,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
-    settings = base_read_settings(read_overrides(model=model, tokenizer=tokenizer, canvas=canvas))
+    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas)
     try:
+        choice = _engine_choice(engine, device, dtype)
+        settings = base_read_settings(overrides, engine=choice.engine)
+        url = _target(url, choice, settings)
         if json_out:
-            check = asyncio.run(_check(url, settings, timeout))
+            check = asyncio.run(_check(url, settings, timeout, choice))
         else:
             with console.status(f"waiting for {url} (up to {timeout:g}s): model list, then "
                                 "one real read ..."):
-                check = asyncio.run(_check(url, settings, timeout))
+                check = asyncio.run(_check(url, settings, timeout, choice))
     except DreadsError as exc:
         _not_ready(url, exc, json_out)
         raise typer.Exit(2 if isinstance(exc, (InputError, ConfigError)) else 1) from exc
@@ -143,7 +172,7 @@ def check_upstream(
         console.print(_fingerprint_table(check, url, settings))
 
 
-def _not_ready(url: str, exc: DreadsError, json_out: bool) -> None:
+def _not_ready(url: str | None, exc: DreadsError, json_out: bool) -> None:
     if json_out:
         typer.echo(orjson.dumps({"ready": False, "kind": exc.kind, "error": exc.message}).decode())
         return
@@ -213,9 +242,10 @@ async def decide_all(items: Sequence[Decision | DecideOutcome], settings: ReadSe
 
 
 async def _run_decide(items: list[Decision | DecideOutcome], settings: ReadSettings, url: str,
-                      timeout_s: float) -> tuple[list[DecideOutcome], ServerFingerprint]:
+                      timeout_s: float, choice: UpstreamConfig,
+                      ) -> tuple[list[DecideOutcome], ServerFingerprint]:
     tokenizer = _load_tokenizer(settings.tokenizer)
-    upstream = _make_upstream(url, settings)
+    upstream = _make_upstream(url, settings, choice)
     try:
         await upstream.wait_ready(timeout_s=timeout_s)
         fingerprint = await upstream.fingerprint()
@@ -320,6 +350,7 @@ def decide(
     canvas: CanvasOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.0, help=_WAIT_HELP)] = 30.0,
     json_out: JsonOpt = False,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Answer a few decisions directly against an upstream (no database): answers, label mass,
     draws and why they stopped."""
@@ -328,12 +359,14 @@ def decide(
         raise typer.Exit(2)
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
                                draws=draws, threshold=threshold, max_draws=max_draws, mode=mode)
-    settings = base_read_settings(overrides)
-    url = upstream or get_settings().upstream
+    url = upstream
     try:
+        choice = _engine_choice(engine, device, dtype)
+        settings = base_read_settings(overrides, engine=choice.engine)
+        url = _target(upstream, choice, settings)
         items = _items(file, state, question, qtype, options or [])
-        outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout))
-    except InputError as exc:
+        outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
+    except (InputError, ConfigError) as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
         raise typer.Exit(2) from exc
     except DreadsError as exc:

@@ -146,8 +146,9 @@ def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str
                    Decision.cell, Decision.payload, Decision.lease_token, Decision.attempts)
         .execution_options(synchronize_session=False)
     )
-    rows = session.execute(stmt).all()
-    return sorted((Claimed(*row) for row in rows), key=lambda c: decision_ids.index(c.id))
+    order = {did: i for i, did in enumerate(decision_ids)}
+    return sorted((Claimed(*row) for row in session.execute(stmt).all()),
+                  key=lambda c: order[c.id])
 
 
 def renew_leases(session: Session, *, claims: Sequence[Claimed], lease_s: float,

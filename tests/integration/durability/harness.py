@@ -128,7 +128,7 @@ class Stack:
         return worker_env(**(base | overrides))
 
     def submit(self, n: int = N_DECISIONS, *, name: str = "durable",
-               settings: ReadSettings | None = None) -> int:
+               settings: ReadSettings | None = None, chunk_size: int = 32) -> int:
         """Write ``n`` decisions, commit, then publish them and stamp them queued (the
         producer's order)."""
         from workers.celery_app import make_celery
@@ -142,7 +142,8 @@ class Stack:
             inserted = insert_decisions(s, run.id, _rows(n))
         ids = sorted(rid for rid, _ in inserted)
         assert len(ids) == n
-        publish_chunks(make_celery(broker_url=self.broker_url), run.id, ids, 32, run_name=name)
+        publish_chunks(make_celery(broker_url=self.broker_url), run.id, ids, chunk_size,
+                       run_name=name)
         with session_scope(self.factory) as s:
             mark_queued(s, ids)
         self.run_id = run.id
