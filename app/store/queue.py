@@ -135,10 +135,19 @@ def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str
         Decision.status.in_(_CLAIMABLE),
         and_(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at < now),
     )
-    stmt = (
-        update(Decision)
+    # Lock the claimable rows in id order and skip rows another transaction holds (a
+    # concurrent claim, finish or sweep of the same decision): overlapping claims of a
+    # duplicated message never wait on each other, so they cannot deadlock.
+    won = (
+        select(Decision.id)
         .where(Decision.id.in_(list(decision_ids)), claimable,
                Decision.attempts < max_attempts, _run_active())
+        .order_by(Decision.id)
+        .with_for_update(skip_locked=True, of=Decision)
+    )
+    stmt = (
+        update(Decision)
+        .where(Decision.id.in_(won.scalar_subquery()))
         .values(status=DecisionStatus.LEASED, lease_owner=owner[:200], lease_token=token,
                 lease_expires_at=now + timedelta(seconds=lease_s),
                 attempts=Decision.attempts + 1, updated_at=now)
