@@ -37,17 +37,19 @@ _ENGINES = ("vllm", "transformers")
 
 def resolve_settings(
     factory: sessionmaker[Session], run: str, given: Mapping[str, Any], replicates: int | None,
-    *, engine: str = "vllm",
+    *, engine: str = "vllm", upstream: str | None = None,
 ) -> tuple[ReadSettings, int, TextTokenizer]:
     """An existing run's own settings (what was given on top, to be checked), or the
-    ``DREADS_*`` defaults for a new run (``engine`` "transformers": the model's tokenizer);
-    its replicate count; its tokenizer."""
+    ``DREADS_*`` defaults for a new run (``engine`` "transformers": the model's tokenizer;
+    model and tokenizer not set at all: the ones served at ``upstream``, see
+    ``base_read_settings``); its replicate count; its tokenizer."""
     from app.upstream.tokenizer import load_tokenizer
 
     with session_scope(factory) as session:
         info = find_run(session, run)
     if info is None:
-        settings = base_read_settings(dict(given), engine=engine)
+        url = None if engine == "transformers" else upstream_url(upstream, factory, run)
+        settings = base_read_settings(dict(given), engine=engine, upstream=url)
         n = replicates or 1
     else:
         settings = replace(settings_from_dict(dict(info.settings)), **given)

@@ -22,6 +22,8 @@ from app.errors import DreadsError, InputError, SchemaNotReady
 from app.store.db import make_engine, make_sessionmaker
 from app.store.migrate import check_schema
 
+STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
+
 __all__ = [
     "CanvasOpt",
     "CanvasStepOpt",
@@ -50,6 +52,7 @@ __all__ = [
     "open_store",
     "opened_store",
     "read_overrides",
+    "served_fields_missing",
 ]
 
 console = Console()
@@ -162,16 +165,53 @@ def read_overrides(
     return {name: value for name, value in given.items() if value is not None}
 
 
-def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm") -> ReadSettings:
+def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
+                       upstream: str | None = None) -> ReadSettings:
     """Defaults from ``DREADS_*`` (model, tokenizer, canvas), then the given overrides.
 
-    With the in-process ``transformers`` engine the canvases are built with the checkpoint's
-    own tokenizer (the model), unless ``--tokenizer`` was given."""
+    Model and tokenizer the user set neither by flag nor by ``DREADS_MODEL`` /
+    ``DREADS_TOKENIZER`` come from the server at ``upstream``: its served model id, whose
+    tokenizer builds the canvases (the stand-in tokenizer for the simulator; ``upstream`` "sim"
+    needs no request). With the in-process ``transformers`` engine the canvases are built with
+    the checkpoint's own tokenizer (the model), unless ``--tokenizer`` was given.
+
+    Raises:
+        ConfigError: the server must be asked and cannot be reached.
+    """
     env = get_settings()
     base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
     settings = replace(base, **overrides)
-    if engine == "transformers" and "tokenizer" not in overrides:
-        settings = replace(settings, tokenizer=settings.model)
+    if engine == "transformers":
+        if "tokenizer" not in overrides:
+            settings = replace(settings, tokenizer=settings.model)
+        return settings
+    return _served_defaults(settings, overrides, env.model_fields_set, upstream)
+
+
+def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:
+    return {name for name in ("model", "tokenizer")
+            if name not in overrides and name not in from_env}
+
+
+def served_fields_missing(overrides: dict[str, Any]) -> bool:
+    """Whether the model or the tokenizer must come from the server (set nowhere else)."""
+    return bool(_missing_served(overrides, get_settings().model_fields_set))
+
+
+def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
+                     from_env: set[str], upstream: str | None) -> ReadSettings:
+    missing = _missing_served(overrides, from_env)
+    if not missing or upstream is None:
+        return settings
+    if upstream == "sim":
+        return replace(settings, tokenizer=STANDIN) if "tokenizer" in missing else settings
+    from app.upstream.served import served_identity
+
+    served = served_identity(upstream)
+    if "model" in missing:
+        settings = replace(settings, model=served.model_id)
+    if "tokenizer" in missing:
+        settings = replace(settings, tokenizer=STANDIN if served.is_sim else settings.model)
     return settings
 
 

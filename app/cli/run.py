@@ -140,7 +140,7 @@ def run(
     with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
         choice = resolve_engine(factory, name, engine=engine, device=device, dtype=dtype)
         settings, n_rep, tok = resolve_settings(factory, name, given, replicates,
-                                                engine=choice.engine)
+                                                engine=choice.engine, upstream=upstream)
         target = run_upstream(upstream, factory, name, choice, settings)
         request = SubmitRequest(path=file, run_name=name, settings=settings, upstream=target,
                                 engine=choice.engine, replicates=n_rep, strict=strict)

@@ -113,7 +113,7 @@ def submit(
     with cli_errors(), opened_store(database_url(database)) as factory:
         choice = resolve_engine(factory, run, engine=engine, device=device, dtype=dtype)
         settings, n_replicates, tok = resolve_settings(factory, run, given, replicates,
-                                                       engine=choice.engine)
+                                                       engine=choice.engine, upstream=upstream)
         url = run_upstream(upstream, factory, run, choice, settings)
         fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice)
         request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,

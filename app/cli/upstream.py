@@ -34,6 +34,7 @@ from app.cli.options import (
     console,
     err_console,
     read_overrides,
+    served_fields_missing,
 )
 from app.config import get_settings
 from app.engine import (
@@ -47,7 +48,7 @@ from app.engine import (
     parse_decision,
     plan_decision,
 )
-from app.errors import ConfigError, DreadsError, InputError, UpstreamError
+from app.errors import ConfigError, DreadsError, InputError, UpstreamError, UpstreamUnavailable
 from app.upstream.base import Upstream
 from app.upstream.factory import UpstreamConfig
 
@@ -99,6 +100,21 @@ class _Check:
     read_latency_ms: float
     prompt_tokens: int | None
     waited_s: float
+
+
+async def _served(url: str, settings: ReadSettings, overrides: dict[str, Any],
+                  choice: UpstreamConfig, timeout_s: float) -> ReadSettings:
+    """Model and tokenizer set nowhere: wait for the model list, then take the served ones."""
+    if choice.engine == "transformers" or not served_fields_missing(overrides):
+        return settings
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return base_read_settings(overrides, engine=choice.engine, upstream=url)
+        except ConfigError as exc:
+            if time.monotonic() >= deadline:
+                raise UpstreamUnavailable(exc.message) from exc
+            await asyncio.sleep(1.0)
 
 
 async def _check(url: str, settings: ReadSettings, timeout_s: float,
@@ -158,10 +174,12 @@ def check_upstream(
         settings = base_read_settings(overrides, engine=choice.engine)
         url = _target(url, choice, settings)
         if json_out:
+            settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
             check = asyncio.run(_check(url, settings, timeout, choice))
         else:
             with console.status(f"waiting for {url} (up to {timeout:g}s): model list, then "
                                 "one real read ..."):
+                settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
                 check = asyncio.run(_check(url, settings, timeout, choice))
     except DreadsError as exc:
         _not_ready(url, exc, json_out)
@@ -365,6 +383,7 @@ def decide(
         settings = base_read_settings(overrides, engine=choice.engine)
         url = _target(upstream, choice, settings)
         items = _items(file, state, question, qtype, options or [])
+        settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
         outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
     except (InputError, ConfigError) as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)

@@ -1,0 +1,45 @@
+"""What a server serves, asked before a run's settings exist: the served model id, and whether
+it is the simulator. Used to default ``--model`` and ``--tokenizer`` to the served model (the
+stand-in tokenizer for the simulator) when the user set neither."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from app.errors import ConfigError
+
+__all__ = ["ServedIdentity", "served_identity"]
+
+
+@dataclass(frozen=True)
+class ServedIdentity:
+    model_id: str
+    is_sim: bool
+
+
+def served_identity(url: str, *, timeout_s: float = 5.0) -> ServedIdentity:
+    """``GET /v1/models`` and ``/version`` of ``url``.
+
+    Raises:
+        ConfigError: the server cannot be reached or lists no model; the message says to pass
+            --model and --tokenizer instead.
+    """
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, timeout=timeout_s) as client:
+            models = client.get("/v1/models")
+            models.raise_for_status()
+            data = models.json().get("data") or []
+            version = client.get("/version")
+            text = version.json().get("version", "") if version.status_code == 200 else ""
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"cannot ask {base} which model it serves ({exc.__class__.__name__}: {exc}); "
+            "start the server first, or pass --model NAME and --tokenizer HUB_ID_OR_PATH "
+            "(or set DREADS_MODEL and DREADS_TOKENIZER)") from exc
+    if not data or "id" not in data[0]:
+        raise ConfigError(f"{base}/v1/models lists no model; pass --model and --tokenizer")
+    return ServedIdentity(model_id=str(data[0]["id"]),
+                          is_sim=str(text).startswith("dreads-sim"))
