@@ -5,7 +5,7 @@
     │   ├── BadLine           one line of a job file (carries line_no)
     │   └── TemplateError     a label that is not one token, slots that differ, a template too wide
     ├── UpstreamError         talking to the model server
-    │   ├── UpstreamUnavailable   transient: connection refused/reset, timeout, 5xx (retry with backoff)
+    │   ├── UpstreamUnavailable   transient: refused/reset, timeout, 5xx (retried with backoff)
     │   ├── UpstreamRejected      permanent: vLLM answered 4xx (kind ``bad_request``)
     │   └── MalformedResponse     a missing row or label logprob (kind ``malformed_response``)
     ├── StoreError            the SQL store

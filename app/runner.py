@@ -141,6 +141,10 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     if not claims:
         return result
     settings = await asyncio.to_thread(_in_transaction, session_factory, _load_settings, run_id)
+    if tokenizer.info.name != settings.tokenizer:
+        # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
+        # worker was started with; load_tokenizer caches it per process.
+        tokenizer = await asyncio.to_thread(_run_tokenizer, settings.tokenizer)
     chunk = _Chunk(session_factory=session_factory, upstream=upstream, tokenizer=tokenizer,
                    settings=settings,
                    info=AttemptInfo(worker=owner, task_id=task_id, redelivered=redelivered),
@@ -152,6 +156,12 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     if recover_wait_s > 0 and result.upstream_down:
         await _wait_upstream(upstream, recover_wait_s, probe)
     return result
+
+
+def _run_tokenizer(name: str) -> TextTokenizer:
+    from app.upstream.tokenizer import load_tokenizer
+
+    return load_tokenizer(name)
 
 
 def _load_settings(session: Session, run_id: int) -> ReadSettings:

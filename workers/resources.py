@@ -18,6 +18,7 @@ from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 from app.upstream.base import Upstream
 
 __all__ = [
+    "adopt_served_defaults",
     "make_probe",
     "make_tokenizer",
     "make_upstream_for",
@@ -58,9 +59,10 @@ def make_probe(settings: Settings, tokenizer: TextTokenizer) -> ReadRequest | No
 def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) -> None:
     """Block until the upstream answers a probe read; log every round. ``max_wait_s`` None
     waits for as long as it takes (a worker without its model server has nothing to do)."""
+    started = time.monotonic()
+    settings = adopt_served_defaults(settings, max_wait_s=max_wait_s)
     tokenizer = make_tokenizer(settings)
     probe = make_probe(settings, tokenizer)
-    started = time.monotonic()
     while True:
         log.info("worker %s waits for its upstream %s", os.getpid(), settings.upstream)
         try:
@@ -76,6 +78,36 @@ def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) 
         if max_wait_s is not None and time.monotonic() - started > max_wait_s:
             raise ConfigError(f"the upstream {settings.upstream} was not ready within "
                               f"{max_wait_s:.0f} s; start it or fix DREADS_UPSTREAM")
+
+
+def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None) -> Settings:
+    """``DREADS_MODEL`` / ``DREADS_TOKENIZER`` unset: wait for the server's model list and take
+    its served model (and its tokenizer; the stand-in for the simulator). They go into this
+    process's environment, so the pool children forked after it build the same probe."""
+    from app.config import get_settings
+    from app.upstream.served import served_identity
+
+    missing = {"model", "tokenizer"} - settings.model_fields_set
+    if not missing or settings.engine == "transformers":
+        return settings
+    started = time.monotonic()
+    while True:
+        try:
+            served = served_identity(settings.upstream)
+            break
+        except ConfigError as exc:
+            if max_wait_s is not None and time.monotonic() - started > max_wait_s:
+                raise
+            log.warning("waiting for %s to list its model: %s", settings.upstream, exc.message)
+            time.sleep(min(5.0, READY_ROUND_S))
+    model = served.model_id if "model" in missing else settings.model
+    os.environ["DREADS_MODEL"] = model
+    if "tokenizer" in missing:
+        os.environ["DREADS_TOKENIZER"] = "standin" if served.is_sim else model
+    log.info("upstream %s serves %s; tokenizer %s", settings.upstream, model,
+             os.environ.get("DREADS_TOKENIZER", settings.tokenizer))
+    get_settings.cache_clear()
+    return get_settings()
 
 
 async def _wait_once(settings: Settings, probe: ReadRequest | None, timeout_s: float) -> None:

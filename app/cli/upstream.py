@@ -113,7 +113,8 @@ async def _served(url: str, settings: ReadSettings, overrides: dict[str, Any],
             return base_read_settings(overrides, engine=choice.engine, upstream=url)
         except ConfigError as exc:
             if time.monotonic() >= deadline:
-                raise UpstreamUnavailable(exc.message) from exc
+                raise UpstreamUnavailable(f"not ready after {timeout_s:g}s: {exc.message}"
+                                          ) from exc
             await asyncio.sleep(1.0)
 
 

@@ -14,7 +14,7 @@ __all__ = ["make_engine", "make_sessionmaker", "normalize_url", "session_scope"]
 
 def normalize_url(url: str) -> str:
     """Use psycopg 3 for plain ``postgresql://`` URLs."""
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
+    if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
 
