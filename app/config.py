@@ -36,8 +36,9 @@ class Settings(BaseSettings):
     read_timeout_s: float = 60.0
     #: Transient-error retries per read (in-process, jittered backoff).
     read_retries: int = 4
-    #: Decisions per queue message.
-    chunk_size: int = 32
+    #: Decisions per queue message. A chunk runs until its slowest decision ends, so keep
+    #: worker processes x chunk size at several times the server's batch (--max-num-seqs).
+    chunk_size: int = 64
     #: Lease length of a claimed decision, in seconds.
     lease_s: float = 120.0
     #: Attempts after which a decision stops as failed/poison.

@@ -32,7 +32,7 @@ from app.engine import ReadSettings, TextTokenizer, build_probe_request, setting
 from app.errors import InputError
 from app.producer import upstream_config
 from app.runner import ChunkResult, run_chunk
-from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.migrate import upgrade
 from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
 from app.store.queue import sweep
@@ -112,13 +112,8 @@ def open_sqlite(db_path: Path) -> sessionmaker[Session]:
 @contextmanager
 def sqlite_store(db_path: Path) -> Iterator[sessionmaker[Session]]:
     """``open_sqlite`` whose engine is disposed on exit."""
-    factory = open_sqlite(db_path)
-    try:
+    with disposing(open_sqlite(db_path)) as factory:
         yield factory
-    finally:
-        bind = factory.kw.get("bind")
-        if bind is not None:
-            bind.dispose()
 
 
 @contextmanager

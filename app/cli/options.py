@@ -19,12 +19,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.config import get_settings
 from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings
 from app.errors import DreadsError, InputError, SchemaNotReady
-from app.store.db import make_engine, make_sessionmaker
+from app.store.db import disposing, make_engine, make_sessionmaker
 from app.store.migrate import check_schema
 
 STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
 
 __all__ = [
+    "BrokerOpt",
     "CanvasOpt",
     "CanvasStepOpt",
     "ChunkSizeOpt",
@@ -134,6 +135,8 @@ ChunkSizeOpt = Annotated[
     int | None, typer.Option("--chunk-size", min=1, help="Decisions per queue message.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+BrokerOpt = Annotated[str | None, typer.Option(
+    "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")]
 
 
 def read_overrides(
@@ -233,13 +236,8 @@ def open_store(url: str) -> sessionmaker[Session]:
 @contextmanager
 def opened_store(url: str) -> Iterator[sessionmaker[Session]]:
     """``open_store`` whose engine (and its pooled connections) is disposed on exit."""
-    factory = open_store(url)
-    try:
+    with disposing(open_store(url)) as factory:
         yield factory
-    finally:
-        bind = factory.kw.get("bind")
-        if bind is not None:
-            bind.dispose()
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from app.cli._wiring import (
 )
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    BrokerOpt,
     CanvasOpt,
     CanvasStepOpt,
     ChunkSizeOpt,
@@ -100,8 +101,7 @@ def submit(
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
-    broker: Annotated[str | None, typer.Option(
-        "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")] = None,
+    broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
@@ -198,8 +198,7 @@ def resume(
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
-    broker: Annotated[str | None, typer.Option(
-        "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")] = None,
+    broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:

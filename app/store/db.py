@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["make_engine", "make_sessionmaker", "normalize_url", "session_scope"]
+__all__ = ["disposing", "make_engine", "make_sessionmaker", "normalize_url", "session_scope"]
 
 
 def normalize_url(url: str) -> str:
@@ -53,3 +53,14 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@contextmanager
+def disposing(factory: sessionmaker[Session]) -> Iterator[sessionmaker[Session]]:
+    """Yield ``factory``; dispose its engine (and pooled connections) on exit."""
+    try:
+        yield factory
+    finally:
+        bind = factory.kw.get("bind")
+        if bind is not None:
+            bind.dispose()
