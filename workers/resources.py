@@ -98,7 +98,8 @@ def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None
         except ConfigError as exc:
             if max_wait_s is not None and time.monotonic() - started > max_wait_s:
                 raise
-            log.warning("waiting for %s to list its model: %s", settings.upstream, exc.message)
+            log.info("worker %s waits for its upstream %s to list its model: %s",
+                     os.getpid(), settings.upstream, exc.message)
             time.sleep(min(5.0, READY_ROUND_S))
     model = served.model_id if "model" in missing else settings.model
     os.environ["DREADS_MODEL"] = model
