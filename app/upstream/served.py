@@ -19,7 +19,8 @@ class ServedIdentity:
     is_sim: bool
 
 
-def served_identity(url: str, *, timeout_s: float = 5.0) -> ServedIdentity:
+def served_identity(url: str, *, timeout_s: float = 5.0,
+                    transport: httpx.BaseTransport | None = None) -> ServedIdentity:
     """``GET /v1/models`` and ``/version`` of ``url``.
 
     Raises:
@@ -28,7 +29,7 @@ def served_identity(url: str, *, timeout_s: float = 5.0) -> ServedIdentity:
     """
     base = url.rstrip("/")
     try:
-        with httpx.Client(base_url=base, timeout=timeout_s) as client:
+        with httpx.Client(base_url=base, timeout=timeout_s, transport=transport) as client:
             models = client.get("/v1/models")
             models.raise_for_status()
             data = models.json().get("data") or []
