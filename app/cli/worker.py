@@ -1,26 +1,38 @@
 """``dreads worker``: a Celery worker for ``workers.celery_app`` with dreads' defaults.
 
-Same as ``celery -A workers.celery_app worker -Q dreads.reads -P prefork -c 2 -n dreads@%h``;
-``--upstream``, ``--database`` and ``--broker`` override ``DREADS_UPSTREAM``,
-``DREADS_DATABASE_URL`` and ``DREADS_BROKER_URL`` for this worker and its pool processes.
+Runs ``celery -A workers.celery_app worker -Q dreads.reads -P prefork -c 2 -n dreads@%h`` as a
+supervised child: a worker that dies on its own (Celery/kombu can exit with "Unrecoverable
+error" when the broker connection drops at the wrong moment) is started again, with backoff;
+a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
+``--database`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
+``DREADS_BROKER_URL`` for this worker and its pool processes.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from typing import Annotated
 
 import typer
 
 from app.cli._app import app
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import err_console
 from app.config import get_settings
 from app.errors import DreadsError
 from workers.constants import QUEUE
 
-__all__ = ["worker", "worker_argv"]
+__all__ = ["supervise", "worker", "worker_argv"]
 
 POOLS = ("prefork", "solo", "threads")
+#: Restarts allowed within RESTART_WINDOW_S before the supervisor gives up.
+MAX_RESTARTS = 10
+RESTART_WINDOW_S = 300.0
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 def worker_argv(*, concurrency: int, pool: str, loglevel: str, hostname: str,
@@ -30,10 +42,49 @@ def worker_argv(*, concurrency: int, pool: str, loglevel: str, hostname: str,
             str(concurrency), "-n", hostname, "--loglevel", loglevel, *extra]
 
 
-def _apply_overrides(upstream: str | None, database: str | None, broker: str | None) -> None:
+def supervise(command: list[str], *, max_restarts: int = MAX_RESTARTS,
+              window_s: float = RESTART_WINDOW_S, base_delay_s: float = 2.0) -> int:
+    """Run ``command`` (the Celery worker) until it exits after a stop signal or with 0;
+    restart it (with backoff) when it dies on its own, at most ``max_restarts`` times within
+    ``window_s``. Returns the exit code to exit with."""
+    stopping: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, forward)
+    restarts: list[float] = []
+    while True:
+        child = subprocess.Popen(command)
+        code = child.wait()
+        if stopping or code == 0:
+            return code
+        restarts = [t for t in restarts if time.monotonic() - t < window_s]
+        if len(restarts) >= max_restarts:
+            err_console.print(f"[red]error:[/red] the worker died {len(restarts) + 1} times in "
+                              f"{window_s:.0f} s (last exit {code}); giving up")
+            return code
+        restarts.append(time.monotonic())
+        delay = min(30.0, base_delay_s * 2 ** (len(restarts) - 1))
+        err_console.print(f"dreads worker: the Celery worker exited with {code}; starting it "
+                          f"again in {delay:.1f} s (nothing is lost: leases and the sweeper "
+                          "recover its work)")
+        time.sleep(delay)
+        if stopping:
+            return code
+
+
+def _apply_overrides(upstream: str | None, database: str | None, broker: str | None,
+                     engine: str | None = None, device: str | None = None,
+                     dtype: str | None = None) -> None:
     """Flags win over the environment; pool children inherit it."""
     for name, value in (("DREADS_UPSTREAM", upstream), ("DREADS_DATABASE_URL", database),
-                        ("DREADS_BROKER_URL", broker)):
+                        ("DREADS_BROKER_URL", broker), ("DREADS_ENGINE", engine),
+                        ("DREADS_DEVICE", device), ("DREADS_DTYPE", dtype)):
         if value:
             os.environ[name] = value
     get_settings.cache_clear()
@@ -69,20 +120,19 @@ def worker(
         help="SQLAlchemy URL. Default: DREADS_DATABASE_URL.", show_default=False)] = None,
     broker: Annotated[str | None, typer.Option(
         help="Broker URL. Default: DREADS_BROKER_URL.", show_default=False)] = None,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Start a worker: it waits for its upstream, then runs chunks from the dreads.reads queue
     and sweeps lost work. Extra Celery worker options are passed through."""
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(2)
-    _apply_overrides(upstream, database, broker)
+    _apply_overrides(upstream, database, broker, engine, device, dtype)
     try:
         _check_database(get_settings().database_url)
     except DreadsError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
         raise typer.Exit(2) from exc
-    from celery.bin.celery import celery as celery_cli
-
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname, extra=list(ctx.args))
-    celery_cli.main(args=argv, prog_name="dreads worker", standalone_mode=True)
+    raise typer.Exit(supervise([sys.executable, "-m", "celery", *argv]))
