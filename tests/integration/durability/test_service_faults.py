@@ -35,14 +35,18 @@ UPSTREAM_KINDS = ("server_error", "upstream_unreachable", "timeout")
 def test_redis_restarted_with_aof_keeps_the_queue(
         stack: Stack, redis_server: RedisServer, worker_factory: StartWorker) -> None:
     """A clean Redis restart with AOF: queued messages survive and the worker reconnects and
-    goes on consuming (requeue_after_s is long, so the sweeper does not re-publish them)."""
+    goes on consuming (requeue_after_s is long, so the sweeper does not re-publish them). A
+    message the worker had fetched but not acknowledged when Redis went away comes back after
+    the visibility timeout (short here); a worker that Celery lets die on the dropped
+    connection is started again by ``dreads worker``."""
     stack.submit()
-    worker_factory(stack.env(requeue_after_s=600))
+    worker_factory(stack.env(requeue_after_s=600, visibility_timeout_s=45,
+                             task_time_limit_s=30))
     stack.wait_done_at_least(N_DECISIONS // 4, timeout_s=120)
     redis_server.stop()
     time.sleep(2)
     redis_server.start()
-    stack.wait_settled(150)
+    stack.wait_settled(200)
     check_invariant(stack, n=N_DECISIONS)
 
 
