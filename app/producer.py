@@ -55,8 +55,8 @@ from app.store.runs import (
     insert_decisions,
     record_fingerprint,
     reset_failed,
-    resume_preview,
 )
+from app.store.views import resume_preview
 
 __all__ = [
     "LineProblem",

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from app.cli.options import console, err_console
 from app.producer import LineProblem, SubmitReport
-from app.store.runs import RunOverview, RunStatusReport
+from app.store.views import RunOverview, RunStatusReport
 
 __all__ = [
     "cells_table",

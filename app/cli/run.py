@@ -74,7 +74,8 @@ from app.errors import InputError, UpstreamUnavailable
 from app.producer import SubmitRequest, check_server, submit_job
 from app.store.db import session_scope
 from app.store.models import RunStatus
-from app.store.runs import RunInfo, require_run, reset_failed, run_status
+from app.store.runs import RunInfo, require_run, reset_failed
+from app.store.views import run_status
 from app.upstream.factory import UpstreamConfig
 from app.upstream.tokenizer import load_tokenizer
 

@@ -71,16 +71,8 @@ from app.producer import (
     submit_job,
 )
 from app.store.db import session_scope
-from app.store.runs import (
-    ANSWER_FIELDS,
-    RunInfo,
-    cancel_run,
-    iter_export,
-    list_runs,
-    question_ids,
-    require_run,
-    run_status,
-)
+from app.store.runs import RunInfo, cancel_run, require_run
+from app.store.views import ANSWER_FIELDS, iter_export, list_runs, question_ids, run_status
 
 __all__ = ["cancel", "export", "resume", "runs", "status", "submit"]
 

@@ -11,7 +11,8 @@ import pytest
 
 from app.embedded import EmbeddedConfig, execute_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.runs import require_run, status_counts
+from app.store.runs import require_run
+from app.store.views import status_counts
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs

@@ -16,14 +16,8 @@ from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.errors import RunSettingsMismatch
 from app.producer import SubmitRequest, submit_job
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.runs import (
-    DecisionRow,
-    ensure_run,
-    insert_decisions,
-    iter_export,
-    require_run,
-    run_status,
-)
+from app.store.runs import DecisionRow, ensure_run, insert_decisions, require_run
+from app.store.views import iter_export, run_status
 from app.upstream.tokenizer import load_tokenizer
 from tests.fixtures.runs_cli import job_line, write_jobs
 
