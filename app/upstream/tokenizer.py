@@ -8,6 +8,7 @@ Every id the engine needs (scaffold, turn close, pad) is read from the tokenizer
 from __future__ import annotations
 
 import functools
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,8 @@ def standin_path() -> str:
 
 
 def _load_hf(source: str) -> Any:
+    # Only tokenizers are needed here: silence transformers' advice that torch is missing.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     from transformers import AutoTokenizer
 
     try:
