@@ -69,7 +69,6 @@ class DecisionFlow:
             _UnitState(unit=u, key=",".join(questions[i].id for i in u.question_indices))
             for u in plan.units
         ]
-        self._n_reads = 0
 
     def _request(self, state: _UnitState) -> ReadRequest:
         draw = len(state.draws)
@@ -126,7 +125,6 @@ class DecisionFlow:
                        cached_tokens=result.cached_tokens) for r in reads)
         state.pending = None
         state.stop = stop_reason(self.settings, state.draws)
-        self._n_reads += 1
 
     @property
     def done(self) -> bool:
@@ -136,7 +134,7 @@ class DecisionFlow:
     @property
     def n_reads(self) -> int:
         """Reads recorded so far."""
-        return self._n_reads
+        return sum(len(state.draws) for state in self._units)
 
     def answers(self) -> tuple[Answer, ...]:
         """One answer per question, in decision order.

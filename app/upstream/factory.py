@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from app.errors import ConfigError
 from app.upstream.base import Upstream
@@ -52,19 +53,19 @@ def make_upstream(config: UpstreamConfig) -> Upstream:
         raise ConfigError(
             f"upstream {config.url!r} is not a URL: pass http://host:port of vLLM (or of "
             "`dreads sim`), or 'sim' for an in-process simulator")
-    from app.upstream.vllm import VllmUpstream
-
-    return VllmUpstream(config.url, model=config.model, canvas_length=config.canvas_length,
-                        max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
-                        retries=config.retries, backoff_s=config.backoff_s)
+    return _vllm_upstream(config, config.url)
 
 
 def _sim_upstream(config: UpstreamConfig) -> Upstream:
     from app.upstream.sim import SimOptions, start_sim_thread
-    from app.upstream.vllm import VllmUpstream
 
     handle = start_sim_thread(SimOptions(model=config.model, canvas_length=config.canvas_length))
-    return VllmUpstream(handle.url, model=config.model, canvas_length=config.canvas_length,
+    return _vllm_upstream(config, handle.url, engine="sim", on_close=handle.stop)
+
+
+def _vllm_upstream(config: UpstreamConfig, url: str, **extra: Any) -> Upstream:
+    from app.upstream.vllm import VllmUpstream
+
+    return VllmUpstream(url, model=config.model, canvas_length=config.canvas_length,
                         max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
-                        retries=config.retries, backoff_s=config.backoff_s, engine="sim",
-                        on_close=handle.stop)
+                        retries=config.retries, backoff_s=config.backoff_s, **extra)

@@ -142,7 +142,6 @@ class VllmUpstream:
                                              keepalive_timeout=_KEEPALIVE_S, ttl_dns_cache=300)
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
             session = aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                            json_serialize=lambda o: orjson.dumps(o).decode(),
                                             raise_for_status=False)
             state = _LoopState(loop, session, asyncio.Semaphore(self.max_in_flight))
             self._state = state

@@ -118,8 +118,7 @@ class SimApp:
             return self._get(path)
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             return await self._read(body, chat=path == "/v1/chat/completions", receive=receive)
-        raise _Reply(404, {"error": {"message": f"unknown route {method} {path}",
-                                     "type": "NotFoundError", "param": None, "code": 404}})
+        raise _Reply(404, error_body(f"unknown route {method} {path}", None, 404))
 
     def _get(self, path: str) -> tuple[int, Any]:
         if path == "/health":
@@ -130,8 +129,7 @@ class SimApp:
                                         opts.canvas_length)
         if path == "/version":
             return 200, {"version": self.version}
-        raise _Reply(404, {"error": {"message": f"unknown route GET {path}",
-                                     "type": "NotFoundError", "param": None, "code": 404}})
+        raise _Reply(404, error_body(f"unknown route GET {path}", None, 404))
 
     def _control(self, method: str, path: str, query: bytes) -> tuple[int, Any]:
         if method == "GET" and path == "/sim/stats":
@@ -185,9 +183,8 @@ class SimApp:
             raise _Reply(400, error_body(f"the body is not valid JSON: {exc}", None)) from exc
         try:
             if isinstance(body, dict) and body.get("model") != self.options.model:
-                raise _Reply(404, {"error": {
-                    "message": f"The model `{body.get('model')}` does not exist.",
-                    "type": "NotFoundError", "param": "model", "code": 404}})
+                raise _Reply(404, error_body(
+                    f"The model `{body.get('model')}` does not exist.", "model", 404))
             spec = validate_read(body, chat=chat, canvas_length=self.options.canvas_length,
                                  vocab_size=self.vocab_size)
         except SimBadRequest as exc:

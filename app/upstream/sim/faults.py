@@ -36,8 +36,8 @@ class FaultPlan:
     """Which fault (if any) a request body draws; counts what was injected."""
 
     def __init__(self, rates: FaultRates, *, seed: int = 0) -> None:
-        total = rates.fail + rates.hang + rates.malformed + rates.low_mass
-        if total > 1.0 + 1e-9 or min(rates.fail, rates.hang, rates.malformed, rates.low_mass) < 0:
+        values = [getattr(rates, kind) for kind in FAULT_KINDS]
+        if sum(values) > 1.0 + 1e-9 or min(values) < 0:
             raise ValueError("fault rates must be >= 0 and add up to at most 1")
         self.rates = rates
         self.seed = seed

@@ -24,12 +24,12 @@ _TURN = re.compile(r"<(?:start_of_turn|\|turn)>(system|user)\n(.*?)<(?:end_of_tu
 class SimTokenizer:
     """Decodes single ids (cached) and renders prompts, for the simulator only."""
 
-    def __init__(self, text_tokenizer: Any, hf_tokenizer: Any) -> None:
+    def __init__(self, text_tokenizer: Any) -> None:
         self.text = text_tokenizer
-        self.hf = hf_tokenizer
+        self.hf = text_tokenizer.hf
         self.vocab_size: int = int(text_tokenizer.info.vocab_size)
         self.piece = lru_cache(maxsize=65536)(self._piece)
-        self._prompt_len = lru_cache(maxsize=4096)(self._prompt_len_uncached)
+        self.prompt_ids = lru_cache(maxsize=4096)(self._prompt_ids)
 
     def _piece(self, token_id: int) -> str:
         return str(self.hf.decode([token_id], skip_special_tokens=False))
@@ -37,10 +37,7 @@ class SimTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=False))
 
-    def prompt_ids(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
-        return self._prompt_len(messages)
-
-    def _prompt_len_uncached(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    def _prompt_ids(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
         msgs: tuple[Message, ...] = tuple({"role": r, "content": c} for r, c in messages)
         return tuple(self.text.chat_prompt_ids(msgs))
 
@@ -55,8 +52,7 @@ def load_sim_tokenizer(name: str) -> SimTokenizer:
     """The tokenizer ``name`` ("standin", a hub id or a path) for the simulator."""
     from app.upstream.tokenizer import load_tokenizer
 
-    text = load_tokenizer(name)
-    return SimTokenizer(text, text.hf)
+    return SimTokenizer(load_tokenizer(name))
 
 
 def find_slots(

@@ -16,6 +16,7 @@ __all__ = ["MAX_LOGPROB_TOKEN_IDS", "ReadSpec", "SimBadRequest", "error_body", "
 #: vllm/sampling_params.py's per-request cap on ``logprob_token_ids``.
 MAX_LOGPROB_TOKEN_IDS = 128
 
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError"}
 _UNSUPPORTED = "sampling parameters are not yet supported with diffusion models."
 _STRUCTURED = "Structured outputs are not yet supported for diffusion language models"
 
@@ -43,7 +44,7 @@ class ReadSpec:
 
 def error_body(message: str, param: str | None, code: int = 400) -> dict[str, Any]:
     """vLLM's error response body."""
-    kind = "BadRequestError" if code == 400 else "InternalServerError"
+    kind = _ERROR_TYPES.get(code, "InternalServerError")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -119,21 +120,15 @@ def _check_logprobs(body: Mapping[str, Any], *, chat: bool, vocab_size: int) -> 
         raise SimBadRequest("a diffusion read needs logprobs as an integer", param="logprobs")
     if isinstance(logprobs, int) and not chat and logprobs < 0 and logprobs != -1:
         raise SimBadRequest(f"logprobs must be non-negative, got {logprobs}", param="logprobs")
-    ids = body.get("logprob_token_ids") or []
-    if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
-        raise SimBadRequest("logprob_token_ids must be a list of ints", param="logprob_token_ids")
+    ids = _int_list(body.get("logprob_token_ids") or [], "logprob_token_ids",
+                    param="logprob_token_ids")
     if len(ids) > MAX_LOGPROB_TOKEN_IDS:
         raise SimBadRequest(
             f"Requested logprob_token_ids of length {len(ids)}, which is greater than max "
             f"allowed: {MAX_LOGPROB_TOKEN_IDS}",
             param="logprob_token_ids",
         )
-    bad = [i for i in ids if not 0 <= i < vocab_size]
-    if bad:
-        raise SimBadRequest(
-            f"logprob_token_ids {bad[:5]} out of vocabulary [0, {vocab_size})",
-            param="logprob_token_ids",
-        )
+    _check_below(ids, vocab_size, "logprob_token_ids", "vocabulary", param="logprob_token_ids")
     return tuple(ids)
 
 
@@ -157,19 +152,14 @@ def _check_seed_canvas(
     canvas = xargs.get("diffusion_seed_canvas")
     if canvas is None:
         return None
-    if not isinstance(canvas, list) or not all(_is_int(i) for i in canvas):
-        raise SimBadRequest("diffusion_seed_canvas must be a list of ints", param="extra_args")
+    canvas = _int_list(canvas, "diffusion_seed_canvas", param="extra_args")
     if len(canvas) != width:
         raise SimBadRequest(
             f"diffusion_seed_canvas has length {len(canvas)} but the canvas length is {width}",
             param="extra_args",
         )
-    bad = [i for i in canvas if not 0 <= i < vocab_size]
-    if bad:
-        raise SimBadRequest(
-            f"diffusion_seed_canvas ids {bad[:5]} out of vocabulary [0, {vocab_size})",
-            param="extra_args",
-        )
+    _check_below(canvas, vocab_size, "diffusion_seed_canvas ids", "vocabulary",
+                 param="extra_args")
     return tuple(canvas)
 
 
@@ -181,14 +171,22 @@ def _check_pinned(
         return None
     if canvas is None:
         raise SimBadRequest("diffusion_pinned requires diffusion_seed_canvas", param="extra_args")
-    if not isinstance(pinned, list) or not all(_is_int(i) for i in pinned):
-        raise SimBadRequest("diffusion_pinned must be a list of ints", param="extra_args")
-    bad = [i for i in pinned if not 0 <= i < width]
-    if bad:
-        raise SimBadRequest(
-            f"diffusion_pinned positions {bad[:5]} out of range [0, {width})", param="extra_args"
-        )
+    pinned = _int_list(pinned, "diffusion_pinned", param="extra_args")
+    _check_below(pinned, width, "diffusion_pinned positions", "range", param="extra_args")
     return tuple(pinned)
+
+
+def _int_list(value: Any, name: str, *, param: str) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(i) for i in value):
+        raise SimBadRequest(f"{name} must be a list of ints", param=param)
+    return value
+
+
+def _check_below(values: list[int], limit: int, what: str, domain: str, *, param: str) -> None:
+    """Every value in [0, limit), else name the first five that are not."""
+    bad = [i for i in values if not 0 <= i < limit]
+    if bad:
+        raise SimBadRequest(f"{what} {bad[:5]} out of {domain} [0, {limit})", param=param)
 
 
 def _max_tokens(body: Mapping[str, Any], width: int) -> int:
