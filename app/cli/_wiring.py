@@ -17,10 +17,11 @@ from app.engine import ReadSettings, TextTokenizer, settings_from_dict
 from app.errors import InputError
 from app.producer import Publisher
 from app.store.db import session_scope
-from app.store.runs import find_run
+from app.store.runs import RunInfo, find_run
 from app.upstream.factory import UpstreamConfig
 
 __all__ = [
+    "existing_run",
     "make_publisher",
     "make_sender",
     "resolve_engine",
@@ -32,11 +33,15 @@ __all__ = [
 
 log = logging.getLogger("dreads.cli")
 
-_ENGINES = ("vllm", "transformers")
+
+def existing_run(factory: sessionmaker[Session], run: str) -> RunInfo | None:
+    """The run named ``run``, or None for a new run (read once, passed to the resolvers)."""
+    with session_scope(factory) as session:
+        return find_run(session, run)
 
 
 def resolve_settings(
-    factory: sessionmaker[Session], run: str, given: Mapping[str, Any], replicates: int | None,
+    info: RunInfo | None, given: Mapping[str, Any], replicates: int | None,
     *, engine: str = "vllm", upstream: str | None = None,
 ) -> tuple[ReadSettings, int, TextTokenizer]:
     """An existing run's own settings (what was given on top, to be checked), or the
@@ -45,10 +50,8 @@ def resolve_settings(
     ``base_read_settings``); its replicate count; its tokenizer."""
     from app.upstream.tokenizer import load_tokenizer
 
-    with session_scope(factory) as session:
-        info = find_run(session, run)
     if info is None:
-        url = None if engine == "transformers" else upstream_url(upstream, factory, run)
+        url = None if engine == "transformers" else upstream_url(upstream, None)
         settings = base_read_settings(dict(given), engine=engine, upstream=url)
         n = replicates or 1
     else:
@@ -57,21 +60,19 @@ def resolve_settings(
     return settings, n, load_tokenizer(settings.tokenizer)
 
 
-def resolve_engine(factory: sessionmaker[Session], run: str, *, engine: str | None,
+def resolve_engine(info: RunInfo | None, *, engine: str | None,
                    device: str | None, dtype: str | None) -> UpstreamConfig:
     """The engine choice: the options given, else the run's own engine (an existing run),
     else ``DREADS_ENGINE``; device and dtype from the options or ``DREADS_DEVICE/DTYPE``."""
-    from app.cli.engine import engine_config
+    from app.cli.engine import ENGINES, engine_config
 
     env = get_settings()
-    with session_scope(factory) as session:
-        info = find_run(session, run)
-    recorded = info.engine if info is not None and info.engine in _ENGINES else env.engine
+    recorded = info.engine if info is not None and info.engine in ENGINES else env.engine
     base = UpstreamConfig(engine=recorded, device=env.device, dtype=env.dtype)
     return engine_config(base, engine=engine, device=device, dtype=dtype)
 
 
-def run_upstream(given: str | None, factory: sessionmaker[Session], run: str,
+def run_upstream(given: str | None, info: RunInfo | None,
                  choice: UpstreamConfig, settings: ReadSettings) -> str:
     """What the run records as its upstream: the URL (``upstream_url``) for vLLM; the model
     read in this process for the transformers engine (no server, no URL).
@@ -80,7 +81,7 @@ def run_upstream(given: str | None, factory: sessionmaker[Session], run: str,
         InputError: ``--upstream`` given together with ``--engine transformers``.
     """
     if choice.engine != "transformers":
-        return upstream_url(given, factory, run)
+        return upstream_url(given, info)
     if given:
         raise InputError(f"--upstream {given} is for the vllm engine; with --engine "
                          "transformers the model (--model DIR or hub id) is read in this "
@@ -88,11 +89,9 @@ def run_upstream(given: str | None, factory: sessionmaker[Session], run: str,
     return choice.model_path or settings.model
 
 
-def upstream_url(given: str | None, factory: sessionmaker[Session], run: str) -> str:
+def upstream_url(given: str | None, info: RunInfo | None) -> str:
     if given:
         return given
-    with session_scope(factory) as session:
-        info = find_run(session, run)
     return info.upstream if info is not None else get_settings().upstream
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import typer
+from sqlalchemy import make_url
 
 from app.cli._app import app
 from app.cli.options import DatabaseOpt, console, database_url, err_console
-from app.store.db import make_engine
+from app.store.db import make_engine, normalize_url
 from app.store.migrate import current_revision, head_revision, upgrade
 
 __all__ = ["db_app"]
@@ -17,7 +18,7 @@ app.add_typer(db_app, name="db")
 
 
 def _redacted(url: str) -> str:
-    return make_engine(url).url.render_as_string(hide_password=True)
+    return make_url(normalize_url(url)).render_as_string(hide_password=True)
 
 
 @db_app.command("upgrade")

@@ -20,7 +20,8 @@ from app.cli._app import app
 if TYPE_CHECKING:
     from app.upstream.factory import UpstreamConfig
 
-__all__ = ["DeviceOpt", "DtypeOpt", "EngineOpt", "engine_app", "engine_config", "make_tiny"]
+__all__ = ["ENGINES", "DeviceOpt", "DtypeOpt", "EngineOpt", "engine_app", "engine_config",
+           "make_tiny"]
 
 _ENGINE = "Engine"
 
@@ -38,7 +39,7 @@ engine_app = typer.Typer(help="The in-process transformers engine (pip install -
                          no_args_is_help=True)
 app.add_typer(engine_app, name="engine")
 
-_ENGINES = ("vllm", "transformers")
+ENGINES = ("vllm", "transformers")
 _DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -55,7 +56,7 @@ def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | Non
 
     chosen = replace(base, engine=engine or base.engine, device=device or base.device,
                      dtype=dtype or base.dtype)
-    if chosen.engine not in _ENGINES:
+    if chosen.engine not in ENGINES:
         raise ConfigError(f"unknown engine {chosen.engine!r}: pass --engine vllm or "
                           "--engine transformers")
     if chosen.dtype not in _DTYPES:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from app.cli._app import app
-from app.cli.options import err_console
+from app.cli.options import err_console, exit_error
 from app.config import get_settings
 from app.errors import ConfigError
 from app.flower_config import FlowerAuth, resolve_flower_auth
@@ -76,8 +76,7 @@ def flower(
                                    address=address, insecure=insecure)
         extra = _check_extra(list(ctx.args))
     except ConfigError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(2) from exc
+        exit_error(exc, 2)
     if not auth.enabled:
         err_console.print(f"[yellow]warning:[/yellow] Flower runs WITHOUT authentication on "
                           f"{address}:{port} (--insecure)", highlight=False)

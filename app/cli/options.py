@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -50,6 +50,7 @@ __all__ = [
     "console",
     "database_url",
     "err_console",
+    "exit_error",
     "open_store",
     "opened_store",
     "read_overrides",
@@ -246,8 +247,12 @@ def cli_errors() -> Iterator[None]:
     try:
         yield
     except (InputError, SchemaNotReady) as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(2) from exc
+        exit_error(exc, 2)
     except DreadsError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(1) from exc
+        exit_error(exc, 1)
+
+
+def exit_error(exc: DreadsError, code: int, *, where: str = "") -> NoReturn:
+    """Print ``exc`` as a red error line (``where`` before the message) and exit ``code``."""
+    err_console.print(f"[red]error:[/red] {where}{exc.message}", highlight=False)
+    raise typer.Exit(code) from exc

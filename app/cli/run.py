@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.cli import _render as render
 from app.cli._app import app
-from app.cli._wiring import resolve_engine, resolve_settings, run_upstream
+from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     CanvasOpt,
@@ -139,10 +139,11 @@ def run(
     name = run_name or file.stem
     config = _config(workers, concurrency, chunk_size)
     with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
-        choice = resolve_engine(factory, name, engine=engine, device=device, dtype=dtype)
-        settings, n_rep, tok = resolve_settings(factory, name, given, replicates,
+        existing = existing_run(factory, name)
+        choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
+        settings, n_rep, tok = resolve_settings(existing, given, replicates,
                                                 engine=choice.engine, upstream=upstream)
-        target = run_upstream(upstream, factory, name, choice, settings)
+        target = run_upstream(upstream, existing, choice, settings)
         request = SubmitRequest(path=file, run_name=name, settings=settings, upstream=target,
                                 engine=choice.engine, replicates=n_rep, strict=strict)
         report = submit_job(request, factory, tok)

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.cli import _render as render
 from app.cli._app import app
 from app.cli._wiring import (
+    existing_run,
     make_publisher,
     make_sender,
     resolve_engine,
@@ -103,10 +104,11 @@ def submit(
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed)
     with cli_errors(), opened_store(database_url(database)) as factory:
-        choice = resolve_engine(factory, run, engine=engine, device=device, dtype=dtype)
-        settings, n_replicates, tok = resolve_settings(factory, run, given, replicates,
+        existing = existing_run(factory, run)
+        choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
+        settings, n_replicates, tok = resolve_settings(existing, given, replicates,
                                                        engine=choice.engine, upstream=upstream)
-        url = run_upstream(upstream, factory, run, choice, settings)
+        url = run_upstream(upstream, existing, choice, settings)
         fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice)
         request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                 engine=choice.engine, replicates=n_replicates,
@@ -206,7 +208,7 @@ def resume(
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
-        choice = resolve_engine(factory, run, engine=engine, device=device, dtype=dtype)
+        choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
         note = check_server(factory, info, _resume_upstream(upstream, info), settings,
                             force=force, engine=choice)
         if url.startswith("sqlite") and not dry_run:

@@ -18,7 +18,8 @@ import typer
 from rich.table import Table
 
 from app.cli._app import app
-from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt, engine_config
+from app.cli._wiring import resolve_engine
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     CanvasOpt,
     DrawsOpt,
@@ -33,6 +34,7 @@ from app.cli.options import (
     base_read_settings,
     console,
     err_console,
+    exit_error,
     read_overrides,
     served_fields_missing,
 )
@@ -67,13 +69,6 @@ def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> 
         choice, url=url, model=settings.model, canvas_length=settings.canvas_length,
         max_in_flight=env.max_in_flight, timeout_s=env.read_timeout_s,
         retries=env.read_retries))
-
-
-def _engine_choice(engine: str | None, device: str | None, dtype: str | None) -> UpstreamConfig:
-    """The options given over ``DREADS_ENGINE/DEVICE/DTYPE`` (ConfigError if unknown)."""
-    env = get_settings()
-    base = UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype)
-    return engine_config(base, engine=engine, device=device, dtype=dtype)
 
 
 def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> str:
@@ -171,7 +166,7 @@ def check_upstream(
     """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas)
     try:
-        choice = _engine_choice(engine, device, dtype)
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
         settings = base_read_settings(overrides, engine=choice.engine)
         url = _target(url, choice, settings)
         if json_out:
@@ -380,18 +375,16 @@ def decide(
                                draws=draws, threshold=threshold, max_draws=max_draws, mode=mode)
     url = upstream
     try:
-        choice = _engine_choice(engine, device, dtype)
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
         settings = base_read_settings(overrides, engine=choice.engine)
         url = _target(upstream, choice, settings)
         items = _items(file, state, question, qtype, options or [])
         settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
         outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
     except (InputError, ConfigError) as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(2) from exc
+        exit_error(exc, 2)
     except DreadsError as exc:
-        err_console.print(f"[red]error:[/red] {url}: {exc.message}", highlight=False)
-        raise typer.Exit(1) from exc
+        exit_error(exc, 1, where=f"{url}: ")
     if json_out:
         payload = {"upstream": asdict(fingerprint),
                    "decisions": [_outcome_json(o) for o in outcomes]}

@@ -28,7 +28,6 @@ __all__ = [
     "figure_block",
     "noul_arrays",
     "noul_figures",
-    "noul_rows",
     "quantiles",
     "score_figures",
     "section",
@@ -53,10 +52,6 @@ class Params:
 def typed_rows(rows: Iterable[QuestionRow], qtype: str) -> list[QuestionRow]:
     """Rows of one question type that carry an expected label."""
     return [r for r in rows if r.question_type == qtype and r.expected is not None]
-
-
-def noul_rows(rows: Iterable[QuestionRow]) -> list[QuestionRow]:
-    return typed_rows(rows, "noul")
 
 
 def noul_arrays(rows: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray, int]:
@@ -129,9 +124,7 @@ def figure_block(
     rows: Sequence[QuestionRow], fn: Callable[[Sequence[QuestionRow], Params], Figures], p: Params
 ) -> dict[str, Any]:
     """Figures of ``rows``; mean and standard deviation across replicates when several."""
-    groups: dict[int, list[QuestionRow]] = {}
-    for r in rows:
-        groups.setdefault(r.replicate, []).append(r)
+    groups = _grouped(rows, lambda r: r.replicate)
     if len(groups) <= 1:
         return {"replicates": len(groups), "figures": fn(rows, p), "std": {}}
     per_rep = [fn(groups[k], p) for k in sorted(groups)]
@@ -154,11 +147,17 @@ def _mean_std(per_rep: Sequence[Figures]) -> tuple[Figures, Figures]:
     return mean, std
 
 
+def _grouped(rows: Iterable[QuestionRow], key: Callable[[QuestionRow], Any]
+             ) -> dict[Any, list[QuestionRow]]:
+    groups: dict[Any, list[QuestionRow]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    return groups
+
+
 def by_cell(rows: Sequence[QuestionRow]) -> dict[str, list[QuestionRow]]:
     """Rows grouped by cell, cells in sorted order."""
-    groups: dict[str, list[QuestionRow]] = {}
-    for r in rows:
-        groups.setdefault(r.cell, []).append(r)
+    groups = _grouped(rows, lambda r: r.cell)
     return {cell: groups[cell] for cell in sorted(groups)}
 
 
@@ -174,9 +173,7 @@ def section(
 
 def calibration_figures(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
     """Reliability bins, ECE and Brier score overall and per question id (all replicates)."""
-    by_question: dict[str, list[QuestionRow]] = {}
-    for r in rows:
-        by_question.setdefault(r.question_id, []).append(r)
+    by_question = _grouped(rows, lambda r: r.question_id)
     return {
         "overall": _calibration_of(rows, p),
         "questions": {q: _calibration_of(by_question[q], p) for q in sorted(by_question)},

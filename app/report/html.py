@@ -21,7 +21,14 @@ from matplotlib.figure import Figure
 from app.report import metrics as m
 from app.report.figures import noul_arrays, typed_rows
 from app.report.load import QuestionRow
-from app.report.tables import CHOICE_COLUMNS, NOUL_COLUMNS, SCORE_COLUMNS, fmt, pct
+from app.report.tables import (
+    CHOICE_COLUMNS,
+    NOUL_COLUMNS,
+    SCORE_COLUMNS,
+    column_titles,
+    fmt,
+    pct,
+)
 
 __all__ = ["render_html"]
 
@@ -153,11 +160,6 @@ def _calibration_table(doc: Mapping[str, Any]) -> str:
     return "".join(parts) + "</table>"
 
 
-def _titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
-    return [t.format(r=params["threshold_recall"], f=params["threshold_fp"],
-                     t=f"{params['top_share']:.0%}") for t in columns.values()]
-
-
 def _row(cells: Sequence[str], cls: str = "") -> str:
     attr = f' class="{cls}"' if cls else ""
     return f"<tr{attr}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
@@ -174,7 +176,7 @@ def _block(block: Mapping[str, Any], names: Sequence[str]) -> list[str]:
 
 def _cell_table(section: Mapping[str, Any], columns: Mapping[str, str],
                 params: Mapping[str, Any], flags: Mapping[str, list[str]]) -> str:
-    parts = ["<table>", _head(["cell", *_titles(columns, params), "flags"])]
+    parts = ["<table>", _head(["cell", *column_titles(columns, params), "flags"])]
     for cell, block in section["cells"].items():
         cell_flags = flags.get(cell) or []
         parts.append(_row([cell, *_block(block, list(columns)), ", ".join(cell_flags)],
@@ -202,7 +204,7 @@ def _diag_table(diag: Mapping[str, Any]) -> str:
 def _side_by_side(blocks: Mapping[str, Mapping[str, Any]], columns: Mapping[str, str],
                   params: Mapping[str, Any], diff: Mapping[str, Any] | None = None) -> str:
     parts = ["<table>", _head(["figure", *blocks, *(["Δ (a-b)"] if diff else [])])]
-    for name, title in zip(columns, _titles(columns, params), strict=True):
+    for name, title in zip(columns, column_titles(columns, params), strict=True):
         values = [_block(b, [name])[0] for b in blocks.values()]
         parts.append(_row([title, *values, *([fmt(diff.get(name))] if diff else [])]))
     return "".join(parts) + "</table>"

@@ -15,6 +15,7 @@ __all__ = [
     "NOUL_RANK_COLUMNS",
     "NOUL_THRESHOLD_COLUMNS",
     "SCORE_COLUMNS",
+    "column_titles",
     "diagnostics_tables",
     "fmt",
     "pct",
@@ -52,7 +53,8 @@ def fmt(value: Any, std: Any = None) -> str:
     return f"{text} ± {std:.2g}" if isinstance(std, float) and std != 0.0 else text
 
 
-def _titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
+def column_titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
+    """The column titles with the thresholds of ``params`` filled in."""
     return [t.format(r=params["threshold_recall"], f=params["threshold_fp"],
                      t=f"{params['top_share']:.0%}") for t in columns.values()]
 
@@ -78,7 +80,7 @@ def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str
     """Rows = cells then ``overall``; columns = figures."""
     table = Table(title=title, title_justify="left")
     table.add_column("cell", no_wrap=True)
-    for t in _titles(columns, params):
+    for t in column_titles(columns, params):
         table.add_column(t, justify="right")
     names = list(columns)
     for cell, block in section["cells"].items():
@@ -98,7 +100,7 @@ def figure_table(title: str, blocks: Mapping[str, Mapping[str, Any]],
         table.add_column(name, justify="right")
     if diff is not None:
         table.add_column("Δ (a-b)", justify="right")
-    for name, t in zip(columns, _titles(columns, params), strict=True):
+    for name, t in zip(columns, column_titles(columns, params), strict=True):
         row = [fmt(b["figures"].get(name), (b.get("std") or {}).get(name))
                for b in blocks.values()]
         table.add_row(t, *row, *([fmt(diff.get(name))] if diff is not None else []))
@@ -229,7 +231,7 @@ def _compare_cells(kind: str, section: Mapping[str, Any], columns: Mapping[str, 
     names = _COMPARED[kind]
     table = Table(title=f"{kind} per cell: a | b | Δ (a-b)", title_justify="left")
     table.add_column("cell", no_wrap=True)
-    for title in _titles({n: columns[n] for n in names}, params):
+    for title in column_titles({n: columns[n] for n in names}, params):
         table.add_column(title, justify="right")
     for cell, pair in [*section["cells"].items(), ("overall", section["overall"])]:
         table.add_row(cell, *(
