@@ -21,11 +21,11 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import case, func, insert, or_, select, update
+from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ReadSettings, TextTokenizer, build_probe_request, settings_from_dict
@@ -35,7 +35,7 @@ from app.runner import ChunkResult, run_chunk
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.migrate import upgrade
 from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
-from app.store.queue import sweep
+from app.store.queue import claimable, sweep, utcnow
 from app.store.runs import RunInfo, require_run
 
 __all__ = [
@@ -163,7 +163,7 @@ def reclaim_dead_leases(
 ) -> int:
     """Expire every ``embedded:`` lease of the run (call only while holding the lock), then
     sweep: each becomes a ``worker_lost`` attempt and goes back to pending."""
-    now = datetime.now(UTC)
+    now = utcnow()
     with session_scope(factory) as session:
         session.execute(
             update(Decision)
@@ -201,11 +201,7 @@ def release_own_leases(factory: sessionmaker[Session], run_id: int) -> int:
 
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[int]:
     """Decisions a claim could win now (pending, queued, expired lease, under the cap)."""
-    now = datetime.now(UTC)
-    claimable = or_(Decision.status.in_((DecisionStatus.PENDING, DecisionStatus.QUEUED)),
-                    (Decision.status == DecisionStatus.LEASED)
-                    & (Decision.lease_expires_at < now))
-    stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable,
+    stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable(utcnow()),
                                       Decision.attempts < max_attempts)
             .order_by(Decision.id))
     return list(session.scalars(stmt))

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -134,13 +134,12 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     the queue while its model server is down. Raises StoreError if the claim itself fails.
     """
     result = ChunkResult()
-    claims = await asyncio.to_thread(_in_transaction, session_factory, claim_decisions,
-                                     decision_ids=list(decision_ids), owner=owner,
-                                     lease_s=lease_s, max_attempts=max_attempts)
+    claims, settings = await asyncio.to_thread(
+        _in_transaction, session_factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
+        owner=owner, lease_s=lease_s, max_attempts=max_attempts)
     result.claimed = len(claims)
-    if not claims:
+    if settings is None:
         return result
-    settings = await asyncio.to_thread(_in_transaction, session_factory, _load_settings, run_id)
     if tokenizer.info.name != settings.tokenizer:
         # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
         # worker was started with; load_tokenizer caches it per process.
@@ -164,9 +163,14 @@ def _run_tokenizer(name: str) -> TextTokenizer:
     return load_tokenizer(name)
 
 
-def _load_settings(session: Session, run_id: int) -> ReadSettings:
+def _claim_chunk(session: Session, run_id: int,
+                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None]:
+    """The claims won and, when there are any, the run's settings: one transaction."""
+    claims = claim_decisions(session, **claim)
+    if not claims:
+        return claims, None
     data = session.execute(select(Run.settings).where(Run.id == run_id)).scalar_one()
-    return settings_from_dict(dict(data))
+    return claims, settings_from_dict(dict(data))
 
 
 async def _run_claims(chunk: _Chunk, claims: Sequence[Claimed]) -> None:
@@ -244,9 +248,8 @@ async def _drive(chunk: _Chunk, flow: DecisionFlow) -> None:
 
 async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, flow: DecisionFlow,
                   started: datetime, t0: float) -> None:
-    info = AttemptInfo(worker=chunk.info.worker, task_id=chunk.info.task_id,
-                       redelivered=chunk.info.redelivered, n_reads=flow.n_reads,
-                       latency_ms=(time.perf_counter() - t0) * 1000.0, started_at=started)
+    info = replace(chunk.info, n_reads=flow.n_reads,
+                   latency_ms=(time.perf_counter() - t0) * 1000.0, started_at=started)
     try:
         won = await chunk.db(finish_decision, claim=claim, answers=flow.answers(),
                              draws=flow.draws(), attempt=info,

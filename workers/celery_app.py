@@ -120,6 +120,11 @@ class ProcessState:
     probe: Any  #: app.engine.ReadRequest, the readiness probe
     owner: str
 
+    @property
+    def built_here(self) -> bool:
+        """Built in this process (not inherited across a fork): ``owner`` ends with our pid."""
+        return self.owner.endswith(f":{os.getpid()}")
+
     def close(self) -> None:
         try:
             self.loop.run_until_complete(self.upstream.aclose())
@@ -149,7 +154,7 @@ def build_state(settings: Settings) -> ProcessState:
 def process_state() -> ProcessState:
     """This process's resources (built on first use in pools without a process-init signal)."""
     global _state
-    if _state is None or _state.owner.rsplit(":", 1)[1] != str(os.getpid()):
+    if _state is None or not _state.built_here:
         _state = build_state(get_settings())
     return _state
 
@@ -165,7 +170,7 @@ def _init_process(**_: Any) -> None:
 @signals.worker_process_shutdown.connect
 def _close_process(**_: Any) -> None:
     global _state
-    if _state is not None and _state.owner.endswith(f":{os.getpid()}"):
+    if _state is not None and _state.built_here:
         _state.close()
     _state = None
 

@@ -50,6 +50,7 @@ __all__ = [
     "Claimed",
     "SweepResult",
     "claim_decisions",
+    "claimable",
     "fail_decision",
     "finish_decision",
     "mark_pending",
@@ -124,6 +125,14 @@ def _run_active() -> Any:
     return ~exists().where(Run.id == Decision.run_id, Run.status == RunStatus.CANCELLED)
 
 
+def claimable(now: datetime) -> Any:
+    """A claim could win the row at ``now``: pending, queued, or leased with its lease expired."""
+    return or_(
+        Decision.status.in_(_CLAIMABLE),
+        and_(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at < now),
+    )
+
+
 def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str, lease_s: float,
                     max_attempts: int = 5, now: datetime | None = None) -> list[Claimed]:
     """Lease the claimable decisions among ``decision_ids``; return only the rows won."""
@@ -131,16 +140,12 @@ def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str
         return []
     now = now or utcnow()
     token = uuid.uuid4().hex
-    claimable = or_(
-        Decision.status.in_(_CLAIMABLE),
-        and_(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at < now),
-    )
     # Lock the claimable rows in id order and skip rows another transaction holds (a
     # concurrent claim, finish or sweep of the same decision): overlapping claims of a
     # duplicated message never wait on each other, so they cannot deadlock.
     won = (
         select(Decision.id)
-        .where(Decision.id.in_(list(decision_ids)), claimable,
+        .where(Decision.id.in_(list(decision_ids)), claimable(now),
                Decision.attempts < max_attempts, _run_active())
         .order_by(Decision.id)
         .with_for_update(skip_locked=True, of=Decision)

@@ -79,8 +79,12 @@ def run_info(run: Run) -> RunInfo:
                    replicates=run.replicates, created_at=run.created_at)
 
 
+def _run_named(session: Session, name: str) -> Run | None:
+    return session.scalars(select(Run).where(Run.name == name)).one_or_none()
+
+
 def find_run(session: Session, name: str) -> RunInfo | None:
-    run = session.scalars(select(Run).where(Run.name == name)).one_or_none()
+    run = _run_named(session, name)
     return run_info(run) if run is not None else None
 
 
@@ -125,7 +129,7 @@ def ensure_run(
     Raises:
         RunSettingsMismatch: the run exists with other settings or another replicate count.
     """
-    run = session.scalars(select(Run).where(Run.name == name)).one_or_none()
+    run = _run_named(session, name)
     if run is None:
         run = Run(name=name, status=RunStatus.ACTIVE, settings=dict(settings),
                   settings_hash=settings_hash, fingerprint=_json(fingerprint), upstream=upstream,

@@ -115,11 +115,12 @@ def run_status(session: Session, run: RunInfo, *, now: datetime | None = None) -
     _fill_decision_counts(session, run.id, cell)
     _fill_answer_counts(session, run.id, cell)
     _fill_failures(session, run.id, cell)
+    finished_1m, finished_5m = _finished_since(
+        session, run.id, now - timedelta(minutes=1), now - timedelta(minutes=5))
     return RunStatusReport(
         run=run, counts=status_counts(session, run.id),
         cells=[cells[k] for k in sorted(cells)],
-        finished_1m=_finished_since(session, run.id, now - timedelta(minutes=1)),
-        finished_5m=_finished_since(session, run.id, now - timedelta(minutes=5)),
+        finished_1m=finished_1m, finished_5m=finished_5m,
     )
 
 
@@ -158,11 +159,11 @@ def _fill_failures(session: Session, run_id: int, cell: Any) -> None:
         cell(name).failures[outcome] = int(n)
 
 
-def _finished_since(session: Session, run_id: int, since: datetime) -> int:
-    stmt = select(func.count()).where(Decision.run_id == run_id,
-                                      Decision.status == DecisionStatus.DONE,
-                                      Decision.finished_at >= since)
-    return int(session.scalar(stmt) or 0)
+def _finished_since(session: Session, run_id: int, *since: datetime) -> tuple[int, ...]:
+    """Done decisions finished at or after each of ``since``, in one query."""
+    stmt = select(*(func.sum(case((Decision.finished_at >= t, 1), else_=0)) for t in since)
+                  ).where(Decision.run_id == run_id, Decision.status == DecisionStatus.DONE)
+    return tuple(int(n or 0) for n in session.execute(stmt).one())
 
 
 @dataclass(frozen=True)
