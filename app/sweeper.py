@@ -56,8 +56,7 @@ class SweepReport:
 
 def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None, *,
                max_attempts: int = 5, requeue_after_s: float = 600.0, chunk_size: int = 32,
-               run_id: int | None = None, max_backlog: int = 0,
-               lease_s: float = 120.0) -> SweepReport:
+               run_id: int | None = None, max_backlog: int = 0) -> SweepReport:
     """Expire dead leases and publish what has no live message. With ``publisher`` None the
     database is swept and nothing is published (the rows stay pending for the next sweep).
 
@@ -69,7 +68,7 @@ def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None,
         if not _try_lock(session):
             return SweepReport(skipped=True, backlog=backlog)
         result = sweep(session, max_attempts=max_attempts, requeue_after_s=requeue_after_s,
-                       republish_queued=republish, run_id=run_id, lease_s=lease_s)
+                       republish_queued=republish, run_id=run_id)
         if publisher is None:
             result.to_publish.clear()
             result.to_isolate.clear()

@@ -133,7 +133,7 @@ def start_sweeper(celery_app: Any, settings: Settings) -> None:
     def sweep() -> Any:
         return sweep_once(factory, celery_app, max_attempts=settings.max_attempts,
                           requeue_after_s=settings.requeue_after_s,
-                          chunk_size=settings.chunk_size, lease_s=settings.lease_s)
+                          chunk_size=settings.chunk_size)
 
     _sweeper = SweeperThread(sweep, interval_s=settings.sweep_interval_s)
     _sweeper.start()

@@ -129,7 +129,6 @@ def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
     def _sweep() -> Any:
         return sweep_once(factory, sender, max_attempts=env.max_attempts,
                           requeue_after_s=env.requeue_after_s,
-                          chunk_size=chunk_size or env.chunk_size, run_id=run_id,
-                          lease_s=env.lease_s)
+                          chunk_size=chunk_size or env.chunk_size, run_id=run_id)
 
     return _sweep

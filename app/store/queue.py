@@ -336,16 +336,14 @@ def mark_pending(session: Session, ids: Sequence[int], *, now: datetime | None =
     return _update_in_slices(session, ids, stmt)
 
 
-def sweep(session: Session, *, now: datetime | None = None, lease_s: float = 120.0,
+def sweep(session: Session, *, now: datetime | None = None,
           max_attempts: int = 5, requeue_after_s: float = 600.0,
           republish_queued: bool = True, run_id: int | None = None,
           limit: int = 100_000) -> SweepResult:
     """Expire dead leases and collect what must be (re-)published, all in the caller's
     transaction. Rows are locked ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two sweepers never
-    handle the same row. ``lease_s`` is unused by the queries (leases carry their own expiry)
-    and kept for symmetry with the worker's settings.
+    handle the same row (leases carry their own expiry).
     """
-    del lease_s
     now = now or utcnow()
     result = SweepResult()
     _expire_leases(session, now=now, max_attempts=max_attempts, run_id=run_id, limit=limit,
