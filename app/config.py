@@ -59,6 +59,20 @@ class Settings(BaseSettings):
     device: str = "cpu"
     #: Dtype for the in-process engine.
     dtype: str = "bfloat16"
+    #: ``dreads serve``: bearer key every /v1 route requires (unset: no authentication).
+    api_key: str | None = None
+    #: ``dreads serve``: address and port.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    #: ``dreads serve``: "auto" (local for SQLite, queue otherwise), "local" or "queue".
+    api_executor: str = "auto"
+    #: ``dreads serve``: record every /v1/systemone answer into this run.
+    api_record_run: str | None = None
+    #: ``dreads serve``: largest decoded request body, and run upload, in MiB.
+    api_max_body_mb: float = 8.0
+    api_max_upload_mb: float = 2048.0
+    #: ``dreads serve``: /v1/systemone requests answered at once; more get 529.
+    api_max_concurrent: int = 256
 
 
 @lru_cache(maxsize=1)

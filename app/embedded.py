@@ -37,6 +37,7 @@ from app.store.migrate import upgrade
 from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
 from app.store.queue import claimable, sweep, utcnow
 from app.store.runs import RunInfo, require_run
+from app.upstream.base import Upstream
 
 __all__ = [
     "OWNER_PREFIX",
@@ -227,24 +228,29 @@ async def execute_run(
     config: EmbeddedConfig,
     progress: Progress | None = None,
     engine: Any = None,
+    upstream: Upstream | None = None,
 ) -> ExecutorStats:
     """Run every claimable decision of ``run`` to a settled state (bounded rounds).
 
-    ``engine``: the engine choice (an ``UpstreamConfig``, see ``producer.upstream_config``)."""
+    ``engine``: the engine choice (an ``UpstreamConfig``, see ``producer.upstream_config``).
+    ``upstream``: one the caller owns and shares (``dreads serve``); default: one made here
+    for ``upstream_url`` and closed at the end."""
     from app.upstream.factory import make_upstream
 
     settings = settings_from_dict(dict(run.settings))
-    upstream = make_upstream(upstream_config(upstream_url, settings,
-                                             max_in_flight=config.max_in_flight, engine=engine))
+    own = upstream is None
+    reader = upstream or make_upstream(upstream_config(
+        upstream_url, settings, max_in_flight=config.max_in_flight, engine=engine))
     stats = ExecutorStats()
     poller = asyncio.create_task(_poll(factory, run.id, config.poll_s, progress))
     try:
         probe = build_probe_request(settings, tokenizer)
-        await upstream.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
-        await _rounds(factory, run, upstream, tokenizer, config, stats)
+        await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
+        await _rounds(factory, run, reader, tokenizer, config, stats)
     finally:
         poller.cancel()
-        await upstream.aclose()
+        if own:
+            await reader.aclose()
         await _report_progress(factory, run.id, progress)
     return stats
 

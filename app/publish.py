@@ -8,15 +8,17 @@ addressed by name, so the producer and the API need no worker code.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from typing import Any, Protocol
 
+from app.config import get_settings
 from app.errors import DreadsError
 from workers.constants import QUEUE, TASK_RUN_CHUNK
 
-__all__ = ["PublishError", "Sender", "chunk_ids", "publish_chunks", "queue_backlog"]
+__all__ = ["PublishError", "Sender", "chunk_ids", "make_publisher", "make_sender", "publish_chunks",
+           "queue_backlog"]
 
 log = logging.getLogger("dreads.publish")
 
@@ -119,3 +121,26 @@ def queue_backlog(celery_app: Any) -> int | None:
     except Exception:  # a best-effort hint for the sweeper, never an error
         log.debug("could not read the queue length", exc_info=True)
         return None
+
+
+@contextmanager
+def make_sender(broker: str | None) -> Iterator[Any]:
+    """The Celery app publishing to ``broker`` (default ``DREADS_BROKER_URL``), closed after."""
+    from workers.celery_app import make_celery
+
+    celery = make_celery(broker_url=broker or get_settings().broker_url)
+    try:
+        yield celery
+    finally:
+        celery.close()
+
+
+def make_publisher(sender: Any, chunk_size: int | None, *,
+                   run_name: str) -> Callable[[int, Sequence[int]], int]:
+    """``publisher(run_id, ids)`` sending ``reads.run_chunk`` messages through ``sender``."""
+    size = chunk_size or get_settings().chunk_size
+
+    def publish(run_id: int, ids: Sequence[int]) -> int:
+        return publish_chunks(sender, run_id, ids, size, run_name=run_name)
+
+    return publish

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.config import get_settings
 from app.errors import DreadsError
 from app.publish import PublishError, Sender, publish_chunks, queue_backlog
 from app.store.db import session_scope
@@ -35,7 +36,7 @@ from app.store.models import Run
 from app.store.queue import SweepResult, mark_pending, mark_queued, sweep, translate_db_errors
 from workers.constants import SWEEP_LOCK_ID
 
-__all__ = ["SweepReport", "SweeperThread", "sweep_once"]
+__all__ = ["SweepReport", "SweeperThread", "sweep_for", "sweep_once"]
 
 log = logging.getLogger("dreads.sweeper")
 
@@ -157,3 +158,16 @@ class SweeperThread(threading.Thread):
         self._stopped.set()
         if self.is_alive():
             self.join(timeout_s)
+
+
+def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
+              chunk_size: int | None) -> Callable[[], Any]:
+    """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
+    env = get_settings()
+
+    def _sweep() -> Any:
+        return sweep_once(factory, sender, max_attempts=env.max_attempts,
+                          requeue_after_s=env.requeue_after_s,
+                          chunk_size=chunk_size or env.chunk_size, run_id=run_id)
+
+    return _sweep

@@ -15,6 +15,7 @@ from app.cli import worker  # noqa: F401
 from app.cli import report  # noqa: F401
 from app.cli import db, run, runs  # noqa: F401
 from app.cli import engine  # noqa: F401
+from app.cli import serve  # noqa: F401
 # isort: on
 
 

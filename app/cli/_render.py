@@ -16,7 +16,6 @@ __all__ = [
     "cells_table",
     "counts_text",
     "duration",
-    "overview_dict",
     "problems_table",
     "resume_report",
     "runs_table",
@@ -92,14 +91,6 @@ def _submit_summary(report: SubmitReport, fp_error: str | None, queued: bool) ->
                           "[/yellow]")
     elif report.inserted_ids and queued:
         console.print(f"queued {pub.published} decision(s) in {pub.messages} message(s)")
-
-
-def overview_dict(o: RunOverview) -> dict[str, Any]:
-    return {"name": o.run.name, "status": o.run.status,
-            "created": o.run.created_at.isoformat() if o.run.created_at else None,
-            "settings": dict(o.run.settings), "settings_hash": o.run.settings_hash,
-            "fingerprint": o.run.fingerprint, "upstream": o.run.upstream,
-            "replicates": o.run.replicates, "counts": o.counts}
 
 
 def runs_table(overview: list[RunOverview]) -> Table:

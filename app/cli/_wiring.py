@@ -4,8 +4,7 @@ fingerprint, the Celery publisher. Heavy imports (Celery, the HTTP client) stay 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -15,9 +14,10 @@ from app.cli.options import base_read_settings
 from app.config import get_settings
 from app.engine import ReadSettings, TextTokenizer, settings_from_dict
 from app.errors import InputError
-from app.producer import Publisher
+from app.publish import make_publisher, make_sender
 from app.store.db import session_scope
 from app.store.runs import RunInfo, find_run
+from app.sweeper import sweep_for
 from app.upstream.factory import UpstreamConfig
 
 __all__ = [
@@ -93,42 +93,3 @@ def upstream_url(given: str | None, info: RunInfo | None) -> str:
     if given:
         return given
     return info.upstream if info is not None else get_settings().upstream
-
-
-@contextmanager
-def make_sender(broker: str | None) -> Iterator[Any]:
-    """The Celery app publishing to ``broker`` (default ``DREADS_BROKER_URL``), closed after."""
-    from workers.celery_app import make_celery
-
-    celery = make_celery(broker_url=broker or get_settings().broker_url)
-    try:
-        yield celery
-    finally:
-        celery.close()
-
-
-def make_publisher(sender: Any, chunk_size: int | None, *, run_name: str) -> Publisher:
-    """``publisher(run_id, ids)`` sending ``reads.run_chunk`` messages through ``sender``."""
-    from app.publish import publish_chunks
-
-    size = chunk_size or get_settings().chunk_size
-
-    def publish(run_id: int, ids: Sequence[int]) -> int:
-        return publish_chunks(sender, run_id, ids, size, run_name=run_name)
-
-    return publish
-
-
-def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
-              chunk_size: int | None) -> Callable[[], Any]:
-    """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
-    from app.sweeper import sweep_once
-
-    env = get_settings()
-
-    def _sweep() -> Any:
-        return sweep_once(factory, sender, max_attempts=env.max_attempts,
-                          requeue_after_s=env.requeue_after_s,
-                          chunk_size=chunk_size or env.chunk_size, run_id=run_id)
-
-    return _sweep

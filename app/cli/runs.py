@@ -134,7 +134,7 @@ def runs(json_out: JsonOpt = False, database: DatabaseOpt = None) -> None:
     with cli_errors(), _session(database) as session:
         overview = list_runs(session)
     if json_out:
-        console.print_json(orjson.dumps([render.overview_dict(o) for o in overview]).decode())
+        console.print_json(orjson.dumps([o.as_dict() for o in overview]).decode())
     else:
         console.print(render.runs_table(overview))
 

@@ -39,22 +39,22 @@ from app.cli.options import (
     served_fields_missing,
 )
 from app.config import get_settings
+from app.decide import answer_decision
 from app.engine import (
     Answer,
     Decision,
-    DecisionFlow,
     ReadSettings,
     ServerFingerprint,
     TextTokenizer,
     build_probe_request,
     parse_decision,
-    plan_decision,
 )
 from app.errors import ConfigError, DreadsError, InputError, UpstreamError, UpstreamUnavailable
 from app.upstream.base import Upstream
 from app.upstream.factory import UpstreamConfig
 
-__all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_decisions"]
+__all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_decisions",
+           "wait_served_settings"]
 
 _WAIT_HELP = "Seconds to wait for the upstream to be ready."
 
@@ -97,7 +97,7 @@ class _Check:
     waited_s: float
 
 
-async def _served(url: str, settings: ReadSettings, overrides: dict[str, Any],
+async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
                   choice: UpstreamConfig, timeout_s: float) -> ReadSettings:
     """Model and tokenizer set nowhere: wait for the model list, then take the served ones."""
     if choice.engine == "transformers" or not served_fields_missing(overrides):
@@ -170,12 +170,13 @@ def check_upstream(
         settings = base_read_settings(overrides, engine=choice.engine)
         url = _target(url, choice, settings)
         if json_out:
-            settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
+            settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout))
             check = asyncio.run(_check(url, settings, timeout, choice))
         else:
             with console.status(f"waiting for {url} (up to {timeout:g}s): model list, then "
                                 "one real read ..."):
-                settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
+                settings = asyncio.run(wait_served_settings(url, settings, overrides, choice,
+                                                            timeout))
                 check = asyncio.run(_check(url, settings, timeout, choice))
     except DreadsError as exc:
         _not_ready(url, exc, json_out)
@@ -229,19 +230,12 @@ def load_decisions(lines: Sequence[str]) -> list[Decision | DecideOutcome]:
 async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
                       tokenizer: TextTokenizer, upstream: Upstream) -> DecideOutcome:
     try:
-        plan = plan_decision(decision, settings, tokenizer)
+        decided = await answer_decision(decision, settings, tokenizer, upstream)
     except InputError as exc:
         return DecideOutcome(line_no, decision.id, "rejected", error=exc.message, kind=exc.kind)
-    flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
-    try:
-        while not flow.done:
-            requests = flow.next_requests()
-            results = await asyncio.gather(*(upstream.read(r) for r in requests))
-            for request, result in zip(requests, results, strict=True):
-                flow.record(request, result)
     except UpstreamError as exc:
         return DecideOutcome(line_no, decision.id, "failed", error=exc.message, kind=exc.kind)
-    return DecideOutcome(line_no, decision.id, "done", answers=flow.answers())
+    return DecideOutcome(line_no, decision.id, "done", answers=decided.answers)
 
 
 async def decide_all(items: Sequence[Decision | DecideOutcome], settings: ReadSettings,
@@ -379,7 +373,7 @@ def decide(
         settings = base_read_settings(overrides, engine=choice.engine)
         url = _target(upstream, choice, settings)
         items = _items(file, state, question, qtype, options or [])
-        settings = asyncio.run(_served(url, settings, overrides, choice, timeout))
+        settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout))
         outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
     except (InputError, ConfigError) as exc:
         exit_error(exc, 2)

@@ -9,6 +9,9 @@ Two line shapes are accepted:
 Question shapes (Jev): ``noul`` (labels yes/no, optional ``criteria: {"true", "false"}``),
 ``choice`` (``criteria``: option name -> description or null; labels A, B, ... by position)
 and ``score`` (``criteria``: ordered level descriptions; labels 1..9, letters past 9 levels).
+As in Jev, instructions and descriptions may be text or any JSON object or array (written into
+the prompt as JSON), and instructions may be left out of a choice or score question, or of a
+noul question whose criteria describe an outcome.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.engine.prompt import serialize_state
 from app.engine.types import Decision, Question, QuestionType
 from app.errors import BadLine, InputError
 
@@ -28,6 +32,12 @@ DIGITS = tuple(str(i) for i in range(1, 10))
 _TYPES = ", ".join(repr(t.value) for t in QuestionType)
 _NOUL_TRUE = {"yes", "true", "y", "1"}
 _NOUL_FALSE = {"no", "false", "n", "0"}
+#: The prompt's question line when the user gave no instructions (Jev allows leaving them out).
+DEFAULT_INSTRUCTIONS = {
+    QuestionType.NOUL: "Which answer applies?",
+    QuestionType.CHOICE: "Which option applies?",
+    QuestionType.SCORE: "Which level applies?",
+}
 
 
 def _check_id(kind: str, value: Any) -> str:
@@ -41,11 +51,13 @@ def _check_id(kind: str, value: Any) -> str:
 
 
 def _as_text(value: Any, what: str) -> str | None:
+    """Text as is; a JSON object or array as its JSON text (Jev content); None stays None."""
     if value is None:
         return None
-    if not isinstance(value, str):
-        raise InputError(f"{what} must be a string or null, got {type(value).__name__}")
-    return value
+    if not isinstance(value, (str, dict, list)):
+        raise InputError(f"{what} must be text, a JSON object or array, or null; got "
+                         f"{type(value).__name__}")
+    return serialize_state(value)
 
 
 def _noul(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
@@ -78,12 +90,14 @@ def _choice(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
 
 
 def _score(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-    if not isinstance(criteria, list) or not all(isinstance(x, str) for x in criteria):
+    if not isinstance(criteria, list) or not all(isinstance(x, (str, dict, list))
+                                                  for x in criteria):
         raise InputError("score criteria must be an ordered list of level descriptions")
     _count_ok(len(criteria), "score")
-    if len(set(criteria)) != len(criteria):
+    levels = tuple(serialize_state(x) for x in criteria)
+    if len(set(levels)) != len(levels):
         raise InputError("score levels must be distinct")
-    return tuple(criteria), tuple(criteria)
+    return levels, levels
 
 
 def score_labels(n: int) -> tuple[str, ...]:
@@ -108,12 +122,10 @@ def _build_question(qid: str, spec: Any) -> Question:
     if not isinstance(spec, Mapping):
         raise InputError("must be an object with 'type' and 'instructions'")
     qtype = _question_type(spec)
-    instructions = spec.get("instructions")
-    if not isinstance(instructions, str) or not instructions.strip():
-        raise InputError("'instructions' must be a non-empty string")
     if qtype is not QuestionType.NOUL and spec.get("criteria") is None:
         raise InputError(f"a {qtype.value} question needs 'criteria'")
     options, descs = _SHAPES[qtype](spec.get("criteria"))
+    instructions = _instructions(qtype, spec.get("instructions"), descs)
     if qtype is QuestionType.CHOICE:
         labels = LETTERS[: len(options)]
     elif qtype is QuestionType.SCORE:
@@ -122,6 +134,19 @@ def _build_question(qid: str, spec: Any) -> Question:
         labels = options
     return Question(id=qid, type=qtype, instructions=instructions, labels=labels,
                     options=options, descriptions=descs)
+
+
+def _instructions(qtype: QuestionType, raw: Any, descs: tuple[str | None, ...]) -> str:
+    """The question line: the user's text (JSON content as JSON), else the type's default."""
+    text = _as_text(raw, "'instructions'")
+    if text is not None and not text.strip():
+        raise InputError("'instructions' must not be blank; leave it out or write the question")
+    if text is not None:
+        return text
+    if qtype is QuestionType.NOUL and all(d is None for d in descs):
+        raise InputError("a noul question needs 'instructions', or 'criteria' describing what "
+                         "counts as yes or no")
+    return DEFAULT_INSTRUCTIONS[qtype]
 
 
 def parse_question(qid: str, spec: Mapping[str, Any]) -> Question:

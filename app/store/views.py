@@ -171,6 +171,15 @@ class RunOverview:
     run: RunInfo
     counts: dict[str, int]
 
+    def as_dict(self) -> dict[str, Any]:
+        """As ``dreads runs --json`` and ``GET /v1/runs`` show it."""
+        run = self.run
+        return {"name": run.name, "status": run.status,
+                "created": run.created_at.isoformat() if run.created_at else None,
+                "settings": dict(run.settings), "settings_hash": run.settings_hash,
+                "fingerprint": run.fingerprint, "upstream": run.upstream,
+                "replicates": run.replicates, "counts": self.counts}
+
 
 def list_runs(session: Session) -> list[RunOverview]:
     runs = [run_info(r) for r in session.scalars(select(Run).order_by(Run.id))]

@@ -49,6 +49,26 @@ def test_question_shapes_and_labels(spec: dict[str, Any], qtype: QuestionType,
     assert (q.type, q.labels, q.options) == (qtype, labels, options)
 
 
+def test_jev_content_objects_become_json_text_in_the_prompt() -> None:
+    q = parse_question("t", {"type": "choice", "instructions": {"task": "tone", "lang": "fr"},
+                             "criteria": {"calm": {"cue": "polite"}, "angry": None}})
+    assert q.instructions == '{"task": "tone", "lang": "fr"}'
+    assert q.descriptions == ('{"cue": "polite"}', None)
+    s = parse_question("u", {"type": "score", "criteria": ["low", {"level": "high"}]})
+    assert s.options == ("low", '{"level": "high"}')
+
+
+@pytest.mark.parametrize(("spec", "default"), [
+    ({"type": "choice", "criteria": {"a": None, "b": None}}, "Which option applies?"),
+    ({"type": "score", "criteria": ["low", "high"]}, "Which level applies?"),
+    ({"type": "noul", "criteria": {"true": "spam"}}, "Which answer applies?"),
+])
+def test_questions_without_instructions_get_the_types_default_line(
+        spec: dict[str, Any], default: str) -> None:
+    """Jev lets instructions be left out when the criteria say enough."""
+    assert parse_question("q", spec).instructions == default
+
+
 def test_noul_criteria_become_descriptions() -> None:
     q = parse_question("c", {**NOUL, "criteria": {"true": "they conflict", "false": "they agree"}})
     assert q.descriptions == ("they conflict", "they agree")
@@ -57,8 +77,10 @@ def test_noul_criteria_become_descriptions() -> None:
 @pytest.mark.parametrize(("spec", "needle"), [
     ({"type": "bool", "instructions": "x"}, "unknown type 'bool'"),
     ({"instructions": "x"}, "unknown type None"),
-    ({"type": "noul"}, "'instructions' must be a non-empty string"),
-    ({"type": "noul", "instructions": "  "}, "'instructions' must be a non-empty string"),
+    ({"type": "noul"}, "a noul question needs 'instructions', or 'criteria' describing"),
+    ({"type": "noul", "criteria": {"true": None}}, "a noul question needs 'instructions'"),
+    ({"type": "noul", "instructions": "  "}, "'instructions' must not be blank"),
+    ({"type": "noul", "instructions": 3}, "'instructions' must be text, a JSON object or array"),
     ({"type": "choice", "instructions": "x", "criteria": {}}, "choice needs 1 to 26"),
     ({"type": "choice", "instructions": "x"}, "needs 'criteria'"),
     ({"type": "choice", "instructions": "x", "criteria": {f"o{i}": None for i in range(27)}},

@@ -1,0 +1,47 @@
+"""``create_app(config)``: the FastAPI application of ``dreads serve``.
+
+    GET  /health                       liveness (no key)
+    GET  /v1/models                    Jev: the served model and its aliases
+    POST /v1/systemone                 Jev: one decision, answered at once
+    POST /v1/runs                      submit JSON lines as a run
+    GET  /v1/runs                      list runs
+    GET  /v1/runs/{run}                status (as ``dreads status --json``)
+    GET  /v1/runs/{run}/results        JSON lines (as ``dreads export``)
+    POST /v1/runs/{run}/resume|cancel
+
+OpenAPI docs at ``/docs``. Every response carries ``x-request-id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import ORJSONResponse
+
+from app.api import runs, systemone
+from app.api.config import ServeConfig
+from app.api.middleware import BodyGuard, RequestContext
+from app.api.state import build_state
+
+__all__ = ["create_app"]
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            app.state.api = await build_state(config, stack)
+            yield
+
+    app = FastAPI(title="dreads", summary="Diffusion reads over HTTP: runs, and Jev's "
+                  "/v1/systemone on a self-hosted model.", lifespan=lifespan,
+                  default_response_class=ORJSONResponse)
+    app.include_router(systemone.router)
+    app.include_router(runs.router)
+    app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,
+                       max_upload_bytes=config.max_upload_bytes,
+                       upload_paths=frozenset({"/v1/runs"}))
+    app.add_middleware(RequestContext)
+    return app

@@ -1,0 +1,248 @@
+"""Runs over HTTP: submit a JSONL file, read status and results, resume, cancel.
+
+The same calls as ``dreads submit/status/export/resume/cancel``; execution goes to the server's
+executor (this process, or the Celery workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import UploadFile
+
+from app.api.auth import require_key
+from app.api.errors import api_error, raise_for
+from app.api.executor import run_tokenizer
+from app.api.state import ApiState
+from app.api.systemone import Api
+from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings, settings_from_dict
+from app.errors import DreadsError
+from app.producer import SubmitReport, SubmitRequest, fingerprint_dict, submit_job
+from app.store.db import session_scope
+from app.store.runs import RunInfo, cancel_run, find_run
+from app.store.views import iter_export, list_runs, run_status
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Depends(require_key)])
+
+_SPOOL_BYTES = 16 * 1024 * 1024
+JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines",
+               "application/json", "text/plain")
+
+
+class RunParams(BaseModel):
+    """Query parameters of ``POST /v1/runs``: the run's name and read settings. Model,
+    tokenizer and canvas are the server's; the rest default to the server's settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
+    policy: PolicyName | None = None
+    draws: int | None = Field(None, ge=1, description="N draws (implies policy=fixed).")
+    threshold: float | None = Field(None, ge=0.0)
+    max_draws: int | None = Field(None, ge=1)
+    mode: ReadMode | None = None
+    layout: Layout | None = None
+    steps: int | None = Field(None, ge=1)
+    canvas_step: int | None = Field(None, ge=1)
+    constrained: bool | None = None
+    endpoint: Endpoint | None = None
+    seed: int | None = None
+    replicates: int | None = Field(None, ge=1)
+    strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
+
+    def overrides(self) -> dict[str, Any]:
+        given = {"policy": self.policy, "fixed_draws": self.draws, "threshold": self.threshold,
+                 "max_draws": self.max_draws, "read_mode": self.mode, "layout": self.layout,
+                 "steps": self.steps, "canvas_step": self.canvas_step,
+                 "constrained": self.constrained, "endpoint": self.endpoint, "seed": self.seed}
+        if self.draws is not None and self.policy is None:
+            given["policy"] = PolicyName.FIXED
+        return {k: v for k, v in given.items() if v is not None}
+
+
+def _not_found(name: str) -> Exception:
+    return api_error(404, "not_found_error", f"no run named {name!r}; GET /v1/runs lists them")
+
+
+def _find(api: ApiState, name: str) -> RunInfo:
+    with session_scope(api.factory) as session:
+        info = find_run(session, name)
+    if info is None:
+        raise _not_found(name)
+    return info
+
+
+def _same_model(api: ApiState, info: RunInfo) -> ReadSettings:
+    settings = settings_from_dict(dict(info.settings))
+    if settings.model != api.model:
+        raise api_error(409, "conflict_error",
+                        f"run {info.name!r} reads model {settings.model!r}; this server serves "
+                        f"{api.model!r}. Continue it with `dreads resume` against its own "
+                        "server, or submit under a new run name")
+    return settings
+
+
+async def _spool(request: Request) -> tuple[IO[bytes], str]:
+    """The uploaded JSONL as a file: the multipart ``file`` field, or the whole body."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        form = await request.form()
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise api_error(422, "invalid_request_error",
+                            "a multipart upload needs the JSONL in a field named 'file' "
+                            "(curl -F file=@jobs.jsonl)")
+        return upload.file, upload.filename or "upload.jsonl"
+    if content_type and content_type not in JSONL_TYPES:
+        raise api_error(415, "invalid_request_error",
+                        f"send JSON lines as application/x-ndjson (or multipart/form-data "
+                        f"with a 'file' field), not {content_type}")
+    spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
+    async for chunk in request.stream():
+        await asyncio.to_thread(spool.write, chunk)
+    spool.seek(0)
+    return spool, "request body"
+
+
+def _numbered(raw: IO[bytes]) -> Iterator[tuple[int, str]]:
+    text = io.TextIOWrapper(raw, encoding="utf-8", newline=None)
+    for line_no, line in enumerate(text, start=1):
+        if line.strip():
+            yield line_no, line
+
+
+def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str) -> SubmitReport:
+    with session_scope(api.factory) as session:
+        existing = find_run(session, params.run)
+    base = _same_model(api, existing) if existing else api.settings
+    settings = replace(base, **params.overrides())
+    replicates = params.replicates or (existing.replicates if existing else 1)
+    request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
+                            upstream=api.config.upstream, engine=api.config.engine.engine,
+                            replicates=replicates, strict=params.strict)
+    try:
+        return submit_job(request, api.factory, run_tokenizer(settings.tokenizer),
+                          lines=_numbered(raw))
+    except UnicodeDecodeError as exc:
+        raise api_error(400, "invalid_request_error",
+                        f"the JSONL is not UTF-8 text ({exc.reason} at byte {exc.start})"
+                        ) from exc
+
+
+def _links(name: str) -> dict[str, str]:
+    return {"status": f"/v1/runs/{name}", "results": f"/v1/runs/{name}/results"}
+
+
+@router.post("", status_code=201, responses={
+    200: {"description": "Lines added to an existing run."},
+    400: {"description": "--strict and a bad line: nothing written; or not UTF-8."},
+    409: {"description": "The run exists with other settings."}},
+    openapi_extra={"requestBody": {"content": {
+        "application/x-ndjson": {"schema": {"type": "string"}},
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "file": {"type": "string", "format": "binary"}}}}}}})
+async def submit(request: Request, params: Annotated[RunParams, Query()], api: Api
+                 ) -> JSONResponse:
+    """Submit JSON lines (the body, or a multipart ``file``) as run ``run``: the report has
+    every refused line with its number and reason; the good lines are stored and run."""
+    raw, source = await _spool(request)
+    fingerprint = await api.fingerprint()
+    try:
+        report = await asyncio.to_thread(_submit, api, params, raw, source)
+    except DreadsError as exc:
+        raise_for(exc)
+    finally:
+        raw.close()
+    body = report.as_dict()
+    if report.refused:
+        raise api_error(400, "invalid_request_error",
+                        f"strict: {len(report.bad)} bad line(s) and {len(report.rejected)} "
+                        "unreadable decision(s); nothing was written", report=body)
+    assert report.run is not None
+    if report.created and fingerprint is not None:
+        body["fingerprint"] = fingerprint_dict(fingerprint)
+    body["execution"] = await api.executor.started(report.run, report.inserted_ids)
+    body["links"] = _links(report.run.name)
+    return JSONResponse(body, status_code=201 if report.created else 200)
+
+
+@router.get("")
+async def runs(api: Api) -> dict[str, Any]:
+    """Every run with its settings and decision counts by status (``dreads runs --json``)."""
+    def _list() -> list[dict[str, Any]]:
+        with session_scope(api.factory) as session:
+            return [o.as_dict() for o in list_runs(session)]
+
+    return {"runs": await asyncio.to_thread(_list)}
+
+
+@router.get("/{run}")
+async def status(run: str, api: Api) -> dict[str, Any]:
+    """Counts, per-cell failures and diagnostics, rate and ETA (``dreads status --json``),
+    plus how this server is executing it."""
+    def _status() -> tuple[RunInfo, dict[str, Any]]:
+        with session_scope(api.factory) as session:
+            info = find_run(session, run)
+            if info is None:
+                raise _not_found(run)
+            return info, run_status(session, info).as_dict()
+
+    info, report = await asyncio.to_thread(_status)
+    return {**report, "execution": api.executor.state(info), "links": _links(run)}
+
+
+@router.get("/{run}/results", response_class=StreamingResponse, responses={200: {
+    "content": {"application/x-ndjson": {}},
+    "description": "One JSON line per decision, as `dreads export`."}})
+async def results(run: str, api: Api) -> StreamingResponse:
+    """Every decision with its answers and diagnostics, streamed as JSON lines from SQL."""
+    info = await asyncio.to_thread(_find, api, run)
+
+    def _lines() -> Iterator[bytes]:
+        with session_scope(api.factory) as session:
+            for record in iter_export(session, info.id):
+                yield orjson.dumps(record, default=str) + b"\n"
+
+    return StreamingResponse(_lines(), media_type="application/x-ndjson",
+                             headers={"content-disposition": f'inline; filename="{run}.jsonl"'})
+
+
+@router.post("/{run}/resume")
+async def resume(run: str, api: Api, retry_failed: Annotated[bool, Query(
+        description="Put failed decisions back to pending first.")] = False) -> dict[str, Any]:
+    """Continue a run: expired leases back to pending, the rest run or re-published."""
+    info = await asyncio.to_thread(_find, api, run)
+    _same_model(api, info)
+    if info.status == "cancelled":
+        raise api_error(409, "conflict_error", f"run {run!r} was cancelled; submit its file "
+                        "under a new run name to run it again")
+    try:
+        execution = await api.executor.resumed(info, retry_failed=retry_failed)
+    except DreadsError as exc:
+        raise_for(exc)
+    return {"run": run, "execution": execution, "links": _links(run)}
+
+
+@router.post("/{run}/cancel")
+async def cancel(run: str, api: Api) -> dict[str, Any]:
+    """Cancel a run: its unfinished decisions become cancelled and are not run."""
+    def _cancel() -> int:
+        with session_scope(api.factory) as session:
+            info = find_run(session, run)
+            if info is None:
+                raise _not_found(run)
+            return cancel_run(session, info.id)
+
+    return {"run": run, "cancelled": await asyncio.to_thread(_cancel)}

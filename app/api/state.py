@@ -1,0 +1,139 @@
+"""What the API's routes share, built once at start (``build_state``) and closed at exit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.api.config import ServeConfig
+from app.api.errors import OVERLOAD_RETRY_AFTER_S, api_error
+from app.api.executor import LocalExecutor, QueueExecutor, RunExecutor
+from app.api.recorder import Recorder
+from app.engine import ReadSettings, ServerFingerprint, TextTokenizer
+from app.errors import UpstreamError
+from app.producer import fingerprint_dict, upstream_config
+from app.store.db import make_engine, make_sessionmaker
+from app.store.migrate import check_schema, upgrade
+from app.upstream.base import Upstream
+from app.upstream.factory import SIM, make_upstream
+
+__all__ = ["ApiState", "Limiter", "build_state"]
+
+log = logging.getLogger("dreads.api")
+
+_FINGERPRINT_TIMEOUT_S = 5.0
+
+
+class Limiter:
+    """At most ``limit`` requests answered at once; the next one gets 529 and ``retry-after``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    @contextmanager
+    def slot(self) -> Any:
+        if self.active >= self.limit:
+            raise api_error(529, "overloaded_error",
+                            f"this server is answering {self.active} requests, its limit "
+                            "(DREADS_API_MAX_CONCURRENT); retry after a moment",
+                            retry_after=OVERLOAD_RETRY_AFTER_S)
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+@dataclass
+class ApiState:
+    config: ServeConfig
+    settings: ReadSettings
+    factory: sessionmaker[Session]
+    upstream: Upstream
+    upstream_url: str  #: where reads go (the in-process simulator's URL for "sim")
+    tokenizer: TextTokenizer
+    executor: RunExecutor
+    recorder: Recorder
+    limiter: Limiter
+    started: date
+    _fingerprint: ServerFingerprint | None = None
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    async def fingerprint(self) -> ServerFingerprint | None:
+        """The upstream's fingerprint, asked once it answers (None while it does not)."""
+        if self._fingerprint is None:
+            try:
+                self._fingerprint = await asyncio.wait_for(self.upstream.fingerprint(),
+                                                           _FINGERPRINT_TIMEOUT_S)
+            except (UpstreamError, TimeoutError) as exc:
+                log.info("upstream fingerprint not available yet: %s", exc)
+                return None
+            self.recorder.fingerprint = fingerprint_dict(self._fingerprint)
+        return self._fingerprint
+
+
+def _store(config: ServeConfig, stack: AsyncExitStack) -> sessionmaker[Session]:
+    """The store, its schema created for SQLite (as ``dreads run`` does), checked otherwise;
+    SQLite run by this process is locked against a second executor."""
+    if config.sqlite:
+        upgrade(config.database_url)
+        if config.executor == "local":
+            from app.embedded import embedded_lock
+
+            db_path = Path(make_url(config.database_url).database or "dreads.db")
+            stack.enter_context(embedded_lock(db_path))
+    engine = make_engine(config.database_url)
+    stack.callback(engine.dispose)
+    check_schema(engine)
+    return make_sessionmaker(engine)
+
+
+def _upstream_url(config: ServeConfig, settings: ReadSettings, stack: AsyncExitStack) -> str:
+    if config.upstream != SIM or config.engine.engine == "transformers":
+        return config.upstream
+    from app.upstream.sim import SimOptions, start_sim_thread
+
+    handle = start_sim_thread(SimOptions(model=settings.model,
+                                         canvas_length=settings.canvas_length,
+                                         tokenizer=settings.tokenizer, key_path=config.sim_key))
+    stack.callback(handle.stop)
+    log.warning("answers come from the SIMULATOR at %s, not from a model", handle.url)
+    return str(handle.url)
+
+
+def _executor(config: ServeConfig, factory: sessionmaker[Session], upstream: Upstream,
+              url: str) -> RunExecutor:
+    if config.executor == "queue":
+        return QueueExecutor(factory, config.broker_url, config.chunk_size)
+    return LocalExecutor(factory, upstream, url, reclaim=config.sqlite)
+
+
+async def build_state(config: ServeConfig, stack: AsyncExitStack) -> ApiState:
+    """Open the store, start the upstream (and the simulator for "sim"), load the tokenizer."""
+    from app.upstream.tokenizer import load_tokenizer
+
+    settings = config.settings
+    factory = await asyncio.to_thread(_store, config, stack)
+    url = _upstream_url(config, settings, stack)
+    upstream = make_upstream(upstream_config(url, settings, engine=config.engine))
+    stack.push_async_callback(upstream.aclose)
+    tokenizer = await asyncio.to_thread(load_tokenizer, settings.tokenizer)
+    executor = _executor(config, factory, upstream, url)
+    stack.push_async_callback(executor.aclose)
+    recorder = Recorder(factory, settings, config.upstream, config.engine.engine)
+    state = ApiState(config, settings, factory, upstream, url, tokenizer, executor, recorder,
+                     Limiter(config.max_concurrent), datetime.now(UTC).date())
+    await state.fingerprint()
+    return state

@@ -1,0 +1,132 @@
+"""Jev's surface: ``POST /v1/systemone``, ``GET /v1/models``; and ``GET /health``.
+
+A ``/v1/systemone`` request is one decision answered at once through the engine (not through
+the queue), on the server's read settings; its answers can be recorded into a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from app.api.auth import require_key
+from app.api.errors import api_error, raise_for, unaskable
+from app.api.jev import ALIASES, Unaskable, answers_of, diagnostics, input_tokens, to_decision
+from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
+from app.api.state import ApiState
+from app.decide import Decided, answer_decision
+from app.engine import Decision
+from app.errors import DreadsError, InputError, StoreError
+from app.store.queue import utcnow
+
+__all__ = ["router"]
+
+log = logging.getLogger("dreads.api")
+
+router = APIRouter()
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A question that cannot be asked (plain-text detail), or an unknown "
+                         "model (api_usage_error)."},
+    401: {"description": "Wrong API key."}, 403: {"description": "No API key."},
+    409: {"description": "The run to record into has other settings."},
+    413: {"description": "Body over the limit."},
+    503: {"description": "The model server is unavailable (retry-after)."},
+    529: {"description": "Too many requests in flight (retry-after)."},
+}
+
+
+def get_api(request: Request) -> ApiState:
+    state: ApiState = request.app.state.api
+    return state
+
+
+Api = Annotated[ApiState, Depends(get_api)]
+
+
+@router.get("/health", tags=["health"])
+async def health(api: Api) -> dict[str, Any]:
+    """Liveness, with what this server answers with. Never needs a key."""
+    fingerprint = await api.fingerprint()
+    return {"status": "ok", "model": api.model, "upstream": api.config.upstream,
+            "upstream_ready": fingerprint is not None, "executor": api.executor.name,
+            "simulator": fingerprint is not None and fingerprint.engine == "sim"}
+
+
+@router.get("/v1/models", response_model=ModelsOut, tags=["jev"],
+            dependencies=[Depends(require_key)])
+async def models(api: Api) -> dict[str, Any]:
+    """The served model and the Jev aliases that mean it (``release_date``: the day this server
+    started; dreads cannot know the checkpoint's)."""
+    day = api.started.isoformat()
+    served = {"name": api.model, "release_date": day,
+              "description": f"{api.model} through dreads diffusion reads (upstream "
+                             f"{api.config.upstream})"}
+    aliases = [{"name": alias, "release_date": day, "description": f"alias of {api.model}"}
+               for alias in ALIASES]
+    return {"models": [served, *aliases]}
+
+
+def _check_model(name: str, api: ApiState) -> None:
+    if name != api.model and name not in ALIASES:
+        accepted = ", ".join(repr(n) for n in (api.model, *ALIASES))
+        raise api_error(400, "api_usage_error",
+                        f"Unknown model: {name}. This server answers with {accepted}.")
+
+
+def _decision(request: Request, body: SystemOneIn) -> Decision:
+    try:
+        return to_decision(request.state.request_id, body)
+    except Unaskable as exc:
+        raise unaskable(exc.message) from exc
+
+
+async def _answer(api: ApiState, decision: Decision) -> Decided:
+    try:
+        return await answer_decision(decision, api.settings, api.tokenizer, api.upstream)
+    except InputError as exc:  # the template cannot be read: unaskable as written
+        raise unaskable(exc.message) from exc
+    except DreadsError as exc:
+        raise_for(exc)
+
+
+async def _record(api: ApiState, run: str, decision: Decision, decided: Decided,
+                  started: Any, latency_ms: float) -> dict[str, Any]:
+    try:
+        return await asyncio.to_thread(api.recorder.record, run, decision, decided,
+                                       started=started, latency_ms=latency_ms)
+    except (StoreError, InputError) as exc:
+        log.warning("answers not recorded into run %s: %s", run, exc.message)
+        return {"run": run, "id": decision.id, "error": exc.message}
+
+
+@router.post("/v1/systemone", response_model=SystemOneOut, tags=["jev"], responses=_ERRORS,
+             dependencies=[Depends(require_key)])
+async def system_one(body: SystemOneIn, request: Request, api: Api) -> dict[str, Any]:
+    """Answer named noul, choice and score questions about one state (Jev's contract), with
+    dreads' diagnostics beside the answers. ``dreads: {"run": NAME}`` records them."""
+    with api.limiter.slot():
+        _check_model(body.model, api)
+        decision = _decision(request, body)
+        run = body.dreads.run if body.dreads else api.config.record_run
+        if run:
+            try:
+                await asyncio.to_thread(api.recorder.check, run,
+                                        body.dreads.id if body.dreads else None)
+            except DreadsError as exc:
+                raise_for(exc)
+        started, t0 = utcnow(), time.perf_counter()
+        decided = await _answer(api, decision)
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        recorded = (await _record(api, run, decision, decided, started, latency_ms)
+                    if run else None)
+    return {
+        "model": api.model,
+        "answers": answers_of(decision, decided.answers),
+        "usage": {"input_tokens": input_tokens(decided.draws), "output_tokens": 0},
+        "diagnostics": {"reads": decided.n_reads, "recorded": recorded,
+                        "questions": {a.question_id: diagnostics(a) for a in decided.answers}},
+    }

@@ -1,0 +1,138 @@
+"""``dreads serve``: the HTTP API (runs, and Jev's ``/v1/systemone``) with uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from app.cli._app import app
+from app.cli._wiring import resolve_engine
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
+from app.cli.options import (
+    BrokerOpt,
+    CanvasOpt,
+    CanvasStepOpt,
+    ChunkSizeOpt,
+    ConstrainedOpt,
+    DatabaseOpt,
+    DrawsOpt,
+    EndpointOpt,
+    LayoutOpt,
+    MaxDrawsOpt,
+    ModelOpt,
+    ModeOpt,
+    PolicyOpt,
+    SeedOpt,
+    StepsOpt,
+    ThresholdOpt,
+    TokenizerOpt,
+    base_read_settings,
+    cli_errors,
+    database_url,
+    err_console,
+    read_overrides,
+)
+from app.config import get_settings
+from app.errors import ConfigError
+
+__all__ = ["serve"]
+
+_API = "API"
+_MB = 1024 * 1024
+
+
+class Executor(StrEnum):
+    AUTO = "auto"
+    LOCAL = "local"
+    QUEUE = "queue"
+
+
+def _executor(choice: Executor, db_url: str) -> str:
+    if choice is Executor.AUTO:
+        return "local" if db_url.startswith("sqlite") else "queue"
+    return choice.value
+
+
+@app.command("serve")
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface (DREADS_API_HOST, 127.0.0.1).",
+                                             rich_help_panel=_API)] = None,
+    port: Annotated[int | None, typer.Option(help="Port (DREADS_API_PORT, 8000).",
+                                             rich_help_panel=_API)] = None,
+    upstream: Annotated[str | None, typer.Option(
+        "--upstream", help="vLLM base URL, or 'sim' for a simulator in this process "
+        "(DREADS_UPSTREAM).")] = None,
+    sim_key: Annotated[str | None, typer.Option(
+        "--sim-key", help="With --upstream sim: the simulator's answer key (JSONL).")] = None,
+    executor: Annotated[Executor, typer.Option(
+        help="Who runs submitted runs: local (this process), queue (Celery workers), auto: "
+        "local for SQLite, queue otherwise (DREADS_API_EXECUTOR).", rich_help_panel=_API)]
+    = Executor.AUTO,
+    record: Annotated[str | None, typer.Option(
+        "--record", help="Record every /v1/systemone answer into this run "
+        "(DREADS_API_RECORD_RUN).", rich_help_panel=_API)] = None,
+    max_concurrent: Annotated[int | None, typer.Option(
+        min=1, help="/v1/systemone requests answered at once; more get 529 "
+        "(DREADS_API_MAX_CONCURRENT, 256).", rich_help_panel=_API)] = None,
+    wait: Annotated[float, typer.Option(
+        min=0.0, help="Seconds to wait for the upstream's model list when --model is not set.")]
+    = 300.0,
+    model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
+    canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
+    policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
+    max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
+    endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    database: DatabaseOpt = None, broker: BrokerOpt = None, chunk_size: ChunkSizeOpt = None,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Serve the HTTP API: runs over HTTP and Jev's POST /v1/systemone (docs at /docs).
+
+    Set DREADS_API_KEY to require 'Authorization: Bearer <key>' on every /v1 route.
+    """
+    import uvicorn
+
+    from app.api import ServeConfig, create_app
+    from app.cli.upstream import wait_served_settings
+
+    env = get_settings()
+    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
+                               canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
+                               draws=draws, threshold=threshold, max_draws=max_draws,
+                               steps=steps, constrained=constrained, endpoint=endpoint,
+                               seed=seed)
+    db_url = database_url(database)
+    with cli_errors():
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
+        url = upstream or env.upstream
+        if choice.engine == "transformers":
+            url = choice.model_path or overrides.get("model") or env.model
+        settings = base_read_settings(overrides, engine=choice.engine)
+        if url != "sim":
+            settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, wait))
+        elif "tokenizer" not in overrides:
+            settings = base_read_settings(overrides, engine=choice.engine, upstream="sim")
+        if env.api_executor not in {e.value for e in Executor}:
+            raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
+                              f"{env.api_executor!r}")
+        chosen = executor if executor is not Executor.AUTO else Executor(env.api_executor)
+        config = ServeConfig(
+            upstream=url, settings=settings, database_url=db_url,
+            executor=_executor(chosen, db_url), broker_url=broker or env.broker_url,
+            engine=choice, api_key=env.api_key, record_run=record or env.api_record_run,
+            max_body_bytes=int(env.api_max_body_mb * _MB),
+            max_upload_bytes=int(env.api_max_upload_mb * _MB),
+            max_concurrent=max_concurrent or env.api_max_concurrent,
+            chunk_size=chunk_size or env.chunk_size, sim_key=sim_key)
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    where = f"http://{host or env.api_host}:{port or env.api_port}"
+    err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "
+                      f"store {db_url.split('://')[0]}); docs at {where}/docs"
+                      + ("" if config.api_key else "; no API key set (DREADS_API_KEY)"),
+                      highlight=False)
+    uvicorn.run(create_app(config), host=host or env.api_host, port=port or env.api_port,
+                log_level=log_level.lower(), lifespan="on")
