@@ -14,6 +14,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.tiny_model",
     "tests.fixtures.sim",
     "tests.fixtures.runs_cli",
+    "tests.fixtures.api",
 ]
 
 

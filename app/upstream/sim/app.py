@@ -164,6 +164,8 @@ class SimApp:
         if self.options.record_bodies:
             self.bodies.append(raw)
         body, spec = self._validated(raw, chat=chat)
+        pairs, prompt_ids = self._prompt(body, chat=chat)
+        self._check_context(len(prompt_ids), spec.width)
         fault = self.faults.draw(raw)
         if fault == "fail":
             raise _Reply(500, error_body("dreads sim: injected internal server error", None, 500))
@@ -173,7 +175,29 @@ class SimApp:
         await self.batch.admit()
         self.counters["reads"] += 1
         rows = await self.engine_rows(body, spec, chat=chat) if self.engine_rows else None
-        return 200, self._answer(body, spec, chat=chat, fault=fault, rows=rows)
+        return 200, self._answer(body, spec, pairs, prompt_ids, chat=chat, fault=fault,
+                                 rows=rows)
+
+    def _prompt(self, body: dict[str, Any], *, chat: bool
+                ) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...]]:
+        """(role, text) pairs and prompt ids of a read."""
+        if chat:
+            pairs = _message_pairs(body["messages"])
+            return pairs, tuple(self.tokenizer.prompt_ids(pairs))
+        prompt = body["prompt"]
+        prompt_ids = tuple(prompt) if isinstance(prompt, list) else ()
+        return tuple((m["role"], m["content"])
+                     for m in self.tokenizer.messages_from_prompt(prompt_ids)), prompt_ids
+
+    def _check_context(self, n_prompt: int, width: int) -> None:
+        """vLLM refuses a prompt that, with the canvas, does not fit in max_model_len."""
+        limit = self.options.max_model_len
+        if n_prompt + width > limit:
+            self.counters["rejected"] += 1
+            raise _Reply(400, error_body(
+                f"This model's maximum context length is {limit} tokens. However, your request "
+                f"has {n_prompt} input tokens and a canvas of {width}. Please reduce the "
+                "length of the input messages.", "input_tokens"))
 
     def _validated(self, raw: bytes, *, chat: bool) -> tuple[dict[str, Any], ReadSpec]:
         try:
@@ -195,16 +219,10 @@ class SimApp:
             raise
         return body, spec
 
-    def _answer(self, body: dict[str, Any], spec: ReadSpec, *, chat: bool,
-                fault: str | None, rows: list[Row] | None = None) -> dict[str, Any]:
-        messages = _message_pairs(body["messages"]) if chat else None
-        if messages is None:
-            prompt = body["prompt"]
-            prompt_ids = tuple(prompt) if isinstance(prompt, list) else ()
-            pairs = tuple((m["role"], m["content"])
-                          for m in self.tokenizer.messages_from_prompt(prompt_ids))
-        else:
-            pairs, prompt_ids = messages, self.tokenizer.prompt_ids(messages)
+    def _answer(self, body: dict[str, Any], spec: ReadSpec,
+                pairs: tuple[tuple[str, str], ...], prompt_ids: tuple[int, ...], *,
+                chat: bool, fault: str | None, rows: list[Row] | None = None
+                ) -> dict[str, Any]:
         parsed = _prompt_parts(pairs)
         known = set(parsed[1]) if parsed is not None else None
         slot_ids = find_slots(self.tokenizer, spec.canvas, spec.rows, spec.pinned, known)

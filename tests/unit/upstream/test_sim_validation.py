@@ -108,3 +108,15 @@ async def test_rejections_are_counted(asgi_client: AsgiClient, body: dict[str, A
     stats = (await client.get("/sim/stats")).json()
     assert stats["rejected"] == 1
     assert stats["reads"] == 0
+
+
+async def test_a_prompt_past_max_model_len_is_refused_as_vllm_does(
+        asgi_client: AsgiClient, body: dict[str, Any]) -> None:
+    client = asgi_client(max_model_len=400)
+    body["messages"][-1]["content"] += " word" * 500
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "input_tokens"
+    assert error["message"].startswith("This model's maximum context length is 400 tokens.")
+    assert (await client.get("/sim/stats")).json()["reads"] == 0
