@@ -20,7 +20,7 @@ from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
 from app.api.state import ApiState
 from app.decide import Decided, answer_decision
 from app.engine import Decision
-from app.errors import DreadsError, InputError, StoreError
+from app.errors import DreadsError, InputError, RunSettingsMismatch, StoreError
 from app.store.queue import utcnow
 
 __all__ = ["router"]
@@ -93,6 +93,16 @@ async def _answer(api: ApiState, decision: Decision) -> Decided:
         raise_for(exc)
 
 
+async def _check_record(api: ApiState, run: str, key: str | None) -> None:
+    """Before any read: the run takes this server's answers and the id is new (else 409)."""
+    try:
+        await asyncio.to_thread(api.recorder.check, run, key)
+    except (InputError, RunSettingsMismatch) as exc:
+        raise api_error(409, "conflict_error", exc.message) from exc
+    except DreadsError as exc:
+        raise_for(exc)
+
+
 async def _record(api: ApiState, run: str, decision: Decision, decided: Decided,
                   started: Any, latency_ms: float) -> dict[str, Any]:
     try:
@@ -113,11 +123,7 @@ async def system_one(body: SystemOneIn, request: Request, api: Api) -> dict[str,
         decision = _decision(request, body)
         run = body.dreads.run if body.dreads else api.config.record_run
         if run:
-            try:
-                await asyncio.to_thread(api.recorder.check, run,
-                                        body.dreads.id if body.dreads else None)
-            except DreadsError as exc:
-                raise_for(exc)
+            await _check_record(api, run, body.dreads.id if body.dreads else None)
         started, t0 = utcnow(), time.perf_counter()
         decided = await _answer(api, decision)
         latency_ms = (time.perf_counter() - t0) * 1000.0

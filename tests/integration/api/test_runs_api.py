@@ -1,0 +1,226 @@
+"""Runs over HTTP: ``POST /v1/runs`` then status, results, resume and cancel, against the
+simulator, with the server's own executor (SQLite) and with Celery workers (PostgreSQL +
+Redis). Results must be exactly what ``dreads export`` writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from tests.fixtures.api import ServeProcess
+from tests.fixtures.services import ROOT, VENV_BIN, RedisServer, WorkerProcess, wait_until
+
+SMALL = ROOT / "examples" / "small.jsonl"
+KEY = ROOT / "examples" / "small.key.jsonl"
+CONTRACTS = ROOT / "examples" / "contracts.jsonl"
+NDJSON = {"content-type": "application/x-ndjson"}
+
+
+def submit(server: ServeProcess, data: bytes, **params: Any) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/runs", params=params, content=data, headers=NDJSON,
+                      timeout=60.0)
+
+
+def status(server: ServeProcess, run: str) -> dict[str, Any]:
+    response = httpx.get(f"{server.url}/v1/runs/{run}", timeout=10.0)
+    response.raise_for_status()
+    return dict(response.json())
+
+
+def wait_finished(server: ServeProcess, run: str, timeout_s: float = 90.0) -> dict[str, Any]:
+    wait_until(lambda: status(server, run)["remaining"] == 0, timeout_s=timeout_s,
+               what=f"run {run} to finish", interval_s=0.3)
+    return status(server, run)
+
+
+def results(server: ServeProcess, run: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{server.url}/v1/runs/{run}/results", timeout=30.0)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
+def cli_json(*args: str) -> Any:
+    out = subprocess.run([str(VENV_BIN / "dreads"), *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return out.stdout
+
+
+def database_of(server: ServeProcess) -> str:
+    return server.args[server.args.index("--database-url") + 1]
+
+
+@pytest.fixture(scope="module")
+def local(module_serve_factory: Callable[..., ServeProcess]) -> ServeProcess:
+    """The server runs the runs itself, on SQLite, against a simulator with the answer key."""
+    return module_serve_factory("--upstream", "sim", "--sim-key", str(KEY))
+
+
+def test_a_submitted_file_round_trips_to_the_same_results_as_dreads_export(
+        local: ServeProcess) -> None:
+    data = SMALL.read_bytes() + b'{"id": "broken", "state": "x"}\nnot json\n'
+    response = submit(local, data, run="small")
+    assert response.status_code == 201
+    report = response.json()
+    assert (report["created"], report["valid"], report["inserted"]) == (True, 5, 5)
+    assert [(p["line"], p["reason"]) for p in report["bad_lines"]] == [
+        (6, "decision 'broken': 'questions' must be a non-empty object {question id: spec}"),
+        (7, report["bad_lines"][1]["reason"])]
+    assert report["bad_lines"][1]["reason"].startswith("not valid JSON")
+    assert report["execution"] == {"executor": "local", "running": True}
+    assert report["links"]["results"] == "/v1/runs/small/results"
+    finished = wait_finished(local, "small")
+    assert finished["counts"] == {"done": 5}
+    lines = results(local, "small")
+    assert [r["status"] for r in lines] == ["done"] * 5
+    assert all(a["answered"] for r in lines for a in r["answers"].values())
+    exported = cli_json("export", "small", "--database-url", database_of(local))
+    assert lines == [json.loads(line) for line in exported.splitlines()]
+
+
+def test_status_is_what_dreads_status_json_says(local: ServeProcess) -> None:
+    submit(local, SMALL.read_bytes(), run="status-check")
+    over_http = wait_finished(local, "status-check")
+    from_cli = json.loads(cli_json("status", "status-check", "--json",
+                                   "--database-url", database_of(local)))
+    volatile = {"rate_per_s", "eta_s", "finished_last_1m", "finished_last_5m"}
+    assert {k: v for k, v in over_http.items() if k not in volatile | {"execution", "links"}} \
+        == {k: v for k, v in from_cli.items() if k not in volatile}
+    assert over_http["execution"] == {"executor": "local", "running": False, "error": None}
+
+
+def test_a_multipart_upload_is_a_run_too(local: ServeProcess) -> None:
+    with SMALL.open("rb") as handle:
+        response = httpx.post(f"{local.url}/v1/runs", params={"run": "uploaded",
+                                                              "policy": "fixed", "draws": 2},
+                              files={"file": ("small.jsonl", handle)}, timeout=60.0)
+    assert response.status_code == 201, response.text
+    assert response.json()["valid"] == 5
+    wait_finished(local, "uploaded")
+    assert {a["draws"] for r in results(local, "uploaded") for a in r["answers"].values()} == {2}
+    listed = httpx.get(f"{local.url}/v1/runs").json()["runs"]
+    run = next(r for r in listed if r["name"] == "uploaded")
+    assert run["settings"]["policy"] == "fixed" and run["settings"]["fixed_draws"] == 2
+    assert run["counts"] == {"done": 5}
+
+
+def test_more_lines_for_a_run_need_its_own_settings(local: ServeProcess) -> None:
+    assert submit(local, SMALL.read_bytes(), run="settled").status_code == 201
+    again = submit(local, SMALL.read_bytes(), run="settled", max_draws=2)
+    assert again.status_code == 409
+    detail = again.json()["detail"]
+    assert detail["error_type"] == "conflict_error"
+    assert "max_draws: 4 -> 2" in detail["message"]
+    same = submit(local, SMALL.read_bytes(), run="settled")
+    assert same.status_code == 200
+    assert (same.json()["inserted"], same.json()["already_present"]) == (0, 5)
+
+
+def test_strict_refuses_the_whole_file_and_writes_nothing(local: ServeProcess) -> None:
+    response = submit(local, SMALL.read_bytes() + b"{}\n", run="strict", strict="true")
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert detail["report"]["refused"] is True
+    assert detail["report"]["bad_lines"][0]["line"] == 6
+    assert httpx.get(f"{local.url}/v1/runs/strict").status_code == 404
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/runs/nope"), ("GET", "/v1/runs/nope/results"),
+    ("POST", "/v1/runs/nope/resume"), ("POST", "/v1/runs/nope/cancel")])
+def test_an_unknown_run_is_404_saying_where_runs_are_listed(
+        local: ServeProcess, method: str, path: str) -> None:
+    response = httpx.request(method, f"{local.url}{path}")
+    assert response.status_code == 404
+    assert response.json()["detail"] == {
+        "error_type": "not_found_error", "message": "no run named 'nope'; GET /v1/runs lists them"}
+
+
+def test_a_body_that_is_not_json_lines_is_refused_with_what_to_send(local: ServeProcess) -> None:
+    response = httpx.post(f"{local.url}/v1/runs", params={"run": "x"}, content=b"<xml/>",
+                          headers={"content-type": "application/xml"})
+    assert response.status_code == 415
+    assert "application/x-ndjson" in response.json()["detail"]["message"]
+    latin = submit(local, '{"id": "caf\u00e9"}\n'.encode("latin-1"), run="latin")
+    assert latin.status_code == 400
+    assert "not UTF-8" in latin.json()["detail"]["message"]
+
+
+# -- durability: a killed server, then resume ------------------------------------------------
+@pytest.fixture
+def slow_sim() -> Iterator[SimHandle]:
+    handle = start_sim_thread(SimOptions(step_ms=150, max_batch=8))
+    yield handle
+    handle.stop()
+
+
+def test_a_killed_server_loses_nothing_and_resume_finishes_the_run(
+        serve_factory: Callable[..., ServeProcess], slow_sim: SimHandle, tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'durable.db'}"
+    data = b"".join(CONTRACTS.read_bytes().splitlines(keepends=True)[:80])
+    first = serve_factory("--upstream", slow_sim.url, "--database-url", database)
+    assert submit(first, data, run="durable").status_code == 201
+    wait_until(lambda: 0 < status(first, "durable")["counts"].get("done", 0) < 60,
+               timeout_s=60, what="a run part done", interval_s=0.1)
+    first.kill()
+    second = serve_factory("--upstream", slow_sim.url, "--database-url", database)
+    left = status(second, "durable")
+    assert left["remaining"] > 0 and left["execution"]["running"] is False
+    assert left["counts"].get("leased", 0) > 0  # held by the killed server
+    resumed = httpx.post(f"{second.url}/v1/runs/durable/resume", timeout=30.0)
+    assert resumed.status_code == 200
+    assert resumed.json()["execution"]["reclaimed_leases"] == left["counts"].get("leased", 0)
+    finished = wait_finished(second, "durable", timeout_s=120)
+    assert finished["counts"] == {"done": 80}
+    lines = results(second, "durable")
+    assert len({r["id"] for r in lines}) == 80
+    assert all(a["answered"] for r in lines for a in r["answers"].values())
+
+
+def test_cancel_stops_a_run_and_resume_then_refuses_it(
+        serve_factory: Callable[..., ServeProcess], slow_sim: SimHandle) -> None:
+    server = serve_factory("--upstream", slow_sim.url)
+    assert submit(server, CONTRACTS.read_bytes(), run="big").status_code == 201
+    cancelled = httpx.post(f"{server.url}/v1/runs/big/cancel", timeout=30.0)
+    assert cancelled.status_code == 200 and cancelled.json()["cancelled"] > 900
+    wait_until(lambda: not status(server, "big")["execution"]["running"], timeout_s=60,
+               what="the executor to let the cancelled run go")
+    after = status(server, "big")
+    assert after["status"] == "cancelled"
+    assert after["counts"]["cancelled"] == cancelled.json()["cancelled"]
+    again = httpx.post(f"{server.url}/v1/runs/big/resume", timeout=30.0)
+    assert again.status_code == 409
+    assert "was cancelled" in again.json()["detail"]["message"]
+
+
+# -- the queue executor: PostgreSQL, Redis and a real worker ----------------------------------
+def test_runs_over_http_are_executed_by_celery_workers(
+        serve_factory: Callable[..., ServeProcess], pg_url: str, redis_server: RedisServer,
+        worker_factory: Callable[..., WorkerProcess]) -> None:
+    sim = start_sim_thread(SimOptions(key_path=str(KEY)))
+    try:
+        env = {"DREADS_BROKER_URL": redis_server.url, "DREADS_DATABASE_URL": pg_url}
+        server = serve_factory("--upstream", sim.url, "--database-url", pg_url, env=env)
+        assert httpx.get(f"{server.url}/health").json()["executor"] == "queue"
+        response = submit(server, SMALL.read_bytes(), run="queued")
+        assert response.status_code == 201
+        execution = response.json()["execution"]
+        assert (execution["executor"], execution["published"]) == ("queue", 5)
+        time.sleep(0.5)
+        assert status(server, "queued")["counts"] == {"queued": 5}
+        worker_factory({**env, "DREADS_UPSTREAM": sim.url}, concurrency=1)
+        wait_finished(server, "queued", timeout_s=120)
+        lines = results(server, "queued")
+        assert [r["status"] for r in lines] == ["done"] * 5
+        resumed = httpx.post(f"{server.url}/v1/runs/queued/resume", timeout=30.0).json()
+        assert resumed["execution"]["sweep"]["published"] == 0
+    finally:
+        sim.stop()
