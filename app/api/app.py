@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import ORJSONResponse
 
 from app.api import runs, systemone
 from app.api.config import ServeConfig
@@ -36,8 +35,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             yield
 
     app = FastAPI(title="dreads", summary="Diffusion reads over HTTP: runs, and Jev's "
-                  "/v1/systemone on a self-hosted model.", lifespan=lifespan,
-                  default_response_class=ORJSONResponse)
+                  "/v1/systemone on a self-hosted model.", lifespan=lifespan)
     app.include_router(systemone.router)
     app.include_router(runs.router)
     app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,

@@ -51,6 +51,26 @@ class Executor(StrEnum):
     QUEUE = "queue"
 
 
+def check_exposure(host: str, api_key: str | None, *, insecure: bool) -> None:
+    """Refuse an open API beyond this machine, and a placeholder key (unless ``insecure``).
+
+    Raises:
+        ConfigError: what to set instead.
+    """
+    from app.flower_config import PLACEHOLDER_PASSWORDS, is_loopback
+
+    if insecure:
+        return
+    if not api_key and not is_loopback(host):
+        raise ConfigError(
+            f"dreads serve on {host} needs DREADS_API_KEY: anyone who reaches it could submit "
+            "runs and spend the GPU. Set DREADS_API_KEY to a long random string, or pass "
+            "--insecure on a trusted network")
+    if api_key and api_key.strip().lower() in PLACEHOLDER_PASSWORDS:
+        raise ConfigError(f"DREADS_API_KEY is a placeholder ({api_key!r}); set a long random "
+                          "key (python3 -c \"import secrets; print(secrets.token_urlsafe(32))\")")
+
+
 def _executor(choice: Executor, db_url: str) -> str:
     if choice is Executor.AUTO:
         return "local" if db_url.startswith("sqlite") else "queue"
@@ -78,6 +98,9 @@ def serve(
     max_concurrent: Annotated[int | None, typer.Option(
         min=1, help="/v1/systemone requests answered at once; more get 529 "
         "(DREADS_API_MAX_CONCURRENT, 256).", rich_help_panel=_API)] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Allow no DREADS_API_KEY on a non-loopback host, or a placeholder "
+        "key.", rich_help_panel=_API)] = False,
     wait: Annotated[float, typer.Option(
         min=0.0, help="Seconds to wait for the upstream's model list when --model is not set.")]
     = 300.0,
@@ -107,6 +130,7 @@ def serve(
                                seed=seed)
     db_url = database_url(database)
     with cli_errors():
+        check_exposure(host or env.api_host, env.api_key, insecure=insecure)
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
         url = upstream or env.upstream
         if choice.engine == "transformers":
@@ -133,6 +157,6 @@ def serve(
     err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "
                       f"store {db_url.split('://')[0]}); docs at {where}/docs"
                       + ("" if config.api_key else "; no API key set (DREADS_API_KEY)"),
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     uvicorn.run(create_app(config), host=host or env.api_host, port=port or env.api_port,
                 log_level=log_level.lower(), lifespan="on")

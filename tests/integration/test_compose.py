@@ -78,7 +78,7 @@ def _env_with(tmp_path: Path, **changes: str | None) -> Path:
 
 def test_default_stack_is_the_gpu_pod() -> None:
     services = _services(ENV_EXAMPLE)
-    assert set(services) == {"redis", "postgres", "migrate", "vllm", "worker", "flower"}
+    assert set(services) == {"redis", "postgres", "migrate", "vllm", "worker", "api", "flower"}
     vllm = services["vllm"]
     device = vllm["deploy"]["resources"]["reservations"]["devices"][0]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
@@ -115,7 +115,8 @@ def test_migrate_runs_once_after_postgres_is_healthy() -> None:
 
 def test_sim_profile_replaces_vllm() -> None:
     services = _services(ENV_EXAMPLE, "--profile", "sim")
-    assert "vllm" not in services and "worker" not in services
+    assert "vllm" not in services and "worker" not in services and "api" not in services
+    assert services["api-sim"]["environment"]["DREADS_UPSTREAM"] == "http://sim:8001"
     sim = services["sim"]
     assert sim["command"][:2] == ["dreads", "sim"]
     assert sim["command"][sim["command"].index("--port") + 1] == "8001"
@@ -153,3 +154,16 @@ def test_every_compose_variable_is_in_env_example() -> None:
     used = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", COMPOSE_FILE.read_text()))
     listed = set(re.findall(r"^#? ?([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.MULTILINE))
     assert used - listed == set(), "document these in .env.example"
+
+
+def test_the_api_publishes_runs_to_the_workers_and_requires_a_key(tmp_path: Path) -> None:
+    api = _services(ENV_EXAMPLE)["api"]
+    assert api["command"][:2] == ["dreads", "serve"]
+    assert api["command"][api["command"].index("--executor") + 1] == "queue"
+    assert api["environment"]["DREADS_UPSTREAM"] == "http://vllm:8001"
+    assert api["environment"]["DREADS_API_KEY"] == "changethis"
+    assert any(p["target"] == 8000 and p["host_ip"] == "127.0.0.1" for p in api["ports"])
+    assert "/health" in " ".join(api["healthcheck"]["test"])
+    out = _config(_env_with(tmp_path, DREADS_API_KEY=None))
+    assert out.returncode != 0
+    assert "DREADS_API_KEY" in out.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from backports.zstd import compress as zstd_compress
 
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
-from tests.fixtures.services import free_port
+from tests.fixtures.services import ROOT, VENV_BIN, free_port
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -236,3 +237,11 @@ def test_an_unreachable_upstream_gives_503(serve_factory: Callable[..., ServePro
     assert response.status_code == 503
     assert response.headers["retry-after"] == "2"
     assert dead in detail(response)["message"]
+
+
+def test_serve_refuses_an_open_api_beyond_loopback_before_opening_anything() -> None:
+    out = subprocess.run([str(VENV_BIN / "dreads"), "serve", "--host", "0.0.0.0",
+                          "--upstream", "sim"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+    assert out.returncode == 1
+    assert "needs DREADS_API_KEY" in out.stderr
