@@ -12,13 +12,25 @@ from app.api.schemas import BoxIn, ChoiceIn, NoulIn, QuestionIn, ScoreIn, System
 from app.engine import Answer, Decision, DrawRecord, QuestionType, parse_decision, parse_question
 from app.errors import InputError
 
-__all__ = ["ALIASES", "MAX_CHOICES", "MAX_SCORE_LEVELS", "Unaskable", "answers_of", "diagnostics",
-           "input_tokens", "jev_answer", "question_spec", "to_decision"]
+__all__ = [
+    "ALIASES",
+    "MAX_CHOICES",
+    "MAX_QUESTIONS",
+    "MAX_SCORE_LEVELS",
+    "Unaskable",
+    "answers_of",
+    "diagnostics",
+    "input_tokens",
+    "jev_answer",
+    "question_spec",
+    "to_decision",
+]
 
 #: Model names Jev clients send that mean "the served model".
 ALIASES = ("jev-latest", "jev-preview")
 MAX_SCORE_LEVELS = 10  #: Jev's limit
 MAX_CHOICES = 26  #: dreads' canvas labels A..Z
+MAX_QUESTIONS = 256  #: per request: more is a run (POST /v1/runs)
 
 
 class Unaskable(InputError):
@@ -51,6 +63,9 @@ def to_decision(request_id: str, body: SystemOneIn) -> Decision:
     Raises:
         Unaskable: a question dreads cannot ask; the message names it and says why.
     """
+    if len(body.questions) > MAX_QUESTIONS:
+        raise Unaskable(f"Too many questions. Must have at most {MAX_QUESTIONS} questions per "
+                        "request; split them, or submit them as a run (POST /v1/runs).")
     if body.assets:
         raise Unaskable("assets (images) are not supported: this server's model reads text. "
                         "Send the content as text or JSON in 'state'.")

@@ -66,6 +66,7 @@ class ApiState:
     limiter: Limiter
     started: date
     _fingerprint: ServerFingerprint | None = None
+    _asking: asyncio.Task[ServerFingerprint | None] | None = None
 
     @property
     def model(self) -> str:
@@ -81,6 +82,13 @@ class ApiState:
                 log.info("upstream fingerprint not available yet: %s", exc)
                 return None
             self.recorder.fingerprint = fingerprint_dict(self._fingerprint)
+        return self._fingerprint
+
+    def known_fingerprint(self) -> ServerFingerprint | None:
+        """The fingerprint if known now; else one question is sent in the background (for
+        ``/health``, which must answer at once even when the upstream hangs)."""
+        if self._fingerprint is None and (self._asking is None or self._asking.done()):
+            self._asking = asyncio.create_task(self.fingerprint())
         return self._fingerprint
 
 

@@ -157,10 +157,14 @@ def test_no_key_is_403_and_a_wrong_key_is_401(guarded: ServeProcess) -> None:
         assert httpx.get(f"{guarded.url}{path}", headers=AUTH).status_code == 200
 
 
-def test_health_needs_no_key(guarded: ServeProcess) -> None:
+def test_health_and_the_api_docs_need_no_key(guarded: ServeProcess) -> None:
     response = httpx.get(f"{guarded.url}/health")
     assert response.status_code == 200
     assert response.json()["simulator"] is True
+    spec = httpx.get(f"{guarded.url}/openapi.json").json()
+    assert {"/v1/systemone", "/v1/models", "/v1/runs", "/v1/runs/{run}/results"} <= set(
+        spec["paths"])
+    assert httpx.get(f"{guarded.url}/docs").status_code == 200
 
 
 # -- 413 / 415 and encodings ----------------------------------------------------------------------

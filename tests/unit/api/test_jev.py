@@ -61,6 +61,8 @@ def test_the_record_extension_names_the_decision_cell_and_expected_answers() -> 
     ({"c": {"type": "choice", "criteria": {str(i): None for i in range(27)}}}, {},
      "Too many choices."),
     ({"a:b": {"type": "noul", "instructions": "x"}}, {}, "contains ':'"),
+    ({f"q{i}": {"type": "noul", "instructions": "x"} for i in range(257)}, {},
+     "Too many questions. Must have at most 256 questions per request"),
     ({"q": {"type": "noul", "instructions": "x"}}, {"assets": {"i": {}}}, "assets (images)"),
     ({"q": {"type": "noul", "instructions": "x"}},
      {"dreads": {"run": "r", "expected": {"q": "maybe"}}}, "expected value 'maybe'"),
