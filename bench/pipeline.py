@@ -36,7 +36,8 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.engine import DecisionFlow, ReadSettings, parse_decision, plan_decision  # noqa: E402
+from app.decide import answer_decision  # noqa: E402
+from app.engine import Decision, ReadSettings, parse_decision  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -116,15 +117,9 @@ def plain_rate(sim_url: str, n: int, in_flight: int) -> float:
     settings = ReadSettings()
     decisions = [parse_decision(orjson.loads(line)) for _, line in job_lines(n)]
 
-    async def one(upstream: VllmUpstream, sem: asyncio.Semaphore, decision: object) -> None:
+    async def one(upstream: VllmUpstream, sem: asyncio.Semaphore, decision: Decision) -> None:
         async with sem:
-            plan = plan_decision(decision, settings, tokenizer)  # type: ignore[arg-type]
-            flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
-            while not flow.done:
-                requests = flow.next_requests()
-                results = await asyncio.gather(*(upstream.read(r) for r in requests))
-                for request, result in zip(requests, results, strict=True):
-                    flow.record(request, result)
+            await answer_decision(decision, settings, tokenizer, upstream)
 
     async def main() -> float:
         upstream = VllmUpstream(sim_url, model=settings.model,

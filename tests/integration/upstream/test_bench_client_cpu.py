@@ -3,20 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "client_cpu.py"
+from tests.fixtures.bench import load_bench
 
 
 def test_bench_measures_both_clients_against_a_sim_subprocess() -> None:
-    spec = importlib.util.spec_from_file_location("client_cpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["client_cpu"] = module
-    spec.loader.exec_module(module)
-    figures = module.run(40, [1, 8], ["aiohttp", "httpx"])
+    figures = load_bench("client_cpu").run(40, [1, 8], ["aiohttp", "httpx"])
     assert [(f.client.split()[0], f.in_flight) for f in figures] == [
         ("VllmUpstream", 1), ("VllmUpstream", 8), ("httpx", 1), ("httpx", 8)]
     assert all(f.reads == 40 and f.cpu_ms_per_read > 0 and f.reads_per_s > 0 for f in figures)
