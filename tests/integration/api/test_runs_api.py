@@ -185,6 +185,25 @@ def test_a_killed_server_loses_nothing_and_resume_finishes_the_run(
     assert all(a["answered"] for r in lines for a in r["answers"].values())
 
 
+def test_a_stopped_server_hands_its_leases_back_before_it_exits(
+        serve_factory: Callable[..., ServeProcess], slow_sim: SimHandle, tmp_path: Path) -> None:
+    """SIGTERM: uvicorn's shutdown cancels the run's task and puts its leases back to pending
+    (a ``cancelled`` attempt each), so the next server has nothing to reclaim."""
+    database = f"sqlite:///{tmp_path / 'graceful.db'}"
+    data = b"".join(CONTRACTS.read_bytes().splitlines(keepends=True)[:80])
+    first = serve_factory("--upstream", slow_sim.url, "--database-url", database)
+    assert submit(first, data, run="graceful").status_code == 201
+    wait_until(lambda: status(first, "graceful")["counts"].get("leased", 0) > 0, timeout_s=60,
+               what="leased decisions", interval_s=0.1)
+    assert first.terminate(timeout_s=60) in (0, -15)  # uvicorn re-raises SIGTERM after shutdown
+    second = serve_factory("--upstream", slow_sim.url, "--database-url", database)
+    left = status(second, "graceful")
+    assert left["counts"].get("leased", 0) == 0 and left["remaining"] > 0
+    resumed = httpx.post(f"{second.url}/v1/runs/graceful/resume", timeout=30.0).json()
+    assert resumed["execution"]["reclaimed_leases"] == 0
+    assert wait_finished(second, "graceful", timeout_s=120)["counts"] == {"done": 80}
+
+
 def test_cancel_stops_a_run_and_resume_then_refuses_it(
         serve_factory: Callable[..., ServeProcess], slow_sim: SimHandle) -> None:
     server = serve_factory("--upstream", slow_sim.url)
