@@ -172,9 +172,15 @@ class Stack:
                    f"({self.counts()})", interval_s=0.5)
         return self.counts()
 
-    def wait_done_at_least(self, n: int, timeout_s: float) -> None:
-        wait_until(lambda: self.done() >= n, timeout_s=timeout_s,
-                   what=f"{n} decisions done", interval_s=0.2)
+    def wait_done_at_least(self, n: int, timeout_s: float, *, leased: bool = False) -> None:
+        """Wait for ``n`` decisions done (and, with ``leased``, some held right now: a worker
+        between two chunks holds none, and a kill then would leave nothing to recover)."""
+        def ok() -> bool:
+            counts = self.counts()
+            return counts.get("done", 0) >= n and (not leased or counts.get("leased", 0) > 0)
+
+        wait_until(ok, timeout_s=timeout_s, interval_s=0.05 if leased else 0.2,
+                   what=f"{n} decisions done" + (" with leases held" if leased else ""))
 
 
 def _rows(n: int) -> Iterator[DecisionRow]:

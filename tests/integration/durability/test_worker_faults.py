@@ -26,7 +26,7 @@ def test_worker_sigkill_mid_run_then_a_new_worker_finishes(
         stack: Stack, worker_factory: StartWorker) -> None:
     stack.submit()
     first = worker_factory(stack.env())
-    stack.wait_done_at_least(N_DECISIONS // 4, timeout_s=120)
+    stack.wait_done_at_least(N_DECISIONS // 4, timeout_s=120, leased=True)
     first.kill()
     assert stack.counts().get("leased", 0) > 0, "the kill should leave leases behind"
     worker_factory(stack.env())
@@ -77,7 +77,7 @@ def test_warm_shutdown_mid_run_loses_nothing(stack: Stack,
     The worker is started with plain ``celery -A workers.celery_app worker``."""
     stack.submit()
     first = worker_factory(stack.env(), celery=True)
-    stack.wait_done_at_least(N_DECISIONS // 4, timeout_s=120)
+    stack.wait_done_at_least(N_DECISIONS // 4, timeout_s=120, leased=True)
     assert first.terminate(timeout_s=60) == 0, first.log_text()[-3000:]
     counts = stack.counts()
     assert counts.get("leased", 0) == 0, f"warm shutdown left leases: {counts}"
