@@ -168,8 +168,12 @@ def test_a_killed_server_loses_nothing_and_resume_finishes_the_run(
     data = b"".join(CONTRACTS.read_bytes().splitlines(keepends=True)[:80])
     first = serve_factory("--upstream", slow_sim.url, "--database-url", database)
     assert submit(first, data, run="durable").status_code == 201
-    wait_until(lambda: 0 < status(first, "durable")["counts"].get("done", 0) < 60,
-               timeout_s=60, what="a run part done", interval_s=0.1)
+    def part_done_and_leased() -> bool:
+        counts = status(first, "durable")["counts"]
+        return 0 < counts.get("done", 0) < 60 and counts.get("leased", 0) > 0
+
+    wait_until(part_done_and_leased, timeout_s=60, what="a run part done, leases held",
+               interval_s=0.05)
     first.kill()
     second = serve_factory("--upstream", slow_sim.url, "--database-url", database)
     left = status(second, "durable")
