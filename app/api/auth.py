@@ -1,5 +1,8 @@
 """Bearer-key authentication of the ``/v1`` routes (``DREADS_API_KEY``; off when unset).
 
+Async, like every dependency here: FastAPI runs a plain ``def`` dependency in a worker
+thread, a hop per request that costs more than the check.
+
 As Jev answers: no ``Authorization`` header is 403 ``permission_error``; a wrong key is 401
 ``authentication_error``.
 """
@@ -19,7 +22,7 @@ __all__ = ["require_key"]
 _bearer = HTTPBearer(auto_error=False, description="DREADS_API_KEY, when the server sets one.")
 
 
-def require_key(request: Request, credentials: Annotated[
+async def require_key(request: Request, credentials: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     expected: str | None = request.app.state.api.config.api_key
     if not expected:

@@ -39,7 +39,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def get_api(request: Request) -> ApiState:
+async def get_api(request: Request) -> ApiState:
     state: ApiState = request.app.state.api
     return state
 
