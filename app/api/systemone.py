@@ -53,6 +53,7 @@ async def health(api: Api) -> dict[str, Any]:
     fingerprint = api.known_fingerprint()
     return {"status": "ok", "model": api.model, "upstream": api.config.upstream,
             "upstream_ready": fingerprint is not None, "executor": api.executor.name,
+            "in_flight": api.limiter.active,
             "simulator": fingerprint is not None and fingerprint.engine == "sim"}
 
 
@@ -93,6 +94,34 @@ async def _answer(api: ApiState, decision: Decision) -> Decided:
         raise_for(exc)
 
 
+async def _until_disconnected(request: Request) -> None:
+    """Returns when the client hangs up (the body was read: the next message is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answer_while_connected(request: Request, api: ApiState, decision: Decision
+                                  ) -> Decided:
+    """``_answer``, cancelled (its reads with it, up to vLLM, which aborts them) as soon as
+    the client hangs up: an abandoned request, a client timeout before a retry, frees its slot
+    and its GPU work at once."""
+    answer = asyncio.ensure_future(_answer(api, decision))
+    gone = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the server is stopping
+        answer.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if answer.done():
+        return answer.result()
+    answer.cancel()
+    await asyncio.gather(answer, return_exceptions=True)
+    log.info("%s: the client hung up; its reads were cancelled", request.state.request_id)
+    raise api_error(499, "client_closed_request", "the client closed the request")
+
+
 async def _check_record(api: ApiState, run: str, key: str | None) -> None:
     """Before any read: the run takes this server's answers and the id is new (else 409)."""
     try:
@@ -125,7 +154,7 @@ async def system_one(body: SystemOneIn, request: Request, api: Api) -> dict[str,
         if run:
             await _check_record(api, run, body.dreads.id if body.dreads else None)
         started, t0 = utcnow(), time.perf_counter()
-        decided = await _answer(api, decision)
+        decided = await _answer_while_connected(request, api, decision)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         recorded = (await _record(api, run, decision, decided, started, latency_ms)
                     if run else None)

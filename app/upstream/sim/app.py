@@ -9,7 +9,6 @@ seconds), ``POST /sim/up``, ``POST /sim/reset`` (zero the counters).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter, deque
@@ -151,7 +150,8 @@ class SimApp:
     def stats(self) -> dict[str, Any]:
         """Counters: requests, reads answered, rejected, faults injected by kind, steps."""
         return {
-            **{k: self.counters[k] for k in ("requests", "reads", "rejected", "down_503")},
+            **{k: self.counters[k] for k in ("requests", "reads", "rejected", "down_503",
+                                             "abandoned")},
             "faults": {k: self.faults.injected[k]
                        for k in ("fail", "hang", "malformed", "low_mass")},
             "steps": self.batch.steps,
@@ -170,7 +170,8 @@ class SimApp:
         if fault == "fail":
             raise _Reply(500, error_body("dreads sim: injected internal server error", None, 500))
         if fault == "hang":
-            await _wait_disconnect(receive, self.options.hang_s)
+            if await _wait_disconnect(receive, self.options.hang_s):
+                self.counters["abandoned"] += 1  # the client gave up on the read
             raise _Reply(504, error_body("dreads sim: injected hang ended", None, 504))
         await self.batch.admit()
         self.counters["reads"] += 1
@@ -277,13 +278,17 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-async def _wait_disconnect(receive: Receive, limit_s: float) -> None:
+async def _wait_disconnect(receive: Receive, limit_s: float) -> bool:
+    """Until the client disconnects (True) or ``limit_s`` passes (False)."""
     async def _until_gone() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
 
-    with contextlib.suppress(TimeoutError):
+    try:
         await asyncio.wait_for(_until_gone(), timeout=limit_s)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _engine_rows(options: SimOptions) -> Any:

@@ -21,7 +21,7 @@ from backports.zstd import compress as zstd_compress
 
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
-from tests.fixtures.services import ROOT, VENV_BIN, free_port
+from tests.fixtures.services import ROOT, VENV_BIN, free_port, wait_until
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -249,3 +249,23 @@ def test_serve_refuses_an_open_api_beyond_loopback_before_opening_anything() -> 
                          timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
     assert out.returncode == 1
     assert "needs DREADS_API_KEY" in out.stderr
+
+
+# -- a client that hangs up ----------------------------------------------------------------------
+def test_a_client_that_hangs_up_cancels_its_reads_up_to_the_model_server(
+        serve_factory: Callable[..., ServeProcess]) -> None:
+    """The simulator holds every read until the client gives up. The API client leaves after
+    1 s: the server cancels the decision, its slot is free at once, and the model server sees
+    the read abandoned (vLLM aborts a request whose client is gone)."""
+    sim = start_sim_thread(SimOptions(hang_rate=1.0))
+    try:
+        server = serve_factory("--upstream", sim.url, env={"DREADS_READ_RETRIES": "0",
+                                                           "DREADS_READ_TIMEOUT_S": "120"})
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.url}/v1/systemone", json=body(), timeout=1.0)
+        wait_until(lambda: httpx.get(f"{server.url}/health").json()["in_flight"] == 0,
+                   timeout_s=5, what="the abandoned request to let go of its slot")
+        wait_until(lambda: httpx.get(f"{sim.url}/sim/stats").json()["abandoned"] == 1,
+                   timeout_s=5, what="the model server to see the read abandoned")
+    finally:
+        sim.stop()
