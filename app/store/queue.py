@@ -24,9 +24,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, bindparam, exists, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, exists, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -190,12 +190,12 @@ def _by_token(claims: Sequence[Claimed]) -> dict[str, list[int]]:
     return groups
 
 
-_ATTEMPTS = Attempt.__table__
-_DECISIONS = Decision.__table__
-_ANSWERS = Answer.__table__
+_ATTEMPTS = cast(Table, Attempt.__table__)
+_DECISIONS = cast(Table, Decision.__table__)
+_ANSWERS = cast(Table, Answer.__table__)
 #: Prebuilt Core statements of the hot path (compiled once, no ORM bookkeeping per call).
 _INSERT_ATTEMPT = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id)
-_INSERT_DRAWS = insert(Draw.__table__)
+_INSERT_DRAWS = insert(cast(Table, Draw.__table__))
 _ANSWERS_IGNORE = {
     name: dialect.insert(_ANSWERS).on_conflict_do_nothing(
         index_elements=["decision_id", "question_id"]).returning(_ANSWERS.c.id)
