@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.decide import drive
 from app.engine import (
     DecisionFlow,
     ReadRequest,
@@ -224,7 +225,7 @@ async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: fl
     flow = DecisionFlow(plan, chunk.settings, vocab_size=chunk.tokenizer.info.vocab_size,
                         replicate=claim.replicate)
     try:
-        await _drive(chunk, flow)
+        await drive(flow, chunk.read)
     except UpstreamError as exc:
         chunk.result.n_reads += flow.n_reads
         await _record_failure(chunk, claim, exc.kind, exc.message,
@@ -232,18 +233,6 @@ async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: fl
         return
     chunk.result.n_reads += flow.n_reads
     await _commit(chunk, claim, decision, flow, started, t0)
-
-
-async def _drive(chunk: _Chunk, flow: DecisionFlow) -> None:
-    while not flow.done:
-        requests = flow.next_requests()
-        results = await asyncio.gather(*(chunk.read(r) for r in requests),
-                                       return_exceptions=True)
-        for outcome in results:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        for request, outcome in zip(requests, results, strict=True):
-            flow.record(request, outcome)  # type: ignore[arg-type]
 
 
 async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, flow: DecisionFlow,

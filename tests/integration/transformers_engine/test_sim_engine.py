@@ -11,15 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.engine import (
-    Answer,
-    DecisionFlow,
-    PolicyName,
-    ReadMode,
-    ReadSettings,
-    parse_decision,
-    plan_decision,
-)
+from app.decide import answer_decision
+from app.engine import Answer, PolicyName, ReadMode, ReadSettings, parse_decision
 from app.upstream.sim import SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.transformers_engine import TransformersUpstream
@@ -41,17 +34,12 @@ LINE = {
 
 
 async def _decide(upstream: Any, settings: ReadSettings, tokenizer: Any) -> tuple[Answer, ...]:
-    plan = plan_decision(parse_decision(LINE, line_no=1), settings, tokenizer)
-    flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
-    for _ in range(16):
-        if flow.done:
-            break
-        requests = flow.next_requests()
-        results = await asyncio.gather(*(upstream.read(r) for r in requests))
-        for request, result in zip(requests, results, strict=True):
-            flow.record(request, result)
-    await upstream.aclose()
-    return flow.answers()
+    try:
+        decided = await answer_decision(parse_decision(LINE, line_no=1), settings, tokenizer,
+                                        upstream)
+    finally:
+        await upstream.aclose()
+    return decided.answers
 
 
 @pytest.mark.parametrize("mode", [ReadMode.ISOLATED, ReadMode.JOINT])

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from app.decide import answer_decision
 from app.engine import (
     Answer,
     DecisionFlow,
@@ -43,17 +44,9 @@ def _decision_lines(n: int) -> list[dict[str, Any]]:
 
 async def _answer(upstream: Any, tokenizer: Any, settings: ReadSettings,
                   line: dict[str, Any]) -> tuple[Answer, ...]:
-    plan = plan_decision(parse_decision(line, line_no=1), settings, tokenizer)
-    flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
-    for _ in range(32):  # bounded: at most max_draws rounds
-        if flow.done:
-            break
-        requests = flow.next_requests()
-        results = await asyncio.gather(*(upstream.read(r) for r in requests))
-        for request, result in zip(requests, results, strict=True):
-            flow.record(request, result)
-    assert flow.done
-    return flow.answers()
+    decided = await answer_decision(parse_decision(line, line_no=1), settings, tokenizer,
+                                    upstream)
+    return decided.answers
 
 
 def _answer_all(upstream: Any, tokenizer: Any, settings: ReadSettings,
