@@ -144,15 +144,14 @@ def sim_key_path(job_file: Path) -> Path | None:
     return key if key.is_file() else None
 
 
-def start_upstream(upstream: str, settings: ReadSettings, job_file: Path | None) -> tuple[str, Any]:
+def start_upstream(upstream: str, settings: ReadSettings, key: Path | None) -> tuple[str, Any]:
     """(base URL, simulator handle or None). ``sim`` serves the simulator in a thread,
-    with the job file's answer key when one sits next to it."""
+    answering with the answer key ``key`` when one is given (``sim_key_path``)."""
     if upstream != SIM:
         return upstream, None
     from app.upstream.sim.options import SimOptions
     from app.upstream.sim.server import start_sim_thread
 
-    key = sim_key_path(job_file) if job_file is not None else None
     options = SimOptions(model=settings.model, canvas_length=settings.canvas_length,
                          tokenizer=settings.tokenizer, key_path=str(key) if key else None)
     handle = start_sim_thread(options)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.embedded import EmbeddedConfig, execute_run, reclaim_dead_leases, release_own_leases
-from app.engine import TextTokenizer, settings_from_dict
+from app.engine import settings_from_dict
 from app.errors import DreadsError
 from app.producer import publish_decisions, resume_run
 from app.publish import make_publisher
@@ -29,8 +28,9 @@ from app.store.db import session_scope
 from app.store.runs import RunInfo, reset_failed
 from app.sweeper import sweep_for
 from app.upstream.base import Upstream
+from app.upstream.tokenizer import load_tokenizer
 
-__all__ = ["LocalExecutor", "QueueExecutor", "RunExecutor", "run_tokenizer"]
+__all__ = ["LocalExecutor", "QueueExecutor", "RunExecutor"]
 
 log = logging.getLogger("dreads.api")
 
@@ -49,13 +49,6 @@ class RunExecutor(Protocol):
     def state(self, run: RunInfo) -> dict[str, Any]: ...
 
     async def aclose(self) -> None: ...
-
-
-@lru_cache(maxsize=8)
-def run_tokenizer(name: str) -> TextTokenizer:
-    from app.upstream.tokenizer import load_tokenizer
-
-    return load_tokenizer(name)
 
 
 class LocalExecutor:
@@ -105,7 +98,7 @@ class LocalExecutor:
     async def _execute(self, run: RunInfo) -> None:
         settings = settings_from_dict(dict(run.settings))
         try:
-            tokenizer = await asyncio.to_thread(run_tokenizer, settings.tokenizer)
+            tokenizer = await asyncio.to_thread(load_tokenizer, settings.tokenizer)
             while True:
                 self.again.discard(run.id)
                 stats = await execute_run(self.factory, run, upstream_url=self.upstream_url,

@@ -18,11 +18,11 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
 
 from app.api.auth import require_key
 from app.api.errors import api_error, raise_for
-from app.api.executor import run_tokenizer
 from app.api.state import ApiState
 from app.api.systemone import Api
 from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings, settings_from_dict
@@ -31,6 +31,7 @@ from app.producer import SubmitReport, SubmitRequest, fingerprint_dict, submit_j
 from app.store.db import session_scope
 from app.store.runs import RunInfo, cancel_run, find_run
 from app.store.views import iter_export, list_runs, run_status
+from app.upstream.tokenizer import load_tokenizer
 
 __all__ = ["router"]
 
@@ -76,12 +77,16 @@ def _not_found(name: str) -> Exception:
     return api_error(404, "not_found_error", f"no run named {name!r}; GET /v1/runs lists them")
 
 
-def _find(api: ApiState, name: str) -> RunInfo:
-    with session_scope(api.factory) as session:
-        info = find_run(session, name)
+def _required(session: Session, name: str) -> RunInfo:
+    info = find_run(session, name)
     if info is None:
         raise _not_found(name)
     return info
+
+
+def _find(api: ApiState, name: str) -> RunInfo:
+    with session_scope(api.factory) as session:
+        return _required(session, name)
 
 
 def _same_model(api: ApiState, info: RunInfo) -> ReadSettings:
@@ -133,7 +138,7 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str) -> Su
                             upstream=api.config.upstream, engine=api.config.engine.engine,
                             replicates=replicates, strict=params.strict)
     try:
-        return submit_job(request, api.factory, run_tokenizer(settings.tokenizer),
+        return submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
                           lines=_numbered(raw))
     except UnicodeDecodeError as exc:
         raise api_error(400, "invalid_request_error",
@@ -194,9 +199,7 @@ async def status(run: str, api: Api) -> dict[str, Any]:
     plus how this server is executing it."""
     def _status() -> tuple[RunInfo, dict[str, Any]]:
         with session_scope(api.factory) as session:
-            info = find_run(session, run)
-            if info is None:
-                raise _not_found(run)
+            info = _required(session, run)
             return info, run_status(session, info).as_dict()
 
     info, report = await asyncio.to_thread(_status)
@@ -240,9 +243,6 @@ async def cancel(run: str, api: Api) -> dict[str, Any]:
     """Cancel a run: its unfinished decisions become cancelled and are not run."""
     def _cancel() -> int:
         with session_scope(api.factory) as session:
-            info = find_run(session, run)
-            if info is None:
-                raise _not_found(run)
-            return cancel_run(session, info.id)
+            return cancel_run(session, _required(session, run).id)
 
     return {"run": run, "cancelled": await asyncio.to_thread(_cancel)}

@@ -17,13 +17,14 @@ from app.api.config import ServeConfig
 from app.api.errors import OVERLOAD_RETRY_AFTER_S, api_error
 from app.api.executor import LocalExecutor, QueueExecutor, RunExecutor
 from app.api.recorder import Recorder
+from app.embedded import embedded_lock, sqlite_store, start_upstream
 from app.engine import ReadSettings, ServerFingerprint, TextTokenizer
 from app.errors import UpstreamError
 from app.producer import fingerprint_dict, upstream_config
-from app.store.db import make_engine, make_sessionmaker
-from app.store.migrate import check_schema, upgrade
+from app.store.db import disposing
+from app.store.migrate import open_store
 from app.upstream.base import Upstream
-from app.upstream.factory import SIM, make_upstream
+from app.upstream.factory import make_upstream
 
 __all__ = ["ApiState", "Limiter", "build_state"]
 
@@ -93,32 +94,26 @@ class ApiState:
 
 
 def _store(config: ServeConfig, stack: AsyncExitStack) -> sessionmaker[Session]:
-    """The store, its schema created for SQLite (as ``dreads run`` does), checked otherwise;
-    SQLite run by this process is locked against a second executor."""
-    if config.sqlite:
-        upgrade(config.database_url)
-        if config.executor == "local":
-            from app.embedded import embedded_lock
-
-            db_path = Path(make_url(config.database_url).database or "dreads.db")
-            stack.enter_context(embedded_lock(db_path))
-    engine = make_engine(config.database_url)
-    stack.callback(engine.dispose)
-    check_schema(engine)
-    return make_sessionmaker(engine)
+    """The store: SQLite created or upgraded (as ``dreads run`` does) and, run by this process,
+    locked against a second executor; any other database checked at head."""
+    if not config.sqlite:
+        return stack.enter_context(disposing(open_store(config.database_url)))
+    db_path = Path(make_url(config.database_url).database or "dreads.db")
+    if config.executor == "local":
+        stack.enter_context(embedded_lock(db_path))
+    return stack.enter_context(sqlite_store(db_path))
 
 
 def _upstream_url(config: ServeConfig, settings: ReadSettings, stack: AsyncExitStack) -> str:
-    if config.upstream != SIM or config.engine.engine == "transformers":
+    """Where reads go: the URL, or a simulator started here for "sim"."""
+    if config.engine.engine == "transformers":
         return config.upstream
-    from app.upstream.sim import SimOptions, start_sim_thread
-
-    handle = start_sim_thread(SimOptions(model=settings.model,
-                                         canvas_length=settings.canvas_length,
-                                         tokenizer=settings.tokenizer, key_path=config.sim_key))
-    stack.callback(handle.stop)
-    log.warning("answers come from the SIMULATOR at %s, not from a model", handle.url)
-    return str(handle.url)
+    key = Path(config.sim_key) if config.sim_key else None
+    url, sim = start_upstream(config.upstream, settings, key)
+    if sim is not None:
+        stack.callback(sim.stop)
+        log.warning("answers come from the SIMULATOR at %s, not from a model", url)
+    return str(url)
 
 
 def _executor(config: ServeConfig, factory: sessionmaker[Session], upstream: Upstream,

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.config import get_settings
 from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings
 from app.errors import DreadsError, InputError, SchemaNotReady
-from app.store.db import disposing, make_engine, make_sessionmaker
-from app.store.migrate import check_schema
+from app.store.db import disposing
+from app.store.migrate import open_store
 
 STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
 
@@ -221,17 +221,6 @@ def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
 
 def database_url(given: str | None) -> str:
     return given or get_settings().database_url
-
-
-def open_store(url: str) -> sessionmaker[Session]:
-    """A session factory on ``url`` after checking the schema is at head (else exit 2)."""
-    engine = make_engine(url)
-    try:
-        check_schema(engine)
-    except SchemaNotReady:
-        engine.dispose()
-        raise
-    return make_sessionmaker(engine)
 
 
 @contextmanager

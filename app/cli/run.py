@@ -195,8 +195,9 @@ def _execute(job: _Job) -> ExecutorStats:
     if not _has_work(job):
         return ExecutorStats()
     settings = settings_from_dict(dict(job.run.settings))
+    key = sim_key_path(job.job_file) if job.job_file else None
     url, sim = (job.upstream, None) if job.in_process else start_upstream(
-        job.upstream, settings, job.job_file)
+        job.upstream, settings, key)
     try:
         _say_upstream(job, url)
         if job.check_server:

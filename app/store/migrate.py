@@ -9,10 +9,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import SchemaNotReady
+from app.store.db import make_engine, make_sessionmaker
 
-__all__ = ["alembic_config", "check_schema", "current_revision", "head_revision", "upgrade"]
+__all__ = ["alembic_config", "check_schema", "current_revision", "head_revision", "open_store",
+           "upgrade"]
 
 _MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -52,3 +55,18 @@ def check_schema(engine: Engine) -> None:
             f"the database schema is at revision {current}, the code needs {head}; "
             "run `dreads db upgrade`"
         )
+
+
+def open_store(url: str) -> sessionmaker[Session]:
+    """A session factory on ``url`` once its schema is at head.
+
+    Raises:
+        SchemaNotReady: the schema is missing or behind (its engine is disposed).
+    """
+    engine = make_engine(url)
+    try:
+        check_schema(engine)
+    except SchemaNotReady:
+        engine.dispose()
+        raise
+    return make_sessionmaker(engine)
