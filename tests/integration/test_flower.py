@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from app.config import get_settings
 from app.errors import ConfigError
 from app.flower_config import is_loopback, resolve_flower_auth
 from app.upstream.sim import SimOptions, start_sim_thread
-from tests.fixtures.services import RedisServer, WorkerProcess, free_port
+from tests.fixtures.services import RedisServer, WorkerProcess, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DREADS = str(Path(sys.executable).parent / "dreads")
@@ -112,7 +111,7 @@ class FlowerProcess:
                 return True
             return False
 
-        _wait(listening, timeout_s, "Flower to listen")
+        wait_until(listening, timeout_s=timeout_s, what="Flower to listen", interval_s=0.5)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -123,16 +122,6 @@ class FlowerProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._log.close()
-
-
-def _wait(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 @pytest.fixture
@@ -205,11 +194,13 @@ def test_flower_lists_the_worker_and_the_dreads_tasks(
     assert _get(open_flower, "/api/workers", None).status_code == 200, "--insecure on loopback"
 
     prefix = worker.args[worker.args.index("-n") + 1].split("@")[0] + "@"
-    name = _wait(lambda: [w for w in _json(flower, "/api/workers?refresh=1", auth)
-                          if w.startswith(prefix)], 120, "the worker in /api/workers")
+    name = wait_until(lambda: [w for w in _json(flower, "/api/workers?refresh=1", auth)
+                               if w.startswith(prefix)], timeout_s=120,
+                      what="the worker in /api/workers", interval_s=0.5)
     run = f"flower-{uuid.uuid4().hex[:6]}"
     _submit(run, env, monkeypatch)
-    done = _wait(lambda: _tasks_done(flower, auth, 3), 120, "3 finished reads.run_chunk tasks")
+    done = wait_until(lambda: _tasks_done(flower, auth, 3), timeout_s=120,
+                      what="3 finished reads.run_chunk tasks", interval_s=0.5)
     args = sorted(t["args"] for t in done.values())
     assert all(a.startswith(f"run={run} chunk=") for a in args), args
     assert sum(int(a.rsplit("n=", 1)[1]) for a in args) == 5

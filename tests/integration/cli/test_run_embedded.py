@@ -12,22 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
-from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+from tests.fixtures.runs_cli import CliResult, job_line, sqlite_rows, write_jobs
 
 Dreads = Callable[..., CliResult]
 ROOT = Path(__file__).resolve().parents[3]
 DREADS = str(Path(sys.executable).parent / "dreads")
-
-
-def _query(db: Path, sql: str) -> list[tuple]:
-    engine = create_engine(f"sqlite:///{db}")
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
+BY_STATUS = "SELECT status, count(*) FROM decisions GROUP BY status"
 
 
 def test_run_small_example_with_sim(dreads: Dreads, tmp_path: Path) -> None:
@@ -38,14 +29,14 @@ def test_run_small_example_with_sim(dreads: Dreads, tmp_path: Path) -> None:
     assert "SIMULATOR" in result.stderr and "small.key.jsonl" in result.stderr
     assert "done 5" in result.stdout and "headline figures" in result.stdout
     assert "auc" in result.stdout
-    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [("done", 5)]
+    assert sqlite_rows(db, BY_STATUS) == [("done", 5)]
     again = dreads("run", str(ROOT / "examples" / "small.jsonl"), "--upstream", "sim",
                    "--db", str(db), "--json")
     assert again.code == 0, again.stderr
     doc = again.json()
     assert doc["counts"] == {"done": 5} and doc["draws"]["draw_rows"] > 0
     assert doc["headline"]["noul"]["n"] == 3
-    assert _query(db, "SELECT count(*) FROM attempts") == [(5,)]  # nothing ran twice
+    assert sqlite_rows(db, "SELECT count(*) FROM attempts") == [(5,)]  # nothing ran twice
 
 
 def test_run_refuses_changed_settings(dreads: Dreads, tmp_path: Path) -> None:
@@ -62,7 +53,7 @@ def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[bytes], timeout_s
         assert proc.poll() is None, "dreads run ended before it could be killed"
         if db.exists():
             try:
-                done = _query(db, "SELECT count(*) FROM decisions WHERE status = 'done'")
+                done = sqlite_rows(db, "SELECT count(*) FROM decisions WHERE status = 'done'")
             except Exception:  # schema not created yet
                 done = [(0,)]
             if done[0][0] >= at_least:
@@ -72,7 +63,7 @@ def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[bytes], timeout_s
 
 
 def _count(db: Path, where: str, table: str = "decisions") -> int:
-    return _query(db, f"SELECT count(*) FROM {table} WHERE {where}")[0][0]
+    return sqlite_rows(db, f"SELECT count(*) FROM {table} WHERE {where}")[0][0]
 
 
 @pytest.mark.slow
@@ -111,9 +102,9 @@ def test_interrupted_and_killed_run_continues_exactly_once(make_sim: Callable,
     rerun = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "back to pending" in rerun.stderr
-    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [("done", n)]
-    per_decision = _query(db, "SELECT d.id, count(a.id) FROM decisions d LEFT JOIN answers a "
-                              "ON a.decision_id = d.id GROUP BY d.id")
+    assert sqlite_rows(db, BY_STATUS) == [("done", n)]
+    per_decision = sqlite_rows(db, "SELECT d.id, count(a.id) FROM decisions d LEFT JOIN "
+                               "answers a ON a.decision_id = d.id GROUP BY d.id")
     assert len(per_decision) == n and {c for _, c in per_decision} == {1}
     assert _count(db, "outcome = 'worker_lost'", "attempts") == held
     assert _count(db, "outcome = 'ok' AND won", "attempts") == n
@@ -127,7 +118,7 @@ def test_resume_on_sqlite_runs_here(dreads: Dreads, tmp_path: Path) -> None:
     submitted = dreads("submit", str(path), "--run", "emb", "--database-url", url,
                        "--broker", "redis://127.0.0.1:1/0", "--upstream", "sim")
     assert submitted.code == 0, submitted.stderr
-    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
+    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
         ("pending", 4)]
     resumed = dreads("resume", "emb", "--database-url", url)
     assert resumed.code == 0, resumed.stderr
@@ -146,7 +137,7 @@ def test_replicates_draw_different_noise(dreads: Dreads, tmp_path: Path) -> None
     listed = dreads("runs", "--json", "--database-url", f"sqlite:///{db}").json()
     assert [(r["name"], r["replicates"], r["settings"]["policy"]) for r in listed] == [
         ("j", 3, "fixed")]
-    rows = _query(db, "SELECT d.key, d.replicate, a.p_yes FROM decisions d JOIN answers a "
+    rows = sqlite_rows(db, "SELECT d.key, d.replicate, a.p_yes FROM decisions d JOIN answers a "
                       "ON a.decision_id = d.id ORDER BY 1, 2")
     assert [(k, r) for k, r, _ in rows] == [(k, r) for k in ("r1", "r2") for r in range(3)]
     for key in ("r1", "r2"):

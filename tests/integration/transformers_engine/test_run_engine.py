@@ -7,28 +7,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
 
 pytest.importorskip("torch")
 
-from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+from tests.fixtures.runs_cli import CliResult, job_line, sqlite_rows, write_jobs
 
 pytestmark = pytest.mark.engine
 
 Dreads = Callable[..., CliResult]
 SMALL = Path(__file__).resolve().parents[3] / "examples" / "small.jsonl"
-
-
-def _query(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(f"sqlite:///{db}")
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
 
 
 def test_run_answers_every_decision_once_with_the_model(dreads: Dreads, tiny_model_dir: Path,
@@ -39,13 +28,13 @@ def test_run_answers_every_decision_once_with_the_model(dreads: Dreads, tiny_mod
     assert result.code == 0, result.stderr
     assert "engine: transformers" in result.stderr and "SIMULATOR" not in result.stderr
     n_lines = sum(1 for line in SMALL.read_text().splitlines() if line.strip())
-    assert _query(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
+    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
         ("done", n_lines)]
-    assert _query(db, "SELECT max(n), min(n) FROM (SELECT count(*) AS n FROM attempts "
+    assert sqlite_rows(db, "SELECT max(n), min(n) FROM (SELECT count(*) AS n FROM attempts "
                       "GROUP BY decision_id)") == [(1, 1)]
-    assert _query(db, "SELECT sum(n_questions) FROM decisions") == _query(
+    assert sqlite_rows(db, "SELECT sum(n_questions) FROM decisions") == sqlite_rows(
         db, "SELECT count(*) FROM answers")
-    engine, upstream, fingerprint, settings = _query(
+    engine, upstream, fingerprint, settings = sqlite_rows(
         db, "SELECT engine, upstream, fingerprint, settings FROM runs")[0]
     assert (engine, upstream) == ("transformers", model)
     assert json.loads(fingerprint)["engine"] == "transformers"
@@ -61,9 +50,9 @@ def test_run_keeps_a_given_tokenizer_and_refuses_an_upstream(
     assert refused.code == 2 and "drop --upstream" in refused.stderr
     result = dreads(*args, "--tokenizer", "standin")
     assert result.code == 0, result.stderr
-    settings = json.loads(_query(db, "SELECT settings FROM runs")[0][0])
+    settings = json.loads(sqlite_rows(db, "SELECT settings FROM runs")[0][0])
     assert settings["tokenizer"] == "standin"
-    assert _query(db, "SELECT status FROM decisions") == [("done",)]
+    assert sqlite_rows(db, "SELECT status FROM decisions") == [("done",)]
 
 
 def test_decide_and_check_upstream_read_from_the_model(dreads: Dreads,
