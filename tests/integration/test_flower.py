@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -89,39 +87,24 @@ def test_command_refuses_to_start(args: list[str], env: dict[str, str], error: s
 # -------------------------------------------------------------------- end to end
 
 
-class FlowerProcess:
-    """``dreads flower`` in its own process group, stopped by its pid."""
+class FlowerProcess(WorkerProcess):
+    """``dreads flower`` on a free port, in its own process group (stopped with it)."""
 
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.log_path = log_path
-        self.proc = subprocess.Popen(
-            [DREADS, "flower", "--port", str(self.port), "--address", "127.0.0.1", *args],
-            env={**os.environ, **env}, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        super().__init__([DREADS, "flower", "--port", str(self.port), "--address", "127.0.0.1",
+                          *args], {**os.environ, **env}, log_path)
 
     def wait_listening(self, timeout_s: float = 60) -> None:
         def listening() -> bool:
-            assert self.proc.poll() is None, self.log_path.read_text(errors="replace")
+            assert self.alive(), self.log_text()
             with contextlib.suppress(httpx.HTTPError):
                 httpx.get(f"{self.url}/healthcheck", timeout=2)
                 return True
             return False
 
         wait_until(listening, timeout_s=timeout_s, what="Flower to listen", interval_s=0.5)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        self._log.close()
 
 
 @pytest.fixture
