@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.api.schemas import BoxIn, ChoiceIn, NoulIn, QuestionIn, ScoreIn, SystemOneIn
-from app.engine import Answer, Decision, DrawRecord, QuestionType, parse_decision, parse_question
+from app.engine import Answer, Decision, DrawRecord, QuestionType, parse_decision
 from app.errors import InputError
 
 __all__ = [
@@ -70,19 +70,15 @@ def to_decision(request_id: str, body: SystemOneIn) -> Decision:
         raise Unaskable("assets (images) are not supported: this server's model reads text. "
                         "Send the content as text or JSON in 'state'.")
     specs = {name: question_spec(name, q) for name, q in body.questions.items()}
-    try:
-        for name, spec in specs.items():
-            parse_question(name, spec)
-    except InputError as exc:
-        raise Unaskable(exc.message) from exc
     record = body.dreads
-    line = {"id": (record.id if record and record.id else request_id), "state": body.state,
-            "questions": specs, "cell": record.cell if record else None,
+    key = record.id if record and record.id else request_id
+    line = {"id": key, "state": body.state, "questions": specs,
+            "cell": record.cell if record else None,
             "expected": record.expected if record else None}
     try:
         return parse_decision(line)
-    except InputError as exc:
-        raise Unaskable(exc.message) from exc
+    except InputError as exc:  # the request is one decision: its id would only be noise
+        raise Unaskable(exc.message.removeprefix(f"decision {key!r}: ")) from exc
 
 
 def _by_option(answer: Answer, options: tuple[str, ...], labels: tuple[str, ...]
