@@ -15,21 +15,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine import ReadRequest, ReadSettings, encode_body, parse_decision, plan_decision
 from app.engine.wire import build_request, parse_response
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.vllm import VllmUpstream
+from tests.integration.durability.harness import Sim
 
 STATE = ("Clause 4.2: The tenant shall pay the rent on the first day of each month. " * 20).strip()
 
@@ -51,45 +54,15 @@ class Figure:
         return 1000.0 * self.cpu_s / self.reads
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def simulator(step_ms: float = 0.0) -> Iterator[str]:
     """``dreads sim`` in a subprocess on a free port; stopped on exit."""
-    port = _free_port()
-    cmd = [sys.executable, "-c", "from app.cli import main; main()", "sim", "--port", str(port),
-           "--step-ms", str(step_ms), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_health(url, proc, timeout_s=60.0)
-        yield url
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = Sim(Path(tmp) / "sim.log", "--step-ms", str(step_ms))
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _wait_health(url: str, proc: subprocess.Popen[bytes], *, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise SystemExit(f"the simulator exited: {err}")
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"the simulator did not answer at {url} within {timeout_s:g}s")
+            yield sim.url
+        finally:
+            sim.stop()
 
 
 def build_requests(n: int) -> list[ReadRequest]:

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 from typer.testing import CliRunner
 
 from app.cli import app
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.fixtures.services import free_port
 
 
 def test_sim_command_refuses_then_serves_and_labels_every_line() -> None:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-c", "from app.cli import main; main()", "sim", "--port", str(port),
            "--down-for", "1", "--step-ms", "5", "--canvas", "160"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
