@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from app.engine.aggregate import aggregate, trivial_answer
 from app.engine.fold import fold_row
-from app.engine.noise import derive_seed
+from app.engine.noise import derive_seed, reader_seed
 from app.engine.policy import stop_reason
 from app.engine.questions import parse_question
 from app.engine.template import plan_decision
@@ -72,9 +72,15 @@ class DecisionFlow:
 
     def _request(self, state: _UnitState) -> ReadRequest:
         draw = len(state.draws)
+        unit = state.unit
+        if unit.first_noise and (self.settings.seed, self.replicate, draw) == (0, 0, 0):
+            # the vllm layout's first draw: the noise vLLM's own reader draws from the prompt
+            return build_request(unit, self.settings, draw=draw,
+                                 seed=reader_seed(unit.prompt_ids), vocab_size=self.vocab_size,
+                                 noise=unit.first_noise)
         seed = derive_seed(self.settings.seed, self.replicate, self.plan.decision.id,
                            state.key, draw)
-        return build_request(state.unit, self.settings, draw=draw, seed=seed,
+        return build_request(unit, self.settings, draw=draw, seed=seed,
                              vocab_size=self.vocab_size)
 
     def next_requests(self) -> list[ReadRequest]:
@@ -105,7 +111,7 @@ class DecisionFlow:
                 raise MalformedResponse(f"no logprob row for slot position {slot.position} "
                                         f"(canvas id {slot.canvas_id}, draw {request.draw})")
             reads.append(fold_row(row, slot.label_ids, question_index=slot.question_index,
-                                  draw=request.draw))
+                                  draw=request.draw, also_ids=slot.also_ids))
         return tuple(reads)
 
     def record(self, request: ReadRequest, result: ReadResult) -> None:

@@ -13,7 +13,7 @@ from app.upstream.tokenizer import HFTextTokenizer
 
 @pytest.mark.parametrize("n_questions", [1, 4, 12])
 @pytest.mark.parametrize("steps", [1, 2])
-@pytest.mark.parametrize("tokenizer_fixture", ["standin_tokenizer", "canvas_scaffold_tokenizer"])
+@pytest.mark.parametrize("tokenizer_fixture", ["standin_tokenizer", "thoughtless_tokenizer"])
 def test_every_planned_slot_is_found(request: pytest.FixtureRequest, n_questions: int,
                                      steps: int, tokenizer_fixture: str) -> None:
     tokenizer: HFTextTokenizer = request.getfixturevalue(tokenizer_fixture)
