@@ -74,7 +74,15 @@ def find_slots(
     candidates = range(1, rows) if pinned is None else sorted(set(range(rows)) - set(pinned))
     tails = {p: _tail(tokenizer, canvas, p) for p in candidates if p > 0}
     ends = {p: t for p, t in tails.items() if _ends_line(tokenizer, canvas, p)}
-    return _match(ends, _LINE_SLOT, known) or _match(tails, _INDEXED_SLOT, known)
+    return _match(_latest(ends), _LINE_SLOT, known) or _match(tails, _INDEXED_SLOT, known)
+
+
+def _latest(tails: dict[int, str]) -> dict[int, str]:
+    """Of two neighbours that both end the same line prefix (``q1:`` then a lone space whose
+    noise is a newline), the later one is the slot."""
+    names = {p: m.group(1) for p, t in tails.items() if (m := _LINE_SLOT.search(t))}
+    return {p: t for p, t in tails.items()
+            if p not in names or names.get(p + 1) != names[p]}
 
 
 def _ends_line(tokenizer: SimTokenizer, canvas: Sequence[int], position: int) -> bool:

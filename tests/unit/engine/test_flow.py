@@ -136,7 +136,8 @@ def test_malformed_result_leaves_the_flow_unchanged(standin_tokenizer: HFTextTok
     flow = DecisionFlow(plan, settings, vocab_size=800)
     (req,) = flow.next_requests()
     slot = plan.units[0].slots[0]
-    with pytest.raises(MalformedResponse, match=f"no logprob row for slot position {slot.position}"):
+    missing = f"no logprob row for slot position {slot.position} "
+    with pytest.raises(MalformedResponse, match=missing):
         flow.record(req, ReadResult(rows={}))
     bad_row = SlotRow(logprobs={slot.label_ids[0]: -0.1}, argmax_id=1, argmax_logprob=-0.1)
     with pytest.raises(MalformedResponse, match="missing"):

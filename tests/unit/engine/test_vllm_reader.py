@@ -290,5 +290,5 @@ def test_another_seed_or_replicate_draws_other_noise(approx_tokenizer: HFTextTok
 
 
 def test_more_than_ten_score_levels_are_refused(approx_tokenizer: HFTextTokenizer) -> None:
-    with pytest.raises(TemplateError, match="at most 10 levels.*--layout document_first"):
+    with pytest.raises(TemplateError, match=r"at most 10 levels.*--layout document_first"):
         dreads_reads(approx_tokenizer, [score(11)], joint=False)

@@ -24,7 +24,7 @@ from app.engine import (
 from app.errors import MalformedResponse
 from app.upstream.tokenizer import HFTextTokenizer
 
-VOCAB = 809
+VOCAB = 800
 
 
 def unit_for(tok: HFTextTokenizer, settings: ReadSettings, state: Any = "Der Himmel ist blau ✓",
