@@ -83,7 +83,7 @@ def test_template_problems_stored_as_rejected(factory, tmp_path: Path) -> None: 
                                       upstream="x"), factory, tok)
     assert [(p.line_no, p.key) for p in report.rejected] == [(2, "ch")]
     assert "logprob ids" in report.rejected[0].reason
-    assert report.inserted == 3 and len(report.inserted_ids) == 2  # rejected: not published
+    assert report.inserted == 3 and report.readable == 2  # rejected: not published
     with session_scope(factory) as session:
         records = {r["id"]: r for r in iter_export(session, report.run.id)}
     assert records["ch"]["status"] == "rejected" and "logprob ids" in records["ch"]["error"]
@@ -103,7 +103,7 @@ def test_bulk_submit_is_fast_on_postgresql(make_database: Callable[..., str],
     report = submit_job(SubmitRequest(path=path, run_name="big", settings=ReadSettings(),
                                       upstream="x"), factory, tok)
     elapsed = time.perf_counter() - t0
-    assert report.inserted == n and len(report.inserted_ids) == n
+    assert report.inserted == n and report.readable == n
     assert elapsed < 30, f"{n} decisions took {elapsed:.1f}s"
     again = submit_job(SubmitRequest(path=path, run_name="big", settings=ReadSettings(),
                                      upstream="x"), factory, tok)
