@@ -334,7 +334,8 @@ class _Writer:
         self.templates: dict[bytes, str | None] = {}
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
-    def write(self, session: Session, batch: _Batch) -> None:
+    def write(self, session: Session, batch: _Batch) -> list[int]:
+        """Write one batch in ``session``; return the ids to publish once it commits."""
         report, run = self.report, self.report.run
         assert run is not None
         report.lines += batch.lines
@@ -355,16 +356,16 @@ class _Writer:
         report.already_present += len(rows) - len(inserted) - len(dupes) * self.request.replicates
         readable = sorted(rid for rid, row in inserted if row.rejected_reason is None)
         report.readable += len(readable)
-        if status == DecisionStatus.QUEUED:
-            self._hand_over(readable)
         if self.request.strict and (batch.bad or dupes or rejected):
             raise _Refused
+        return readable if status == DecisionStatus.QUEUED else []
 
     def _queue_now(self) -> bool:
         """Rows are written queued while their messages are to be published right after."""
         return self.queue_rows and (self.publishing is None or self.publishing.error is None)
 
-    def _hand_over(self, ids: list[int]) -> None:
+    def hand_over(self, ids: list[int]) -> None:
+        """After the batch's commit (never before: a worker must find its rows queued)."""
         if self.request.strict:
             self.ids.extend(ids)  # published once the single transaction commits
         elif self.publishing is not None and ids:
@@ -416,7 +417,8 @@ def submit_job(
     try:
         for batch in _batches(source, SUBMIT_BATCH):
             with translate_db_errors("submit"), session_scope(factory) as session:
-                writer.write(session, batch)
+                ids = writer.write(session, batch)
+            writer.hand_over(ids)
     finally:
         if publishing is not None:
             report.publish = publishing.close()
@@ -434,7 +436,7 @@ def _write_strict(writer: _Writer, source: Iterable[tuple[int, str]]) -> float:
             report.run, report.created = _ensure(session, writer.request)
             now_s = database_now(session).timestamp()
             for batch in _batches(source, SUBMIT_BATCH):
-                writer.write(session, batch)
+                writer.hand_over(writer.write(session, batch))
     except _Refused:
         _count_rest(writer, source)
         report.refused, report.run, report.created = True, None, False
