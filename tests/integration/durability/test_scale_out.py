@@ -39,7 +39,7 @@ def _claimer(redis: RedisServer, queue: str, factory, stop: threading.Event,  # 
             continue
         busy.set()
         body = orjson.loads(base64.b64decode(orjson.loads(item[1])["body"]))
-        run_id, ids = body[0]
+        _run_id, ids = body[0]
         with session_scope(factory) as s:
             claim_decisions(s, decision_ids=ids, owner="racer", lease_s=600)
 
@@ -75,7 +75,7 @@ def test_submit_racing_claims_strands_nothing(pg_url: str, redis_server: RedisSe
                 lines=job_lines(400, prefix=f"r{round_no}-"),
                 publisher=make_publisher(celery, 8, run_name=name, queue=queue))
             assert report.publish.published == 400 and report.publish.error is None
-            wait_until(lambda: redis_server.client().llen(queue) == 0 and not busy.is_set(),
+            wait_until(lambda b=busy: redis_server.client().llen(queue) == 0 and not b.is_set(),
                        timeout_s=30, what="the claimers to drain the queue")
             time.sleep(0.5)
             stop.set()
