@@ -205,9 +205,14 @@ def iter_job_lines(lines: Iterable[tuple[int, str]]
 def parse_job_lines(lines: Iterable[tuple[int, str]]) -> ParsedJob:
     """Parse every line into memory; bad ones (not JSON, not a decision, duplicate id) are
     collected. For small inputs; ``submit_job`` streams instead."""
+    return _split(iter_job_lines(lines))
+
+
+def _split(items: Iterable[tuple[int, Decision | LineProblem]]) -> ParsedJob:
+    """Decisions (the first line of each id) and problems (bad lines, repeated ids)."""
     job = ParsedJob()
     first_seen: dict[str, int] = {}
-    for line_no, item in iter_job_lines(lines):
+    for line_no, item in items:
         job.lines += 1
         if isinstance(item, LineProblem):
             job.bad.append(item)
@@ -292,30 +297,12 @@ class _Refused(Exception):
     """--strict met a problem: roll the whole submission back."""
 
 
-@dataclass
-class _Batch:
-    """One batch of parsed lines: the decisions (first of their id in the batch) and the
-    problems found while parsing."""
-
-    decisions: list[tuple[int, Decision]] = field(default_factory=list)
-    bad: list[LineProblem] = field(default_factory=list)
-    lines: int = 0
-
-
-def _batches(lines: Iterable[tuple[int, str]], size: int) -> Iterator[_Batch]:
+def _batches(lines: Iterable[tuple[int, str]], size: int) -> Iterator[ParsedJob]:
+    """The parsed lines, ``size`` at a time (repeated ids within a batch are bad lines here;
+    across batches the database finds them)."""
     items = iter_job_lines(lines)
     while chunk := list(islice(items, size)):
-        batch = _Batch(lines=len(chunk))
-        first: dict[str, int] = {}
-        for line_no, item in chunk:
-            if isinstance(item, LineProblem):
-                batch.bad.append(item)
-            elif item.id in first:
-                batch.bad.append(LineProblem(line_no, item.id, _duplicate(item.id, first[item.id])))
-            else:
-                first[item.id] = line_no
-                batch.decisions.append((line_no, item))
-        yield batch
+        yield _split(chunk)
 
 
 class _Writer:
@@ -334,7 +321,7 @@ class _Writer:
         self.templates: dict[bytes, str | None] = {}
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
-    def write(self, session: Session, batch: _Batch) -> list[int]:
+    def write(self, session: Session, batch: ParsedJob) -> list[int]:
         """Write one batch in ``session``; return the ids to publish once it commits."""
         report, run = self.report, self.report.run
         assert run is not None
@@ -371,7 +358,7 @@ class _Writer:
         elif self.publishing is not None and ids:
             self.publishing.put(ids)
 
-    def _duplicates(self, session: Session, batch: _Batch,
+    def _duplicates(self, session: Session, batch: ParsedJob,
                     inserted: set[str]) -> list[LineProblem]:
         """Lines whose id an earlier batch of this submission already wrote (a conflict with
         a row this submission inserted, from another line); conflicts with rows of earlier
