@@ -7,6 +7,8 @@
     ├── UpstreamError         talking to the model server
     │   ├── UpstreamUnavailable   transient: refused/reset, timeout, 5xx (retried with backoff)
     │   ├── UpstreamRejected      permanent: vLLM answered 4xx (kind ``bad_request``)
+    │   │   └── ModelNotServed    the server does not serve the request's model: the worker's
+    │   │                         configuration, not the decision (kind ``not_served``)
     │   └── MalformedResponse     a missing row or label logprob (kind ``malformed_response``)
     ├── StoreError            the SQL store
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
@@ -24,6 +26,7 @@ __all__ = [
     "DreadsError",
     "InputError",
     "MalformedResponse",
+    "ModelNotServed",
     "RunSettingsMismatch",
     "SchemaNotReady",
     "StoreError",
@@ -86,6 +89,14 @@ class UpstreamRejected(UpstreamError):
         super().__init__(message)
         self.status = status
         self.param = param
+
+
+class ModelNotServed(UpstreamRejected):
+    """The server answered that the request's model does not exist there (vLLM's 404): the
+    worker's upstream serves another model. Permanent for this worker, but not a fault of the
+    decision: a worker re-queues it uncharged and stops taking that queue's work."""
+
+    kind = "not_served"
 
 
 class MalformedResponse(UpstreamError):

@@ -8,7 +8,9 @@ reads in flight. Leases are renewed in the background every ``lease_s / 3``. SQL
 threads (``asyncio.to_thread``) so the loop keeps reading while a commit waits.
 
 Failures become attempt rows: ``UpstreamUnavailable.kind`` (transient), ``bad_request``
-(permanent), ``malformed_response`` (transient, capped), a ``TemplateError`` (permanent,
+(permanent), ``not_served`` (the upstream does not serve the run's model: the decision goes back
+to pending uncharged, and ``ChunkResult.not_served`` tells the caller to stop taking such
+work), ``malformed_response`` (transient, capped), a ``TemplateError`` (permanent,
 ``rejected``), ``db_error`` (the commit failed; recorded once the database answers again, or
 left to the sweeper when it does not). An answer is never lost or written twice: the answers
 insert is idempotent and the first finished attempt wins.
@@ -41,7 +43,14 @@ from app.engine import (
     settings_from_dict,
 )
 from app.engine.types import Decision as EngineDecision
-from app.errors import InputError, StoreError, UpstreamError, UpstreamRejected, UpstreamUnavailable
+from app.errors import (
+    InputError,
+    ModelNotServed,
+    StoreError,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
 from app.store.db import session_scope
 from app.store.models import OutcomeKind, Run
 from app.store.queue import (
@@ -50,6 +59,7 @@ from app.store.queue import (
     claim_decisions,
     fail_decision,
     finish_decision,
+    release_unserved,
     renew_leases,
     translate_db_errors,
     utcnow,
@@ -76,6 +86,7 @@ class ChunkResult:
     failed: dict[str, int] = field(default_factory=dict)
     left_for_sweeper: int = 0  #: the database stayed down: nothing recorded, the lease expires
     n_reads: int = 0
+    not_served: str | None = None  #: why the upstream refused the run's model (not charged)
 
     def count(self, kind: str) -> None:
         self.failed[kind] = self.failed.get(kind, 0) + 1
@@ -87,7 +98,8 @@ class ChunkResult:
     def as_dict(self) -> dict[str, Any]:
         return {"claimed": self.claimed, "done": self.done, "won": self.won,
                 "rejected": self.rejected, "failed": dict(self.failed),
-                "left_for_sweeper": self.left_for_sweeper, "n_reads": self.n_reads}
+                "left_for_sweeper": self.left_for_sweeper, "n_reads": self.n_reads,
+                "not_served": self.not_served}
 
 
 @dataclass
@@ -226,6 +238,10 @@ async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: fl
                         replicate=claim.replicate)
     try:
         await drive(flow, chunk.read)
+    except ModelNotServed as exc:
+        chunk.result.n_reads += flow.n_reads
+        await _release_unserved(chunk, claim, exc.message)
+        return
     except UpstreamError as exc:
         chunk.result.n_reads += flow.n_reads
         await _record_failure(chunk, claim, exc.kind, exc.message,
@@ -270,6 +286,18 @@ async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str,
     if status == "rejected":
         chunk.result.rejected += 1
     chunk.result.count(kind)
+
+
+async def _release_unserved(chunk: _Chunk, claim: Claimed, detail: str) -> None:
+    """Back to pending, not charged: the worker's upstream serves another model."""
+    chunk.result.not_served = detail
+    chunk.result.count(OutcomeKind.NOT_SERVED)
+    try:
+        await chunk.db(release_unserved, claim=claim, detail=detail, attempt=chunk.info)
+    except StoreError as exc:
+        log.warning("could not release decision %s (%s); its lease expires", claim.id,
+                    exc.message)
+        chunk.result.left_for_sweeper += 1
 
 
 async def _wait_db(factory: SessionFactory, timeout_s: float) -> bool:

@@ -139,7 +139,8 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str) -> Su
                             replicates=replicates, strict=params.strict)
     try:
         return submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
-                          lines=_numbered(raw))
+                          lines=_numbered(raw),
+                          publisher=api.executor.publisher(params.run, settings))
     except UnicodeDecodeError as exc:
         raise api_error(400, "invalid_request_error",
                         f"the JSONL is not UTF-8 text ({exc.reason} at byte {exc.start})"
@@ -178,7 +179,7 @@ async def submit(request: Request, params: Annotated[RunParams, Query()], api: A
     assert report.run is not None
     if report.created and fingerprint is not None:
         body["fingerprint"] = fingerprint_dict(fingerprint)
-    body["execution"] = await api.executor.started(report.run, report.inserted_ids)
+    body["execution"] = await api.executor.started(report.run, report.publish)
     body["links"] = _links(report.run.name)
     return JSONResponse(body, status_code=201 if report.created else 200)
 

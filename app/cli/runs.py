@@ -67,13 +67,13 @@ from app.producer import (
     check_resume_settings,
     check_server,
     fetch_fingerprint,
-    publish_decisions,
     resume_run,
     submit_job,
 )
 from app.store.db import session_scope
 from app.store.runs import RunInfo, cancel_run, require_run
 from app.store.views import ANSWER_FIELDS, iter_export, list_runs, question_ids, run_status
+from workers.constants import queue_for
 
 __all__ = ["cancel", "export", "resume", "runs", "status", "submit"]
 
@@ -113,12 +113,10 @@ def submit(
         request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                 engine=choice.engine, replicates=n_replicates,
                                 strict=strict, fingerprint=fingerprint)
-        report = submit_job(request, factory, tok)
-        if report.run is not None and report.inserted_ids:
-            with make_sender(broker) as sender:
-                publisher = make_publisher(sender, chunk_size, run_name=run)
-                report.publish = publish_decisions(factory, publisher, report.run.id,
-                                                   report.inserted_ids)
+        with make_sender(broker) as sender:
+            publisher = make_publisher(sender, chunk_size, run_name=run,
+                                       queue=queue_for(settings.model, settings.canvas_length))
+            report = submit_job(request, factory, tok, publisher=publisher)
     if json_out:
         console.print_json(orjson.dumps({**report.as_dict(), "fingerprint_error": fp_error})
                            .decode())

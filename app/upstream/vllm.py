@@ -34,7 +34,7 @@ import orjson
 
 from app.engine import encode_body, parse_response
 from app.engine.types import Endpoint, ReadRequest, ReadResult, ServerFingerprint
-from app.errors import MalformedResponse, UpstreamRejected, UpstreamUnavailable
+from app.errors import MalformedResponse, ModelNotServed, UpstreamRejected, UpstreamUnavailable
 
 __all__ = ["VllmUpstream"]
 
@@ -235,6 +235,9 @@ def _decode(status: int, raw: bytes) -> dict[str, Any]:
     if status >= 500 or status in _TRANSIENT_4XX:
         raise UpstreamUnavailable(f"server error {status}: {_message(raw)}",
                                   kind="server_error", status=status)
+    if status == 404 and _names_missing_model(raw):
+        raise ModelNotServed(f"not served here ({status}): {_message(raw)}", status=status,
+                             param="model")
     if status >= 400:
         param = _error_field(raw, "param")
         raise UpstreamRejected(f"rejected ({status}): {_message(raw)}", status=status,
@@ -246,6 +249,12 @@ def _decode(status: int, raw: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise MalformedResponse(f"the response is not a JSON object: {raw[:200]!r}")
     return obj
+
+
+def _names_missing_model(raw: bytes) -> bool:
+    """vLLM's 404 for a model it does not serve: "The model `X` does not exist." """
+    message = str(_error_field(raw, "message") or "").lower()
+    return "model" in message and "does not exist" in message
 
 
 def _error_field(raw: bytes, name: str) -> Any:

@@ -12,9 +12,11 @@ from sqlalchemy import create_engine, text
 
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer, free_port
-from workers.constants import QUEUE
+from workers.constants import queue_for
 
 Dreads = Callable[..., CliResult]
+
+QUEUE = queue_for("dgemma", 320)  #: the runs' queue: their model and canvas
 
 
 def _submit(dreads: Dreads, db: str, redis: RedisServer, path: Path, run: str,
