@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "get_settings"]
@@ -30,6 +31,8 @@ class Settings(BaseSettings):
     tokenizer: str = "standin"
     #: Served canvas length (vLLM --diffusion-config canvas_length).
     canvas: int = 320
+    #: Bearer key of the upstream (vLLM's --api-key); sent on every request, never stored.
+    upstream_api_key: SecretStr | None = None
     #: Reads in flight per worker process.
     max_in_flight: int = 256
     #: Per-read HTTP timeout in seconds.
@@ -81,3 +84,9 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def upstream_api_key() -> str | None:
+    """``DREADS_UPSTREAM_API_KEY``, or None when unset or empty."""
+    key = get_settings().upstream_api_key
+    return key.get_secret_value() or None if key is not None else None

@@ -7,8 +7,10 @@
     ├── UpstreamError         talking to the model server
     │   ├── UpstreamUnavailable   transient: refused/reset, timeout, 5xx (retried with backoff)
     │   ├── UpstreamRejected      permanent: vLLM answered 4xx (kind ``bad_request``)
-    │   │   └── ModelNotServed    the server does not serve the request's model: the worker's
-    │   │                         configuration, not the decision (kind ``not_served``)
+    │   │   ├── ModelNotServed    the server does not serve the request's model: the worker's
+    │   │   │                     configuration, not the decision (kind ``not_served``)
+    │   │   └── UpstreamUnauthorized  401/403: the API key is missing or wrong: configuration,
+    │   │                         not the decision (kind ``unauthorized``)
     │   └── MalformedResponse     a missing row or label logprob (kind ``malformed_response``)
     ├── StoreError            the SQL store
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
@@ -33,6 +35,7 @@ __all__ = [
     "TemplateError",
     "UpstreamError",
     "UpstreamRejected",
+    "UpstreamUnauthorized",
     "UpstreamUnavailable",
 ]
 
@@ -97,6 +100,14 @@ class ModelNotServed(UpstreamRejected):
     decision: a worker re-queues it uncharged and stops taking that queue's work."""
 
     kind = "not_served"
+
+
+class UpstreamUnauthorized(UpstreamRejected):
+    """The server refused this client's credentials (401 or 403; vLLM's ``--api-key``). Never
+    retried, and never a decision's failure: a worker puts the decision back uncharged and
+    stops taking work, since every read would be refused the same way."""
+
+    kind = "unauthorized"
 
 
 class MalformedResponse(UpstreamError):

@@ -40,6 +40,7 @@ from app.engine import (
     ReadSettings,
     ServerFingerprint,
     TextTokenizer,
+    build_probe_request,
     decision_payload,
     parse_decision,
     plan_decision,
@@ -49,11 +50,13 @@ from app.engine import (
 )
 from app.errors import (
     BadLine,
+    ConfigError,
     DreadsError,
     InputError,
     RunSettingsMismatch,
     TemplateError,
     UpstreamRejected,
+    UpstreamUnauthorized,
     UpstreamUnavailable,
 )
 from app.store.db import session_scope
@@ -545,33 +548,57 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
     env = get_settings()
     base = engine or UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype)
     return replace(base, url=url, model=settings.model, canvas_length=settings.canvas_length,
-                   max_in_flight=max_in_flight or env.max_in_flight,
+                   tokenizer=settings.tokenizer, max_in_flight=max_in_flight or env.max_in_flight,
                    timeout_s=env.read_timeout_s, retries=env.read_retries)
 
 
 def fetch_fingerprint(
-    url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None
+    url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None,
+    tokenizer: TextTokenizer | None = None,
 ) -> tuple[ServerFingerprint | None, str | None]:
-    """The upstream's fingerprint, or (None, why) when it cannot be reached now.
+    """The upstream's fingerprint, or (None, why) when it cannot be reached now. With the run's
+    ``tokenizer``, one probe read at the run's full canvas width proves the served canvas
+    (``/v1/models`` does not report it).
 
     Raises:
         UpstreamRejected: it answers but serves another model than ``settings.model``.
+        ConfigError: it refuses the API key, or a read at the run's canvas width.
     """
     from app.upstream.factory import make_upstream
 
     async def _fetch() -> ServerFingerprint:
         upstream = make_upstream(upstream_config(url, settings, engine=engine))
         try:
-            return await asyncio.wait_for(upstream.fingerprint(), timeout_s)
+            fingerprint = await asyncio.wait_for(upstream.fingerprint(), timeout_s)
+            if tokenizer is not None:
+                await _probe_canvas(upstream, settings, tokenizer, timeout_s)
+            return fingerprint
         finally:
             await upstream.aclose()
 
     try:
         return asyncio.run(_fetch()), None
+    except UpstreamUnauthorized as exc:
+        raise ConfigError(exc.message) from exc
     except UpstreamUnavailable as exc:
         return None, exc.message
     except TimeoutError:
         return None, f"no answer from {url} within {timeout_s:.0f}s"
+
+
+async def _probe_canvas(upstream: Any, settings: ReadSettings, tokenizer: TextTokenizer,
+                        timeout_s: float) -> None:
+    """One read at the run's full canvas width; a server that refuses it cannot run the run."""
+    probe = build_probe_request(settings, tokenizer)
+    try:
+        await asyncio.wait_for(upstream.wait_ready(timeout_s=timeout_s, probe=probe), timeout_s)
+    except UpstreamUnauthorized:
+        raise
+    except UpstreamRejected as exc:
+        raise ConfigError(
+            f"the upstream refused a read at the run's canvas width {settings.canvas_length} "
+            f"({exc.message}); pass --canvas (DREADS_CANVAS) equal to the canvas_length the "
+            "server was started with (--diffusion-config), or check --model") from exc
 
 
 @dataclass
@@ -626,12 +653,14 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
-                 settings: ReadSettings, *, force: bool, engine: Any = None) -> str | None:
-    """Refuse a server whose model or canvas differs from the run's (unless ``force``);
-    record the fingerprint when the run has none yet. Returns a note for the user."""
+                 settings: ReadSettings, *, force: bool, engine: Any = None,
+                 tokenizer: TextTokenizer | None = None) -> str | None:
+    """Refuse a server whose model or canvas differs from the run's (unless ``force``), or
+    that refuses a read at the run's canvas width (with ``tokenizer``, the run's); record the
+    fingerprint when the run has none yet. Returns a note for the user."""
     old = dict(run.fingerprint or {})
     try:
-        fingerprint, why = fetch_fingerprint(url, settings, engine=engine)
+        fingerprint, why = fetch_fingerprint(url, settings, engine=engine, tokenizer=tokenizer)
     except UpstreamRejected as exc:  # it serves another model than the run's
         if not force:
             raise RunSettingsMismatch(

@@ -200,12 +200,13 @@ def _execute(job: _Job) -> ExecutorStats:
         job.upstream, settings, key)
     try:
         _say_upstream(job, url)
+        tokenizer = load_tokenizer(settings.tokenizer)
         if job.check_server:
             note = check_server(job.factory, job.run, url, settings, force=False,
-                                engine=job.engine)
+                                engine=job.engine, tokenizer=tokenizer)
             if note and not job.quiet:
                 err_console.print(note, highlight=False)
-        return _drive(job, url, load_tokenizer(settings.tokenizer))
+        return _drive(job, url, tokenizer)
     finally:
         if sim is not None:
             sim.stop()

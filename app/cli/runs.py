@@ -109,7 +109,7 @@ def submit(
         settings, n_replicates, tok = resolve_settings(existing, given, replicates,
                                                        engine=choice.engine, upstream=upstream)
         url = run_upstream(upstream, existing, choice, settings)
-        fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice)
+        fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
         request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                 engine=choice.engine, replicates=n_replicates,
                                 strict=strict, fingerprint=fingerprint)
@@ -202,13 +202,16 @@ def resume(
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed)
+    from app.upstream.tokenizer import load_tokenizer
+
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
         note = check_server(factory, info, _resume_upstream(upstream, info), settings,
-                            force=force, engine=choice)
+                            force=force, engine=choice,
+                            tokenizer=load_tokenizer(settings.tokenizer))
         if url.startswith("sqlite") and not dry_run:
             resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
                             upstream=upstream, engine=choice)

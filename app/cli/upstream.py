@@ -67,8 +67,8 @@ def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> 
     env = get_settings()
     return make_upstream(replace(
         choice, url=url, model=settings.model, canvas_length=settings.canvas_length,
-        max_in_flight=env.max_in_flight, timeout_s=env.read_timeout_s,
-        retries=env.read_retries))
+        tokenizer=settings.tokenizer, max_in_flight=env.max_in_flight,
+        timeout_s=env.read_timeout_s, retries=env.read_retries))
 
 
 def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> str:

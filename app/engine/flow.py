@@ -14,7 +14,7 @@ says stop; it never performs I/O. See ``app.engine`` for the loop a runner write
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.engine.aggregate import aggregate, trivial_answer
 from app.engine.fold import fold_row
@@ -172,7 +172,17 @@ PROBE_DECISION = Decision(
 
 
 def build_probe_request(settings: ReadSettings, tokenizer: TextTokenizer) -> ReadRequest:
-    """A tiny noul read (draw 0 of a fixed decision) used by readiness checks."""
+    """A tiny noul read (draw 0 of a fixed decision) used by readiness checks, at the run's
+    full canvas width: ``/v1/models`` does not report the served canvas, and a server whose
+    canvas is narrower refuses this read, before any decision is claimed.
+
+    Raises:
+        ConfigError: the settings cannot be read with this tokenizer.
+    """
     plan = plan_decision(PROBE_DECISION, settings, tokenizer)
-    flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
+    unit = plan.units[0]
+    pads = (tokenizer.info.pad_id,) * (settings.canvas_length - unit.width)
+    wide = replace(unit, template_ids=unit.template_ids + pads, width=settings.canvas_length)
+    flow = DecisionFlow(replace(plan, units=(wide,)), settings,
+                        vocab_size=tokenizer.info.vocab_size)
     return flow.next_requests()[0]

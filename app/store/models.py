@@ -81,6 +81,7 @@ class OutcomeKind(StrEnum):
     CANCELLED = "cancelled"
     REJECTED = "rejected"
     NOT_SERVED = "not_served"  #: the worker's upstream does not serve the run's model: not charged
+    UNAUTHORIZED = "unauthorized"  #: the upstream refused the worker's API key: not charged
 
 
 class Run(Base):

@@ -372,12 +372,14 @@ def stamp_page(session: Session, *, run_id: int, status: str, after_id: int, lim
 
 
 def release_unserved(session: Session, *, claim: Claimed, detail: str,
-                     attempt: AttemptInfo | None = None, now: datetime | None = None) -> bool:
-    """The worker's upstream does not serve the run's model: a ``not_served`` attempt row, and
-    the decision back to pending with the claim not counted against the attempt cap (the cause
-    is the worker's configuration, not the decision). False when the lease was lost."""
+                     attempt: AttemptInfo | None = None, now: datetime | None = None,
+                     kind: str = OutcomeKind.NOT_SERVED) -> bool:
+    """The worker cannot serve the run (its upstream serves another model: ``not_served``; or
+    refuses its API key: ``unauthorized``): an attempt row of that kind, and the decision back
+    to pending with the claim not counted against the attempt cap (the cause is the worker's
+    configuration, not the decision). False when the lease was lost."""
     now = now or utcnow()
-    _insert_attempt(session, claim=claim, outcome=OutcomeKind.NOT_SERVED,
+    _insert_attempt(session, claim=claim, outcome=kind,
                     info=attempt or AttemptInfo(), detail=detail[:2000], now=now)
     stmt = (
         update(Decision)

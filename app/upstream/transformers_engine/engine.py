@@ -98,12 +98,16 @@ class TransformersUpstream:
                           cached_tokens=output.cached_tokens,
                           latency_ms=(time.perf_counter() - started) * 1000.0)
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context length (its config's ``max_position_embeddings``)."""
+        return int(getattr(self.model.text_config, "max_position_embeddings", 0)) or None
+
     async def fingerprint(self) -> ServerFingerprint:
-        text = self.model.text_config
         return ServerFingerprint(
             engine=ENGINE,
             model_id=self.model_id,
-            max_model_len=int(getattr(text, "max_position_embeddings", 0)) or None,
+            max_model_len=self.max_model_len,
             version=f"transformers {transformers.__version__}; torch {torch.__version__}",
             canvas_length=self.canvas_length,
         )
