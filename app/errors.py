@@ -109,6 +109,13 @@ class UpstreamUnauthorized(UpstreamRejected):
 
     kind = "unauthorized"
 
+    @classmethod
+    def answered(cls, status: int, detail: str) -> UpstreamUnauthorized:
+        """The error for a 401/403 answer: what to set, whatever the server said."""
+        return cls(f"the upstream refused this client's API key ({status}: {detail}): set "
+                   "DREADS_UPSTREAM_API_KEY to the key vLLM was started with (--api-key)",
+                   status=status)
+
 
 class MalformedResponse(UpstreamError):
     """The server answered 200 but a row or a label logprob is missing."""

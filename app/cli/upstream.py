@@ -23,11 +23,14 @@ from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     CanvasOpt,
     DrawsOpt,
+    EndpointOpt,
     JsonOpt,
+    LayoutOpt,
     MaxDrawsOpt,
     ModelOpt,
     ModeOpt,
     PolicyOpt,
+    SeedOpt,
     ThresholdOpt,
     TokenizerOpt,
     UpstreamOpt,
@@ -353,6 +356,9 @@ def decide(
     threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None,
     mode: ModeOpt = None,
+    layout: LayoutOpt = None,
+    endpoint: EndpointOpt = None,
+    seed: SeedOpt = None,
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     canvas: CanvasOpt = None,
@@ -361,12 +367,14 @@ def decide(
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Answer a few decisions directly against an upstream (no database): answers, label mass,
-    draws and why they stopped."""
+    draws and why they stopped. With --draws 1 (and the default layout and seed) a decision's
+    answer is the one vLLM's own /v1/systemone gives on the same server."""
     if qtype not in ("noul", "choice", "score"):
         err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
         raise typer.Exit(2)
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
-                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode)
+                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode,
+                               layout=layout, endpoint=endpoint, seed=seed)
     url = upstream
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)

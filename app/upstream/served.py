@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.errors import ConfigError
+from app.errors import ConfigError, UpstreamUnauthorized
 
 __all__ = ["ServedIdentity", "served_identity"]
 
@@ -26,8 +26,9 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
     default ``DREADS_UPSTREAM_API_KEY``).
 
     Raises:
-        ConfigError: the server cannot be reached, refuses the key or lists no model; the
-            message says what to set.
+        ConfigError: the server cannot be reached or lists no model; the message says what
+            to set.
+        UpstreamUnauthorized: it refuses the key (waiting cannot help).
     """
     from app.config import upstream_api_key
 
@@ -39,10 +40,9 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
                           headers=headers) as client:
             models = client.get("/v1/models")
             if models.status_code in (401, 403):
-                raise ConfigError(
-                    f"{base} refused {'the' if key else 'a request without an'} API key "
-                    f"({models.status_code}): set DREADS_UPSTREAM_API_KEY to the key vLLM was "
-                    "started with (--api-key)")
+                raise UpstreamUnauthorized.answered(
+                    models.status_code, f"{base} refused "
+                    f"{'the' if key else 'a request without an'} API key")
             models.raise_for_status()
             data = models.json().get("data") or []
             version = client.get("/version")

@@ -249,16 +249,9 @@ class VllmUpstream:
             on_close()
 
 
-def unauthorized(status: int, detail: str) -> UpstreamUnauthorized:
-    """The error for a 401/403: what to set, whatever the server said."""
-    return UpstreamUnauthorized(
-        f"the upstream refused this client's API key ({status}: {detail}): set "
-        "DREADS_UPSTREAM_API_KEY to the key vLLM was started with (--api-key)", status=status)
-
-
 def _decode(status: int, raw: bytes) -> dict[str, Any]:
     if status in _UNAUTHORIZED:
-        raise unauthorized(status, _message(raw))
+        raise UpstreamUnauthorized.answered(status, _message(raw))
     if status >= 500 or status in _TRANSIENT_4XX:
         raise UpstreamUnavailable(f"server error {status}: {_message(raw)}",
                                   kind="server_error", status=status)
@@ -315,7 +308,7 @@ async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
         raise UpstreamUnavailable(
             f"cannot reach {client.base_url}{path}: {exc!r}") from exc
     if response.status_code in _UNAUTHORIZED:
-        raise unauthorized(response.status_code, _message(response.content))
+        raise UpstreamUnauthorized.answered(response.status_code, _message(response.content))
     if response.status_code != 200:
         raise UpstreamUnavailable(f"GET {path} answered {response.status_code}",
                                   kind="server_error", status=response.status_code)
