@@ -60,6 +60,7 @@ from app.metrics.worker import (
     record_attempt,
     record_lease_takeovers,
     record_read,
+    start_run,
 )
 from app.store.db import session_scope
 from app.store.models import OutcomeKind, Run
@@ -180,6 +181,7 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     if run is None:
         return result
     run_name, settings = run
+    start_run(run_name)
     if tokenizer.info.name != settings.tokenizer:
         # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
         # worker was started with; load_tokenizer caches it per process.

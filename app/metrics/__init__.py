@@ -21,6 +21,7 @@ from app.metrics.worker import (
     record_read,
     record_sweep,
     set_upstream_ready,
+    start_run,
 )
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "record_sweep",
     "set_upstream_ready",
     "start_exporter",
+    "start_run",
 ]

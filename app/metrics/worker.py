@@ -26,6 +26,7 @@ __all__ = [
     "record_read",
     "record_sweep",
     "set_upstream_ready",
+    "start_run",
 ]
 
 disable_created_metrics()  # no ``*_created`` series beside every counter and histogram
@@ -65,6 +66,18 @@ UPSTREAM_READY = Gauge(
     "dreads_upstream_ready", "1 once this worker's upstream answered a probe read; 0 while it "
     "waits for it, or after a chunk found it down and until it answers again.", ["upstream"],
     multiprocess_mode="livemostrecent")
+
+
+# Series that exist from the start at zero, so rate() and the dashboard see them before the
+# first event (Prometheus cannot tell "none yet" from "not exported").
+for _kind in ("worker_lost", "poison"):
+    SWEEP_EXPIRED.labels(_kind)
+
+
+def start_run(run: str) -> None:
+    """A worker took its first chunk of ``run``: its rare-event counters start at zero."""
+    for counter in (LEASE_TAKEOVERS, LOW_MASS, ARGMAX_NOT_LABEL):
+        counter.labels(run)
 
 
 def record_read(run: str, outcome: str, seconds: float) -> None:
