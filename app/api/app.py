@@ -9,6 +9,7 @@
     GET  /v1/runs/{run}/results        JSON lines (as ``dreads export``)
     POST /v1/runs/{run}/resume|cancel
     GET  /metrics                      Prometheus: requests, per-run gauges from SQL
+    GET  /runs, /runs/{run}            browser pages: runs, one run live (login: API key)
 
 OpenAPI docs at ``/docs``. Every response carries ``x-request-id``.
 """
@@ -20,7 +21,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import metrics, runs, systemone
+from app.api import metrics, pages, runs, systemone
 from app.api.config import ServeConfig
 from app.api.middleware import BodyGuard, RequestContext
 from app.api.state import build_state
@@ -44,6 +45,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.include_router(systemone.router)
     app.include_router(runs.router)
     app.include_router(metrics.router)
+    app.include_router(pages.router)
     app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,
                        max_upload_bytes=config.max_upload_bytes,
                        upload_paths=frozenset({"/v1/runs"}))
