@@ -116,10 +116,14 @@ def test_live_page_follows_a_run_and_matches_status(
         assert "/login" in browser.current_url
         browser.find_element(By.ID, "key").send_keys("not-the-key")
         browser.find_element(By.ID, "login").click()
-        assert "API key" in browser.find_element(By.ID, "login-error").text
+        error = wait_until(lambda: browser.find_elements(By.ID, "login-error"), timeout_s=20,
+                           what="the login form to refuse the wrong key")
+        assert "API key" in error[0].text
         browser.find_element(By.ID, "key").send_keys(KEY)
         browser.find_element(By.ID, "login").click()
-        assert browser.current_url == f"{server.url}/runs/live"
+        wait_until(lambda: browser.current_url == f"{server.url}/runs/live" and
+                   browser.find_elements(By.ID, "cells"), timeout_s=20,
+                   what="the run page after the login")
         assert httpx.get(f"{server.url}/runs/live/live").status_code == 401
 
         # The numbers move by themselves while the run progresses.

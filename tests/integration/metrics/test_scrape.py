@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -76,6 +77,19 @@ def _api_matches(url: str, counts: dict[str, int]) -> Samples | None:
     return samples if by_status == {k: float(v) for k, v in counts.items()} else None
 
 
+def _worker_scrape(port: int, n_attempts: int) -> Samples:
+    """The workers' metrics once they have counted ``n_attempts`` attempts (a counter moves
+    just after its commit), or after 15 s as they are."""
+    deadline = time.monotonic() + 15
+    while True:
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        counted = (samples.total("dreads_decision_attempts_total")
+                   + samples.total("dreads_sweeper_expired_leases_total"))
+        if counted >= n_attempts or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory: pytest.TempPathFactory,
                module_serve_factory: StartServe) -> Iterator[FaultyRun]:
@@ -100,8 +114,8 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory,
                 "DREADS_METRICS_CACHE_S": "0.5"})
             stack.submit(N, name="faulty")
             counts = stack.wait_settled(180)
-            worker_side = scrape(f"http://127.0.0.1:{port}/metrics")
             attempts = outcome_counts(stack)
+            worker_side = _worker_scrape(port, sum(attempts.values()))
             answers, low = _answer_counts(stack)
             api_side = wait_until(lambda: _api_matches(server.url, counts), timeout_s=30,
                                   what="the API's gauges to catch up with SQL")
