@@ -117,7 +117,8 @@ def serve(
 
     Set DREADS_API_KEY to require 'Authorization: Bearer <key>' on every /v1 route and on
     /metrics (Prometheus; per-run gauges cached DREADS_METRICS_CACHE_S seconds, for the
-    DREADS_METRICS_MAX_RUNS most recent runs).
+    DREADS_METRICS_MAX_RUNS most recent runs). A live page per run at /runs/NAME (with a key:
+    log in once at /login).
     """
     import uvicorn
 
