@@ -8,6 +8,7 @@ exception classes for dreads' errors, and retry 529 and 503 after ``retry-after`
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -222,3 +223,27 @@ def test_sdk_retries_503_after_retry_after(small: ServeProcess, slow_sim: SimHan
         httpx.post(f"{slow_sim.url}/sim/up").raise_for_status()
     assert response.status_code == 503 and response.headers["retry-after"] == "2"
     assert response.json()["error"]["message"].startswith("the model server is unavailable")
+
+
+def test_answers_recorded_into_a_run_come_back_as_batch_output(client: OpenAI,
+                                                               server: ServeProcess) -> None:
+    """``extra_body={"dreads": {"run": ...}}`` records the decision, as on /v1/systemone; the
+    run's results in openai-batch format give back the same answers, values still typed."""
+    choice = {"type": "choice", "name": "refund", "instructions": "Is a refund due?",
+              "choices": [{"value": True}, {"value": "true"}]}
+    decision = client.decisions.create(
+        model="dgemma", input=INPUT, questions=[BILLING, choice],
+        extra_body={"dreads": {"run": "live-decisions", "id": "ticket-1", "cell": "web",
+                               "expected": {"billing": True, "refund": "true"}}})
+    recorded = (decision.model_extra or {})["dreads"]["recorded"]
+    assert recorded["run"] == "live-decisions" and recorded["id"] == "ticket-1"
+    response = httpx.get(f"{server.url}/v1/runs/live-decisions/results",
+                         params={"format": "openai-batch"},
+                         headers={"Authorization": f"Bearer {KEY}"})
+    assert response.status_code == 200
+    (line,) = [json.loads(x) for x in response.text.splitlines()]
+    assert line["custom_id"] == "ticket-1" and line["error"] is None
+    stored = Decision.model_validate(line["response"]["body"])
+    assert stored.answers == decision.answers
+    diagnostics = line["response"]["body"]["dreads"]["questions"]
+    assert diagnostics["billing"]["expected"] == "yes" and diagnostics["refund"]["expected"] == "B"
