@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +28,7 @@ from openai.types.decision import (
 
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
+from tests.fixtures.services import ROOT
 
 KEY = "s3cret-key"
 INPUT = "I was charged twice for my order. Please refund today!"
@@ -247,3 +250,20 @@ def test_answers_recorded_into_a_run_come_back_as_batch_output(client: OpenAI,
     assert stored.answers == decision.answers
     diagnostics = line["response"]["body"]["dreads"]["questions"]
     assert diagnostics["billing"]["expected"] == "yes" and diagnostics["refund"]["expected"] == "B"
+
+
+def _readme_block(heading: str, language: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(f"### {heading}\n", 1)[1]
+    return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_sdk_example_runs_as_written(small: ServeProcess) -> None:
+    """The README's five lines, against ``dreads serve`` with no key (only the port differs)."""
+    code = _readme_block("Use dreads as an OpenAI Decisions endpoint", "python")
+    assert len(code.strip().splitlines()) == 5
+    code = code.replace("http://127.0.0.1:8000", small.url)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert 0.0 <= float(out.stdout) <= 1.0

@@ -140,3 +140,23 @@ def test_a_1000_line_decisions_file_survives_a_kill_and_exports_each_decision_on
     for line in exported:
         assert line["error"] is None
         Decision.model_validate(line["response"]["body"])
+
+
+def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's "Run a file of Decisions requests" commands, in a directory with the
+    example file and its key under ``examples/``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Run a file of Decisions requests\n", 1)[1]
+    commands = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "examples").mkdir()
+    for name in ("decisions.jsonl", "decisions.key.jsonl"):
+        shutil.copy(ROOT / "examples" / name, tmp_path / "examples" / name)
+    env = {**os.environ, "PATH": f"{Path(DREADS).parent}:{os.environ['PATH']}",
+           "COLUMNS": "200", "NO_COLOR": "1"}
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "done 86" in out.stdout and "AUC" in out.stdout
+    exported = _lines(tmp_path / "decisions.out.jsonl")
+    assert len(exported) == 86
+    assert all(Decision.model_validate(line["response"]["body"]) for line in exported)
