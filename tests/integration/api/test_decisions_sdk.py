@@ -175,6 +175,15 @@ def test_unknown_model_is_404_and_a_wrong_key_401(server: ServeProcess, client: 
     assert missing.json()["error"]["type"] == "permission_error"
 
 
+def test_a_body_over_the_limit_is_413_in_openais_shape(client: OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as err:
+        client.decisions.create(model="dgemma", input="x" * (9 << 20), questions=[BILLING])
+    assert err.value.status_code == 413
+    body = err.value.body
+    assert isinstance(body, dict) and body["code"] == "request_too_large"
+    assert "DREADS_API_MAX_BODY_MB" in body["message"]
+
+
 def test_models_list_in_openais_shape(client: OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["dgemma"]
 
