@@ -145,6 +145,6 @@ async def create_decision(request: Request, api: Api) -> dict[str, Any]:
         started, t0 = utcnow(), time.perf_counter()
         decided = await _answer_while_connected(request, api, decision)
         latency_ms = (time.perf_counter() - t0) * 1000.0
-        recorded = (await _record(api, run, decision, decided, started, latency_ms)
-                    if run else None)
+        recorded = (await _record(api, run, decision, decided, started, latency_ms,
+                                  source="POST /v1/decisions") if run else None)
     return _response(api, request_id, decision, decided, recorded)

@@ -143,10 +143,11 @@ async def _check_record(api: ApiState, run: str, key: str | None) -> None:
 
 
 async def _record(api: ApiState, run: str, decision: Decision, decided: Decided,
-                  started: Any, latency_ms: float) -> dict[str, Any]:
+                  started: Any, latency_ms: float, source: str = "POST /v1/systemone"
+                  ) -> dict[str, Any]:
     try:
         return await asyncio.to_thread(api.recorder.record, run, decision, decided,
-                                       started=started, latency_ms=latency_ms)
+                                       started=started, latency_ms=latency_ms, source=source)
     except (StoreError, InputError) as exc:
         log.warning("answers not recorded into run %s: %s", run, exc.message)
         return {"run": run, "id": decision.id, "error": exc.message}
