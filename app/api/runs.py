@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -29,6 +29,7 @@ from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings, set
 from app.errors import DreadsError
 from app.producer import SubmitReport, SubmitRequest, fingerprint_dict, submit_job
 from app.store.db import session_scope
+from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, cancel_run, find_run
 from app.store.views import iter_export, list_runs, run_status
 from app.upstream.tokenizer import load_tokenizer
@@ -210,13 +211,21 @@ async def status(run: str, api: Api) -> dict[str, Any]:
 @router.get("/{run}/results", response_class=StreamingResponse, responses={200: {
     "content": {"application/x-ndjson": {}},
     "description": "One JSON line per decision, as `dreads export`."}})
-async def results(run: str, api: Api) -> StreamingResponse:
+async def results(run: str, api: Api, fmt: Annotated[Literal["jsonl", "openai-batch"], Query(
+        alias="format", description="jsonl (dreads' lines) or openai-batch (OpenAI's Batch "
+                                    "output lines, each body a Decision).")] = "jsonl"
+                  ) -> StreamingResponse:
     """Every decision with its answers and diagnostics, streamed as JSON lines from SQL."""
     info = await asyncio.to_thread(_find, api, run)
 
+    def _records(session: Session) -> Iterator[dict[str, Any]]:
+        if fmt == "openai-batch":
+            return iter_openai_batch(session, info.id, str(info.settings.get("model", "")))
+        return iter_export(session, info.id)
+
     def _lines() -> Iterator[bytes]:
         with session_scope(api.factory) as session:
-            for record in iter_export(session, info.id):
+            for record in _records(session):
                 yield orjson.dumps(record, default=str) + b"\n"
 
     return StreamingResponse(_lines(), media_type="application/x-ndjson",

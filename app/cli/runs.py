@@ -246,12 +246,15 @@ def cancel(run: RunArg, database: DatabaseOpt = None) -> None:
 class ExportFormat(StrEnum):
     JSONL = "jsonl"
     CSV = "csv"
+    OPENAI_BATCH = "openai-batch"
 
 
 @app.command()
 def export(
     run: RunArg,
-    fmt: Annotated[ExportFormat, typer.Option("--format", help="jsonl or csv.")]
+    fmt: Annotated[ExportFormat, typer.Option(
+        "--format", help="jsonl, csv, or openai-batch (OpenAI's Batch output lines, each "
+        "body a Decision with dreads' diagnostics).")]
     = ExportFormat.JSONL,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="File (default stdout).")]
     = None,
@@ -262,6 +265,11 @@ def export(
         info = require_run(session, run)
         if fmt is ExportFormat.JSONL:
             n = _write_jsonl(out, iter_export(session, info.id))
+        elif fmt is ExportFormat.OPENAI_BATCH:
+            from app.store.openai_export import iter_openai_batch
+
+            model = str(info.settings.get("model", ""))
+            n = _write_jsonl(out, iter_openai_batch(session, info.id, model))
         else:
             n = _write_csv(out, question_ids(session, info.id), iter_export(session, info.id))
     if output is not None:

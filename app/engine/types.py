@@ -103,6 +103,10 @@ class Decision:
     questions: tuple[Question, ...]
     cell: str | None = None
     expected: Mapping[str, str] = field(default_factory=dict)  #: question id -> expected label
+    #: An OpenAI Decisions request's own shape of the questions, kept for ``export --format
+    #: openai-batch``: per question its type, name, typed choice values or level labels
+    #: (``app.engine.openai_decisions``). None for dreads' own lines.
+    openai: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
