@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     api_max_upload_mb: float = 2048.0
     #: ``dreads serve``: /v1/systemone requests answered at once; more get 529.
     api_max_concurrent: int = 256
+    #: Workers: port of the Prometheus exporter in the worker's main process (unset: none).
+    metrics_port: int | None = None
+    #: Workers: interface of that exporter (0.0.0.0 in a container).
+    metrics_host: str = "127.0.0.1"
+    #: ``dreads serve``: seconds one SQL snapshot of the per-run gauges serves scrapes.
+    metrics_cache_s: float = 10.0
+    #: ``dreads serve``: the most recent runs (not cancelled) that get per-run gauges.
+    metrics_max_runs: int = 20
 
 
 @lru_cache(maxsize=1)

@@ -55,6 +55,13 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.metrics.worker import (
+    record_answers,
+    record_attempt,
+    record_lease_takeovers,
+    record_read,
+    start_run,
+)
 from app.store.db import session_scope
 from app.store.models import OutcomeKind, Run
 from app.store.queue import (
@@ -92,6 +99,8 @@ class ChunkResult:
     n_reads: int = 0
     #: why this worker cannot serve the run (another model, a refused key; not charged)
     not_served: str | None = None
+    #: after a chunk that met a down upstream and waited for it: whether it answered again
+    upstream_ready: bool | None = None
 
     def count(self, kind: str) -> None:
         self.failed[kind] = self.failed.get(kind, 0) + 1
@@ -115,6 +124,7 @@ class _Chunk:
     upstream: Upstream
     tokenizer: TextTokenizer
     settings: ReadSettings
+    run_name: str  #: the metrics' run label
     max_model_len: int | None  #: the server's: a longer prompt + canvas is rejected unread
     info: AttemptInfo
     lease_s: float
@@ -127,7 +137,18 @@ class _Chunk:
 
     async def read(self, request: ReadRequest) -> ReadResult:
         async with self.in_flight:
-            return await self.upstream.read(request)
+            t0 = time.perf_counter()
+            outcome = "ok"
+            try:
+                return await self.upstream.read(request)
+            except UpstreamError as exc:
+                outcome = exc.kind
+                raise
+            except BaseException:
+                outcome = "error"
+                raise
+            finally:
+                record_read(self.run_name, outcome, time.perf_counter() - t0)
 
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(_in_transaction, self.session_factory, fn, *args, **kwargs)
@@ -153,18 +174,21 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     the queue while its model server is down. Raises StoreError if the claim itself fails.
     """
     result = ChunkResult()
-    claims, settings, max_model_len = await asyncio.to_thread(
+    claims, run, max_model_len = await asyncio.to_thread(
         _in_transaction, session_factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
         owner=owner, lease_s=lease_s, max_attempts=max_attempts)
     result.claimed = len(claims)
-    if settings is None:
+    if run is None:
         return result
+    run_name, settings = run
+    start_run(run_name)
     if tokenizer.info.name != settings.tokenizer:
         # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
         # worker was started with; load_tokenizer caches it per process.
         tokenizer = await asyncio.to_thread(_run_tokenizer, settings.tokenizer)
     chunk = _Chunk(session_factory=session_factory, upstream=upstream, tokenizer=tokenizer,
-                   settings=settings, max_model_len=max_model_len or upstream.max_model_len,
+                   settings=settings, run_name=run_name,
+                   max_model_len=max_model_len or upstream.max_model_len,
                    info=AttemptInfo(worker=owner, task_id=task_id, redelivered=redelivered),
                    lease_s=lease_s, max_attempts=max_attempts, commit_wait_s=commit_wait_s,
                    in_flight=asyncio.Semaphore(max_in_flight), result=result,
@@ -172,7 +196,7 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
                    open_claims={c.id: c for c in claims})
     await _run_claims(chunk, claims)
     if recover_wait_s > 0 and result.upstream_down:
-        await _wait_upstream(upstream, recover_wait_s, probe)
+        result.upstream_ready = await _wait_upstream(upstream, recover_wait_s, probe)
     return result
 
 
@@ -182,17 +206,18 @@ def _run_tokenizer(name: str) -> TextTokenizer:
     return load_tokenizer(name)
 
 
-def _claim_chunk(session: Session, run_id: int,
-                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None, int | None]:
-    """The claims won and, when there are any, the run's settings and the context length its
-    server reported: one transaction."""
+def _claim_chunk(session: Session, run_id: int, **claim: Any
+                 ) -> tuple[list[Claimed], tuple[str, ReadSettings] | None, int | None]:
+    """The claims won and, when there are any, the run's name and settings and the context
+    length its server reported: one transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
         return claims, None, None
-    data, fingerprint = session.execute(
-        select(Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
+    name, data, fingerprint = session.execute(
+        select(Run.name, Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
     limit = (fingerprint or {}).get("max_model_len")
-    return claims, settings_from_dict(dict(data)), limit if isinstance(limit, int) else None
+    return (claims, (name, settings_from_dict(dict(data))),
+            limit if isinstance(limit, int) else None)
 
 
 async def _run_claims(chunk: _Chunk, claims: Sequence[Claimed]) -> None:
@@ -218,6 +243,7 @@ async def _renew_forever(chunk: _Chunk) -> None:
             log.warning("could not renew %d lease(s): %s", len(claims), exc.message)
             continue
         if len(renewed) < len(claims):
+            record_lease_takeovers(chunk.run_name, len(claims) - len(renewed))
             log.info("%d lease(s) were taken over; their results count only if first",
                      len(claims) - len(renewed))
 
@@ -265,8 +291,9 @@ async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, flow:
                   started: datetime, t0: float) -> None:
     info = replace(chunk.info, n_reads=flow.n_reads,
                    latency_ms=(time.perf_counter() - t0) * 1000.0, started_at=started)
+    answers = flow.answers()
     try:
-        won = await chunk.db(finish_decision, claim=claim, answers=flow.answers(),
+        won = await chunk.db(finish_decision, claim=claim, answers=answers,
                              draws=flow.draws(), attempt=info,
                              question_ids=[q.id for q in decision.questions],
                              expected=decision.expected)
@@ -277,6 +304,9 @@ async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, flow:
         return
     chunk.result.done += 1
     chunk.result.won += int(won)
+    record_attempt(chunk.run_name, OutcomeKind.OK)
+    if won:
+        record_answers(chunk.run_name, answers)
 
 
 async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str, *,
@@ -296,6 +326,7 @@ async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str,
     if status == "rejected":
         chunk.result.rejected += 1
     chunk.result.count(kind)
+    record_attempt(chunk.run_name, kind)
 
 
 async def _release_unserved(chunk: _Chunk, claim: Claimed, kind: str, detail: str) -> None:
@@ -310,6 +341,8 @@ async def _release_unserved(chunk: _Chunk, claim: Claimed, kind: str, detail: st
         log.warning("could not release decision %s (%s); its lease expires", claim.id,
                     exc.message)
         chunk.result.left_for_sweeper += 1
+        return
+    record_attempt(chunk.run_name, kind)
 
 
 async def _wait_db(factory: SessionFactory, timeout_s: float) -> bool:
@@ -329,10 +362,13 @@ def _ping(session: Session) -> None:
     session.execute(text("SELECT 1"))
 
 
-async def _wait_upstream(upstream: Upstream, timeout_s: float, probe: ReadRequest | None) -> None:
+async def _wait_upstream(upstream: Upstream, timeout_s: float, probe: ReadRequest | None
+                         ) -> bool:
     log.warning("the upstream failed; waiting up to %.0f s for it before the next chunk",
                 timeout_s)
     try:
         await upstream.wait_ready(timeout_s=timeout_s, probe=probe)
     except UpstreamUnavailable as exc:
         log.warning("the upstream is still unavailable: %s", exc.message)
+        return False
+    return True

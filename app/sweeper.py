@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.errors import DreadsError
+from app.metrics.worker import record_sweep
 from app.publish import (
     BrokerEpoch,
     PublishError,
@@ -111,6 +112,7 @@ def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None,
             report = _publish_due(session_factory, publisher, report, chunk_size=chunk_size,
                                   requeue_after_s=requeue_after_s, run_id=run_id,
                                   max_backlog=max_backlog)
+    record_sweep(lost=report.lost, poisoned=report.poisoned, published=report.published)
     if report.lost or report.poisoned or report.published or report.error:
         log.info("sweep: %d lease(s) lost, %d poisoned, %d decision(s) in %d message(s)%s%s",
                  report.lost, report.poisoned, report.published, report.messages,

@@ -14,6 +14,10 @@ Routing: a run's chunks go to the queue of its model and canvas (``queue_for``);
 upstream answered, a worker consumes only the queue of what that upstream serves (added in
 ``celeryd_after_setup``), so a pod never takes work its model server cannot read.
 
+Metrics (``app.metrics``): with ``DREADS_METRICS_PORT`` set, the main process serves
+``/metrics`` for itself and its pool children (multiprocess mode: ``dreads worker`` sets
+``PROMETHEUS_MULTIPROC_DIR`` up before Celery starts), from before the upstream wait on.
+
 ``celery -A workers.celery_app worker`` works as well as ``dreads worker``.
 """
 
@@ -173,19 +177,28 @@ def _init_process(**_: Any) -> None:
 
 @signals.worker_process_shutdown.connect
 def _close_process(**_: Any) -> None:
+    from app.metrics.exporter import mark_process_dead
+
     global _state
     if _state is not None and _state.built_here:
         _state.close()
     _state = None
+    mark_process_dead(os.getpid())
 
 
 @signals.celeryd_after_setup.connect
 def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> None:
     """Main process, logging set up, before the pool and the consumer start: block until the
     upstream answers a probe read, then consume the queue of what it serves."""
+    from app.metrics import set_upstream_ready, start_exporter
     from workers.resources import served_queue, wait_upstream_ready
 
-    wait_upstream_ready(get_settings())
+    settings = get_settings()
+    if settings.metrics_port:
+        start_exporter(settings.metrics_host, settings.metrics_port)
+    set_upstream_ready(settings.upstream, False)
+    wait_upstream_ready(settings)
+    set_upstream_ready(settings.upstream, True)
     if instance is not None:
         queues = instance.app.amqp.queues
         queue = served_queue(get_settings())

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from app.errors import StoreError
+from app.metrics import set_upstream_ready
 from app.runner import BeforeDecision, run_chunk
 from app.store.queue import Claimed
 from workers.celery_app import app, process_state
@@ -34,6 +35,8 @@ def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str
         lease_s=s.lease_s, max_in_flight=s.max_in_flight, max_attempts=s.max_attempts,
         task_id=self.request.id, redelivered=bool(delivery.get("redelivered")),
         recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook()))
+    if result.upstream_ready is not None:
+        set_upstream_ready(s.upstream, result.upstream_ready)
     if result.not_served:
         _stop_consuming(self, result.not_served)
     return result.as_dict()

@@ -9,6 +9,8 @@
     GET  /v1/runs/{run}                status (as ``dreads status --json``)
     GET  /v1/runs/{run}/results        JSON lines (as ``dreads export``)
     POST /v1/runs/{run}/resume|cancel
+    GET  /metrics                      Prometheus: requests, per-run gauges from SQL
+    GET  /runs, /runs/{run}            browser pages: runs, one run live (login: API key)
 
 OpenAPI docs at ``/docs``. Every response carries ``x-request-id``.
 """
@@ -20,10 +22,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import decisions, runs, systemone
+from app.api import decisions, metrics, pages, runs, systemone
 from app.api.config import ServeConfig
 from app.api.middleware import BodyGuard, RequestContext
 from app.api.state import build_state
+from app.metrics import RunMetrics
 
 __all__ = ["create_app"]
 
@@ -33,6 +36,9 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             app.state.api = await build_state(config, stack)
+            metrics.register_run_metrics(app, RunMetrics(
+                app.state.api.factory, ttl_s=config.metrics_cache_s,
+                max_runs=config.metrics_max_runs))
             yield
 
     app = FastAPI(title="dreads", summary="Diffusion reads over HTTP: runs, Jev's "
@@ -41,9 +47,12 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.include_router(systemone.router)
     app.include_router(decisions.router)
     app.include_router(runs.router)
+    app.include_router(metrics.router)
+    app.include_router(pages.router)
     app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,
                        max_upload_bytes=config.max_upload_bytes,
                        upload_paths=frozenset({"/v1/runs"}),
                        openai_paths=frozenset({"/v1/decisions"}))
     app.add_middleware(RequestContext)
+    metrics.instrument(app)
     return app

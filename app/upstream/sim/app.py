@@ -2,7 +2,8 @@
 
 Routes: ``GET /health`` (200, empty), ``GET /v1/models`` (with ``max_model_len``), ``GET
 /version``, ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/systemone`` and
-``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``), ``GET /sim/stats``
+``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``), ``GET /metrics``
+(vLLM's running/waiting/KV-cache gauges: ``metrics.py``), ``GET /sim/stats``
 (counters), ``POST /sim/down?seconds=N`` (503 on every model route for N seconds), ``POST
 /sim/up``, ``POST /sim/reset`` (zero the counters).
 
@@ -96,6 +97,9 @@ class SimApp:
         if scope["type"] != "http":
             return
         body = await _read_body(receive)
+        if scope["method"] == "GET" and scope["path"] == "/metrics":
+            await self._metrics(send)
+            return
         try:
             status, payload = await self._route(scope, body, receive)
         except _Reply as reply:
@@ -105,6 +109,15 @@ class SimApp:
         if payload is not None:
             headers.append(_JSON)
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _metrics(self, send: Send) -> None:
+        from app.upstream.sim.metrics import CONTENT_TYPE, render_metrics
+
+        data = render_metrics(self.options.model, self.batch, reads=self.counters["reads"])
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-length", str(len(data)).encode()),
+            (b"content-type", CONTENT_TYPE.encode())]})
         await send({"type": "http.response.body", "body": data})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
