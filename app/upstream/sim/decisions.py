@@ -287,6 +287,7 @@ def _probs(question: Question, answer: Answer) -> list[float]:
 
 
 def _confidence(probs: list[float], answer: Answer) -> float:
+    assert answer.label_mass is not None  # the simulator's own reads always fold it
     return max(probs) * answer.label_mass
 
 
