@@ -85,6 +85,8 @@ class OutcomeKind(StrEnum):
     #: a decision endpoint declined one question (one row per refused question, written with
     #: the attempt that won; the decision is done, that question unanswered)
     REFUSED = "refused"
+    #: a decision endpoint kept answering 429/529 (rate limited) past the retry deadline
+    THROTTLED = "throttled"
 
 
 class Run(Base):
