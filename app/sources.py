@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from app.decide import drive
 from app.engine import (
     Answer,
@@ -33,7 +35,6 @@ from app.engine import (
     ReadSettings,
     Refusal,
     TextTokenizer,
-    encode_body,
     plan_decision,
 )
 from app.engine.endpoint import EndpointAnswers
@@ -110,7 +111,8 @@ class EndpointSource:
 
     async def answer(self, decision: Decision, *, replicate: int) -> Answered:
         kind = self.endpoint.kind
-        body = encode_body(_ASK[kind](decision, self.model))
+        # not encode_body: its sorted keys would reorder a choice's criteria (its options)
+        body = orjson.dumps(_ASK[kind](decision, self.model))
         self.n_requests += 1
         payload, latency_ms = await self.endpoint.ask(body)
         read = _READ[kind](decision, payload, latency_ms=latency_ms)

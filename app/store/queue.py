@@ -254,6 +254,7 @@ def _answer_row(claim: Claimed, attempt_id: int, answer: EngineAnswer,
         "stop_reason": str(answer.stop_reason), "label_mass": answer.label_mass,
         "min_label_mass": answer.min_label_mass, "argmax_is_label": answer.argmax_is_label,
         "entropy": answer.entropy, "expected": expected.get(answer.question_id),
+        "endpoint_confidence": answer.endpoint_confidence,
     }
 
 
