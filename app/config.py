@@ -41,6 +41,13 @@ class Settings(BaseSettings):
     #: counts as failed.
     answer_timeout_s: float = 120.0
     answer_give_up_s: float = 300.0
+    #: ``dreads worker --answers``: consume the queue of runs answered by a decision endpoint
+    #: (``dreads.answers``) instead of the queue of a local model server's model, and wait for
+    #: no model server.
+    worker_answers: bool = False
+    #: Pool processes of this worker (set by the worker itself): an answers worker splits each
+    #: run's endpoint budget among them.
+    worker_processes: int = 1
     #: Reads in flight per worker process.
     max_in_flight: int = 256
     #: Per-read HTTP timeout in seconds.

@@ -129,29 +129,36 @@ class EndpointPool:
     api_key: str | None = None  #: None: ``DREADS_ANSWER_API_KEY``
     #: a run's answer_url -> where it is served here ("sim" -> the simulator this process runs)
     urls: Mapping[str, str] = field(default_factory=dict)
+    #: processes sharing each run's budget (an answers worker's pool): each takes 1/share
+    share: int = 1
 
     def __post_init__(self) -> None:
         self._endpoints: dict[tuple[int, str, str], DecisionEndpoint] = {}
 
     @classmethod
-    def from_settings(cls, urls: Mapping[str, str] | None = None) -> EndpointPool:
+    def from_settings(cls, urls: Mapping[str, str] | None = None,
+                      share: int = 1) -> EndpointPool:
         """Timeouts and the API key from ``DREADS_ANSWER_*``."""
         from app.config import answer_api_key, get_settings
 
         env = get_settings()
         return cls(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
-                   api_key=answer_api_key(), urls=dict(urls or {}))
+                   api_key=answer_api_key(), urls=dict(urls or {}), share=max(1, share))
+
+    def budget(self, settings: ReadSettings) -> tuple[float, int]:
+        """(requests per second, requests in flight) of this process: the run's share."""
+        return (settings.answer_rps / self.share,
+                max(1, -(-settings.answer_concurrency // self.share)))
 
     def endpoint(self, run_id: int, settings: ReadSettings) -> DecisionEndpoint:
         key = (run_id, settings.answer_by.value, settings.answer_url)
         found = self._endpoints.get(key)
-        if found is None or (found.rps, found.concurrency) != (settings.answer_rps,
-                                                               settings.answer_concurrency):
+        rps, concurrency = self.budget(settings)
+        if found is None or (found.rps, found.concurrency) != (rps, concurrency):
             url = self.urls.get(settings.answer_url, settings.answer_url)
-            found = DecisionEndpoint(url, settings.answer_by,
-                                     api_key=self.api_key, rps=settings.answer_rps,
-                                     concurrency=settings.answer_concurrency,
-                                     timeout_s=self.timeout_s, give_up_s=self.give_up_s)
+            found = DecisionEndpoint(url, settings.answer_by, api_key=self.api_key, rps=rps,
+                                     concurrency=concurrency, timeout_s=self.timeout_s,
+                                     give_up_s=self.give_up_s)
             self._endpoints[key] = found
         return found
 
