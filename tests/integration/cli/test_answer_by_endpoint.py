@@ -294,3 +294,28 @@ def test_a_killed_endpoint_run_resumes_exactly_once(make_sim: MakeSim, tmp_path:
     assert sqlite_rows(db, "SELECT count(*) FROM attempts WHERE outcome = 'refused'") == [
         (len(refuse),)]
     assert sqlite_rows(db, "SELECT count(*) FROM answers") == [(3 * n - len(refuse),)]
+
+
+def test_readme_second_opinion_on_one_pod(dreads: Dreads, make_sim: MakeSim, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's workflow: dreads' reads and vLLM's own reader on the same server, then
+    ``report --against`` says where they disagree and by how much."""
+    sim = make_sim()
+    monkeypatch.setenv("DREADS_UPSTREAM", sim.url)
+    path, n = jobs(tmp_path, 20), 20
+    monkeypatch.chdir(tmp_path)  # the default --db dreads.db, as in the README
+    assert dreads("run", str(path), "--run", "reads").code == 0
+    second = dreads("run", str(path), "--run", "vllm-reader", "--answer-by", "systemone")
+    assert second.code == 0, second.stderr
+    report = dreads("report", "reads", "--against", "vllm-reader", "--json",
+                    "--database-url", "sqlite:///dreads.db")
+    assert report.code == 0, report.stderr
+    dis = report.json()["against"]["disagreement"]
+    assert dis["overall"]["both_answered"] == 3 * n
+    assert set(dis["cells"]) == {"c0", "c1"}
+    assert dis["overall"]["mean_distance"] > 0  # multi-draw means against one draw
+    distances = [row["distance"] for row in dis["largest"]]
+    assert distances == sorted(distances, reverse=True) and len(distances) == 10
+    text = dreads("report", "reads", "--against", "vllm-reader",
+                  "--database-url", "sqlite:///dreads.db")
+    assert "where a and b disagree" in text.stdout and "furthest apart" in text.stdout
