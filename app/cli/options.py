@@ -129,7 +129,9 @@ AnswerByOpt = Annotated[
     typer.Option("--answer-by", help="Who answers the run's decisions: reads (dreads' own "
                  "multi-draw reads, the default), systemone or decisions (a decision endpoint "
                  "at --answer-url: one request per decision, one draw per question). Its API "
-                 "key comes from DREADS_ANSWER_API_KEY only.", rich_help_panel=_ANSWER),
+                 "key comes from DREADS_ANSWER_API_KEY only; DREADS_ANSWER_TIMEOUT_S (120) "
+                 "and DREADS_ANSWER_GIVE_UP_S (300: how long 429/5xx are retried) tune it.",
+                 rich_help_panel=_ANSWER),
 ]
 AnswerUrlOpt = Annotated[
     str | None,
