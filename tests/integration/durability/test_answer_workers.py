@@ -68,3 +68,30 @@ def test_gpu_workers_leave_endpoint_runs_to_answers_workers(
             assert "consumes dreads.answers" in answers.log_text()
     finally:
         sim.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_answers_worker_killed_mid_run_is_taken_over_exactly_once(
+        pg_url: str, redis_server: RedisServer, tmp_path: Path,
+        worker_factory: StartWorker) -> None:
+    """SIGKILL an answers worker while it holds leases: another answers worker takes them over
+    after the lease and sweep, and every decision ends done once, with one winning attempt."""
+    sim = Sim(tmp_path / "sim.log", "--step-ms", "40", "--max-batch", "8")
+    try:
+        with Stack.open(pg_url, redis_server.url, sim.url) as stack:
+            settings = ReadSettings(answer_by=AnswerBy.SYSTEMONE, answer_url=sim.url,
+                                    answer_concurrency=8)
+            stack.submit(600, name="killed", settings=settings, chunk_size=16)
+            env = stack.env(upstream="http://127.0.0.1:9", worker_answers=1)
+            doomed = worker_factory(env)
+            stack.wait_done_at_least(100, timeout_s=120, leased=True)
+            doomed.kill()
+            worker_factory(env)
+            stack.wait_settled(150)
+            check_invariant(stack, n=600)
+            outcomes = _outcomes(stack, stack.run_id)
+            assert outcomes["ok"] >= 600 and outcomes.get("worker_lost", 0) > 0
+            assert set(outcomes) <= {"ok", "worker_lost"}
+    finally:
+        sim.stop()
