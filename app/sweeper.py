@@ -55,7 +55,7 @@ from app.store.queue import (
     translate_db_errors,
 )
 from app.store.runs import RunInfo, open_runs
-from workers.constants import SWEEP_LOCK_ID, queue_for
+from workers.constants import SWEEP_LOCK_ID, queue_of_run
 
 __all__ = ["SweepReport", "SweeperThread", "run_queue", "sweep_for", "sweep_once"]
 
@@ -88,9 +88,9 @@ class _Tally:
 
 
 def run_queue(run: RunInfo) -> str:
-    """The queue of ``run``'s chunks: its model and canvas (``workers.constants.queue_for``)."""
-    settings = run.settings
-    return queue_for(str(settings.get("model")), int(settings.get("canvas_length") or 0))
+    """The queue of ``run``'s chunks: its model and canvas, or the answers queue for a run
+    answered by a decision endpoint (``workers.constants.queue_of_run``)."""
+    return queue_of_run(run.settings)
 
 
 def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None, *,

@@ -32,6 +32,10 @@ from app.cli._app import app
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    AnswerByOpt,
+    AnswerConcurrencyOpt,
+    AnswerRpsOpt,
+    AnswerUrlOpt,
     CanvasOpt,
     CanvasStepOpt,
     ChunkSizeOpt,
@@ -69,7 +73,7 @@ from app.embedded import (
     sqlite_store,
     start_upstream,
 )
-from app.engine import settings_from_dict
+from app.engine import AnswerBy, ReadSettings, settings_from_dict
 from app.errors import InputError, UpstreamUnavailable
 from app.producer import SubmitRequest, check_server, submit_job
 from app.store.db import session_scope
@@ -120,6 +124,8 @@ def run(
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
+    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
     replicates: Annotated[int | None, typer.Option(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
@@ -135,7 +141,9 @@ def run(
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed)
+                           constrained=constrained, endpoint=endpoint, seed=seed,
+                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
+                           answer_concurrency=answer_concurrency)
     name = run_name or file.stem
     config = _config(workers, concurrency, chunk_size)
     with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
@@ -196,12 +204,19 @@ def _execute(job: _Job) -> ExecutorStats:
         return ExecutorStats()
     settings = settings_from_dict(dict(job.run.settings))
     key = sim_key_path(job.job_file) if job.job_file else None
-    url, sim = (job.upstream, None) if job.in_process else start_upstream(
-        job.upstream, settings, key)
+    by_endpoint = settings.answer_by is not AnswerBy.READS
+    if by_endpoint:  # nothing is read here: only a simulator answering the run is started
+        url, sim = start_upstream(settings.answer_url, settings, key)
+    else:
+        url, sim = (job.upstream, None) if job.in_process else start_upstream(
+            job.upstream, settings, key)
     try:
-        _say_upstream(job, url)
+        if by_endpoint:
+            _say_endpoint(job, settings, url)
+        else:
+            _say_upstream(job, url)
         tokenizer = load_tokenizer(settings.tokenizer)
-        if job.check_server:
+        if job.check_server and not by_endpoint:
             note = check_server(job.factory, job.run, url, settings, force=False,
                                 engine=job.engine, tokenizer=tokenizer)
             if note and not job.quiet:
@@ -231,6 +246,19 @@ def _say_upstream(job: _Job, url: str) -> None:
     keyed = f"with the answer key {key}" if key else "without an answer key (answers are noise)"
     err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url}), "
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
+
+
+def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:
+    if job.quiet:
+        return
+    route = f"/v1/{settings.answer_by.value}"
+    if settings.answer_url == SIM:
+        err_console.print(f"[bold yellow]answers come from the SIMULATOR's {route} (dreads sim "
+                          f"at {url}), one request per decision; not from a model"
+                          "[/bold yellow]", highlight=False)
+        return
+    err_console.print(f"answers come from the decision endpoint {url} ({route}, one request "
+                      "per decision)", highlight=False)
 
 
 class _RateColumn(ProgressColumn):

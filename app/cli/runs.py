@@ -33,6 +33,10 @@ from app.cli._wiring import (
 )
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    AnswerByOpt,
+    AnswerConcurrencyOpt,
+    AnswerRpsOpt,
+    AnswerUrlOpt,
     BrokerOpt,
     CanvasOpt,
     CanvasStepOpt,
@@ -62,6 +66,7 @@ from app.cli.options import (
 from app.cli.run import resume_embedded
 from app.config import get_settings
 from app.embedded import load_run
+from app.engine import AnswerBy, ReadSettings, settings_to_dict
 from app.producer import (
     SubmitRequest,
     check_resume_settings,
@@ -71,9 +76,9 @@ from app.producer import (
     submit_job,
 )
 from app.store.db import session_scope
-from app.store.runs import RunInfo, cancel_run, require_run
+from app.store.runs import RunInfo, cancel_run, record_settings, require_run
 from app.store.views import ANSWER_FIELDS, iter_export, list_runs, question_ids, run_status
-from workers.constants import queue_for
+from workers.constants import queue_of_run
 
 __all__ = ["cancel", "export", "resume", "runs", "status", "submit"]
 
@@ -89,6 +94,8 @@ def submit(
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
+    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
     replicates: Annotated[int | None, typer.Option(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option(
@@ -102,20 +109,23 @@ def submit(
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed)
+                           constrained=constrained, endpoint=endpoint, seed=seed,
+                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
+                           answer_concurrency=answer_concurrency)
     with cli_errors(), opened_store(database_url(database)) as factory:
         existing = existing_run(factory, run)
         choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
         settings, n_replicates, tok = resolve_settings(existing, given, replicates,
                                                        engine=choice.engine, upstream=upstream)
         url = run_upstream(upstream, existing, choice, settings)
-        fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
+        fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
+            else fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
         request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                 engine=choice.engine, replicates=n_replicates,
                                 strict=strict, fingerprint=fingerprint)
         with make_sender(broker) as sender:
             publisher = make_publisher(sender, chunk_size, run_name=run,
-                                       queue=queue_for(settings.model, settings.canvas_length))
+                                       queue=queue_of_run(settings_to_dict(settings)))
             report = submit_job(request, factory, tok, publisher=publisher)
     if json_out:
         console.print_json(orjson.dumps({**report.as_dict(), "fingerprint_error": fp_error})
@@ -189,6 +199,8 @@ def resume(
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
+    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
@@ -201,17 +213,20 @@ def resume(
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed)
+                           constrained=constrained, endpoint=endpoint, seed=seed,
+                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
+                           answer_concurrency=answer_concurrency)
     from app.upstream.tokenizer import load_tokenizer
 
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
+        info = _take_budget(factory, info, settings)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
-        note = check_server(factory, info, _resume_upstream(upstream, info), settings,
-                            force=force, engine=choice,
-                            tokenizer=load_tokenizer(settings.tokenizer))
+        note = None if settings.answer_by is not AnswerBy.READS else check_server(
+            factory, info, _resume_upstream(upstream, info), settings, force=force,
+            engine=choice, tokenizer=load_tokenizer(settings.tokenizer))
         if url.startswith("sqlite") and not dry_run:
             resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
                             upstream=upstream, engine=choice)
@@ -226,6 +241,17 @@ def resume(
         console.print_json(orjson.dumps(report.as_dict()).decode())
     else:
         render.resume_report(report)
+
+
+def _take_budget(factory: sessionmaker[Session], info: RunInfo,
+                 settings: ReadSettings) -> RunInfo:
+    """The run with the endpoint budget given to resume (the only change resume takes)."""
+    wanted = settings_to_dict(settings)
+    if wanted == dict(info.settings):
+        return info
+    with session_scope(factory) as session:
+        record_settings(session, info.id, wanted)
+        return require_run(session, info.name)
 
 
 def _resume_upstream(given: str | None, info: RunInfo) -> str:

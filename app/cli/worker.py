@@ -130,13 +130,21 @@ def worker(
     metrics_host: Annotated[str | None, typer.Option(
         help="Interface of the metrics port (DREADS_METRICS_HOST, 127.0.0.1).",
         show_default=False)] = None,
+    answers: Annotated[bool, typer.Option(
+        "--answers", envvar="DREADS_WORKER_ANSWERS", show_envvar=True,
+        help="Serve runs answered by a decision endpoint (--answer-by systemone|decisions: "
+        "the dreads.answers queue) instead of reads: no local model server needed, and a "
+        "pod's GPU workers never take this work. Each run's endpoint budget is split among "
+        "this worker's pool processes; the endpoint's key is DREADS_ANSWER_API_KEY.")] = False,
 ) -> None:
     """Start a worker: it waits for its upstream, then runs chunks from the queue of the model
-    and canvas it serves, and sweeps lost work. Extra Celery worker options are passed
-    through."""
+    and canvas it serves, and sweeps lost work (with --answers: the runs answered by decision
+    endpoints). Extra Celery worker options are passed through."""
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(2)
+    if answers:
+        os.environ["DREADS_WORKER_ANSWERS"] = "1"
     _apply_overrides(upstream, database, broker, engine, device, dtype)
     try:
         _check_database(get_settings().database_url)

@@ -2,6 +2,8 @@
 
     request body --decision_from_request--> Decision (engine), its ``openai`` shape kept
     Answer       --openai_answers---------> OpenAI answers, in question order
+    Decision     --decisions_request------> a request to another Decisions endpoint
+    its response --read_decisions---------> EndpointAnswers (one draw per question)
 
 How a request maps onto dreads' questions (one decision model inside; shapes at the edge):
 
@@ -28,10 +30,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from app.engine.endpoint import (
+    EndpointAnswers,
+    number,
+    one_draw,
+    optional_flag,
+    optional_number,
+    refusal_of,
+    usage_of,
+)
 from app.engine.prompt import serialize_state
 from app.engine.questions import LETTERS, build_decision
-from app.engine.types import Answer, Decision, Question, QuestionType
-from app.errors import InputError
+from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
+from app.errors import InputError, MalformedResponse
 
 __all__ = [
     "MAX_CHOICES",
@@ -39,11 +50,13 @@ __all__ = [
     "MAX_QUESTIONS",
     "DecisionsRequestError",
     "decision_from_request",
+    "decisions_request",
     "is_decisions_line",
     "openai_answer",
     "openai_answers",
     "openai_questions",
     "parse_decisions_line",
+    "read_decisions",
 ]
 
 MAX_CHOICES = len(LETTERS)  #: dreads reads a choice by one letter, A..Z
@@ -459,17 +472,19 @@ def openai_questions(decision: Decision) -> list[dict[str, Any]]:
 
 
 def openai_answer(shape: Mapping[str, Any], labels: Sequence[str], probs: Mapping[str, float],
-                  label_mass: float) -> dict[str, Any]:
+                  label_mass: float | None, confidence: float | None = None) -> dict[str, Any]:
     """One answer in OpenAI's shape from dreads' mean probability per canvas label.
 
     ``confidence`` is vLLM's: the top probability x the label mass (how much of the model's
-    probability fell on the labels at all)."""
+    probability fell on the labels at all). An answer from a decision endpoint passes the
+    endpoint's own ``confidence``; with neither, the top probability."""
     ps = [float(probs.get(label, 0.0)) for label in labels]
     name = shape.get("name")
     if shape["type"] == "predicate":
         return {"type": "predicate", "name": name, "probability": ps[0]}
     top = max(range(len(ps)), key=ps.__getitem__)
-    confidence = ps[top] * float(label_mass)
+    if confidence is None:
+        confidence = ps[top] * (float(label_mass) if label_mass is not None else 1.0)
     if shape["type"] == "choice":
         values = shape["values"]
         return {"type": "choice", "name": name, "choice": values[top],
@@ -489,6 +504,156 @@ def openai_answers(decision: Decision, answers: Iterable[Answer]) -> list[dict[s
     out = []
     for question, shape in zip(decision.questions, openai_questions(decision), strict=True):
         answer = by_id[question.id]
-        out.append(openai_answer(shape, question.labels, answer.probs, answer.label_mass))
+        out.append(openai_answer(shape, question.labels, answer.probs, answer.label_mass,
+                                 answer.endpoint_confidence))
     return out
 
+
+
+# -- asking a Decisions endpoint (dreads as the client) --------------------------------------
+
+_DEFAULT_INSTRUCTIONS = {"predicate": "Is this true?", "choice": "Choose the option that fits.",
+                         "score": "Choose the level that fits."}
+
+
+def _asked_instructions(question: Question, kind: str) -> str:
+    """The question's instructions; a noul's criteria (which OpenAI's predicate has no field
+    for) are written after them; OpenAI needs non-empty instructions."""
+    text = question.instructions
+    if question.type is QuestionType.NOUL and any(question.descriptions):
+        yes, no = question.descriptions
+        criteria = "; ".join(f"{side}: {desc}" for side, desc in (("true", yes), ("false", no))
+                             if desc)
+        text = f"{text}\n({criteria})" if text else f"Answer true or false ({criteria})."
+    return text or _DEFAULT_INSTRUCTIONS[kind]
+
+
+def _level_description(label: str, option: str) -> str | None:
+    """A level's description from its option text (``"label - description"``)."""
+    prefix = f"{label} - "
+    return option[len(prefix):] if option.startswith(prefix) else None
+
+
+def _asked_question(question: Question, shape: Mapping[str, Any]) -> dict[str, Any]:
+    kind = shape["type"]
+    out: dict[str, Any] = {"type": kind, "instructions": _asked_instructions(question, kind)}
+    if shape.get("name") is not None:
+        out["name"] = shape["name"]
+    if kind == "choice":
+        out["choices"] = [{"value": v, **({"description": d} if d else {})}
+                          for v, d in zip(shape["values"], question.descriptions, strict=True)]
+    elif kind == "score":
+        levels = []
+        for label, option in zip(shape["labels"], question.options, strict=True):
+            text = _level_description(label, option)
+            levels.append({"label": label, **({"description": text} if text else {})})
+        out["levels"] = levels
+    return out
+
+
+def decisions_request(decision: Decision, model: str) -> dict[str, Any]:
+    """The ``POST /v1/decisions`` body that asks every question of ``decision`` at once: the
+    request's own shapes for a decision that came as one, else noul -> predicate, choice ->
+    string values, score -> levels. A state that is not text is written as JSON."""
+    shapes = openai_questions(decision)
+    return {"model": model, "input": serialize_state(decision.state),
+            "questions": [_asked_question(q, s)
+                          for q, s in zip(decision.questions, shapes, strict=True)]}
+
+
+def _by_value(question: Question, shape: Mapping[str, Any], raw: Mapping[str, Any]
+              ) -> list[float]:
+    values = shape["values"]
+    listed = raw.get("probabilities")
+    if isinstance(listed, list):
+        probs: list[float | None] = [None] * len(values)
+        for item in listed:
+            if not isinstance(item, Mapping):
+                continue
+            for i, v in enumerate(values):
+                if _same(v, item.get("value")):
+                    probs[i] = number(item.get("probability"), f"{question.id} probability")
+        if any(p is None for p in probs):
+            raise MalformedResponse(f"question {question.id!r}: probabilities do not cover "
+                                    f"every choice {json.dumps(values)}")
+        return [p for p in probs if p is not None]
+    for i, v in enumerate(values):
+        if _same(v, raw.get("choice")):
+            return [1.0 if j == i else 0.0 for j in range(len(values))]
+    raise MalformedResponse(f"question {question.id!r}: choice {raw.get('choice')!r} is not one "
+                            f"of {json.dumps(values)}")
+
+
+def _by_level(question: Question, raw: Mapping[str, Any]) -> list[float]:
+    n = len(question.labels)
+    listed = raw.get("probabilities")
+    if isinstance(listed, list) and len(listed) == n:
+        probs = [0.0] * n
+        for pos, item in enumerate(listed):
+            item = item if isinstance(item, Mapping) else {}
+            index = item.get("value", pos)
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+                raise MalformedResponse(f"question {question.id!r}: level {index!r} is not "
+                                        f"0..{n - 1}")
+            probs[index] = number(item.get("probability"), f"{question.id} probability")
+        return probs
+    level = round(number(raw.get("score"), f"question {question.id!r}: score"))
+    if not 0 <= level < n:
+        raise MalformedResponse(f"question {question.id!r}: score {level} is not 0..{n - 1}")
+    return [1.0 if i == level else 0.0 for i in range(n)]
+
+
+def _answer_probs(question: Question, shape: Mapping[str, Any], raw: Mapping[str, Any]
+                  ) -> list[float]:
+    if shape["type"] == "predicate":
+        p_true = number(raw.get("probability"), f"question {question.id!r}: probability")
+        return [p_true, 1.0 - p_true]
+    if shape["type"] == "choice":
+        return _by_value(question, shape, raw)
+    return _by_level(question, raw)
+
+
+def _dreads_diagnostics(body: Mapping[str, Any], qid: str) -> Mapping[str, Any]:
+    """Another dreads serve's per-question diagnostics (its ``dreads`` extension)."""
+    ext = body.get("dreads")
+    questions = ext.get("questions") if isinstance(ext, Mapping) else None
+    found = questions.get(qid) if isinstance(questions, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def read_decisions(decision: Decision, body: Mapping[str, Any], *,
+                   latency_ms: float = 0.0) -> EndpointAnswers:
+    """The answers, draws and refusals of a ``/v1/decisions`` response to
+    ``decisions_request(decision, ...)``: answers in question order; ``confidence`` and
+    ``usage`` kept as the endpoint gave them; label mass unavailable unless the endpoint is a
+    dreads serve (its ``dreads`` extension).
+
+    Raises:
+        MalformedResponse: answers missing, of another count, or unreadable.
+    """
+    raw_answers = body.get("answers")
+    if not isinstance(raw_answers, list) or len(raw_answers) != len(decision.questions):
+        got = len(raw_answers) if isinstance(raw_answers, list) else "no"
+        raise MalformedResponse(f"the /v1/decisions response has {got} answers for "
+                                f"{len(decision.questions)} questions")
+    answers: list[Answer] = []
+    draws: list[DrawRecord] = []
+    refusals: list[Refusal] = []
+    shapes = openai_questions(decision)
+    for index, (question, shape, raw) in enumerate(zip(decision.questions, shapes, raw_answers,
+                                                       strict=True)):
+        if not isinstance(raw, Mapping):
+            raise MalformedResponse(f"answer {index} is not an object")
+        refusal = refusal_of(question, raw)
+        if refusal is not None:
+            refusals.append(refusal)
+            continue
+        diag = _dreads_diagnostics(body, question.id)
+        answer, draw = one_draw(
+            question, index, _answer_probs(question, shape, raw),
+            label_mass=optional_number(diag.get("label_mass")),
+            argmax_is_label=optional_flag(diag.get("argmax_is_label")),
+            confidence=optional_number(raw.get("confidence")), latency_ms=latency_ms)
+        answers.append(answer)
+        draws.append(draw)
+    return EndpointAnswers(tuple(answers), tuple(draws), tuple(refusals), usage_of(body))

@@ -95,10 +95,11 @@ def record_answers(run: str, answers: Iterable[Answer]) -> None:
     for answer in answers:
         ANSWERS.labels(run, str(answer.stop_reason)).inc()
         ANSWER_DRAWS.labels(run).observe(answer.draws)
-        LABEL_MASS.labels(run).observe(answer.label_mass)
-        if answer.label_mass < LOW_LABEL_MASS:  # as ``dreads status`` counts them
-            LOW_MASS.labels(run).inc()
-        if not answer.argmax_is_label:
+        if answer.label_mass is not None:  # None: the decision endpoint did not report it
+            LABEL_MASS.labels(run).observe(answer.label_mass)
+            if answer.label_mass < LOW_LABEL_MASS:  # as ``dreads status`` counts them
+                LOW_MASS.labels(run).inc()
+        if answer.argmax_is_label is False:
             ARGMAX_NOT_LABEL.labels(run).inc()
 
 

@@ -129,7 +129,8 @@ def _body(decision: Decision, rows: Sequence[Any], model: str,
         if row is None:
             answers.append({"type": "refusal", "name": shape.get("name")})
         else:
-            answers.append(openai_answer(shape, question.labels, row.probs, row.label_mass))
+            answers.append(openai_answer(shape, question.labels, row.probs, row.label_mass,
+                                         row.endpoint_confidence))
     first = rows[0]
     diagnostics = {qid: {**{name: getattr(r, name) for name in ANSWER_FIELDS},
                          "expected": r.expected} for qid, r in by_qid.items()}

@@ -45,7 +45,7 @@ _OPEN = (*ACTIVE, DecisionStatus.FAILED)
 ANSWER_FIELDS = (
     "label", "option", "probs", "p_yes", "expected_level", "confidence", "top_prob", "stderr",
     "agreement", "draws", "stop_reason", "label_mass", "min_label_mass", "argmax_is_label",
-    "entropy",
+    "entropy", "endpoint_confidence",
 )
 LOW_MASS = 0.5
 
