@@ -36,12 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 
 from app.engine.types import AnswerBy
 from app.errors import (
     ConfigError,
-    MalformedResponse,
     ModelNotServed,
     UpstreamRejected,
     UpstreamUnauthorized,
@@ -50,6 +48,7 @@ from app.errors import (
 from app.upstream.http_errors import (
     error_field,
     error_message,
+    json_object,
     names_missing_model,
     retry_after_s,
 )
@@ -193,13 +192,7 @@ class DecisionEndpoint:
             raise UpstreamRejected(f"{self.url} rejected the decision ({status}): "
                                    f"{error_message(raw)}", status=status,
                                    param=param if isinstance(param, str) else None)
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise MalformedResponse(f"{self.url} answered no JSON: {raw[:200]!r}") from exc
-        if not isinstance(obj, dict):
-            raise MalformedResponse(f"{self.url} answered no JSON object: {raw[:200]!r}")
-        return obj
+        return json_object(raw, self.url)
 
     def _loop_state(self) -> _LoopState:
         loop = asyncio.get_running_loop()

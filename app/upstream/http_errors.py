@@ -10,7 +10,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["error_field", "error_message", "names_missing_model", "retry_after_s"]
+__all__ = ["error_field", "error_message", "json_object", "names_missing_model",
+           "retry_after_s"]
 
 
 def error_field(raw: bytes, name: str) -> Any:
@@ -35,6 +36,19 @@ def error_message(raw: bytes) -> str:
         detail = raw[:300].decode("utf-8", "replace").strip()
         return detail or "(empty body)"
     return str(message)
+
+
+def json_object(raw: bytes, who: str) -> dict[str, Any]:
+    """A 200 answer's JSON object; ``MalformedResponse`` (naming ``who``) when it is not one."""
+    from app.errors import MalformedResponse
+
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedResponse(f"{who} answered no JSON: {raw[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise MalformedResponse(f"{who} answered no JSON object: {raw[:200]!r}")
+    return obj
 
 
 def names_missing_model(raw: bytes) -> bool:

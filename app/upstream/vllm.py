@@ -45,7 +45,12 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
-from app.upstream.http_errors import error_field, error_message, names_missing_model
+from app.upstream.http_errors import (
+    error_field,
+    error_message,
+    json_object,
+    names_missing_model,
+)
 
 __all__ = ["VllmUpstream"]
 
@@ -263,13 +268,7 @@ def _decode(status: int, raw: bytes) -> dict[str, Any]:
         param = error_field(raw, "param")
         raise UpstreamRejected(f"rejected ({status}): {error_message(raw)}", status=status,
                                param=param if isinstance(param, str) else None)
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedResponse(f"the response is not JSON: {raw[:200]!r}") from exc
-    if not isinstance(obj, dict):
-        raise MalformedResponse(f"the response is not a JSON object: {raw[:200]!r}")
-    return obj
+    return json_object(raw, "the server")
 
 
 async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
