@@ -43,6 +43,7 @@ from app.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
+from app.jobfile import NumberedLine, read_job_file
 from app.store.db import session_scope
 from app.store.models import RunStatus
 from app.store.queue import mark_queued
@@ -154,19 +155,7 @@ class SubmitReport:
         }
 
 
-def read_job_file(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every non-blank line; a missing file is an InputError."""
-    try:
-        handle = path.open("r", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read job file {str(path)!r}: {exc.strerror}") from exc
-    with handle:
-        for line_no, text in enumerate(handle, start=1):
-            if text.strip():
-                yield line_no, text
-
-
-def parse_job_lines(lines: Iterable[tuple[int, str]]) -> ParsedJob:
+def parse_job_lines(lines: Iterable[NumberedLine]) -> ParsedJob:
     """Parse every line; bad ones (not JSON, not a decision, duplicate id) are collected."""
     job = ParsedJob()
     first_seen: dict[str, int] = {}
@@ -186,7 +175,9 @@ def parse_job_lines(lines: Iterable[tuple[int, str]]) -> ParsedJob:
     return job
 
 
-def _parse_line(line_no: int, text: str) -> Decision:
+def _parse_line(line_no: int, text: str | BadLine) -> Decision:
+    if isinstance(text, BadLine):  # not UTF-8 (app.jobfile.decode_lines)
+        raise text
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -241,7 +232,7 @@ def submit_job(
     factory: sessionmaker[Session],
     tokenizer: TextTokenizer,
     *,
-    lines: Iterable[tuple[int, str]] | None = None,
+    lines: Iterable[NumberedLine] | None = None,
 ) -> SubmitReport:
     """Validate, then write the run and its decisions in one transaction (not published yet:
     call ``publish_decisions`` with ``report.inserted_ids``). Under ``strict`` any problem
@@ -383,9 +374,11 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
-                 settings: ReadSettings, *, force: bool, engine: Any = None) -> str | None:
+                 settings: ReadSettings, *, force: bool, engine: Any = None,
+                 dry_run: bool = False) -> str | None:
     """Refuse a server whose model or canvas differs from the run's (unless ``force``);
-    record the fingerprint when the run has none yet. Returns a note for the user."""
+    record the fingerprint when the run has none yet (``dry_run``: only say it would).
+    Returns a note for the user."""
     old = dict(run.fingerprint or {})
     try:
         fingerprint, why = fetch_fingerprint(url, settings, engine=engine)
@@ -404,6 +397,8 @@ def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
             f"run {run.name!r} started against another server ({'; '.join(diffs)}); answers "
             "would mix two models or canvases. Point --upstream at the original server, or "
             "pass --force to continue anyway")
+    if run.fingerprint is None and dry_run:
+        return f"server fingerprint would be recorded: {fingerprint.model_id}"
     if run.fingerprint is None:
         with session_scope(factory) as session:
             record_fingerprint(session, run.id, fingerprint_dict(fingerprint) or {})

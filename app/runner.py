@@ -43,6 +43,7 @@ from app.engine import (
 from app.engine.types import Decision as EngineDecision
 from app.errors import InputError, StoreError, UpstreamError, UpstreamRejected, UpstreamUnavailable
 from app.store.db import session_scope
+from app.store.fingerprints import record_first_fingerprint
 from app.store.models import OutcomeKind, Run
 from app.store.queue import (
     AttemptInfo,
@@ -135,12 +136,14 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     the queue while its model server is down. Raises StoreError if the claim itself fails.
     """
     result = ChunkResult()
-    claims, settings = await asyncio.to_thread(
+    claims, settings, has_fingerprint = await asyncio.to_thread(
         _in_transaction, session_factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
         owner=owner, lease_s=lease_s, max_attempts=max_attempts)
     result.claimed = len(claims)
     if settings is None:
         return result
+    if not has_fingerprint:
+        await _record_fingerprint(session_factory, run_id, upstream)
     if tokenizer.info.name != settings.tokenizer:
         # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
         # worker was started with; load_tokenizer caches it per process.
@@ -165,13 +168,26 @@ def _run_tokenizer(name: str) -> TextTokenizer:
 
 
 def _claim_chunk(session: Session, run_id: int,
-                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None]:
-    """The claims won and, when there are any, the run's settings: one transaction."""
+                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None, bool]:
+    """The claims won and, when there are any, the run's settings and whether it has a
+    server fingerprint: one transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
-        return claims, None
-    data = session.execute(select(Run.settings).where(Run.id == run_id)).scalar_one()
-    return claims, settings_from_dict(dict(data))
+        return claims, None, True
+    data, fingerprint = session.execute(
+        select(Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
+    return claims, settings_from_dict(dict(data)), bool(fingerprint)
+
+
+async def _record_fingerprint(factory: SessionFactory, run_id: int, upstream: Upstream) -> None:
+    """First contact with a server for this run (created over HTTP, or by a submit that could
+    not reach the server): record its fingerprint, so resume can check against it."""
+    try:
+        fingerprint = await upstream.fingerprint()
+        await asyncio.to_thread(_in_transaction, factory, record_first_fingerprint, run_id,
+                                fingerprint)
+    except (UpstreamError, StoreError) as exc:  # the reads will say more; try next chunk
+        log.info("server fingerprint of run %s not recorded yet: %s", run_id, exc.message)
 
 
 async def _run_claims(chunk: _Chunk, claims: Sequence[Claimed]) -> None:

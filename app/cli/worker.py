@@ -4,7 +4,7 @@ Runs ``celery -A workers.celery_app worker -Q dreads.reads -P prefork -c 2 -n dr
 supervised child: a worker that dies on its own (Celery/kombu can exit with "Unrecoverable
 error" when the broker connection drops at the wrong moment) is started again, with backoff;
 a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
-``--database`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
+``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
 ``DREADS_BROKER_URL`` for this worker and its pool processes.
 """
 
@@ -19,10 +19,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli._app import app
+from app.cli._app import SERVERS, app
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
-from app.cli.options import err_console
-from app.config import get_settings
+from app.cli.options import DatabaseOpt, database_url, err_console, exit_error
 from app.errors import DreadsError
 from workers.constants import QUEUE
 
@@ -82,6 +81,8 @@ def _apply_overrides(upstream: str | None, database: str | None, broker: str | N
                      engine: str | None = None, device: str | None = None,
                      dtype: str | None = None) -> None:
     """Flags win over the environment; pool children inherit it."""
+    from app.config import get_settings
+
     for name, value in (("DREADS_UPSTREAM", upstream), ("DREADS_DATABASE_URL", database),
                         ("DREADS_BROKER_URL", broker), ("DREADS_ENGINE", engine),
                         ("DREADS_DEVICE", device), ("DREADS_DTYPE", dtype)):
@@ -91,19 +92,17 @@ def _apply_overrides(upstream: str | None, database: str | None, broker: str | N
 
 
 def _check_database(url: str) -> None:
-    from app.store.db import make_engine
-    from app.store.migrate import check_schema
+    from app.store.db import disposing
+    from app.store.migrate import open_store
 
-    engine = make_engine(url)
-    try:
-        check_schema(engine)
-    finally:
-        engine.dispose()
+    with disposing(open_store(url)):
+        pass
 
 
 @app.command(
     "worker",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    rich_help_panel=SERVERS,
 )
 def worker(
     ctx: typer.Context,
@@ -116,23 +115,27 @@ def worker(
     hostname: Annotated[str, typer.Option("--hostname", "-n")] = "dreads@%h",
     upstream: Annotated[str | None, typer.Option(
         help="Model server URL. Default: DREADS_UPSTREAM.", show_default=False)] = None,
-    database: Annotated[str | None, typer.Option(
-        help="SQLAlchemy URL. Default: DREADS_DATABASE_URL.", show_default=False)] = None,
+    database: DatabaseOpt = None,
     broker: Annotated[str | None, typer.Option(
         help="Broker URL. Default: DREADS_BROKER_URL.", show_default=False)] = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
-    """Start a worker: it waits for its upstream, then runs chunks from the dreads.reads queue
-    and sweeps lost work. Extra Celery worker options are passed through."""
+    """Start a Celery worker: it waits for its upstream, then runs chunks and sweeps lost work.
+
+    It takes chunks from the dreads.reads queue; extra Celery worker options are passed
+    through. A worker that dies on its own is started again.
+    """
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(2)
-    _apply_overrides(upstream, database, broker, engine, device, dtype)
+    from app.config import get_settings
+
+    _apply_overrides(upstream, database_url(database) if database else None, broker, engine,
+                     device, dtype)
     try:
         _check_database(get_settings().database_url)
     except DreadsError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(2) from exc
+        exit_error(exc, 2)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname, extra=list(ctx.args))
     raise typer.Exit(supervise([sys.executable, "-m", "celery", *argv]))

@@ -1,0 +1,86 @@
+"""Typer classes for dreads: hidden option aliases and a clean ``--help``.
+
+- One name per option everywhere (``--database-url``, ``--wait``); the older spellings
+  (``--db``, ``--database``, ``--timeout``) still work on the commands that have the option,
+  without cluttering the help (``OPTION_ALIASES``).
+- A plain flag takes no value, so its help shows no ``<bool>``; a list of choices is written
+  ``<a | b>`` so a narrow terminal wraps it between choices, never inside a word.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
+
+__all__ = ["OPTION_ALIASES", "DreadsCommand", "DreadsGroup", "DreadsTyper", "resolve_aliases"]
+
+#: hidden spelling -> the option's one documented name
+OPTION_ALIASES = {"--db": "--database-url", "--database": "--database-url",
+                  "--timeout": "--wait"}
+
+
+def resolve_aliases(args: list[str], known: set[str]) -> list[str]:
+    """``args`` with each hidden alias (``--db x``, ``--db=x``) spelled as its option's
+    documented name, where the command has that option and not the alias itself."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        name, eq, value = arg.partition("=")
+        target = OPTION_ALIASES.get(name)
+        if target is not None and target in known and name not in known:
+            arg = target + eq + value
+        out.append(arg)
+    return out
+
+
+def _tidy(param: Any, ctx: Any) -> None:
+    """Help display of one parameter: no type on a flag, choices that wrap between words."""
+    if not isinstance(param, TyperOption) or param.metavar is not None:
+        return
+    if param.is_flag:
+        param.metavar = ""
+        return
+    shown = param.display_type(ctx)
+    if "|" in shown:
+        param.metavar = shown.replace("|", " | ")
+
+
+class DreadsCommand(TyperCommand):
+    """A command with the hidden option aliases and the tidy help."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        known = {name for p in self.params for name in (*p.opts, *p.secondary_opts)}
+        return super().parse_args(ctx, resolve_aliases(args, known))
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            _tidy(param, ctx)
+        return params
+
+
+class DreadsGroup(TyperGroup):
+    """The ``dreads`` group (and ``dreads db``, ``dreads engine``) with the tidy help."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            _tidy(param, ctx)
+        return params
+
+
+class DreadsTyper(typer.Typer):
+    """``typer.Typer`` whose commands are ``DreadsCommand`` and groups ``DreadsGroup``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", DreadsGroup)
+        kwargs.setdefault("rich_markup_mode", "rich")
+        kwargs.setdefault("pretty_exceptions_enable", False)
+        super().__init__(**kwargs)
+
+    def command(self, name: str | None = None, *, cls: Any = None,
+                **kwargs: Any) -> Any:
+        return super().command(name, cls=cls or DreadsCommand, **kwargs)
