@@ -42,7 +42,7 @@ def decode_lines(raw: Iterable[bytes]) -> Iterator[NumberedLine]:
 
 def _not_utf8(line_no: int, data: bytes, exc: UnicodeDecodeError, offset: int) -> BadLine:
     byte = data[exc.start]
-    return BadLine(f"not UTF-8 text: byte 0x{byte:02x} at byte {offset + exc.start} of the "
+    return BadLine(f"not UTF-8 text: byte 0x{byte:02x} at offset {offset + exc.start} of the "
                    f"file (byte {exc.start + 1} of the line): {exc.reason}; save the file as "
                    "UTF-8", line_no=line_no)
 

@@ -245,6 +245,8 @@ def submit_job(
     if request.strict and (job.bad or rejected):
         report.refused = True
         return report
+    if not job.decisions:  # every line was bad: no run is created for nothing
+        return report
     with session_scope(factory) as session:
         report.run, report.created = _ensure(session, request)
         inserted = insert_decisions(session, report.run.id, _rows(job, rejected,

@@ -96,6 +96,11 @@ def submit_report(report: SubmitReport, fp_error: str | None, *, queued: bool = 
         err_console.print("[red]--strict: the file was refused; nothing was written.[/red] "
                           "Fix the lines above and submit again.")
         return
+    if report.run is None:
+        err_console.print(f"[red]error:[/red] none of the {report.lines} line(s) is a valid "
+                          "decision; nothing was stored. Fix the lines above and try again.",
+                          soft_wrap=True)
+        return
     _submit_summary(report, fp_error, queued)
 
 

@@ -5,16 +5,20 @@
   without cluttering the help (``OPTION_ALIASES``).
 - A plain flag takes no value, so its help shows no ``<bool>``; a list of choices is written
   ``<a | b>`` so a narrow terminal wraps it between choices, never inside a word.
+- Docstrings are written wrapped at 100 columns; their paragraphs are re-flowed to the
+  terminal's width (``reflow``) instead of keeping the source's line breaks.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
-__all__ = ["OPTION_ALIASES", "DreadsCommand", "DreadsGroup", "DreadsTyper", "resolve_aliases"]
+__all__ = ["OPTION_ALIASES", "DreadsCommand", "DreadsGroup", "DreadsTyper", "reflow",
+           "resolve_aliases"]
 
 #: hidden spelling -> the option's one documented name
 OPTION_ALIASES = {"--db": "--database-url", "--database": "--database-url",
@@ -36,6 +40,14 @@ def resolve_aliases(args: list[str], known: set[str]) -> list[str]:
     return out
 
 
+def reflow(text: str | None) -> str | None:
+    """Help text with each paragraph on one line (paragraphs starting with ``\\b`` kept)."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
 def _tidy(param: Any, ctx: Any) -> None:
     """Help display of one parameter: no type on a flag, choices that wrap between words."""
     if not isinstance(param, TyperOption) or param.metavar is not None:
@@ -51,6 +63,10 @@ def _tidy(param: Any, ctx: Any) -> None:
 class DreadsCommand(TyperCommand):
     """A command with the hidden option aliases and the tidy help."""
 
+    def __init__(self, name: str | None, **kwargs: Any) -> None:
+        kwargs["help"] = reflow(kwargs.get("help"))
+        super().__init__(name, **kwargs)
+
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         known = {name for p in self.params for name in (*p.opts, *p.secondary_opts)}
         return super().parse_args(ctx, resolve_aliases(args, known))
@@ -64,6 +80,10 @@ class DreadsCommand(TyperCommand):
 
 class DreadsGroup(TyperGroup):
     """The ``dreads`` group (and ``dreads db``, ``dreads engine``) with the tidy help."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["help"] = reflow(kwargs.get("help"))
+        super().__init__(**kwargs)
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)

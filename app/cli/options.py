@@ -141,8 +141,8 @@ DatabaseOpt = Annotated[
     str | None,
     typer.Option("--database-url", envvar="DREADS_DATABASE_URL", show_envvar=True,
                  metavar="URL",
-                 help=f"The store: a SQLAlchemy URL (postgresql+psycopg://user:pw@host/db) or "
-                 f"a SQLite file path. Default {DEFAULT_DATABASE_URL}."),
+                 help=f"The store: a SQLAlchemy URL, or a SQLite file path. Default "
+                 f"{DEFAULT_DATABASE_URL}."),
 ]
 WaitOpt = Annotated[
     float,
@@ -153,7 +153,7 @@ WaitOpt = Annotated[
 ]
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", show_default=False)]
 JobFileArg = Annotated[Path, typer.Argument(
-    metavar="FILE", show_default=False,
+    metavar="FILE", show_default=False, readable=False,  # checked by app.jobfile, in one line
     help="Job file: JSON lines, one decision per line (see examples/).")]
 FailOnBadLinesOpt = Annotated[bool, typer.Option(
     "--fail-on-bad-lines",

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from app.store.runs import RunInfo
     from app.upstream.factory import UpstreamConfig
 
-__all__ = ["resume_embedded", "run"]
+__all__ = ["embedded_store", "resume_embedded", "run"]
 
 _TYPES = ("noul", "choice", "score")
 
@@ -125,7 +125,7 @@ def run(
         check_job_file(file)
         db = _sqlite_file(database)
         config = _config(workers, concurrency, chunk_size)
-        with _embedded_store(db) as factory:
+        with embedded_store(db) as factory:
             existing = existing_run(factory, name)
             choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
             settings, n_rep, tok = resolve_settings(existing, given, replicates,
@@ -137,7 +137,7 @@ def run(
             report = submit_job(request, factory, tok)
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
-            if report.refused:
+            if report.refused or report.run is None:
                 raise typer.Exit(2)
             job = _Job(factory, db, load_run(factory, name), target, file, config,
                        quiet=json_out, engine=choice)
@@ -168,7 +168,7 @@ def _sqlite_file(database: str | None) -> Path:
 
 
 @contextmanager
-def _embedded_store(db: Path) -> Iterator[sessionmaker[Session]]:
+def embedded_store(db: Path) -> Iterator[sessionmaker[Session]]:
     """The run lock and the SQLite store at ``db`` (created or upgraded)."""
     from app.embedded import embedded_lock, sqlite_store
 

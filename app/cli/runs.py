@@ -121,7 +121,7 @@ def submit(
                                              "fingerprint_error": fp_error}))
     else:
         render.submit_report(report, fp_error)
-    if report.refused:
+    if report.refused or report.run is None:
         raise typer.Exit(2)
     if fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)

@@ -77,6 +77,22 @@ def _executor(choice: Executor, db_url: str) -> str:
     return choice.value
 
 
+def _check_store(url: str) -> None:
+    """Open the store once before the server starts, so that a bad --database-url is one line
+    here rather than a traceback from the server's startup."""
+    from app.cli.run import embedded_store
+    from app.store.db import disposing
+    from app.store.migrate import open_store
+    from app.store.urls import sqlite_path
+
+    path = sqlite_path(url)
+    if path is None:
+        with disposing(open_store(url)):
+            return
+    with embedded_store(path):
+        return
+
+
 @app.command("serve", rich_help_panel=SERVERS)
 def serve(
     host: Annotated[str | None, typer.Option(help="Interface (DREADS_API_HOST, 127.0.0.1).",
@@ -153,6 +169,7 @@ def serve(
             max_upload_bytes=int(env.api_max_upload_mb * _MB),
             max_concurrent=max_concurrent or env.api_max_concurrent,
             chunk_size=chunk_size or env.chunk_size, sim_key=sim_key)
+        _check_store(db_url)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     where = f"http://{host or env.api_host}:{port or env.api_port}"
     err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "

@@ -161,7 +161,7 @@ def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table
 @app.command("check-upstream", rich_help_panel=SERVERS)
 def check_upstream(
     url: Annotated[str | None, typer.Argument(
-        metavar="[URL]", show_default=False,
+        metavar="URL", show_default=False,
         help="vLLM (or dreads sim) base URL (default DREADS_UPSTREAM; none with --engine "
         "transformers).")] = None,
     timeout: WaitOpt = DEFAULT_WAIT_S,
@@ -358,7 +358,8 @@ def _exit_code(outcomes: list[DecideOutcome]) -> int:
 @app.command("decide", rich_help_panel=SERVERS)
 def decide(
     file: Annotated[Path | None, typer.Argument(
-        metavar="[FILE]", show_default=False, help="JSONL decisions (one per line).")] = None,
+        metavar="FILE", show_default=False, readable=False,
+        help="JSONL decisions (one per line).")] = None,
     state: Annotated[str | None, typer.Option(help="The state (document) of one decision.")]
     = None,
     question: Annotated[str | None, typer.Option(help="The question's instructions.")] = None,

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.errors import StoreError
 from app.store.urls import database_url, normalize_url, redacted, sqlite_path
 
-__all__ = ["disposing", "make_engine", "make_sessionmaker", "normalize_url", "opening_errors",
-           "session_scope"]
+__all__ = ["check_supported", "disposing", "make_engine", "make_sessionmaker", "normalize_url",
+           "opening_errors", "session_scope"]
 
 _CHECK = "check --database-url / DREADS_DATABASE_URL"
 
@@ -31,7 +31,7 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
         StoreError: the URL does not parse, or names a database dreads cannot use.
     """
     url = database_url(url)
-    _check_supported(url)
+    check_supported(url)
     with opening_errors(url):
         return _create(url, pool_size)
 
@@ -39,7 +39,12 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
 _SUPPORTED = ("postgresql", "sqlite")
 
 
-def _check_supported(url: str) -> None:
+def check_supported(url: str) -> None:
+    """Refuse a database other than PostgreSQL and SQLite before trying its driver.
+
+    Raises:
+        StoreError: what to use instead.
+    """
     scheme = url.split(":", 1)[0]
     if ":" in url and scheme.split("+", 1)[0] not in _SUPPORTED:
         raise StoreError(f"dreads stores runs in PostgreSQL or SQLite, not {scheme!r}; use "
@@ -76,7 +81,7 @@ def opening_errors(url: str) -> Iterator[None]:
         raise StoreError(f"dreads stores runs in PostgreSQL or SQLite, not {scheme!r}; use "
                          "postgresql+psycopg://user:password@host/db or a SQLite file path"
                          ) from exc
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a port that is not a number
         raise StoreError(f"{redacted(url)!r} is not a database URL; use "
                          "postgresql+psycopg://user:password@host/db or a SQLite file path "
                          f"({_CHECK})") from exc
@@ -95,6 +100,9 @@ def _unreachable(url: str, exc: DBAPIError) -> str:
             return (f"cannot open the SQLite file {str(path)!r}: the directory "
                     f"{str(path.parent)!r} does not exist; create it or {_CHECK}")
         return f"cannot open the SQLite file {str(path)!r}: {reason}; {_CHECK}"
+    if "does not exist" in reason:
+        return (f"cannot open the database {redacted(url)}: {reason}; create it (createdb) "
+                f"and run `dreads db upgrade`, or {_CHECK}")
     return (f"cannot open the database {redacted(url)}: {reason}; {_CHECK} and that the "
             "server is running")
 

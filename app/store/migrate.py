@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import SchemaNotReady, StoreError
-from app.store.db import make_engine, make_sessionmaker, opening_errors
+from app.store.db import check_supported, make_engine, make_sessionmaker, opening_errors
 from app.store.urls import database_url, redacted, sqlite_path
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ def upgrade(url: str, revision: str = "head") -> None:
     from alembic import command
 
     url = database_url(url)
+    check_supported(url)
     with opening_errors(url):
         command.upgrade(alembic_config(url), revision)
 

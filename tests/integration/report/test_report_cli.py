@@ -105,7 +105,8 @@ def test_rich_output_shows_figures_cells_and_flags(report_db: DB) -> None:
     code, out = _cli(url, "report", "flagged")
     assert code == 0, out
     for text in ("yes/no per cell", "wording-a", "wording-b", "AUC", "recall >0.30",
-                 "unanswered and failures per cell", "calibration per question", "false pos. >0.70"):
+                 "unanswered and failures per cell", "calibration per question",
+                 "false pos. >0.70"):
         assert text in out, text
     assert re.search(r"⚑ cell 'wording-b': unanswered 25/300", out)
     assert "wording-a'" not in out  # the cell doing better than the rest is not flagged
