@@ -128,8 +128,8 @@ def run(
         with embedded_store(db) as factory:
             existing = existing_run(factory, name)
             choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
-            settings, n_rep, tok = resolve_settings(existing, given, replicates,
-                                                    engine=choice.engine, upstream=upstream)
+            settings, n_rep, tok = _settings(existing, given, replicates, choice.engine,
+                                             upstream)
             target = run_upstream(upstream, existing, choice, settings)
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
@@ -145,6 +145,20 @@ def run(
             _summary(factory, name, json_out, db)
     if fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)
+
+
+def _settings(existing: RunInfo | None, given: dict[str, Any], replicates: int | None,
+              engine: str, upstream: str | None) -> tuple[Any, int, Any]:
+    """``resolve_settings``; a server that cannot say what it serves suggests the simulator."""
+    from app.errors import ConfigError
+
+    try:
+        return resolve_settings(existing, given, replicates, engine=engine, upstream=upstream)
+    except ConfigError as exc:
+        if upstream is not None:
+            raise
+        raise ConfigError(f"{exc.message}; or try --upstream sim (the built-in simulator)"
+                          ) from exc
 
 
 def _sqlite_file(database: str | None) -> Path:

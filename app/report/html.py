@@ -147,7 +147,7 @@ def _per_question_curves(rows: Sequence[QuestionRow]) -> dict[str, tuple[np.ndar
 def _calibration_table(doc: Mapping[str, Any]) -> str:
     raw = doc["raw"]["calibration"]
     cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
-    head = ["question", "n", "pos", "AUC", "ECE", "Brier",
+    head = ["question", "n", "yes", "AUC", "ECE", "Brier",
             *(["ECE calibrated", "Brier calibrated"] if cal else [])]
     parts = ["<table>", _head(head)]
     for qid, c in [*raw["questions"].items(), ("overall", raw["overall"])]:

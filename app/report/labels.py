@@ -57,7 +57,7 @@ def _num(value: Any, digits: int = 3) -> str:
 
 
 def _noul_rows(f: Mapping[str, Any], t: Mapping[str, str]) -> list[str]:
-    rows = [f"{f['n']} questions ({f.get('positives')} yes, {f.get('negatives')} no)",
+    rows = [f"{f['n']} question(s) ({f.get('positives')} yes, {f.get('negatives')} no)",
             f"AUC {_num(f.get('auc'), 4)}"]
     if "recall_hits" in f:
         rows.append(f"recall >{t['r']} {_num(f.get('recall'))} "
@@ -82,7 +82,7 @@ def headline_rows(qtype: str, figures: Mapping[str, Any],
                                "top_share": 0.05})
     if qtype == "noul":
         return _noul_rows(figures, t)
-    rows = [f"{figures['n']} questions", f"accuracy {_num(figures.get('accuracy'))}"]
+    rows = [f"{figures['n']} question(s)", f"accuracy {_num(figures.get('accuracy'))}"]
     if qtype == "score":
         rows.append(f"MAE of level {_num(figures.get('mae_level'))}")
     return rows
@@ -92,7 +92,7 @@ def run_identity(run: Mapping[str, Any]) -> list[str]:
     """Who answered and how: the model, the server, the settings (from the report's run)."""
     settings = run.get("settings") or {}
     fingerprint = run.get("fingerprint") or {}
-    source = ("the SIMULATOR (dreads sim), not a model" if run.get("simulator")
+    source = (f"dreads sim (the simulator) at {run.get('upstream')}" if run.get("simulator")
               else f"{run.get('engine')} at {run.get('upstream')}")
     policy = settings.get("policy")
     if policy == "fixed":

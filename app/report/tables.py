@@ -100,7 +100,7 @@ def _calibration_table(doc: Mapping[str, Any]) -> Table:
     raw = doc["raw"]["calibration"]
     cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
     table = Table(title="calibration per question (yes/no)", title_justify="left")
-    names = ["question", "n", "pos", "ECE", "Brier", *(["ECE cal", "Brier cal"] if cal else [])]
+    names = ["question", "n", "yes", "ECE", "Brier", *(["ECE cal", "Brier cal"] if cal else [])]
     for name in names:
         table.add_column(name, justify="left" if name == "question" else "right")
     items = [*raw["questions"].items(), ("overall", raw["overall"])]
