@@ -2,6 +2,7 @@
 
     python bench/startup.py                 # each command 5 times, a table
     python bench/startup.py --repeat 9 --json
+    python bench/startup.py --only "dreads --help" --only "dreads runs"
 
 A command line tool of this kind starts well under half a second; the heavy parts (torch,
 transformers, scikit-learn, scipy, matplotlib, Celery, FastAPI, the API) are imported only by
@@ -9,6 +10,10 @@ the commands that use them. The script first makes a small SQLite store with one
 (``dreads run examples/small.jsonl --upstream sim``, not timed), then times each command line
 against it in a fresh process. ``--database-url`` times the store commands against another
 database (e.g. PostgreSQL) that already holds the run named by ``--run``.
+
+The commands run as a user's install runs them: Python caches the bytecode of dreads' modules
+(``PYTHONDONTWRITEBYTECODE`` is cleared for them; ``--no-bytecode-cache`` keeps it, so that
+every run compiles dreads' own modules again).
 """
 
 from __future__ import annotations
@@ -79,13 +84,21 @@ def main() -> None:
     parser.add_argument("--database-url", help="Time against this store (holding --run).")
     parser.add_argument("--run", default=RUN, help="Run name in --database-url.")
     parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    parser.add_argument("--only", action="append", metavar="LABEL",
+                        help="Time only this command (its label in the table); repeatable.")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="Keep PYTHONDONTWRITEBYTECODE from the environment.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dreads-startup-") as tmp:
         workdir = Path(tmp)
         url = args.database_url or _prepare(workdir)
         env = {**os.environ, "DREADS_DATABASE_URL": url, "NO_COLOR": "1", "COLUMNS": "120"}
+        if not args.no_bytecode_cache:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         rows = []
         for label, template in COMMANDS:
+            if args.only and label not in args.only:
+                continue
             argv = [part.format(run=args.run) for part in template]
             times = measure(argv, env, workdir, args.repeat)
             rows.append({"command": label, "median_s": statistics.median(times),

@@ -7,11 +7,17 @@
   ``<a | b>`` so a narrow terminal wraps it between choices, never inside a word.
 - Docstrings are written wrapped at 100 columns; their paragraphs are re-flowed to the
   terminal's width (``reflow``) instead of keeping the source's line breaks.
+- Only the invoked command is turned into Click parameters (``DreadsTyper.__call__``), the way
+  Click's lazily loaded subcommands work: ``dreads status RUN`` does not build ``serve``'s 40
+  options first. ``dreads --help``, completion and an unknown name build them all.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -92,8 +98,14 @@ class DreadsGroup(TyperGroup):
         return params
 
 
+def _invoked(argv: Sequence[str]) -> str | None:
+    """The command name of a command line (its first word that is not an option)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 class DreadsTyper(typer.Typer):
-    """``typer.Typer`` whose commands are ``DreadsCommand`` and groups ``DreadsGroup``."""
+    """``typer.Typer`` whose commands are ``DreadsCommand`` and groups ``DreadsGroup``, and
+    which builds only the command it runs."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("cls", DreadsGroup)
@@ -104,3 +116,22 @@ class DreadsTyper(typer.Typer):
     def command(self, name: str | None = None, *, cls: Any = None,
                 **kwargs: Any) -> Any:
         return super().command(name, cls=cls or DreadsCommand, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
+        name = _invoked(argv)
+        commands, groups = self.registered_commands, self.registered_groups
+        chosen = [c for c in commands if _command_name(c) == name]
+        chosen_groups = [g for g in groups if g.name == name]
+        completing = any(k.endswith("_COMPLETE") for k in os.environ)
+        if completing or not (chosen or chosen_groups):
+            return super().__call__(*args, **kwargs)
+        self.registered_commands, self.registered_groups = chosen, chosen_groups
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            self.registered_commands, self.registered_groups = commands, groups
+
+
+def _command_name(info: Any) -> str:
+    return str(info.name or info.callback.__name__.replace("_", "-"))

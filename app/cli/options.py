@@ -66,8 +66,9 @@ __all__ = [
     "served_fields_missing",
 ]
 
-console = Console()
-err_console = Console(stderr=True)
+# emoji=False: a user's text (a run name, a reason) is printed as written, never ":x:" -> ❌
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 _RUN = "Run settings"
 
