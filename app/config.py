@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.urls import DEFAULT_DATABASE_URL
@@ -33,6 +34,8 @@ class Settings(BaseSettings):
     tokenizer: str = "standin"
     #: Served canvas length (vLLM --diffusion-config canvas_length).
     canvas: int = 320
+    #: Bearer key of the upstream (vLLM's --api-key); sent on every request, never stored.
+    upstream_api_key: SecretStr | None = None
     #: Reads in flight per worker process.
     max_in_flight: int = 256
     #: Per-read HTTP timeout in seconds.
@@ -42,14 +45,17 @@ class Settings(BaseSettings):
     #: Decisions per queue message. A chunk runs until its slowest decision ends, so keep
     #: worker processes x chunk size at several times the server's batch (--max-num-seqs).
     chunk_size: int = 64
-    #: Lease length of a claimed decision, in seconds.
-    lease_s: float = 120.0
+    #: Lease length of a claimed decision, in seconds; renewed every third of it while the
+    #: decision runs, so a dead worker's decisions are taken over within lease + sweep period.
+    lease_s: float = 15.0
     #: Attempts after which a decision stops as failed/poison.
     max_attempts: int = 5
     #: Sweeper period in seconds.
-    sweep_interval_s: float = 30.0
-    #: A queued decision whose message is older than this without a claim is re-published.
-    requeue_after_s: float = 600.0
+    sweep_interval_s: float = 3.0
+    #: A queued decision stamped this long ago without a claim is re-published once its queue
+    #: is drained (a message lost other than by a broker losing its data, which is noticed at
+    #: the next sweep).
+    requeue_after_s: float = 60.0
     #: Celery visibility timeout (seconds); must exceed the task time limit.
     visibility_timeout_s: int = 3600
     #: Hard task time limit (seconds).
@@ -81,3 +87,9 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def upstream_api_key() -> str | None:
+    """``DREADS_UPSTREAM_API_KEY``, or None when unset or empty."""
+    key = get_settings().upstream_api_key
+    return key.get_secret_value() or None if key is not None else None

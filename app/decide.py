@@ -61,10 +61,11 @@ async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer:
     draw policy stops, and fold the answers.
 
     Raises:
-        TemplateError: the question cannot be read (a label not one token, too wide).
+        TemplateError: the question cannot be read (a label not one token, too wide, a prompt
+            longer than the upstream's ``max_model_len`` once the upstream knows it).
         UpstreamError: the upstream failed after its retries, or answered malformed rows.
     """
-    plan = plan_decision(decision, settings, tokenizer)
+    plan = plan_decision(decision, settings, tokenizer, max_model_len=upstream.max_model_len)
     flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
     await drive(flow, upstream.read)
     return Decided(flow.answers(), flow.draws(), flow.n_reads)

@@ -7,6 +7,10 @@
     ├── UpstreamError         talking to the model server
     │   ├── UpstreamUnavailable   transient: refused/reset, timeout, 5xx (retried with backoff)
     │   ├── UpstreamRejected      permanent: vLLM answered 4xx (kind ``bad_request``)
+    │   │   ├── ModelNotServed    the server does not serve the request's model: the worker's
+    │   │   │                     configuration, not the decision (kind ``not_served``)
+    │   │   └── UpstreamUnauthorized  401/403: the API key is missing or wrong: configuration,
+    │   │                         not the decision (kind ``unauthorized``)
     │   └── MalformedResponse     a missing row or label logprob (kind ``malformed_response``)
     ├── StoreError            the SQL store
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
@@ -24,12 +28,14 @@ __all__ = [
     "DreadsError",
     "InputError",
     "MalformedResponse",
+    "ModelNotServed",
     "RunSettingsMismatch",
     "SchemaNotReady",
     "StoreError",
     "TemplateError",
     "UpstreamError",
     "UpstreamRejected",
+    "UpstreamUnauthorized",
     "UpstreamUnavailable",
 ]
 
@@ -86,6 +92,29 @@ class UpstreamRejected(UpstreamError):
         super().__init__(message)
         self.status = status
         self.param = param
+
+
+class ModelNotServed(UpstreamRejected):
+    """The server answered that the request's model does not exist there (vLLM's 404): the
+    worker's upstream serves another model. Permanent for this worker, but not a fault of the
+    decision: a worker re-queues it uncharged and stops taking that queue's work."""
+
+    kind = "not_served"
+
+
+class UpstreamUnauthorized(UpstreamRejected):
+    """The server refused this client's credentials (401 or 403; vLLM's ``--api-key``). Never
+    retried, and never a decision's failure: a worker puts the decision back uncharged and
+    stops taking work, since every read would be refused the same way."""
+
+    kind = "unauthorized"
+
+    @classmethod
+    def answered(cls, status: int, detail: str) -> UpstreamUnauthorized:
+        """The error for a 401/403 answer: what to set, whatever the server said."""
+        return cls(f"the upstream refused this client's API key ({status}: {detail}): set "
+                   "DREADS_UPSTREAM_API_KEY to the key vLLM was started with (--api-key)",
+                   status=status)
 
 
 class MalformedResponse(UpstreamError):

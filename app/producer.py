@@ -1,22 +1,35 @@
 """``dreads submit``: validate a job file, write the run and its decisions, publish chunks.
 
-Order matters (design.md, data flow 1): every row is committed before any message is
-published, so a message never names a decision SQL does not have; a failed publish leaves the
-rows ``pending`` for the sweeper or ``dreads resume``.
+The file is streamed: it is read, validated and written in batches, each committed on its
+own, so memory stays flat in the file's size and, with a publisher, the workers start on the
+first batch while the rest is still loading.
 
-    lines --parse_job_lines--> ParsedJob (decisions + bad lines)
+Order matters (design.md, data flow 1): a batch's readable rows are inserted already
+``queued`` and committed before any of their messages is published, so a message never names
+a decision SQL does not have, and a worker never finds a message whose rows are still being
+stamped (a claim skips locked rows). A failed publish puts the unpublished rows back to
+``pending`` (the sweeper or ``dreads resume`` publishes them) and later batches are written
+``pending``; a producer that dies between a commit and its publish leaves ``queued`` rows
+without a message, which the sweeper re-publishes once the run's queue is drained
+(``DREADS_REQUEUE_AFTER_S``).
+
+    lines --iter_job_lines--> decisions and bad lines, one at a time
           --check_templates--> rejected decisions (a user input problem, stored as rejected)
-          --submit_job-------> run + decisions in SQL, then publish_decisions()
+          --submit_job-------> run + decisions in SQL batch by batch, each batch published
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,6 +40,7 @@ from app.engine import (
     ReadSettings,
     ServerFingerprint,
     TextTokenizer,
+    build_probe_request,
     decision_payload,
     parse_decision,
     plan_decision,
@@ -36,23 +50,26 @@ from app.engine import (
 )
 from app.errors import (
     BadLine,
+    ConfigError,
     DreadsError,
     InputError,
     RunSettingsMismatch,
     TemplateError,
     UpstreamRejected,
+    UpstreamUnauthorized,
     UpstreamUnavailable,
 )
 from app.jobfile import NumberedLine, read_job_file
 from app.store.db import session_scope
-from app.store.models import RunStatus
-from app.store.queue import mark_queued
+from app.store.models import DecisionStatus, RunStatus
+from app.store.queue import database_now, mark_pending, translate_db_errors
 from app.store.runs import (
     DecisionRow,
     RunInfo,
     compare_fingerprint,
     compare_settings,
     ensure_run,
+    existing_lines,
     insert_decisions,
     record_fingerprint,
     reset_failed,
@@ -72,8 +89,8 @@ __all__ = [
     "check_templates",
     "fetch_fingerprint",
     "fingerprint_dict",
+    "iter_job_lines",
     "parse_job_lines",
-    "publish_decisions",
     "read_job_file",
     "resume_run",
     "submit_job",
@@ -82,11 +99,22 @@ __all__ = [
 
 log = logging.getLogger("dreads.producer")
 
-#: ``publisher(run_id, decision_ids) -> messages sent``; raises a DreadsError when the broker
-#: does not take them (``app.publish.PublishError``).
-Publisher = Callable[[int, Sequence[int]], int]
-#: Decisions published, then stamped ``queued``, per transaction.
-_PUBLISH_SLAB = 4096
+#: Decisions validated, written and committed together (then published while the next
+#: batch is written).
+SUBMIT_BATCH = 5000
+#: Batches written but not yet published, at most (bounds memory when the broker is slow).
+_PUBLISH_BACKLOG = 4
+
+
+class Publisher(Protocol):
+    """Sends a run's chunk messages (``app.publish.RunPublisher``)."""
+
+    def start(self, now_s: float) -> None:
+        """Called once before the first publish, with the database clock (epoch seconds)."""
+
+    def __call__(self, run_id: int, decision_ids: Sequence[int]) -> int:
+        """Publish ``decision_ids``; the number of messages. Raises a DreadsError
+        (``app.publish.PublishError``) when the broker does not take them."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +150,7 @@ class SubmitRequest:
 
 @dataclass(frozen=True)
 class PublishOutcome:
-    published: int = 0  #: decisions whose message went out (and stamped queued)
+    published: int = 0  #: decisions whose message went out
     messages: int = 0
     error: str | None = None  #: why the rest stayed pending
 
@@ -138,7 +166,7 @@ class SubmitReport:
     inserted: int = 0
     already_present: int = 0
     refused: bool = False  #: --strict and problems: nothing written
-    inserted_ids: list[int] = field(default_factory=list)
+    readable: int = 0  #: inserted and not rejected: the decisions to run
     publish: PublishOutcome = field(default_factory=PublishOutcome)
 
     def as_dict(self) -> dict[str, Any]:
@@ -155,24 +183,41 @@ class SubmitReport:
         }
 
 
+def iter_job_lines(lines: Iterable[NumberedLine]
+                   ) -> Iterator[tuple[int, Decision | LineProblem]]:
+    """Parse line by line: (line number, decision or the problem of a bad line). Duplicate
+    ids are found where the decisions are written (``submit_job``), not here."""
+    for line_no, text in lines:
+        try:
+            yield line_no, _parse_line(line_no, text)
+        except BadLine as exc:
+            yield line_no, LineProblem(line_no, None, exc.reason)
+
+
 def parse_job_lines(lines: Iterable[NumberedLine]) -> ParsedJob:
-    """Parse every line; bad ones (not JSON, not a decision, duplicate id) are collected."""
+    """Parse every line into memory; bad ones (not JSON, not a decision, duplicate id) are
+    collected. For small inputs; ``submit_job`` streams instead."""
+    return _split(iter_job_lines(lines))
+
+
+def _split(items: Iterable[tuple[int, Decision | LineProblem]]) -> ParsedJob:
+    """Decisions (the first line of each id) and problems (bad lines, repeated ids)."""
     job = ParsedJob()
     first_seen: dict[str, int] = {}
-    for line_no, text in lines:
+    for line_no, item in items:
         job.lines += 1
-        try:
-            decision = _parse_line(line_no, text)
-        except BadLine as exc:
-            job.bad.append(LineProblem(line_no, None, exc.reason))
-            continue
-        if decision.id in first_seen:
-            reason = f"duplicate id {decision.id!r} (first on line {first_seen[decision.id]})"
-            job.bad.append(LineProblem(line_no, decision.id, reason))
-            continue
-        first_seen[decision.id] = line_no
-        job.decisions.append((line_no, decision))
+        if isinstance(item, LineProblem):
+            job.bad.append(item)
+        elif item.id in first_seen:
+            job.bad.append(LineProblem(line_no, item.id, _duplicate(item.id, first_seen[item.id])))
+        else:
+            first_seen[item.id] = line_no
+            job.decisions.append((line_no, item))
     return job
+
+
+def _duplicate(key: str, first_line: int | None) -> str:
+    return f"duplicate id {key!r} (first on line {first_line})"
 
 
 def _parse_line(line_no: int, text: str | BadLine) -> Decision:
@@ -193,17 +238,32 @@ def _parse_line(line_no: int, text: str | BadLine) -> Decision:
 
 
 def check_templates(
-    decisions: Iterable[tuple[int, Decision]], settings: ReadSettings, tokenizer: TextTokenizer
+    decisions: Iterable[tuple[int, Decision]], settings: ReadSettings, tokenizer: TextTokenizer,
+    *, cache: dict[bytes, str | None] | None = None,
 ) -> dict[str, LineProblem]:
     """Plan every decision with the run's tokenizer; decision id -> problem for those that
-    cannot be read (multi-token label, template wider than the canvas, ...)."""
+    cannot be read (multi-token label, template wider than the canvas, ...). A plan depends
+    on the questions and the settings only, so ``cache`` (questions -> problem) plans each
+    distinct question set once."""
     problems: dict[str, LineProblem] = {}
+    memo: dict[bytes, str | None] = {} if cache is None else cache
     for line_no, decision in decisions:
-        try:
-            plan_decision(decision, settings, tokenizer)
-        except TemplateError as exc:
-            problems[decision.id] = LineProblem(line_no, decision.id, exc.message)
+        key = orjson.dumps(decision_payload(decision).get("questions"))
+        if key not in memo:
+            memo[key] = _template_problem(decision, settings, tokenizer)
+        reason = memo[key]
+        if reason is not None:
+            problems[decision.id] = LineProblem(line_no, decision.id, reason)
     return problems
+
+
+def _template_problem(decision: Decision, settings: ReadSettings,
+                      tokenizer: TextTokenizer) -> str | None:
+    try:
+        plan_decision(decision, settings, tokenizer)
+    except TemplateError as exc:
+        return exc.message
+    return None
 
 
 def fingerprint_dict(fingerprint: ServerFingerprint | None) -> dict[str, Any] | None:
@@ -215,9 +275,9 @@ def fingerprint_dict(fingerprint: ServerFingerprint | None) -> dict[str, Any] | 
             "constrained": fingerprint.constrained}
 
 
-def _rows(job: ParsedJob, rejected: dict[str, LineProblem],
+def _rows(decisions: Sequence[tuple[int, Decision]], rejected: Mapping[str, LineProblem],
           replicates: int) -> Iterator[DecisionRow]:
-    for line_no, decision in job.decisions:
+    for line_no, decision in decisions:
         problem = rejected.get(decision.id)
         payload = decision_payload(decision)
         for replicate in range(replicates):
@@ -227,34 +287,155 @@ def _rows(job: ParsedJob, rejected: dict[str, LineProblem],
                               rejected_reason=problem.reason if problem else None)
 
 
+class _Refused(Exception):
+    """--strict met a problem: roll the whole submission back."""
+
+
+def _batches(lines: Iterable[NumberedLine], size: int) -> Iterator[ParsedJob]:
+    """The parsed lines, ``size`` at a time (repeated ids within a batch are bad lines here;
+    across batches the database finds them)."""
+    items = iter_job_lines(lines)
+    while chunk := list(islice(items, size)):
+        yield _split(chunk)
+
+
+class _Writer:
+    """Writes the batches of one submission and hands their readable ids to the publisher."""
+
+    def __init__(self, request: SubmitRequest, factory: sessionmaker[Session],
+                 tokenizer: TextTokenizer, report: SubmitReport,
+                 publishing: _PublishThread | None, *, queue_rows: bool) -> None:
+        self.request = request
+        self.queue_rows = queue_rows
+        self.factory = factory
+        self.tokenizer = tokenizer
+        self.report = report
+        self.publishing = publishing
+        self.first_id: int | None = None  #: lowest id this submission inserted
+        self.templates: dict[bytes, str | None] = {}
+        self.ids = array("q")  #: --strict: the readable ids, published after the commit
+
+    def write(self, session: Session, batch: ParsedJob) -> list[int]:
+        """Write one batch in ``session``; return the ids to publish once it commits."""
+        report, run = self.report, self.report.run
+        assert run is not None
+        report.lines += batch.lines
+        rejected = check_templates(batch.decisions, self.request.settings, self.tokenizer,
+                                   cache=self.templates)
+        report.rejected += sorted(rejected.values(), key=lambda p: p.line_no)
+        status = DecisionStatus.QUEUED if self._queue_now() else DecisionStatus.PENDING
+        rows = list(_rows(batch.decisions, rejected, self.request.replicates))
+        inserted = insert_decisions(session, run.id, rows, batch_size=len(rows) or 1,
+                                    status=status)
+        if inserted:
+            low = min(rid for rid, _ in inserted)
+            self.first_id = low if self.first_id is None else min(self.first_id, low)
+        dupes = self._duplicates(session, batch, {row.key for _, row in inserted})
+        report.bad += sorted(batch.bad + dupes, key=lambda p: p.line_no)
+        report.valid += len(batch.decisions) - len(dupes)
+        report.inserted += len(inserted)
+        report.already_present += len(rows) - len(inserted) - len(dupes) * self.request.replicates
+        readable = sorted(rid for rid, row in inserted if row.rejected_reason is None)
+        report.readable += len(readable)
+        if self.request.strict and (batch.bad or dupes or rejected):
+            raise _Refused
+        return readable if status == DecisionStatus.QUEUED else []
+
+    def _queue_now(self) -> bool:
+        """Rows are written queued while their messages are to be published right after."""
+        return self.queue_rows and (self.publishing is None or self.publishing.error is None)
+
+    def hand_over(self, ids: list[int]) -> None:
+        """After the batch's commit (never before: a worker must find its rows queued)."""
+        if self.request.strict:
+            self.ids.extend(ids)  # published once the single transaction commits
+        elif self.publishing is not None and ids:
+            self.publishing.put(ids)
+
+    def _duplicates(self, session: Session, batch: ParsedJob,
+                    inserted: set[str]) -> list[LineProblem]:
+        """Lines whose id an earlier batch of this submission already wrote (a conflict with
+        a row this submission inserted, from another line); conflicts with rows of earlier
+        submissions are ``already_present``."""
+        missed = {d.id: n for n, d in batch.decisions if d.id not in inserted}
+        if not missed or self.first_id is None:
+            return []
+        assert self.report.run is not None
+        found = existing_lines(session, self.report.run.id, list(missed))
+        return [LineProblem(n, key, _duplicate(key, found[key][1]))
+                for key, n in missed.items()
+                if key in found and found[key][0] >= self.first_id and found[key][1] != n]
+
+
 def submit_job(
     request: SubmitRequest,
     factory: sessionmaker[Session],
     tokenizer: TextTokenizer,
     *,
     lines: Iterable[NumberedLine] | None = None,
+    publisher: Publisher | None = None,
 ) -> SubmitReport:
-    """Validate, then write the run and its decisions in one transaction (not published yet:
-    call ``publish_decisions`` with ``report.inserted_ids``). Under ``strict`` any problem
-    refuses the whole file and nothing is written."""
-    job = parse_job_lines(lines if lines is not None else read_job_file(request.path))
-    rejected = check_templates(job.decisions, request.settings, tokenizer)
-    report = SubmitReport(run=None, created=False, lines=job.lines, valid=len(job.decisions),
-                          bad=job.bad, rejected=sorted(rejected.values(),
-                                                       key=lambda p: p.line_no))
-    if request.strict and (job.bad or rejected):
-        report.refused = True
+    """Validate and write the run and its decisions batch by batch, each batch committed and
+    (with ``publisher``) published while the next one is written. Without a publisher the
+    rows are written ``pending`` (the embedded executor, or the sweeper, runs them). Under
+    ``strict`` everything is one transaction, published after it commits, and any problem
+    refuses the whole file: nothing is written."""
+    source = lines if lines is not None else read_job_file(request.path)
+    report = SubmitReport(run=None, created=False, lines=0, valid=0, bad=[], rejected=[])
+    if request.strict:
+        writer = _Writer(request, factory, tokenizer, report, None,
+                         queue_rows=publisher is not None)
+        now_s = _write_strict(writer, source)
+        if writer.ids and publisher is not None:
+            report.publish = _publish_all(factory, publisher, report, writer.ids, now_s)
         return report
-    if not job.decisions:  # every line was bad: no run is created for nothing
-        return report
-    with session_scope(factory) as session:
+    with translate_db_errors("submit"), session_scope(factory) as session:
         report.run, report.created = _ensure(session, request)
-        inserted = insert_decisions(session, report.run.id, _rows(job, rejected,
-                                                                   request.replicates))
-    report.inserted = len(inserted)
-    report.already_present = len(job.decisions) * request.replicates - report.inserted
-    report.inserted_ids = sorted(rid for rid, row in inserted if row.rejected_reason is None)
+        now_s = database_now(session).timestamp()
+    publishing = _start_publishing(factory, publisher, report.run, now_s)
+    writer = _Writer(request, factory, tokenizer, report, publishing,
+                     queue_rows=publisher is not None)
+    try:
+        for batch in _batches(source, SUBMIT_BATCH):
+            with translate_db_errors("submit"), session_scope(factory) as session:
+                ids = writer.write(session, batch)
+            writer.hand_over(ids)
+    finally:
+        if publishing is not None:
+            report.publish = publishing.close()
     return report
+
+
+def _write_strict(writer: _Writer, source: Iterable[NumberedLine]) -> float:
+    """The run and every batch in one transaction, rolled back (nothing written, not even a
+    new run) at the first problem; the rest of the file is still read for the report.
+    Returns the database clock (epoch seconds) at the start."""
+    report = writer.report
+    now_s = 0.0
+    try:
+        with translate_db_errors("submit"), session_scope(writer.factory) as session:
+            report.run, report.created = _ensure(session, writer.request)
+            now_s = database_now(session).timestamp()
+            for batch in _batches(source, SUBMIT_BATCH):
+                writer.hand_over(writer.write(session, batch))
+    except _Refused:
+        _count_rest(writer, source)
+        report.refused, report.run, report.created = True, None, False
+        report.inserted = report.readable = report.already_present = 0
+        writer.ids = array("q")
+    return now_s
+
+
+def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
+    """After a --strict refusal, read the rest of the file for its problems (nothing written)."""
+    report = writer.report
+    for batch in _batches(source, SUBMIT_BATCH):
+        report.lines += batch.lines
+        report.bad += batch.bad
+        report.valid += len(batch.decisions)
+        rejected = check_templates(batch.decisions, writer.request.settings, writer.tokenizer,
+                                   cache=writer.templates)
+        report.rejected += sorted(rejected.values(), key=lambda p: p.line_no)
 
 
 def _ensure(session: Session, request: SubmitRequest) -> tuple[RunInfo, bool]:
@@ -266,24 +447,87 @@ def _ensure(session: Session, request: SubmitRequest) -> tuple[RunInfo, bool]:
     )
 
 
-def publish_decisions(
-    factory: sessionmaker[Session], publisher: Publisher, run_id: int, ids: Sequence[int]
-) -> PublishOutcome:
-    """Publish chunk messages for ``ids`` slab by slab, stamping each slab ``queued`` once its
-    messages went out. A broker failure stops there: the rest stay ``pending`` (the sweeper or
-    ``dreads resume`` publishes them) and the outcome says why."""
-    published = messages = 0
-    for start in range(0, len(ids), _PUBLISH_SLAB):
-        slab = ids[start:start + _PUBLISH_SLAB]
+def _start_publishing(factory: sessionmaker[Session], publisher: Publisher | None,
+                      run: RunInfo, now_s: float) -> _PublishThread | None:
+    """The publishing thread of a streaming submission (None without a publisher). A broker
+    that cannot be reached now makes every row ``pending``, with the reason in the report."""
+    if publisher is None:
+        return None
+    publishing = _PublishThread(factory, publisher, run.id)
+    try:
+        publisher.start(now_s)
+    except DreadsError as exc:
+        publishing.fail(exc.message)
+        return publishing
+    publishing.start()
+    return publishing
+
+
+def _publish_all(factory: sessionmaker[Session], publisher: Publisher, report: SubmitReport,
+                 ids: Sequence[int], now_s: float) -> PublishOutcome:
+    """--strict: publish the committed rows slab by slab (they are queued already)."""
+    assert report.run is not None
+    publishing = _PublishThread(factory, publisher, report.run.id)
+    try:
+        publisher.start(now_s)
+    except DreadsError as exc:
+        publishing.fail(exc.message)
+    for start in range(0, len(ids), SUBMIT_BATCH):
+        publishing.publish(list(ids[start:start + SUBMIT_BATCH]))
+    return publishing.outcome()
+
+
+class _PublishThread(threading.Thread):
+    """Publishes committed batches while the next ones are written. After a broker failure
+    it puts every id it is given back to ``pending`` (the sweeper publishes them)."""
+
+    def __init__(self, factory: sessionmaker[Session], publisher: Publisher,
+                 run_id: int) -> None:
+        super().__init__(name="dreads-submit-publish", daemon=True)
+        self.factory = factory
+        self.publisher = publisher
+        self.run_id = run_id
+        self.inbox: queue.Queue[list[int] | None] = queue.Queue(maxsize=_PUBLISH_BACKLOG)
+        self.published = self.messages = 0
+        self.error: str | None = None
+
+    def put(self, ids: list[int]) -> None:
+        self.inbox.put(ids)
+
+    def run(self) -> None:
+        while (ids := self.inbox.get()) is not None:
+            self.publish(ids)
+
+    def publish(self, ids: list[int]) -> None:
+        if self.error is None:
+            try:
+                self.messages += self.publisher(self.run_id, ids)
+                self.published += len(ids)
+                return
+            except DreadsError as exc:
+                log.warning("publish stopped: %s", exc.message)
+                self.fail(exc.message)
+        self._unpublish(ids)
+
+    def fail(self, message: str) -> None:
+        self.error = self.error or message
+
+    def _unpublish(self, ids: list[int]) -> None:
         try:
-            messages += publisher(run_id, slab)
-        except DreadsError as exc:
-            log.warning("publish stopped: %s", exc.message)
-            return PublishOutcome(published, messages, exc.message)
-        with session_scope(factory) as session:
-            mark_queued(session, slab)
-        published += len(slab)
-    return PublishOutcome(published, messages)
+            with translate_db_errors("unpublish"), session_scope(self.factory) as session:
+                mark_pending(session, ids)
+        except DreadsError as exc:  # the sweeper re-publishes them once the queue drains
+            log.warning("could not put %d unpublished decision(s) back to pending: %s",
+                        len(ids), exc.message)
+
+    def close(self) -> PublishOutcome:
+        if self.is_alive():
+            self.inbox.put(None)
+            self.join()
+        return self.outcome()
+
+    def outcome(self) -> PublishOutcome:
+        return PublishOutcome(self.published, self.messages, self.error)
 
 
 def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | None = None,
@@ -295,33 +539,57 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
     env = get_settings()
     base = engine or UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype)
     return replace(base, url=url, model=settings.model, canvas_length=settings.canvas_length,
-                   max_in_flight=max_in_flight or env.max_in_flight,
+                   tokenizer=settings.tokenizer, max_in_flight=max_in_flight or env.max_in_flight,
                    timeout_s=env.read_timeout_s, retries=env.read_retries)
 
 
 def fetch_fingerprint(
-    url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None
+    url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None,
+    tokenizer: TextTokenizer | None = None,
 ) -> tuple[ServerFingerprint | None, str | None]:
-    """The upstream's fingerprint, or (None, why) when it cannot be reached now.
+    """The upstream's fingerprint, or (None, why) when it cannot be reached now. With the run's
+    ``tokenizer``, one probe read at the run's full canvas width proves the served canvas
+    (``/v1/models`` does not report it).
 
     Raises:
         UpstreamRejected: it answers but serves another model than ``settings.model``.
+        ConfigError: it refuses the API key, or a read at the run's canvas width.
     """
     from app.upstream.factory import make_upstream
 
     async def _fetch() -> ServerFingerprint:
         upstream = make_upstream(upstream_config(url, settings, engine=engine))
         try:
-            return await asyncio.wait_for(upstream.fingerprint(), timeout_s)
+            fingerprint = await asyncio.wait_for(upstream.fingerprint(), timeout_s)
+            if tokenizer is not None:
+                await _probe_canvas(upstream, settings, tokenizer, timeout_s)
+            return fingerprint
         finally:
             await upstream.aclose()
 
     try:
         return asyncio.run(_fetch()), None
+    except UpstreamUnauthorized as exc:
+        raise ConfigError(exc.message) from exc
     except UpstreamUnavailable as exc:
         return None, exc.message
     except TimeoutError:
         return None, f"no answer from {url} within {timeout_s:.0f}s"
+
+
+async def _probe_canvas(upstream: Any, settings: ReadSettings, tokenizer: TextTokenizer,
+                        timeout_s: float) -> None:
+    """One read at the run's full canvas width; a server that refuses it cannot run the run."""
+    probe = build_probe_request(settings, tokenizer)
+    try:
+        await asyncio.wait_for(upstream.wait_ready(timeout_s=timeout_s, probe=probe), timeout_s)
+    except UpstreamUnauthorized:
+        raise
+    except UpstreamRejected as exc:
+        raise ConfigError(
+            f"the upstream refused a read at the run's canvas width {settings.canvas_length} "
+            f"({exc.message}); pass --canvas (DREADS_CANVAS) equal to the canvas_length the "
+            "server was started with (--diffusion-config), or check --model") from exc
 
 
 @dataclass
@@ -377,13 +645,14 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
                  settings: ReadSettings, *, force: bool, engine: Any = None,
-                 dry_run: bool = False) -> str | None:
-    """Refuse a server whose model or canvas differs from the run's (unless ``force``);
-    record the fingerprint when the run has none yet (``dry_run``: only say it would).
-    Returns a note for the user."""
+                 tokenizer: TextTokenizer | None = None, dry_run: bool = False) -> str | None:
+    """Refuse a server whose model or canvas differs from the run's (unless ``force``), or
+    that refuses a read at the run's canvas width (with ``tokenizer``, the run's); record the
+    fingerprint when the run has none yet (``dry_run``: only say it would). Returns a note
+    for the user."""
     old = dict(run.fingerprint or {})
     try:
-        fingerprint, why = fetch_fingerprint(url, settings, engine=engine)
+        fingerprint, why = fetch_fingerprint(url, settings, engine=engine, tokenizer=tokenizer)
     except UpstreamRejected as exc:  # it serves another model than the run's
         if not force:
             raise RunSettingsMismatch(

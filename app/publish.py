@@ -3,22 +3,35 @@
 Used by the producer (after its insert commits) and by the sweeper. Messages carry ids only;
 the worker re-reads everything from SQL. Publishing never imports ``workers.tasks``: the task is
 addressed by name, so the producer and the API need no worker code.
+
+A run's chunks go to the queue of its served identity (``workers.constants.queue_for``: model
+and canvas), which only workers whose upstream serves them consume. The broker's epoch
+(``broker_epoch``) tells a sweeper that the broker lost its data since a decision was stamped
+queued.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
 from app.config import get_settings
 from app.errors import DreadsError
-from workers.constants import QUEUE, TASK_RUN_CHUNK
+from workers.constants import (
+    BROKER_EPOCH_KEY,
+    BROKER_RECOVERED_KEY,
+    QUEUE,
+    TASK_RUN_CHUNK,
+    queue_for,
+)
 
-__all__ = ["PublishError", "Sender", "chunk_ids", "make_publisher", "make_sender", "publish_chunks",
-           "queue_backlog"]
+__all__ = ["BrokerEpoch", "PublishError", "RunPublisher", "Sender", "broker_epoch", "chunk_ids",
+           "make_publisher", "make_sender", "mark_recovered", "publish_chunks", "queue_backlog",
+           "queue_for"]
 
 log = logging.getLogger("dreads.publish")
 
@@ -45,17 +58,19 @@ def chunk_ids(decision_ids: Sequence[int], chunk_size: int) -> Iterator[tuple[in
 
 
 def publish_chunks(celery_app_or_sender: Sender, run_id: int, decision_ids: Sequence[int],
-                   chunk_size: int, *, run_name: str | None = None) -> int:
-    """Publish one ``reads.run_chunk`` message per chunk; return the number of messages.
+                   chunk_size: int, *, run_name: str | None = None,
+                   queue: str = QUEUE) -> int:
+    """Publish one ``reads.run_chunk`` message per chunk to ``queue``; return the number of
+    messages.
 
     Raises PublishError when the broker is unreachable (after Celery's publish retries); the
     messages already sent stay sent, and the rest are picked up by the sweeper.
     """
     label = run_name or str(run_id)
     sent = 0
-    with _producer(celery_app_or_sender) as producer:
+    with _producer(celery_app_or_sender, queue) as producer:
         for chunk in chunk_ids(decision_ids, chunk_size):
-            _send(celery_app_or_sender, producer, run_id, chunk, label)
+            _send(celery_app_or_sender, producer, run_id, chunk, label, queue)
             sent += 1
     if sent:
         log.debug("published %d chunk(s) of run %s", sent, label)
@@ -63,9 +78,9 @@ def publish_chunks(celery_app_or_sender: Sender, run_id: int, decision_ids: Sequ
 
 
 def _send(sender: Sender, producer: Any, run_id: int, chunk: tuple[int, ...],
-          label: str) -> None:
+          label: str, queue: str) -> None:
     options: dict[str, Any] = {
-        "queue": QUEUE,
+        "queue": queue,
         "argsrepr": f"run={label} chunk={chunk[0]}..{chunk[-1]} n={len(chunk)}",
     }
     if producer is not None:
@@ -81,7 +96,7 @@ def _send(sender: Sender, producer: Any, run_id: int, chunk: tuple[int, ...],
 
 
 @contextmanager
-def _producer(sender: Sender) -> Iterator[Any]:
+def _producer(sender: Sender, queue: str) -> Iterator[Any]:
     """One pooled producer for the whole publish, and the queue (re)declared on it.
 
     Declaring matters after Redis lost its keys: without the binding set kombu drops a
@@ -98,7 +113,8 @@ def _producer(sender: Sender) -> Iterator[Any]:
         raise _unreachable(exc) from exc
     try:
         try:
-            sender.amqp.queues[QUEUE](producer.channel).declare()  # type: ignore[attr-defined]
+            # an unknown name is created on lookup (task_create_missing_queues)
+            sender.amqp.queues[queue](producer.channel).declare()  # type: ignore[attr-defined]
         except Exception as exc:
             raise _unreachable(exc) from exc
         yield producer
@@ -113,14 +129,55 @@ def _unreachable(exc: Exception) -> PublishError:
     )
 
 
-def queue_backlog(celery_app: Any) -> int | None:
-    """Messages waiting in the dreads queue (Redis LLEN), or None when it cannot be read."""
+def queue_backlog(celery_app: Any, queue: str = QUEUE) -> int | None:
+    """Messages waiting in ``queue`` (Redis LLEN), or None when it cannot be read."""
     try:
         with celery_app.connection_for_read() as conn:
-            return int(conn.default_channel.client.llen(QUEUE))
+            return int(conn.default_channel.client.llen(queue))
     except Exception:  # a best-effort hint for the sweeper, never an error
         log.debug("could not read the queue length", exc_info=True)
         return None
+
+
+@dataclass(frozen=True)
+class BrokerEpoch:
+    """When the broker's current data began (database clock, epoch seconds), and the epoch
+    whose lost messages were all re-published (None: not yet)."""
+
+    since: float
+    recovered: float | None
+
+    @property
+    def needs_recovery(self) -> bool:
+        return self.recovered != self.since
+
+
+def broker_epoch(celery_app: Any, now_s: float) -> BrokerEpoch:
+    """Read the broker's epoch, starting one at ``now_s`` when there is none (a new broker,
+    or one that lost its data: every message published before then is gone).
+
+    Raises PublishError when the broker is unreachable.
+    """
+    try:
+        with celery_app.connection_for_write() as conn:
+            client = conn.default_channel.client
+            client.set(BROKER_EPOCH_KEY, repr(now_s), nx=True)
+            since, recovered = client.mget(BROKER_EPOCH_KEY, BROKER_RECOVERED_KEY)
+    except Exception as exc:  # redis/kombu errors are foreign: translated here
+        raise _unreachable(exc) from exc
+    return BrokerEpoch(float(since), float(recovered) if recovered is not None else None)
+
+
+def mark_recovered(celery_app: Any, epoch: BrokerEpoch) -> None:
+    """Record that every decision queued before ``epoch.since`` was published again (only
+    while that epoch is still the broker's: a newer loss keeps its own recovery due)."""
+    try:
+        with celery_app.connection_for_write() as conn:
+            client = conn.default_channel.client
+            if client.get(BROKER_EPOCH_KEY) == repr(epoch.since).encode():
+                client.set(BROKER_RECOVERED_KEY, repr(epoch.since))
+    except Exception:  # the next sweep redoes the (idempotent) recovery
+        log.warning("could not record the broker recovery", exc_info=True)
 
 
 @contextmanager
@@ -135,12 +192,28 @@ def make_sender(broker: str | None) -> Iterator[Any]:
         celery.close()
 
 
-def make_publisher(sender: Any, chunk_size: int | None, *,
-                   run_name: str) -> Callable[[int, Sequence[int]], int]:
-    """``publisher(run_id, ids)`` sending ``reads.run_chunk`` messages through ``sender``."""
-    size = chunk_size or get_settings().chunk_size
+class RunPublisher:
+    """Publishes one run's chunks to its queue (``app.producer.Publisher``)."""
 
-    def publish(run_id: int, ids: Sequence[int]) -> int:
-        return publish_chunks(sender, run_id, ids, size, run_name=run_name)
+    def __init__(self, sender: Any, chunk_size: int, *, run_name: str, queue: str) -> None:
+        self.sender = sender
+        self.chunk_size = chunk_size
+        self.run_name = run_name
+        self.queue = queue
 
-    return publish
+    def start(self, now_s: float) -> None:
+        """Before the first message: make sure the broker has an epoch, so a sweeper does not
+        take these messages for ones the broker lost (raises PublishError)."""
+        broker_epoch(self.sender, now_s)
+
+    def __call__(self, run_id: int, decision_ids: Sequence[int]) -> int:
+        return publish_chunks(self.sender, run_id, decision_ids, self.chunk_size,
+                              run_name=self.run_name, queue=self.queue)
+
+
+def make_publisher(sender: Any, chunk_size: int | None, *, run_name: str,
+                   queue: str) -> RunPublisher:
+    """The publisher of run ``run_name``'s chunks (``chunk_size`` default
+    ``DREADS_CHUNK_SIZE``) to ``queue`` through ``sender``."""
+    return RunPublisher(sender, chunk_size or get_settings().chunk_size, run_name=run_name,
+                        queue=queue)

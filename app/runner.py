@@ -8,10 +8,14 @@ reads in flight. Leases are renewed in the background every ``lease_s / 3``. SQL
 threads (``asyncio.to_thread``) so the loop keeps reading while a commit waits.
 
 Failures become attempt rows: ``UpstreamUnavailable.kind`` (transient), ``bad_request``
-(permanent), ``malformed_response`` (transient, capped), a ``TemplateError`` (permanent,
-``rejected``), ``db_error`` (the commit failed; recorded once the database answers again, or
-left to the sweeper when it does not). An answer is never lost or written twice: the answers
-insert is idempotent and the first finished attempt wins.
+(permanent), ``not_served`` or ``unauthorized`` (the upstream does not serve the run's model, or
+refuses the worker's API key: the decision goes back to pending uncharged, and
+``ChunkResult.not_served`` tells the caller to stop taking such work), ``malformed_response``
+(transient, capped), a ``TemplateError`` (permanent, ``rejected``; a prompt that does not fit
+the server's ``max_model_len`` is one, refused before any read), ``db_error`` (the commit
+failed; recorded once the database answers again, or left to the sweeper when it does not). An
+answer is never lost or written twice: the answers insert is idempotent and the first finished
+attempt wins.
 
 Independent of Celery: the Celery task and the embedded ``dreads run`` both call it.
 """
@@ -41,7 +45,16 @@ from app.engine import (
     settings_from_dict,
 )
 from app.engine.types import Decision as EngineDecision
-from app.errors import InputError, StoreError, UpstreamError, UpstreamRejected, UpstreamUnavailable
+from app.errors import (
+    ConfigError,
+    InputError,
+    ModelNotServed,
+    StoreError,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 from app.store.db import session_scope
 from app.store.fingerprints import record_first_fingerprint
 from app.store.models import OutcomeKind, Run
@@ -51,6 +64,7 @@ from app.store.queue import (
     claim_decisions,
     fail_decision,
     finish_decision,
+    release_unserved,
     renew_leases,
     translate_db_errors,
     utcnow,
@@ -77,6 +91,8 @@ class ChunkResult:
     failed: dict[str, int] = field(default_factory=dict)
     left_for_sweeper: int = 0  #: the database stayed down: nothing recorded, the lease expires
     n_reads: int = 0
+    #: why this worker cannot serve the run (another model, a refused key; not charged)
+    not_served: str | None = None
 
     def count(self, kind: str) -> None:
         self.failed[kind] = self.failed.get(kind, 0) + 1
@@ -88,7 +104,8 @@ class ChunkResult:
     def as_dict(self) -> dict[str, Any]:
         return {"claimed": self.claimed, "done": self.done, "won": self.won,
                 "rejected": self.rejected, "failed": dict(self.failed),
-                "left_for_sweeper": self.left_for_sweeper, "n_reads": self.n_reads}
+                "left_for_sweeper": self.left_for_sweeper, "n_reads": self.n_reads,
+                "not_served": self.not_served}
 
 
 @dataclass
@@ -99,6 +116,7 @@ class _Chunk:
     upstream: Upstream
     tokenizer: TextTokenizer
     settings: ReadSettings
+    max_model_len: int | None  #: the server's: a longer prompt + canvas is rejected unread
     info: AttemptInfo
     lease_s: float
     max_attempts: int
@@ -136,20 +154,22 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     the queue while its model server is down. Raises StoreError if the claim itself fails.
     """
     result = ChunkResult()
-    claims, settings, has_fingerprint = await asyncio.to_thread(
+    claims, settings, fingerprint = await asyncio.to_thread(
         _in_transaction, session_factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
         owner=owner, lease_s=lease_s, max_attempts=max_attempts)
     result.claimed = len(claims)
     if settings is None:
         return result
-    if not has_fingerprint:
+    if not fingerprint:
         await _record_fingerprint(session_factory, run_id, upstream)
+    limit = (fingerprint or {}).get("max_model_len")
+    max_model_len = limit if isinstance(limit, int) else None
     if tokenizer.info.name != settings.tokenizer:
         # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
         # worker was started with; load_tokenizer caches it per process.
         tokenizer = await asyncio.to_thread(_run_tokenizer, settings.tokenizer)
     chunk = _Chunk(session_factory=session_factory, upstream=upstream, tokenizer=tokenizer,
-                   settings=settings,
+                   settings=settings, max_model_len=max_model_len or upstream.max_model_len,
                    info=AttemptInfo(worker=owner, task_id=task_id, redelivered=redelivered),
                    lease_s=lease_s, max_attempts=max_attempts, commit_wait_s=commit_wait_s,
                    in_flight=asyncio.Semaphore(max_in_flight), result=result,
@@ -168,15 +188,15 @@ def _run_tokenizer(name: str) -> TextTokenizer:
 
 
 def _claim_chunk(session: Session, run_id: int,
-                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None, bool]:
-    """The claims won and, when there are any, the run's settings and whether it has a
-    server fingerprint: one transaction."""
+                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None, dict[str, Any] | None]:
+    """The claims won and, when there are any, the run's settings and its server fingerprint
+    (None: not recorded yet): one transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
-        return claims, None, True
+        return claims, None, None
     data, fingerprint = session.execute(
         select(Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
-    return claims, settings_from_dict(dict(data)), bool(fingerprint)
+    return claims, settings_from_dict(dict(data)), dict(fingerprint) if fingerprint else None
 
 
 async def _record_fingerprint(factory: SessionFactory, run_id: int, upstream: Upstream) -> None:
@@ -234,14 +254,19 @@ async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: fl
         chunk.before_decision(claim)
     try:
         decision = decision_from_payload(claim.key, claim.cell, claim.payload)
-        plan = plan_decision(decision, chunk.settings, chunk.tokenizer)
-    except InputError as exc:
+        plan = plan_decision(decision, chunk.settings, chunk.tokenizer,
+                             max_model_len=chunk.max_model_len)
+    except (InputError, ConfigError) as exc:  # ConfigError: no read of these settings can run
         await _record_failure(chunk, claim, OutcomeKind.REJECTED, exc.message, permanent=True)
         return
     flow = DecisionFlow(plan, chunk.settings, vocab_size=chunk.tokenizer.info.vocab_size,
                         replicate=claim.replicate)
     try:
         await drive(flow, chunk.read)
+    except (ModelNotServed, UpstreamUnauthorized) as exc:
+        chunk.result.n_reads += flow.n_reads
+        await _release_unserved(chunk, claim, exc.kind, exc.message)
+        return
     except UpstreamError as exc:
         chunk.result.n_reads += flow.n_reads
         await _record_failure(chunk, claim, exc.kind, exc.message,
@@ -286,6 +311,20 @@ async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str,
     if status == "rejected":
         chunk.result.rejected += 1
     chunk.result.count(kind)
+
+
+async def _release_unserved(chunk: _Chunk, claim: Claimed, kind: str, detail: str) -> None:
+    """Back to pending, not charged: this worker cannot serve the run (its upstream serves
+    another model, or refuses its key)."""
+    chunk.result.not_served = detail
+    chunk.result.count(kind)
+    try:
+        await chunk.db(release_unserved, claim=claim, detail=detail, attempt=chunk.info,
+                       kind=kind)
+    except StoreError as exc:
+        log.warning("could not release decision %s (%s); its lease expires", claim.id,
+                    exc.message)
+        chunk.result.left_for_sweeper += 1
 
 
 async def _wait_db(factory: SessionFactory, timeout_s: float) -> bool:

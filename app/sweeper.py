@@ -1,44 +1,67 @@
 """The sweeper: SQL says what must run; it (re-)publishes what Redis or a worker lost.
 
-One sweep, in one transaction (PostgreSQL: under an advisory lock, so one sweeper at a time
-across all workers; rows ``FOR UPDATE SKIP LOCKED``):
+One sweep (PostgreSQL: under a session advisory lock, so one sweeper at a time across all
+workers; rows ``FOR UPDATE SKIP LOCKED``):
 
 - leased decisions whose lease expired get a ``worker_lost`` attempt and go back to pending
   (or ``failed`` with a ``poison`` attempt at the attempt cap: no redelivery loop);
-- pending decisions (never published, publish failed, transient failure) and queued ones whose
-  message is older than ``requeue_after_s`` (Redis lost it) are stamped queued;
-
-then, after the commit, their chunk messages are published (a decision lost with a worker goes
-alone in its message, so a decision that kills its worker only takes itself down). A failed
-publish puts them back to pending for the next sweep. Stale queued decisions are re-published
-only while the queue is drained (``max_backlog``): a long backlog is not a loss.
+- then, run by run, page by page through the whole run (no cap), due rows are stamped queued,
+  committed, and their chunk messages published to the run's queue (a decision lost with a
+  worker goes alone in its message, so a decision that kills its worker only takes itself
+  down). Due: every pending decision (never published, publish failed, transient failure,
+  lost lease); every queued decision stamped before the broker's epoch began (the broker lost
+  its data: a FLUSHDB or a Redis restarted without persistence, noticed at the next sweep);
+  and, once the run's queue is drained, queued decisions older than ``requeue_after_s`` (a
+  message lost some other way: a producer that died between its commit and its publish, the
+  last second of an AOF). A failed publish puts the page back to pending for the next sweep.
 
 ``sweep_once`` is called periodically by ``SweeperThread`` (started in every worker's main
-process) and once by ``dreads resume``.
+process) and once by ``dreads resume`` (for its run, waiting for the lock).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.errors import DreadsError
-from app.publish import PublishError, Sender, publish_chunks, queue_backlog
+from app.publish import (
+    BrokerEpoch,
+    PublishError,
+    Sender,
+    broker_epoch,
+    mark_recovered,
+    publish_chunks,
+    queue_backlog,
+)
 from app.store.db import session_scope
-from app.store.models import Run
-from app.store.queue import SweepResult, mark_pending, mark_queued, sweep, translate_db_errors
-from workers.constants import SWEEP_LOCK_ID
+from app.store.models import DecisionStatus, OutcomeKind
+from app.store.queue import (
+    database_now,
+    expire_leases,
+    mark_pending,
+    stamp_page,
+    translate_db_errors,
+)
+from app.store.runs import RunInfo, open_runs
+from workers.constants import SWEEP_LOCK_ID, queue_for
 
-__all__ = ["SweepReport", "SweeperThread", "sweep_for", "sweep_once"]
+__all__ = ["SweepReport", "SweeperThread", "run_queue", "sweep_for", "sweep_once"]
 
 log = logging.getLogger("dreads.sweeper")
+
+#: Rows stamped and published per transaction.
+PAGE = 10_000
 
 
 @dataclass(frozen=True)
@@ -48,82 +71,167 @@ class SweepReport:
     published: int = 0  #: decisions whose message went out
     messages: int = 0
     skipped: bool = False  #: another sweeper held the lock
-    backlog: int | None = None  #: queue length seen before sweeping
+    backlog: int | None = None  #: messages waiting in the queues looked at
     error: str | None = None  #: why publishing stopped, if it did
+    broker_lost: bool = False  #: the broker had lost its data: every queued decision re-sent
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
+@dataclass
+class _Tally:
+    published: int = 0
+    messages: int = 0
+    backlogs: dict[str, int | None] = field(default_factory=dict)
+
+
+def run_queue(run: RunInfo) -> str:
+    """The queue of ``run``'s chunks: its model and canvas (``workers.constants.queue_for``)."""
+    settings = run.settings
+    return queue_for(str(settings.get("model")), int(settings.get("canvas_length") or 0))
+
+
 def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None, *,
                max_attempts: int = 5, requeue_after_s: float = 600.0, chunk_size: int = 32,
-               run_id: int | None = None, max_backlog: int = 0) -> SweepReport:
+               run_id: int | None = None, max_backlog: int = 0,
+               wait_lock_s: float = 0.0) -> SweepReport:
     """Expire dead leases and publish what has no live message. With ``publisher`` None the
     database is swept and nothing is published (the rows stay pending for the next sweep).
+    ``wait_lock_s``: how long to wait for another sweeper to finish (0: skip at once).
 
     Raises StoreError when the database is unreachable.
     """
-    backlog = queue_backlog(publisher) if hasattr(publisher, "connection_for_read") else None
-    republish = publisher is not None and (backlog is None or backlog <= max_backlog)
-    with translate_db_errors("sweep"), session_scope(session_factory) as session:
-        if not _try_lock(session):
-            return SweepReport(skipped=True, backlog=backlog)
-        result = sweep(session, max_attempts=max_attempts, requeue_after_s=requeue_after_s,
-                       republish_queued=republish, run_id=run_id)
-        if publisher is None:
-            result.to_publish.clear()
-            result.to_isolate.clear()
-        mark_queued(session, _all_ids(result))
-    published, messages, error = _publish(session_factory, publisher, result, chunk_size)
-    report = SweepReport(lost=result.lost, poisoned=result.poisoned, published=published,
-                         messages=messages, backlog=backlog, error=error)
-    if report.lost or report.poisoned or report.published or error:
-        log.info("sweep: %d lease(s) lost, %d poisoned, %d decision(s) in %d message(s)%s",
-                 report.lost, report.poisoned, published, messages,
-                 f"; publish failed: {error}" if error else "")
+    with translate_db_errors("sweep"), _sweep_lock(session_factory, wait_lock_s) as locked:
+        if not locked:
+            return SweepReport(skipped=True)
+        lost, poisoned = _expire(session_factory, max_attempts, run_id)
+        report = SweepReport(lost=lost, poisoned=poisoned)
+        if publisher is not None:
+            report = _publish_due(session_factory, publisher, report, chunk_size=chunk_size,
+                                  requeue_after_s=requeue_after_s, run_id=run_id,
+                                  max_backlog=max_backlog)
+    if report.lost or report.poisoned or report.published or report.error:
+        log.info("sweep: %d lease(s) lost, %d poisoned, %d decision(s) in %d message(s)%s%s",
+                 report.lost, report.poisoned, report.published, report.messages,
+                 "; the broker had lost its data" if report.broker_lost else "",
+                 f"; publish failed: {report.error}" if report.error else "")
     return report
 
 
-def _try_lock(session: Session) -> bool:
-    """One sweeper at a time on PostgreSQL (released at commit); SQLite has a single writer."""
-    if session.get_bind().dialect.name != "postgresql":
-        return True
-    return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
-                                {"k": SWEEP_LOCK_ID}).scalar())
-
-
-def _all_ids(result: SweepResult) -> list[int]:
-    return [i for group in (result.to_publish, result.to_isolate)
-            for ids in group.values() for i in ids]
-
-
-def _publish(factory: sessionmaker[Session], publisher: Sender | None, result: SweepResult,
-             chunk_size: int) -> tuple[int, int, str | None]:
-    if publisher is None:
-        return 0, 0, None
-    published = messages = 0
-    batches = [(rid, ids, chunk_size) for rid, ids in result.to_publish.items()]
-    batches += [(rid, ids, 1) for rid, ids in result.to_isolate.items()]
-    names = _run_names(factory, {rid for rid, _, _ in batches}) if batches else {}
-    for i, (rid, ids, size) in enumerate(batches):
+@contextmanager
+def _sweep_lock(factory: sessionmaker[Session], wait_s: float) -> Iterator[bool]:
+    """One sweeper at a time on PostgreSQL (a session advisory lock held on its own
+    connection across the sweep's transactions); SQLite has a single writer."""
+    engine = factory.kw.get("bind")
+    if engine is None or engine.dialect.name != "postgresql":
+        yield True
+        return
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        deadline = time.monotonic() + wait_s
+        while not (got := bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                            {"k": SWEEP_LOCK_ID}).scalar())):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         try:
-            messages += publish_chunks(publisher, rid, ids, size, run_name=names.get(rid))
-        except PublishError as exc:
-            unsent = [d for _, rest, _ in batches[i:] for d in rest]
-            _unmark(factory, unsent)
-            return published, messages, exc.message
-        published += len(ids)
-    return published, messages, None
+            yield got
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": SWEEP_LOCK_ID})
 
 
-def _run_names(factory: sessionmaker[Session], run_ids: set[int]) -> dict[int, str]:
-    """Run names for the messages' ``argsrepr`` (what Flower shows); ids if the lookup fails."""
+def _expire(factory: sessionmaker[Session], max_attempts: int,
+            run_id: int | None) -> tuple[int, int]:
+    lost = poisoned = 0
+    while True:
+        with session_scope(factory) as session:
+            result = expire_leases(session, max_attempts=max_attempts, run_id=run_id,
+                                   limit=PAGE)
+        lost, poisoned = lost + result.lost, poisoned + result.poisoned
+        if result.lost + result.poisoned < PAGE:
+            return lost, poisoned
+
+
+def _publish_due(factory: sessionmaker[Session], publisher: Sender, report: SweepReport, *,
+                 chunk_size: int, requeue_after_s: float, run_id: int | None,
+                 max_backlog: int) -> SweepReport:
+    with session_scope(factory) as session:
+        now = database_now(session)
+        runs = open_runs(session, run_id)
     try:
-        with translate_db_errors("run names"), session_scope(factory) as session:
-            rows = session.execute(select(Run.id, Run.name).where(Run.id.in_(run_ids))).all()
-    except DreadsError:
-        return {}
-    return {int(rid): str(name) for rid, name in rows}
+        epoch = broker_epoch(publisher, now.timestamp())
+    except PublishError as exc:
+        return _replace(report, error=exc.message)
+    tally = _Tally()
+    for run in runs:
+        queue = run_queue(run)
+        cutoff = _queued_cutoff(publisher, queue, epoch, now - timedelta(seconds=requeue_after_s),
+                                max_backlog, tally)
+        error = _publish_run(factory, publisher, run, queue, cutoff, chunk_size, tally)
+        if error:
+            return _replace(report, published=tally.published, messages=tally.messages,
+                            error=error, broker_lost=epoch.needs_recovery)
+    if run_id is None and epoch.needs_recovery:
+        mark_recovered(publisher, epoch)
+    backlogs = [b for b in tally.backlogs.values() if b is not None]
+    return _replace(report, published=tally.published, messages=tally.messages,
+                    backlog=sum(backlogs) if backlogs else None,
+                    broker_lost=epoch.needs_recovery)
+
+
+def _replace(report: SweepReport, **changes: Any) -> SweepReport:
+    return SweepReport(**{**report.__dict__, **changes})
+
+
+def _queued_cutoff(publisher: Sender, queue: str, epoch: BrokerEpoch, stale: datetime,
+                   max_backlog: int, tally: _Tally) -> datetime | None:
+    """Queued decisions stamped before this have no live message: the broker's epoch when it
+    lost its data, else ``stale`` once the queue is drained (a long backlog is not a loss)."""
+    cutoffs = []
+    if epoch.needs_recovery:
+        cutoffs.append(datetime.fromtimestamp(epoch.since, UTC))
+    if queue not in tally.backlogs:
+        tally.backlogs[queue] = queue_backlog(publisher, queue)
+    backlog = tally.backlogs[queue]
+    if backlog is not None and backlog <= max_backlog:
+        cutoffs.append(stale)
+    return max(cutoffs) if cutoffs else None
+
+
+def _publish_run(factory: sessionmaker[Session], publisher: Sender, run: RunInfo, queue: str,
+                 cutoff: datetime | None, chunk_size: int, tally: _Tally) -> str | None:
+    """Page through the run's due rows: stamp, commit, publish. The error that stopped it."""
+    passes: list[tuple[str, datetime | None]] = [(DecisionStatus.PENDING, None)]
+    if cutoff is not None:
+        passes.append((DecisionStatus.QUEUED, cutoff))
+    for status, before in passes:
+        after = 0
+        while True:
+            with session_scope(factory) as session:
+                rows = stamp_page(session, run_id=run.id, status=status, after_id=after,
+                                  limit=PAGE, queued_before=before)
+            if not rows:
+                break
+            after = rows[-1][0]
+            try:
+                _send_page(publisher, run, queue, rows, chunk_size, tally)
+            except PublishError as exc:
+                _unmark(factory, [did for did, _ in rows])
+                return exc.message
+    return None
+
+
+def _send_page(publisher: Sender, run: RunInfo, queue: str, rows: list[tuple[int, str | None]],
+               chunk_size: int, tally: _Tally) -> None:
+    alone = [did for did, kind in rows if kind == OutcomeKind.WORKER_LOST]
+    together = [did for did, kind in rows if kind != OutcomeKind.WORKER_LOST]
+    for ids, size in ((together, chunk_size), (alone, 1)):
+        if ids:
+            tally.messages += publish_chunks(publisher, run.id, ids, size, run_name=run.name,
+                                             queue=queue)
+            tally.published += len(ids)
 
 
 def _unmark(factory: sessionmaker[Session], ids: list[int]) -> None:
@@ -160,6 +268,10 @@ class SweeperThread(threading.Thread):
             self.join(timeout_s)
 
 
+#: How long ``dreads resume`` waits for a worker's sweep in progress before sweeping itself.
+RESUME_LOCK_WAIT_S = 120.0
+
+
 def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
               chunk_size: int | None) -> Callable[[], Any]:
     """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
@@ -168,6 +280,7 @@ def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
     def _sweep() -> Any:
         return sweep_once(factory, sender, max_attempts=env.max_attempts,
                           requeue_after_s=env.requeue_after_s,
-                          chunk_size=chunk_size or env.chunk_size, run_id=run_id)
+                          chunk_size=chunk_size or env.chunk_size, run_id=run_id,
+                          wait_lock_s=RESUME_LOCK_WAIT_S)
 
     return _sweep

@@ -11,8 +11,9 @@ Measures, each on fresh services (a private redis-server, a new database on the 
    same ``VllmUpstream`` and engine, no SQL, no queue) sending the same decisions to the same
    simulator with the same number of decisions in flight (worker processes x chunk size). The
    ratio is the pipeline's efficiency (target >= 0.9).
-2. orchestration ceiling: the same with ``--step-ms 0``; worker CPU ms per decision (main
-   process + pool children, from /proc, measured over the run only).
+2. orchestration ceiling: the same with ``--step-ms 0``; worker CPU ms per decision (every
+   process of the worker tree: the ``dreads worker`` supervisor, the Celery main process and
+   its pool children, with psutil, measured over the run only).
 3. ``dreads submit`` and ``dreads resume`` wall time for ``--submit-n`` decisions (resume with
    nothing to re-publish, and after the broker lost every message).
 """
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,7 +51,6 @@ from tests.fixtures.services import (  # noqa: E402
 from tests.integration.durability.harness import Sim, Stack, job_lines  # noqa: E402
 
 CHUNK = 32  #: decisions per message (``--chunk``)
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -74,14 +75,23 @@ def services(tmp: Path, pg: str, *sim_args: str) -> Iterator[tuple[Stack, Sim, R
         drop_pg_database(url)
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and every process under it (``dreads worker`` -> Celery main -> pool)."""
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
 def _cpu_s(pid: int) -> float:
-    """utime + stime of ``pid`` and its live children, in seconds."""
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    total = 0
-    for p in [pid, *map(int, out.split())]:
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / TICKS
+    """User + system CPU seconds of every live process of the tree under ``pid`` (pool
+    children recycled during the run are counted through their parent's children times)."""
+    total = 0.0
+    for proc in _tree(pid):
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int,
@@ -93,7 +103,8 @@ def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int,
                             "--without-mingle", "--without-gossip"], env,
                            tmp / "worker.log")
     try:
-        wait_until(lambda: len(worker.children()) >= concurrency, timeout_s=120,
+        # supervisor -> Celery main -> pool: the pool processes are grandchildren
+        wait_until(lambda: len(_tree(worker.pid)) >= concurrency + 2, timeout_s=120,
                    what="the worker's pool")
         time.sleep(3)  # children finish their process init
         cpu0 = _cpu_s(worker.pid)
@@ -177,6 +188,54 @@ def rate_rows(tmp: Path, pg: str, n: int, concurrency: int, chunk: int, sim_args
     ]
 
 
+#: A pod's simulated GPU for the scale-out rows: 200 ms steps of at most 8 reads (40 reads/s),
+#: small enough that four pods (four simulators and four 2-process workers) stay within this
+#: 2-core machine's CPU, so the rows measure the pipeline, not the machine.
+POD_SIM = ("--step-ms", "200", "--max-batch", "8")
+
+
+def pods_rate(tmp: Path, pg: str, pods: int, per_pod: int, chunk: int) -> float:
+    """End-to-end decisions/s of ``pods`` pods (a simulator of fixed capacity and a 2-process
+    worker each, one shared PostgreSQL and Redis), ``per_pod`` decisions per pod."""
+    redis = RedisServer(tmp / f"redis-pods-{pods}", appendonly=False)
+    redis.start()
+    url = create_pg_database(pg, "pods")
+    sims = [Sim(tmp / f"sim-{pods}-{i}.log", *POD_SIM) for i in range(pods)]
+    workers: list[WorkerProcess] = []
+    try:
+        with Stack.open(url, redis.url, sims[0].url) as stack:
+            for i, sim in enumerate(sims):
+                env = {**os.environ, **stack.env(upstream=sim.url), "PYTHONUNBUFFERED": "1"}
+                workers.append(WorkerProcess(
+                    [str(VENV_BIN / "dreads"), "worker", "-c", "2", "-n", f"pod{i}@%h",
+                     "--loglevel", "WARNING", "--without-mingle", "--without-gossip"],
+                    env, tmp / f"pod-{pods}-{i}.log"))
+            for w in workers:
+                wait_until(lambda w=w: len(_tree(w.pid)) >= 4, timeout_s=120, what="a pod")
+            time.sleep(3)
+            t0 = time.perf_counter()
+            stack.submit(pods * per_pod, name=f"pods{pods}", chunk_size=chunk)
+            stack.wait_settled(1800)
+            return pods * per_pod / (time.perf_counter() - t0)
+    finally:
+        for w in workers:
+            w.stop()
+        for sim in sims:
+            sim.stop()
+        redis.kill()
+        drop_pg_database(url)
+
+
+def pods_rows(tmp: Path, pg: str, per_pod: int, chunk: int) -> list[Row]:
+    one = pods_rate(tmp, pg, 1, per_pod, chunk)
+    rows = [Row("1 pod (sim 200ms x 8), end to end", f"{one:,.1f} dec/s", "")]
+    for pods, target in ((2, 1.9), (4, 3.6)):
+        rate = pods_rate(tmp, pg, pods, per_pod, chunk)
+        rows.append(Row(f"{pods} pods, end to end", f"{rate:,.1f} dec/s",
+                        f"{rate / one:.2f}x one pod (target >= {target}x)"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decisions", type=int, default=2000)
@@ -184,7 +243,8 @@ def main() -> None:
     parser.add_argument("--submit-n", type=int, default=100_000)
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     parser.add_argument("--chunk", type=int, default=CHUNK, help="decisions per message")
-    parser.add_argument("--skip", default="", help="comma list: capacity,ceiling,submit")
+    parser.add_argument("--skip", default="", help="comma list: capacity,ceiling,submit,pods")
+    parser.add_argument("--per-pod", type=int, default=600, help="decisions per pod (pods)")
     args = parser.parse_args()
 
     skip = set(filter(None, args.skip.split(",")))
@@ -200,6 +260,8 @@ def main() -> None:
         if "submit" not in skip:
             with services(tmp, args.pg) as (stack, _, redis):
                 rows += submit_resume(stack, redis, tmp, args.submit_n)
+        if "pods" not in skip:
+            rows += pods_rows(tmp, args.pg, args.per_pod, 16)
     width = max(len(r.name) for r in rows)
     print(f"\n{'measure':<{width}}  {'value':>14}  note")
     for r in rows:

@@ -10,7 +10,11 @@ process's life, the upstream client and the tokenizer, built in ``worker_process
 first use in a pool without children) and closed at shutdown. Before a worker consumes, its
 main process waits for the upstream to answer a probe read (``celeryd_after_setup``).
 
-``celery -A workers.celery_app worker -Q dreads.reads`` works as well as ``dreads worker``.
+Routing: a run's chunks go to the queue of its model and canvas (``queue_for``); once its
+upstream answered, a worker consumes only the queue of what that upstream serves (added in
+``celeryd_after_setup``), so a pod never takes work its model server cannot read.
+
+``celery -A workers.celery_app worker`` works as well as ``dreads worker``.
 """
 
 from __future__ import annotations
@@ -176,12 +180,19 @@ def _close_process(**_: Any) -> None:
 
 
 @signals.celeryd_after_setup.connect
-def _wait_for_upstream(**_: Any) -> None:
+def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> None:
     """Main process, logging set up, before the pool and the consumer start: block until the
-    upstream answers a probe read."""
-    from workers.resources import wait_upstream_ready
+    upstream answers a probe read, then consume the queue of what it serves."""
+    from workers.resources import served_queue, wait_upstream_ready
 
     wait_upstream_ready(get_settings())
+    if instance is not None:
+        queues = instance.app.amqp.queues
+        queue = served_queue(get_settings())
+        queues.select_add(queue)
+        if QUEUE in queues.consume_from and queue != QUEUE:
+            queues.deselect([QUEUE])
+        log.info("worker %s consumes %s", sender, queue)
 
 
 @signals.worker_ready.connect

@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
-__all__ = ["QUEUE", "SWEEP_LOCK_ID", "SWEEP_LOCK_KEY", "TASK_RUN_CHUNK"]
+__all__ = [
+    "BROKER_EPOCH_KEY",
+    "BROKER_RECOVERED_KEY",
+    "QUEUE",
+    "QUEUE_PREFIX",
+    "SWEEP_LOCK_ID",
+    "SWEEP_LOCK_KEY",
+    "TASK_RUN_CHUNK",
+    "queue_for",
+]
 
-#: The queue every chunk message goes to.
+#: The default queue (only the task's default; chunk messages go to ``queue_for``).
 QUEUE = "dreads.reads"
+#: Chunk messages of a run go to the queue of the identity its reads need: the served model
+#: and canvas. A worker consumes only the queue of what its own upstream serves.
+QUEUE_PREFIX = "dreads.reads:"
 #: ``reads.run_chunk(run_id, decision_ids)``: claim and run one chunk of decisions.
 TASK_RUN_CHUNK = "reads.run_chunk"
 #: PostgreSQL advisory lock id held while one sweeper sweeps (any 64-bit int unique to dreads).
 SWEEP_LOCK_ID = 0x64726561_6473
 #: Redis lock key used when the database has no advisory locks (SQLite).
 SWEEP_LOCK_KEY = "dreads:sweeper:lock"
+#: When the broker's current data began (database time, epoch seconds): set once, with NX, by
+#: whoever finds it missing. A queued decision stamped before it was published to data that is
+#: gone (a FLUSHDB, a Redis restarted without persistence).
+BROKER_EPOCH_KEY = "dreads:broker:epoch"
+#: The epoch whose lost messages a sweeper has re-published in full.
+BROKER_RECOVERED_KEY = "dreads:broker:recovered"
+
+
+def queue_for(model: str, canvas_length: int) -> str:
+    """The queue of the runs reading ``model`` on a canvas of ``canvas_length``."""
+    return f"{QUEUE_PREFIX}{model}@{canvas_length}"

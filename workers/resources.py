@@ -22,6 +22,7 @@ __all__ = [
     "make_probe",
     "make_tokenizer",
     "make_upstream_for",
+    "served_queue",
     "start_sweeper",
     "stop_sweeper",
     "wait_upstream_ready",
@@ -42,6 +43,13 @@ def make_upstream_for(settings: Settings) -> Upstream:
         canvas_length=settings.canvas, max_in_flight=settings.max_in_flight,
         timeout_s=settings.read_timeout_s, retries=settings.read_retries,
         device=settings.device, dtype=settings.dtype))
+
+
+def served_queue(settings: Settings) -> str:
+    """The queue of the runs this worker's upstream can read: its model and canvas."""
+    from workers.constants import queue_for
+
+    return queue_for(settings.model, settings.canvas)
 
 
 def make_tokenizer(settings: Settings) -> TextTokenizer:

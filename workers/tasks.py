@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -12,6 +13,8 @@ from workers.celery_app import app, process_state
 from workers.constants import TASK_RUN_CHUNK
 
 __all__ = ["reads_run_chunk"]
+
+log = logging.getLogger("dreads.worker")
 
 #: How long a chunk that met a down upstream waits for it before the worker takes the next one.
 RECOVER_WAIT_S = 60.0
@@ -31,7 +34,20 @@ def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str
         lease_s=s.lease_s, max_in_flight=s.max_in_flight, max_attempts=s.max_attempts,
         task_id=self.request.id, redelivered=bool(delivery.get("redelivered")),
         recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook()))
+    if result.not_served:
+        _stop_consuming(self, result.not_served)
     return result.as_dict()
+
+
+def _stop_consuming(task: Any, why: str) -> None:
+    """The upstream does not serve this queue's model (any more): this worker stops taking
+    the queue's work (its decisions went back to pending, uncharged, for the other workers)."""
+    queue = (task.request.delivery_info or {}).get("routing_key")
+    log.error("worker %s stops consuming %s: its upstream %s %s; fix DREADS_MODEL / "
+              "DREADS_UPSTREAM and restart it", task.request.hostname, queue,
+              process_state().settings.upstream, why)
+    if queue and task.request.hostname:
+        app.control.cancel_consumer(queue, destination=[task.request.hostname], reply=False)
 
 
 def _test_poison_hook() -> BeforeDecision | None:

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.embedded import EmbeddedConfig, execute_run, reclaim_dead_leases, release_own_leases
-from app.engine import settings_from_dict
+from app.engine import ReadSettings, settings_from_dict
 from app.errors import DreadsError
-from app.producer import publish_decisions, resume_run
+from app.producer import Publisher, PublishOutcome, resume_run
 from app.publish import make_publisher
 from app.store.db import session_scope
 from app.store.runs import RunInfo, reset_failed
 from app.sweeper import sweep_for
 from app.upstream.base import Upstream
 from app.upstream.tokenizer import load_tokenizer
+from workers.constants import queue_for
 
 __all__ = ["LocalExecutor", "QueueExecutor", "RunExecutor"]
 
@@ -38,8 +38,12 @@ log = logging.getLogger("dreads.api")
 class RunExecutor(Protocol):
     name: str
 
-    async def started(self, run: RunInfo, decision_ids: Sequence[int]) -> dict[str, Any]:
-        """New decisions of ``run`` were committed: run or publish them."""
+    def publisher(self, run_name: str, settings: ReadSettings) -> Publisher | None:
+        """What publishes a submission's decisions while it is written (None: not queued)."""
+        ...
+
+    async def started(self, run: RunInfo, outcome: PublishOutcome) -> dict[str, Any]:
+        """New decisions of ``run`` were committed (and published as ``outcome`` says)."""
         ...
 
     async def resumed(self, run: RunInfo, *, retry_failed: bool) -> dict[str, Any]:
@@ -69,7 +73,10 @@ class LocalExecutor:
         self.errors: dict[int, str] = {}
         self.again: set[int] = set()  #: decisions came in while the run's task was finishing
 
-    async def started(self, run: RunInfo, decision_ids: Sequence[int]) -> dict[str, Any]:
+    def publisher(self, run_name: str, settings: ReadSettings) -> Publisher | None:
+        return None  # this process runs the pending decisions itself
+
+    async def started(self, run: RunInfo, outcome: PublishOutcome) -> dict[str, Any]:
         return {"executor": self.name, "running": self._start(run)}
 
     async def resumed(self, run: RunInfo, *, retry_failed: bool) -> dict[str, Any]:
@@ -142,10 +149,11 @@ class QueueExecutor:
         self.chunk_size = chunk_size
         self.sender = make_celery(broker_url=broker_url)
 
-    async def started(self, run: RunInfo, decision_ids: Sequence[int]) -> dict[str, Any]:
-        publisher = make_publisher(self.sender, self.chunk_size, run_name=run.name)
-        outcome = await asyncio.to_thread(publish_decisions, self.factory, publisher, run.id,
-                                          list(decision_ids))
+    def publisher(self, run_name: str, settings: ReadSettings) -> Publisher | None:
+        return make_publisher(self.sender, self.chunk_size, run_name=run_name,
+                              queue=queue_for(settings.model, settings.canvas_length))
+
+    async def started(self, run: RunInfo, outcome: PublishOutcome) -> dict[str, Any]:
         return {"executor": self.name, "published": outcome.published,
                 "messages": outcome.messages, "publish_error": outcome.error}
 

@@ -37,7 +37,7 @@ from app.engine import (
 from app.errors import DreadsError
 from app.jobfile import decode_lines, has_content
 from app.producer import SubmitReport, SubmitRequest, fingerprint_dict, submit_job
-from app.store.admin import cancel_not_started, delete_run, run_contents
+from app.store.admin import cancel_not_started, delete_run, discard_empty_run, run_contents
 from app.store.db import session_scope
 from app.store.runs import RunInfo, find_run
 from app.store.views import iter_export, list_runs, run_status
@@ -151,8 +151,11 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
                             upstream=api.config.upstream, engine=api.config.engine.engine,
                             replicates=replicates, strict=params.strict,
                             fingerprint=fingerprint)
-    return submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
-                      lines=decode_lines(raw))
+    report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
+                        lines=decode_lines(raw),
+                        publisher=api.executor.publisher(params.run, settings))
+    discard_empty_run(api.factory, report)
+    return report
 
 
 def _links(name: str) -> dict[str, str]:
@@ -193,7 +196,7 @@ async def submit(request: Request, params: Annotated[RunParams, Query()], api: A
     assert report.run is not None
     if report.created and fingerprint is not None:
         body["fingerprint"] = fingerprint_dict(fingerprint)
-    body["execution"] = await api.executor.started(report.run, report.inserted_ids)
+    body["execution"] = await api.executor.started(report.run, report.publish)
     body["links"] = _links(report.run.name)
     return JSONResponse(body, status_code=201 if report.created else 200)
 

@@ -20,6 +20,7 @@ from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
 from app.api.state import ApiState
 from app.decide import Decided, answer_decision
 from app.engine import Decision
+from app.engine.template import PromptTooLong
 from app.errors import DreadsError, InputError, RunSettingsMismatch, StoreError
 from app.store.queue import utcnow
 
@@ -88,6 +89,8 @@ def _decision(request: Request, body: SystemOneIn) -> Decision:
 async def _answer(api: ApiState, decision: Decision) -> Decided:
     try:
         return await answer_decision(decision, api.settings, api.tokenizer, api.upstream)
+    except PromptTooLong as exc:  # refused before any read: the model server would refuse it
+        raise_for(exc)
     except InputError as exc:  # the template cannot be read: unaskable as written
         raise unaskable(exc.message) from exc
     except DreadsError as exc:

@@ -119,7 +119,7 @@ def _submit_summary(report: SubmitReport, fp_error: str | None, queued: bool) ->
     if pub.error:
         err_console.print(f"[yellow]published {pub.published} decision(s), then: "
                           f"{escape(pub.error)}[/yellow]")
-    elif report.inserted_ids and queued:
+    elif report.readable and queued:
         console.print(f"queued {pub.published} decision(s) in {pub.messages} message(s)")
 
 

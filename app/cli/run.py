@@ -115,6 +115,7 @@ def run(
     from app.embedded import load_run
     from app.jobfile import check_job_file
     from app.producer import SubmitRequest, submit_job
+    from app.store.admin import discard_empty_run
 
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
@@ -135,6 +136,7 @@ def run(
                                     upstream=target, engine=choice.engine, replicates=n_rep,
                                     strict=strict)
             report = submit_job(request, factory, tok)
+            discard_empty_run(factory, report)
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
             if report.refused or report.run is None:
@@ -252,12 +254,13 @@ def _execute(job: _Job) -> ExecutorStats:
         job.upstream, settings, key)
     try:
         _say_upstream(job, url)
+        tokenizer = load_tokenizer(settings.tokenizer)
         if job.check_server:
             note = check_server(job.factory, job.run, url, settings, force=False,
-                                engine=job.engine)
+                                engine=job.engine, tokenizer=tokenizer)
             if note and not job.quiet:
                 err_console.print(note, highlight=False)
-        return _drive(job, url, load_tokenizer(settings.tokenizer))
+        return _drive(job, url, tokenizer)
     finally:
         if sim is not None:
             sim.stop()

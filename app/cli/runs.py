@@ -95,7 +95,7 @@ def submit(
     (unless --strict). Submitting the same file again adds nothing.
     """
     from app.jobfile import check_job_file
-    from app.producer import SubmitRequest, fetch_fingerprint, submit_job
+    from app.producer import SubmitRequest, fetch_fingerprint
 
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
@@ -109,13 +109,12 @@ def submit(
             settings, n_replicates, tok = resolve_settings(
                 existing, given, replicates, engine=choice.engine, upstream=upstream)
             url = run_upstream(upstream, existing, choice, settings)
-            fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice)
+            fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice,
+                                                      tokenizer=tok)
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint)
-            report = submit_job(request, factory, tok)
-            if report.run is not None and report.inserted_ids:
-                report.publish = _publish(factory, report, broker, chunk_size, run)
+            report = _submit(factory, request, tok, broker, chunk_size)
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),
                                              "fingerprint_error": fp_error}))
@@ -127,14 +126,22 @@ def submit(
         raise typer.Exit(render.BAD_LINES_EXIT)
 
 
-def _publish(factory: sessionmaker[Session], report: Any, broker: str | None,
-             chunk_size: int | None, run: str) -> Any:
-    from app.producer import publish_decisions
+def _submit(factory: sessionmaker[Session], request: Any, tokenizer: Any,
+            broker: str | None, chunk_size: int | None) -> Any:
+    """Stream the file into the store, publishing each batch to the queue of the run's model
+    and canvas; a file of only bad lines leaves no run behind."""
+    from app.producer import submit_job
     from app.publish import make_publisher, make_sender
+    from app.store.admin import discard_empty_run
+    from workers.constants import queue_for
 
+    settings = request.settings
     with make_sender(broker) as sender:
-        publisher = make_publisher(sender, chunk_size, run_name=run)
-        return publish_decisions(factory, publisher, report.run.id, report.inserted_ids)
+        publisher = make_publisher(sender, chunk_size, run_name=request.run_name,
+                                   queue=queue_for(settings.model, settings.canvas_length))
+        report = submit_job(request, factory, tokenizer, publisher=publisher)
+    discard_empty_run(factory, report)
+    return report
 
 
 @app.command(rich_help_panel=INSPECT)
@@ -226,6 +233,7 @@ def resume(
     from app.producer import check_resume_settings, check_server, resume_run
     from app.publish import make_sender
     from app.sweeper import sweep_for
+    from app.upstream.tokenizer import load_tokenizer
 
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
@@ -238,7 +246,7 @@ def resume(
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
         server = upstream_url(upstream, info)
         note = check_server(factory, info, server, settings, force=force, engine=choice,
-                            dry_run=dry_run)
+                            tokenizer=load_tokenizer(settings.tokenizer), dry_run=dry_run)
         if url.startswith("sqlite") and not dry_run:
             from app.cli.run import resume_embedded
 

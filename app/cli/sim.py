@@ -84,9 +84,17 @@ def sim(
     dtype: Annotated[str, typer.Option(help="--engine transformers: bfloat16 or float32.",
                                        rich_help_panel=_ANSWERS)] = "bfloat16",
     seed: Annotated[int, typer.Option(help="Seed of answers and faults.")] = 0,
+    api_key: Annotated[str | None, typer.Option(
+        "--api-key", envvar="DREADS_SIM_API_KEY",
+        help="Like vLLM's --api-key: every /v1 route answers 401 without this bearer key.")]
+    = None,
+    generation_temperature: Annotated[float, typer.Option(
+        help="The checkpoint's generation-config temperature, taken by a read that sends "
+             "none (vLLM refuses any but 1.0 on a diffusion read).")] = 1.0,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
-    """Serve a SIMULATOR of vLLM's diffusion reads (validation, logprobs, GPU batch, faults).
+    """Serve a SIMULATOR of vLLM 0.33's diffusion reads and decision routes (validation,
+    logprobs, GPU batch, faults; /v1/systemone and /v1/decisions read as vLLM's own reader).
 
     Control it while it runs: GET /sim/stats, POST /sim/down?seconds=N (503 on every model
     route), POST /sim/up, POST /sim/reset. Faults strike a body's first delivery only, so a
@@ -103,7 +111,7 @@ def sim(
         fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
         low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
         engine_model=model if engine == "transformers" else None, engine_device=device,
-        engine_dtype=dtype,
+        engine_dtype=dtype, api_key=api_key, default_temperature=generation_temperature,
     )
     try:
         run_sim_forever(options)

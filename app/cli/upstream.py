@@ -24,11 +24,14 @@ from app.cli.options import (
     DEFAULT_WAIT_S,
     CanvasOpt,
     DrawsOpt,
+    EndpointOpt,
     JsonOpt,
+    LayoutOpt,
     MaxDrawsOpt,
     ModelOpt,
     ModeOpt,
     PolicyOpt,
+    SeedOpt,
     ThresholdOpt,
     TokenizerOpt,
     UpstreamOpt,
@@ -70,8 +73,8 @@ def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> 
     env = get_settings()
     return make_upstream(replace(
         choice, url=url, model=settings.model, canvas_length=settings.canvas_length,
-        max_in_flight=env.max_in_flight, timeout_s=env.read_timeout_s,
-        retries=env.read_retries))
+        tokenizer=settings.tokenizer, max_in_flight=env.max_in_flight,
+        timeout_s=env.read_timeout_s, retries=env.read_retries))
 
 
 def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> str:
@@ -372,6 +375,9 @@ def decide(
     threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None,
     mode: ModeOpt = None,
+    layout: LayoutOpt = None,
+    endpoint: EndpointOpt = None,
+    seed: SeedOpt = None,
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     canvas: CanvasOpt = None,
@@ -382,7 +388,8 @@ def decide(
     """Answer a few decisions straight from an upstream, no database: answers and diagnostics.
 
     Per question: the answer, P, label mass, argmax-is-label, entropy, stderr, agreement, draws
-    used and why the draws stopped.
+    used and why the draws stopped. With --draws 1 (and the default layout and seed) a
+    decision's answer is the one vLLM's own /v1/systemone gives on the same server.
     """
     import asyncio
 
@@ -390,7 +397,8 @@ def decide(
         err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
         raise typer.Exit(2)
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
-                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode)
+                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode,
+                               layout=layout, endpoint=endpoint, seed=seed)
     url = upstream
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)

@@ -1,7 +1,8 @@
 """``dreads worker``: a Celery worker for ``workers.celery_app`` with dreads' defaults.
 
-Runs ``celery -A workers.celery_app worker -Q dreads.reads -P prefork -c 2 -n dreads@%h`` as a
-supervised child: a worker that dies on its own (Celery/kombu can exit with "Unrecoverable
+Runs ``celery -A workers.celery_app worker -P prefork -c 2 -n dreads@%h`` as a supervised
+child (it consumes the queue of the model and canvas its upstream serves): a worker that dies
+on its own (Celery/kombu can exit with "Unrecoverable
 error" when the broker connection drops at the wrong moment) is started again, with backoff;
 a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
 ``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
@@ -23,7 +24,6 @@ from app.cli._app import SERVERS, app
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import DatabaseOpt, database_url, err_console, exit_error
 from app.errors import DreadsError
-from workers.constants import QUEUE
 
 __all__ = ["supervise", "worker", "worker_argv"]
 
@@ -37,7 +37,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 def worker_argv(*, concurrency: int, pool: str, loglevel: str, hostname: str,
                 extra: list[str]) -> list[str]:
     """The ``celery`` command line (without the program name) that starts the worker."""
-    return ["-A", "workers.celery_app", "worker", "-Q", QUEUE, "-P", pool, "-c",
+    return ["-A", "workers.celery_app", "worker", "-P", pool, "-c",
             str(concurrency), "-n", hostname, "--loglevel", loglevel, *extra]
 
 
@@ -122,8 +122,8 @@ def worker(
 ) -> None:
     """Start a Celery worker: it waits for its upstream, then runs chunks and sweeps lost work.
 
-    It takes chunks from the dreads.reads queue; extra Celery worker options are passed
-    through. A worker that dies on its own is started again.
+    It takes chunks from the queue of the model and canvas its upstream serves; extra Celery
+    worker options are passed through. A worker that dies on its own is started again.
     """
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")

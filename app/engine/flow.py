@@ -14,11 +14,11 @@ says stop; it never performs I/O. See ``app.engine`` for the loop a runner write
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.engine.aggregate import aggregate, trivial_answer
 from app.engine.fold import fold_row
-from app.engine.noise import derive_seed
+from app.engine.noise import derive_seed, reader_seed
 from app.engine.policy import stop_reason
 from app.engine.questions import parse_question
 from app.engine.template import plan_decision
@@ -72,9 +72,15 @@ class DecisionFlow:
 
     def _request(self, state: _UnitState) -> ReadRequest:
         draw = len(state.draws)
+        unit = state.unit
+        if unit.first_noise and (self.settings.seed, self.replicate, draw) == (0, 0, 0):
+            # the vllm layout's first draw: the noise vLLM's own reader draws from the prompt
+            return build_request(unit, self.settings, draw=draw,
+                                 seed=reader_seed(unit.prompt_ids), vocab_size=self.vocab_size,
+                                 noise=unit.first_noise)
         seed = derive_seed(self.settings.seed, self.replicate, self.plan.decision.id,
                            state.key, draw)
-        return build_request(state.unit, self.settings, draw=draw, seed=seed,
+        return build_request(unit, self.settings, draw=draw, seed=seed,
                              vocab_size=self.vocab_size)
 
     def next_requests(self) -> list[ReadRequest]:
@@ -105,7 +111,7 @@ class DecisionFlow:
                 raise MalformedResponse(f"no logprob row for slot position {slot.position} "
                                         f"(canvas id {slot.canvas_id}, draw {request.draw})")
             reads.append(fold_row(row, slot.label_ids, question_index=slot.question_index,
-                                  draw=request.draw))
+                                  draw=request.draw, also_ids=slot.also_ids))
         return tuple(reads)
 
     def record(self, request: ReadRequest, result: ReadResult) -> None:
@@ -166,7 +172,17 @@ PROBE_DECISION = Decision(
 
 
 def build_probe_request(settings: ReadSettings, tokenizer: TextTokenizer) -> ReadRequest:
-    """A tiny noul read (draw 0 of a fixed decision) used by readiness checks."""
+    """A tiny noul read (draw 0 of a fixed decision) used by readiness checks, at the run's
+    full canvas width: ``/v1/models`` does not report the served canvas, and a server whose
+    canvas is narrower refuses this read, before any decision is claimed.
+
+    Raises:
+        ConfigError: the settings cannot be read with this tokenizer.
+    """
     plan = plan_decision(PROBE_DECISION, settings, tokenizer)
-    flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
+    unit = plan.units[0]
+    pads = (tokenizer.info.pad_id,) * (settings.canvas_length - unit.width)
+    wide = replace(unit, template_ids=unit.template_ids + pads, width=settings.canvas_length)
+    flow = DecisionFlow(replace(plan, units=(wide,)), settings,
+                        vocab_size=tokenizer.info.vocab_size)
     return flow.next_requests()[0]

@@ -1,15 +1,20 @@
 """Deterministic noise. A canvas's seed comes from (run seed, replicate, decision, unit, draw),
 and each answer slot gets an id drawn from that seed and its position; nothing else is noise.
 A retried or resumed read is therefore byte-identical.
+
+vLLM 0.33's own reader draws its one read's noise from the prompt instead (``reader_noise``):
+the vllm layout sends that noise on the first draw, so it reads exactly what vLLM's
+``/v1/systemone`` reads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections.abc import Sequence
 
-__all__ = ["derive_seed", "seed_canvas"]
+__all__ = ["derive_seed", "reader_noise", "reader_seed", "seed_canvas"]
 
 _SEED_MASK = (1 << 63) - 1
 
@@ -40,3 +45,23 @@ def seed_canvas(template_ids: Sequence[int], slot_positions: Sequence[int], seed
     for pos in slot_positions:
         canvas[pos] = _hash63([seed, pos], b"dreads.noise") % vocab_size
     return tuple(canvas)
+
+
+def _prompt_digest(prompt_ids: Sequence[int]) -> bytes:
+    # json.dumps with its default separators, as vLLM's reader hashes the ids
+    return hashlib.sha256(json.dumps(list(prompt_ids)).encode()).digest()
+
+
+def reader_noise(prompt_ids: Sequence[int], n: int, vocab_size: int) -> tuple[int, ...]:
+    """vLLM 0.33's reader noise: ``n`` ids drawn in order from ``random.Random`` seeded with
+    the sha256 of the JSON of the prompt ids (before the thought block)."""
+    if vocab_size <= 0:
+        raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+    rng = random.Random(_prompt_digest(prompt_ids))
+    return tuple(rng.randrange(vocab_size) for _ in range(n))
+
+
+def reader_seed(prompt_ids: Sequence[int]) -> int:
+    """A 63-bit number naming noise drawn from a prompt (what such a draw records as its
+    seed: the noise itself is not derived from it)."""
+    return int.from_bytes(_prompt_digest(prompt_ids)[:8], "big") & _SEED_MASK

@@ -31,8 +31,8 @@ from typing import Any
 
 from app.engine.types import Decision, Layout, Message, Question, QuestionType
 
-__all__ = ["SYSTEM_INSTRUCTION", "PromptParts", "build_messages", "parse_messages",
-           "serialize_state"]
+__all__ = ["DEFAULT_INSTRUCTIONS", "SYSTEM_INSTRUCTION", "PromptParts", "build_messages",
+           "parse_messages", "serialize_state"]
 
 SYSTEM_INSTRUCTION = (
     "You answer questions about a document. Read the document, then answer every question "
@@ -45,6 +45,12 @@ _LABEL = "  "
 _QUESTION_LINE = re.compile(r"^(q\d+): (.*)$")
 #: Past this many questions in one canvas the template switches to the indexed format.
 INDEXED_AFTER = 10
+#: The question line of these layouts when the user gave no instructions.
+DEFAULT_INSTRUCTIONS = {
+    QuestionType.NOUL: "Which answer applies?",
+    QuestionType.CHOICE: "Which option applies?",
+    QuestionType.SCORE: "Which level applies?",
+}
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,8 @@ def _label_text(question: Question, i: int) -> str | None:
 
 
 def _question_lines(canvas_id: str, question: Question) -> list[str]:
-    lines = [f"{canvas_id}: {_indent(question.instructions)}"]
+    asked = question.instructions or DEFAULT_INSTRUCTIONS[question.type]
+    lines = [f"{canvas_id}: {_indent(asked)}"]
     for i, label in enumerate(question.labels):
         text = _label_text(question, i)
         if text is not None:

@@ -32,12 +32,6 @@ DIGITS = tuple(str(i) for i in range(1, 10))
 _TYPES = ", ".join(repr(t.value) for t in QuestionType)
 _NOUL_TRUE = {"yes", "true", "y", "1"}
 _NOUL_FALSE = {"no", "false", "n", "0"}
-#: The prompt's question line when the user gave no instructions (Jev allows leaving them out).
-DEFAULT_INSTRUCTIONS = {
-    QuestionType.NOUL: "Which answer applies?",
-    QuestionType.CHOICE: "Which option applies?",
-    QuestionType.SCORE: "Which level applies?",
-}
 
 
 def _check_id(kind: str, value: Any) -> str:
@@ -137,7 +131,7 @@ def _build_question(qid: str, spec: Any) -> Question:
 
 
 def _instructions(qtype: QuestionType, raw: Any, descs: tuple[str | None, ...]) -> str:
-    """The question line: the user's text (JSON content as JSON), else the type's default."""
+    """The user's question text (JSON content as JSON); "" when left out (Jev allows it)."""
     text = _as_text(raw, "'instructions'")
     if text is not None and not text.strip():
         raise InputError("'instructions' must not be blank; leave it out or write the question")
@@ -146,7 +140,7 @@ def _instructions(qtype: QuestionType, raw: Any, descs: tuple[str | None, ...]) 
     if qtype is QuestionType.NOUL and all(d is None for d in descs):
         raise InputError("a noul question needs 'instructions', or 'criteria' describing what "
                          "counts as yes or no")
-    return DEFAULT_INSTRUCTIONS[qtype]
+    return ""
 
 
 def parse_question(qid: str, spec: Mapping[str, Any]) -> Question:
@@ -281,7 +275,9 @@ def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None) -> Dec
 
 
 def _spec_of(question: Question) -> dict[str, Any]:
-    spec: dict[str, Any] = {"type": question.type.value, "instructions": question.instructions}
+    spec: dict[str, Any] = {"type": question.type.value}
+    if question.instructions:
+        spec["instructions"] = question.instructions
     if question.type is QuestionType.CHOICE:
         spec["criteria"] = dict(zip(question.options, question.descriptions, strict=True))
     elif question.type is QuestionType.SCORE:

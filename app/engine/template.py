@@ -1,17 +1,24 @@
 """Answer template, slot resolution, canvas width, and the read plan of a decision.
 
-Slot resolution follows protocol.md section 2: tokenize the whole answer template with the
-first label of every question, re-tokenize with each other label swapped in; the length must
-not change and exactly one position may differ, the same for all labels of a question, and a
-question's label ids must be distinct. Anything else is a ``TemplateError`` naming the label
-and the question. The canvas is ``[scaffold] + answer ids + [turn close] + [pad ...]``.
+``plan_decision`` plans every layout: the vllm layout (the default) through ``vllm_reader``,
+dreads' own layouts (document first, reference) here. Then, for every layout, the thought
+block goes into the prompt (never into a canvas: "far worse results otherwise", vLLM's reader
+says), the chat prefill that carries it is set, and a prompt that with its canvas does not fit
+the server's ``max_model_len`` is refused before any read.
+
+Slot resolution of dreads' layouts follows protocol.md section 2: tokenize the whole answer
+template with the first label of every question, re-tokenize with each other label swapped in;
+the length must not change and exactly one position may differ, the same for all labels of a
+question, and a question's label ids must be distinct. Anything else is a ``TemplateError``
+naming the label and the question. Their canvas is ``answer ids + [turn close] + [pad ...]``
+with at least one pad row.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from app.engine.prompt import INDEXED_AFTER, build_messages
@@ -19,13 +26,15 @@ from app.engine.types import (
     Decision,
     DecisionPlan,
     Endpoint,
+    Layout,
     ReadMode,
     ReadSettings,
     ReadUnit,
     SlotSpec,
     TextTokenizer,
 )
-from app.errors import TemplateError
+from app.engine.vllm_reader import plan_reader_units
+from app.errors import ConfigError, TemplateError
 
 __all__ = ["ResolvedTemplate", "answer_lines", "canvas_width", "plan_decision",
            "resolve_slots", "resolve_unit"]
@@ -37,6 +46,10 @@ _HINT = "labels must be single tokens: use yes/no, A-Z or 1-9"
 
 class CanvasOverflow(TemplateError):
     """The template is too wide for the canvas or needs too many logprob ids."""
+
+
+class PromptTooLong(TemplateError):
+    """The prompt and its canvas do not fit the server's ``max_model_len``."""
 
 
 @dataclass(frozen=True)
@@ -153,19 +166,21 @@ def _unit_fmt(n_questions: int) -> str:
 
 
 def _layout_canvas(resolved: ResolvedTemplate, settings: ReadSettings, tokenizer: TextTokenizer,
-                   qids: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+                   qids: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The canvas template, its slot positions and ``max_tokens``. The canvas keeps at least
+    one pad row after the turn close (or label mass is lost)."""
     info = tokenizer.info
-    scaffold = () if info.scaffold_in_prompt else tuple(info.scaffold_ids)
-    content = (*scaffold, *resolved.ids, info.turn_close_id)
-    width = canvas_width(len(content), step=settings.canvas_step, cap=settings.canvas_length)
+    content = (*resolved.ids, info.turn_close_id)
+    width = canvas_width(len(content) + 1, step=settings.canvas_step, cap=settings.canvas_length)
     if width is None:
         names = ", ".join(repr(q) for q in qids)
         raise CanvasOverflow(
-            f"the answer template of question(s) {names} needs {len(content)} canvas positions, "
-            f"more than the canvas length {settings.canvas_length}; set canvas_length to the "
-            f"server's (larger) canvas, or read fewer questions per canvas")
+            f"the answer template of question(s) {names} needs {len(content) + 1} canvas "
+            f"positions with the turn close and a pad row, more than the canvas length "
+            f"{settings.canvas_length}; set canvas_length to the server's (larger) canvas, or "
+            "read fewer questions per canvas")
     template = content + (info.pad_id,) * (width - len(content))
-    return template, tuple(len(scaffold) + p for p in resolved.positions)
+    return template, resolved.positions, min(len(content) + 1, width)
 
 
 def _logprob_ids(resolved: ResolvedTemplate, settings: ReadSettings,
@@ -182,7 +197,9 @@ def _logprob_ids(resolved: ResolvedTemplate, settings: ReadSettings,
 
 def resolve_unit(decision: Decision, question_indices: Sequence[int], settings: ReadSettings,
                  tokenizer: TextTokenizer, *, index: int = 0) -> ReadUnit:
-    """Build one read unit (prompt, canvas template, slots) for the given questions.
+    """Build one read unit of dreads' own layouts (prompt, canvas template, slots) for the
+    given questions, its ``prompt_ids`` the chat template applied (the thought block not yet
+    added: ``plan_decision`` does that).
 
     Canvas ids are ``q0, q1, ...`` in the order of ``question_indices``.
 
@@ -196,17 +213,17 @@ def resolve_unit(decision: Decision, question_indices: Sequence[int], settings: 
     fmt = _unit_fmt(len(questions))
     resolved = resolve_slots(tokenizer, [q.labels for q in questions], canvas_ids, fmt,
                              question_ids=qids)
-    template, positions = _layout_canvas(resolved, settings, tokenizer, qids)
+    template, positions, max_tokens = _layout_canvas(resolved, settings, tokenizer, qids)
     logprob_ids = _logprob_ids(resolved, settings, qids)
     messages = build_messages(decision, question_indices, canvas_ids, settings.layout)
-    prompt_ids = (tuple(tokenizer.chat_prompt_ids(messages))
-                  if settings.endpoint == Endpoint.COMPLETIONS else None)
     slots = tuple(SlotSpec(question_index=qi, canvas_id=cid, position=pos, label_ids=ids)
                   for qi, cid, pos, ids in zip(question_indices, canvas_ids, positions,
                                                resolved.label_ids, strict=True))
     return ReadUnit(index=index, question_indices=tuple(question_indices), messages=messages,
                     template_ids=template, width=len(template), slots=slots,
-                    logprob_ids=logprob_ids, prompt_ids=prompt_ids)
+                    logprob_ids=logprob_ids,
+                    prompt_ids=tuple(tokenizer.chat_prompt_ids(messages)),
+                    max_tokens=max_tokens)
 
 
 def _fit_joint(decision: Decision, group: list[int], settings: ReadSettings,
@@ -229,19 +246,67 @@ def _groups(indices: list[int], settings: ReadSettings) -> list[list[int]]:
     return [indices[k:k + size] for k in range(0, len(indices), size)]
 
 
-def plan_decision(decision: Decision, settings: ReadSettings,
-                  tokenizer: TextTokenizer) -> DecisionPlan:
-    """Split a decision into read units and trivial (one-label) questions.
+def _thought(unit: ReadUnit, settings: ReadSettings, tokenizer: TextTokenizer) -> ReadUnit:
+    """The thought block at the end of the prompt (by ids; on chat, by an assistant prefill
+    continued after the generation prompt). The vllm layout always appends it, as vLLM's
+    reader does, even after a template that writes it already; the other layouts append it
+    only when the template does not."""
+    info = tokenizer.info
+    always = settings.layout == Layout.VLLM
+    if not info.scaffold_ids or (info.scaffold_in_prompt and not always):
+        return unit
+    prefill = ""
+    if settings.endpoint == Endpoint.CHAT:
+        if info.reply_prefix is None:
+            raise ConfigError(
+                f"the chat template of tokenizer {info.name!r} cannot continue an assistant "
+                "message, so a chat read cannot put the thought block in the prompt; read "
+                "with --endpoint completions (the prompt sent as token ids)")
+        prefill = info.reply_prefix + info.scaffold_text
+    return replace(unit, prompt_ids=unit.prompt_ids + info.scaffold_ids, prefill=prefill)
 
-    Isolated mode: one unit per question (canvas id ``q0``). Joint mode: units of up to
-    ``joint_max_questions`` questions, halved further while a canvas overflows.
 
-    Raises:
-        TemplateError: a question cannot be read (the decision is rejected).
-    """
-    trivial = tuple(i for i, q in enumerate(decision.questions) if len(q.labels) == 1)
-    readable = [i for i, q in enumerate(decision.questions) if len(q.labels) > 1]
+def _check_context(unit: ReadUnit, questions: Sequence[str], max_model_len: int | None) -> None:
+    need = len(unit.prompt_ids) + unit.width
+    if max_model_len is not None and need > max_model_len:
+        names = ", ".join(repr(q) for q in questions)
+        raise PromptTooLong(
+            f"the prompt of question(s) {names} is {len(unit.prompt_ids)} tokens (thought "
+            f"block included) and its canvas {unit.width}: {need} tokens, more than the "
+            f"server's max_model_len {max_model_len}; shorten the state, or serve the model "
+            "with a larger --max-model-len")
+
+
+def _dreads_units(decision: Decision, readable: list[int], settings: ReadSettings,
+                  tokenizer: TextTokenizer) -> list[ReadUnit]:
     units: list[ReadUnit] = []
     for group in _groups(readable, settings):
         units.extend(_fit_joint(decision, group, settings, tokenizer, len(units)))
-    return DecisionPlan(decision=decision, units=tuple(units), trivial=trivial)
+    return units
+
+
+def plan_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer, *,
+                  max_model_len: int | None = None) -> DecisionPlan:
+    """Split a decision into read units and trivial (one-label) questions.
+
+    The vllm layout plans as vLLM 0.33's reader does (``vllm_reader``). dreads' layouts:
+    isolated mode, one unit per question (canvas id ``q0``); joint mode, units of up to
+    ``joint_max_questions`` questions, halved further while a canvas overflows. With
+    ``max_model_len`` (the server's), a unit whose prompt and canvas do not fit is refused.
+
+    Raises:
+        TemplateError: a question cannot be read (the decision is rejected); ``PromptTooLong``
+            when it does not fit ``max_model_len``.
+        ConfigError: the settings cannot put the thought block in this tokenizer's prompt.
+    """
+    trivial = tuple(i for i, q in enumerate(decision.questions) if len(q.labels) == 1)
+    readable = [i for i, q in enumerate(decision.questions) if len(q.labels) > 1]
+    if settings.layout == Layout.VLLM:
+        planned = plan_reader_units(decision, readable, settings, tokenizer)
+    else:
+        planned = _dreads_units(decision, readable, settings, tokenizer)
+    units = tuple(_thought(u, settings, tokenizer) for u in planned)
+    for unit in units:
+        _check_context(unit, [decision.questions[i].id for i in unit.question_indices],
+                       max_model_len)
+    return DecisionPlan(decision=decision, units=units, trivial=trivial)

@@ -52,7 +52,8 @@ class QuestionType(StrEnum):
 
 
 class Layout(StrEnum):
-    DOCUMENT_FIRST = "document_first"  #: fixed system text, then state, then questions (default)
+    VLLM = "vllm"  #: vLLM 0.33's own reader, token for token (default; see ``vllm_reader``)
+    DOCUMENT_FIRST = "document_first"  #: fixed system text, then state, then questions
     REFERENCE = "reference"  #: the reference server's: questions in system, state in user
 
 
@@ -87,7 +88,7 @@ class Question:
 
     id: str  #: the user's id (can be long: "X3|C1|conflict")
     type: QuestionType
-    instructions: str
+    instructions: str  #: "" when the user gave none (a layout may then write a default)
     labels: tuple[str, ...]  #: canvas labels: ("yes","no"), ("A","B",..), ("1","2",..)
     options: tuple[str, ...]  #: user-facing name per label: yes/no, option names, level texts
     descriptions: tuple[str | None, ...]  #: per label: criteria text or None
@@ -112,7 +113,7 @@ class ReadSettings:
     tokenizer: str = "standin"
     canvas_length: int = 320  #: the served canvas (cap on width)
     canvas_step: int = 16
-    layout: Layout = Layout.DOCUMENT_FIRST
+    layout: Layout = Layout.VLLM
     read_mode: ReadMode = ReadMode.ISOLATED
     policy: PolicyName = PolicyName.AGREE
     fixed_draws: int = 1  #: N for the fixed policy
@@ -132,11 +133,16 @@ class TokenizerInfo:
 
     name: str
     vocab_size: int
-    scaffold_text: str  #: "<|channel>thought\n<channel|>" or "" when the tokenizer has none
+    scaffold_text: str  #: the thought block "<|channel>thought\n<channel|>", "" if none
     scaffold_ids: tuple[int, ...]
     scaffold_in_prompt: bool  #: the chat template already ends the prompt with the scaffold
     turn_close_id: int  #: "<turn|>"
     pad_id: int
+    #: What the chat template writes at the start of the reply for a generation prompt (after
+    #: the assistant header), so that continuing an assistant message with this text plus more
+    #: renders the generation prompt plus more. None: the template cannot continue a message
+    #: that way, so a chat read cannot carry text after the generation prompt.
+    reply_prefix: str | None = ""
 
 
 class TextTokenizer(Protocol):
@@ -148,8 +154,10 @@ class TextTokenizer(Protocol):
         """Ids of ``text`` with no special tokens added (special-token text is matched)."""
         ...
 
-    def chat_prompt_ids(self, messages: tuple[Message, ...]) -> list[int]:
-        """The chat template applied (generation prompt on, thinking off), as ids."""
+    def chat_prompt_ids(self, messages: tuple[Message, ...], *, prefill: str = "") -> list[int]:
+        """The chat template applied with thinking off, as ids: the generation prompt on, or
+        with ``prefill`` the messages followed by an assistant message of that text, continued
+        (not closed)."""
         ...
 
 
@@ -158,9 +166,11 @@ class SlotSpec:
     """Where one question is answered on a canvas."""
 
     question_index: int  #: index into Decision.questions
-    canvas_id: str  #: "q0", "q1", ...
+    canvas_id: str  #: "q0", "q1", ... ("1", "2", ... in the vllm layout)
     position: int  #: slot position in the canvas
     label_ids: tuple[int, ...]  #: token id per label, in label order (distinct)
+    #: per label, other ids that count for it too (the best of them reads); () when none
+    also_ids: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,8 +183,15 @@ class ReadUnit:
     template_ids: tuple[int, ...]  #: the canvas before noise, exactly ``width`` ids
     width: int
     slots: tuple[SlotSpec, ...]
-    logprob_ids: tuple[int, ...]  #: sorted union of slot label ids (<= max_logprob_ids)
-    prompt_ids: tuple[int, ...] | None = None  #: for the completions endpoint
+    logprob_ids: tuple[int, ...]  #: the ids whose logprobs are asked for, in request order
+    prompt_ids: tuple[int, ...]  #: the whole prompt as the server runs it (thought in)
+    max_tokens: int  #: canvas rows asked for
+    #: chat: an assistant message continued after the generation prompt (the thought block
+    #: when the template does not write it); "" for the plain generation prompt
+    prefill: str = ""
+    #: slot noise of the first draw when it is not derived from the run seed (vllm layout:
+    #: drawn from the prompt ids as vLLM's reader does); () otherwise
+    first_noise: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,13 @@
 
 Bodies are plain dicts and lists, encoded with ``encode_body`` (orjson, sorted keys), so a
 repeated read sends byte-identical bytes. Fields vLLM rejects on diffusion models
-(``FORBIDDEN_FIELDS``) are never sent.
+(``FORBIDDEN_FIELDS``) are never sent; ``temperature`` is sent as exactly 1.0, the only value
+vLLM accepts on a diffusion read, so a checkpoint whose generation config sets another default
+does not turn every read into a 400.
+
+The thought block rides in the prompt: a completions read sends the prompt ids with it; a chat
+read whose unit has a ``prefill`` sends it as a final assistant message that the server
+continues (``continue_final_message: true``, ``add_generation_prompt: false``).
 """
 
 from __future__ import annotations
@@ -18,19 +24,14 @@ from app.errors import MalformedResponse
 
 __all__ = ["FORBIDDEN_FIELDS", "build_request", "encode_body", "parse_response"]
 
-#: Request fields vLLM rejects on diffusion models (HTTP 400).
+#: Request fields vLLM rejects on diffusion models (HTTP 400); ``temperature`` only when not 1.
 FORBIDDEN_FIELDS: frozenset[str] = frozenset({
-    "temperature", "seed", "min_p", "min_tokens", "logit_bias", "bad_words",
+    "seed", "min_p", "min_tokens", "logit_bias", "bad_words",
     "allowed_token_ids", "response_format", "structured_outputs",
 })
+#: The one temperature a diffusion read accepts; sent explicitly.
+TEMPERATURE = 1.0
 TOKEN_PREFIX = "token_id:"
-
-
-def _content_length(unit: ReadUnit, pad_id: int) -> int:
-    n = len(unit.template_ids)
-    while n > 0 and unit.template_ids[n - 1] == pad_id:
-        n -= 1
-    return n
 
 
 def _xargs(unit: ReadUnit, settings: ReadSettings, canvas: tuple[int, ...]) -> dict[str, Any]:
@@ -48,38 +49,39 @@ def _xargs(unit: ReadUnit, settings: ReadSettings, canvas: tuple[int, ...]) -> d
     return xargs
 
 
-def _pad_id(unit: ReadUnit) -> int:
-    # The template ends with the turn close and pad up to the width; the last id is pad
-    # unless the content fills the canvas exactly (then there is no pad to strip).
-    return unit.template_ids[-1]
+def _messages(unit: ReadUnit) -> dict[str, Any]:
+    messages = [dict(m) for m in unit.messages]
+    fields: dict[str, Any] = {"messages": messages, "logprobs": True,
+                              "chat_template_kwargs": {"enable_thinking": False}}
+    if unit.prefill:
+        messages.append({"role": "assistant", "content": unit.prefill})
+        fields.update(add_generation_prompt=False, continue_final_message=True)
+    return fields
 
 
 def build_request(unit: ReadUnit, settings: ReadSettings, *, draw: int, seed: int,
-                  vocab_size: int) -> ReadRequest:
-    """The read request of one draw of one unit.
-
-    ``max_tokens`` is the number of non-pad template ids plus one, capped at the width.
-
-    Raises:
-        ValueError: a completions read of a unit planned without ``prompt_ids``.
-    """
+                  vocab_size: int, noise: Sequence[int] = ()) -> ReadRequest:
+    """The read request of one draw of one unit: the slots' noise drawn from ``seed``, or
+    ``noise`` (one id per slot) when given."""
     slots = tuple(s.position for s in unit.slots)
-    canvas = seed_canvas(unit.template_ids, slots, seed, vocab_size)
+    if noise:
+        canvas = list(unit.template_ids)
+        for pos, noise_id in zip(slots, noise, strict=True):
+            canvas[pos] = noise_id
+    else:
+        canvas = list(seed_canvas(unit.template_ids, slots, seed, vocab_size))
     body: dict[str, Any] = {
         "model": settings.model,
-        "max_tokens": min(_content_length(unit, _pad_id(unit)) + 1, unit.width),
+        "max_tokens": unit.max_tokens,
+        "temperature": TEMPERATURE,
         "logprob_token_ids": list(unit.logprob_ids),
         "return_tokens_as_token_ids": True,
-        "vllm_xargs": _xargs(unit, settings, canvas),
+        "vllm_xargs": _xargs(unit, settings, tuple(canvas)),
     }
     if settings.endpoint == Endpoint.COMPLETIONS:
-        if unit.prompt_ids is None:
-            raise ValueError("a completions read needs prompt_ids: plan it with "
-                             "endpoint=completions")
         body.update(prompt=list(unit.prompt_ids), logprobs=1)
     else:
-        body.update(messages=[dict(m) for m in unit.messages], logprobs=True,
-                    chat_template_kwargs={"enable_thinking": False})
+        body.update(_messages(unit))
     return ReadRequest(unit=unit.index, draw=draw, seed=seed,
                        endpoint=Endpoint(settings.endpoint), body=body, slots=slots,
                        logprob_ids=unit.logprob_ids)

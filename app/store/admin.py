@@ -1,5 +1,5 @@
 """Run administration: cancel what has not started (saying what is still in flight), delete a
-run with everything it recorded.
+run with everything it recorded, and drop the run a file of only bad lines created.
 
 Repositories flush, never commit: the caller's ``session_scope`` owns the transaction.
 """
@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import and_, delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, Run, RunStatus
 
-__all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "delete_run", "run_contents"]
+__all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "delete_run",
+           "discard_empty_run", "run_contents"]
 
 _NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
 
@@ -97,3 +98,28 @@ def delete_run(session: Session, run_id: int) -> None:
     session.execute(delete(Attempt).where(Attempt.run_id == run_id))
     session.execute(delete(Decision).where(Decision.run_id == run_id))
     session.execute(delete(Run).where(Run.id == run_id))
+
+
+class _Submitted(Protocol):
+    """What ``discard_empty_run`` reads of a submit report (``app.producer.SubmitReport``)."""
+
+    run: Any
+    created: bool
+    inserted: int
+
+
+def discard_empty_run(factory: sessionmaker[Session], report: _Submitted) -> bool:
+    """A file of only bad lines creates no run: delete the run this submission created if it
+    holds no decision (submit streams, so the run exists before the first line is read), and
+    say so in ``report`` (its run None). True when it was discarded."""
+    if not report.created or report.run is None or report.inserted:
+        return False
+    from app.store.db import session_scope
+
+    with session_scope(factory) as session:
+        left = session.scalar(select(func.count()).where(Decision.run_id == report.run.id))
+        if left:
+            return False
+        delete_run(session, report.run.id)
+    report.run, report.created = None, False
+    return True

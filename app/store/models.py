@@ -25,10 +25,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "OPEN_PREDICATE",
     "Answer",
     "Attempt",
     "Base",
@@ -39,6 +41,9 @@ __all__ = [
     "Run",
     "RunStatus",
 ]
+
+#: The statuses of ``ix_decisions_open`` (what is not settled yet, and failed for --retry-failed).
+OPEN_PREDICATE = "status IN ('pending', 'queued', 'leased', 'failed')"
 
 # BigInteger ids that still autoincrement on SQLite.
 BigId = BigInteger().with_variant(Integer, "sqlite")
@@ -75,6 +80,8 @@ class OutcomeKind(StrEnum):
     POISON = "poison"
     CANCELLED = "cancelled"
     REJECTED = "rejected"
+    NOT_SERVED = "not_served"  #: the worker's upstream does not serve the run's model: not charged
+    UNAUTHORIZED = "unauthorized"  #: the upstream refused the worker's API key: not charged
 
 
 class Run(Base):
@@ -97,8 +104,11 @@ class Decision(Base):
     __tablename__ = "decisions"
     __table_args__ = (
         UniqueConstraint("run_id", "key", "replicate", name="uq_decision_key"),
-        Index("ix_decisions_run_status", "run_id", "status"),
-        Index("ix_decisions_lease", "status", "lease_expires_at"),
+        # Only unsettled rows are indexed by status: a decision that is done (or cancelled,
+        # rejected) adds no entry here, and the sweeper's and resume's queries (pending,
+        # queued, leased, failed of a run, in id order) are range scans of this index.
+        Index("ix_decisions_open", "status", "run_id", "id",
+              postgresql_where=text(OPEN_PREDICATE), sqlite_where=text(OPEN_PREDICATE)),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -161,8 +171,9 @@ class Draw(Base):
     unit: Mapped[int] = mapped_column(Integer)
     draw: Mapped[int] = mapped_column(Integer)
     seed: Mapped[int] = mapped_column(BigInteger)
+    #: The labels' logprobs (label order); the per-draw probabilities are their softmax
+    #: (``app.engine.fold.softmax``), recomputed rather than stored twice.
     label_logprobs: Mapped[list[Any]] = mapped_column(JSON)
-    probs: Mapped[list[Any]] = mapped_column(JSON)
     argmax_id: Mapped[int] = mapped_column(Integer)
     argmax_is_label: Mapped[bool] = mapped_column(Boolean)
     label_mass: Mapped[float] = mapped_column(Float)

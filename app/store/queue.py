@@ -10,8 +10,12 @@ A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``reje
                       in the caller's transaction: the first finished attempt wins.
     fail_decision     an attempt row with the outcome kind; permanent -> rejected, transient ->
                       pending (re-published by the sweeper) or failed at the attempt cap.
+    release_unserved  the worker's upstream does not serve the run's model: back to pending,
+                      the claim not charged (a ``not_served`` attempt row says so).
     sweep             expired leases -> a ``worker_lost`` attempt and pending (``poison`` and
                       failed at the cap); pending and stale queued rows -> returned to publish.
+    stamp_page        the distributed sweeper's paging: stamp the next page of due rows of a
+                      run ``queued`` (before their message is published) and return their ids.
 
 Times come from the caller's clock (UTC); the caller's ``session_scope`` owns the transaction.
 Foreign SQL errors are translated into ``StoreError`` by ``translate_db_errors``.
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, exists, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, exists, func, insert, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -51,11 +55,15 @@ __all__ = [
     "SweepResult",
     "claim_decisions",
     "claimable",
+    "database_now",
+    "expire_leases",
     "fail_decision",
     "finish_decision",
     "mark_pending",
     "mark_queued",
+    "release_unserved",
     "renew_leases",
+    "stamp_page",
     "sweep",
     "translate_db_errors",
     "utcnow",
@@ -243,7 +251,7 @@ def _draw_row(claim: Claimed, attempt_id: int, draw: DrawRecord,
     return {
         "attempt_id": attempt_id, "decision_id": claim.id,
         "question_id": question_ids[read.question_index], "unit": draw.unit, "draw": draw.draw,
-        "seed": draw.seed, "label_logprobs": list(read.label_logprobs), "probs": list(read.probs),
+        "seed": draw.seed, "label_logprobs": list(read.label_logprobs),
         "argmax_id": read.argmax_id, "argmax_is_label": read.argmax_is_label,
         "label_mass": read.label_mass, "entropy": read.entropy, "latency_ms": draw.latency_ms,
         "prompt_tokens": draw.prompt_tokens, "cached_tokens": draw.cached_tokens,
@@ -321,19 +329,68 @@ def _update_in_slices(session: Session, ids: Sequence[int], stmt: Any) -> int:
 
 
 def mark_queued(session: Session, ids: Sequence[int], *, now: datetime | None = None) -> int:
-    """Stamp decisions whose chunk message is (being) published; leased/done rows are left."""
-    now = now or utcnow()
+    """Stamp decisions queued *before* their chunk message is published (so a worker never
+    finds a message whose rows are still being stamped); leased/done rows are left. The stamp
+    is the database's clock unless ``now`` is given (it is compared with the broker's epoch)."""
+    stamp: Any = now or func.now()
     stmt = (update(Decision).where(Decision.status.in_(_CLAIMABLE))
-            .values(status=DecisionStatus.QUEUED, enqueued_at=now, updated_at=now))
+            .values(status=DecisionStatus.QUEUED, enqueued_at=stamp, updated_at=stamp))
     return _update_in_slices(session, ids, stmt)
 
 
 def mark_pending(session: Session, ids: Sequence[int], *, now: datetime | None = None) -> int:
     """Undo ``mark_queued`` after a failed publish, so the next sweep publishes them again."""
-    now = now or utcnow()
+    stamp: Any = now or func.now()
     stmt = (update(Decision).where(Decision.status == DecisionStatus.QUEUED)
-            .values(status=DecisionStatus.PENDING, enqueued_at=None, updated_at=now))
+            .values(status=DecisionStatus.PENDING, enqueued_at=None, updated_at=stamp))
     return _update_in_slices(session, ids, stmt)
+
+
+def database_now(session: Session) -> datetime:
+    """The database's clock (PostgreSQL ``clock_timestamp()``; this process's clock on SQLite):
+    the one clock ``enqueued_at`` stamps and the broker's epoch are compared on."""
+    if session.get_bind().dialect.name != "postgresql":
+        return utcnow()
+    return cast(datetime, session.execute(text("SELECT clock_timestamp()")).scalar_one())
+
+
+def stamp_page(session: Session, *, run_id: int, status: str, after_id: int, limit: int,
+               queued_before: datetime | None = None) -> list[tuple[int, str | None]]:
+    """Stamp ``queued`` the next ``limit`` rows of run ``run_id`` in ``status`` (for queued:
+    stamped before ``queued_before``) with ids above ``after_id``, locked ``SKIP LOCKED``; return
+    (id, last error kind) in id order. The caller publishes them after its commit."""
+    due = and_(Decision.run_id == run_id, Decision.status == status, Decision.id > after_id)
+    if status == DecisionStatus.QUEUED:
+        due = and_(due, or_(Decision.enqueued_at.is_(None), Decision.enqueued_at < queued_before))
+    page = (select(Decision.id).where(due).order_by(Decision.id).limit(limit)
+            .with_for_update(skip_locked=True, of=Decision))
+    stmt = (update(Decision).where(Decision.id.in_(page.scalar_subquery()))
+            .values(status=DecisionStatus.QUEUED, enqueued_at=func.now(), updated_at=func.now())
+            .returning(Decision.id, Decision.last_error_kind)
+            .execution_options(synchronize_session=False))
+    return sorted((int(did), kind) for did, kind in session.execute(stmt).all())
+
+
+def release_unserved(session: Session, *, claim: Claimed, detail: str,
+                     attempt: AttemptInfo | None = None, now: datetime | None = None,
+                     kind: str = OutcomeKind.NOT_SERVED) -> bool:
+    """The worker cannot serve the run (its upstream serves another model: ``not_served``; or
+    refuses its API key: ``unauthorized``): an attempt row of that kind, and the decision back
+    to pending with the claim not counted against the attempt cap (the cause is the worker's
+    configuration, not the decision). False when the lease was lost."""
+    now = now or utcnow()
+    _insert_attempt(session, claim=claim, outcome=kind,
+                    info=attempt or AttemptInfo(), detail=detail[:2000], now=now)
+    stmt = (
+        update(Decision)
+        .where(Decision.id == claim.id, Decision.lease_token == claim.lease_token,
+               Decision.status == DecisionStatus.LEASED)
+        .values(status=DecisionStatus.PENDING, attempts=Decision.attempts - 1,
+                lease_token=None, lease_expires_at=None, updated_at=now)
+        .returning(Decision.id)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(stmt).first() is not None
 
 
 def sweep(session: Session, *, now: datetime | None = None,
@@ -351,6 +408,16 @@ def sweep(session: Session, *, now: datetime | None = None,
     _collect_unpublished(session, now=now, requeue_after_s=requeue_after_s,
                          republish_queued=republish_queued, run_id=run_id, limit=limit,
                          result=result)
+    return result
+
+
+def expire_leases(session: Session, *, now: datetime | None = None, max_attempts: int = 5,
+                  run_id: int | None = None, limit: int = 10_000) -> SweepResult:
+    """The lease half of ``sweep``: at most ``limit`` expired leases back to pending (a
+    ``worker_lost`` attempt each) or failed at the cap (``poison``)."""
+    result = SweepResult()
+    _expire_leases(session, now=now or utcnow(), max_attempts=max_attempts, run_id=run_id,
+                   limit=limit, result=result)
     return result
 
 

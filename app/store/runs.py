@@ -29,8 +29,10 @@ __all__ = [
     "compare_fingerprint",
     "compare_settings",
     "ensure_run",
+    "existing_lines",
     "find_run",
     "insert_decisions",
+    "open_runs",
     "pending_ids",
     "record_fingerprint",
     "require_run",
@@ -39,6 +41,7 @@ __all__ = [
 ]
 
 ACTIVE = (DecisionStatus.PENDING, DecisionStatus.QUEUED, DecisionStatus.LEASED)
+_UNPUBLISHED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
 _BATCH = 2000
 
 
@@ -170,19 +173,26 @@ _STAGING = """CREATE TEMP TABLE IF NOT EXISTS dreads_incoming (
     run_id bigint, key varchar(500), replicate int, cell varchar(200), line_no int,
     payload json, n_questions int, status varchar(16), attempts int,
     last_error_kind varchar(32), last_error text, finished_at timestamptz) ON COMMIT DROP"""
-_FROM_STAGING = (f"INSERT INTO decisions ({', '.join(_COLUMNS)}) "
-                 f"SELECT {', '.join(_COLUMNS)} FROM dreads_incoming "
+# Queued rows are stamped with the database's clock (compared with the broker's epoch).
+_FROM_STAGING = (f"INSERT INTO decisions ({', '.join(_COLUMNS)}, enqueued_at) "
+                 f"SELECT {', '.join(_COLUMNS)}, "
+                 "CASE WHEN status = 'queued' THEN now() END FROM dreads_incoming "
                  "ON CONFLICT (run_id, key, replicate) DO NOTHING RETURNING id, key, replicate")
-BatchWriter = Callable[[Session, int, Sequence["DecisionRow"]], list[tuple[int, str, int]]]
+BatchWriter = Callable[[Session, int, Sequence["DecisionRow"], str],
+                      list[tuple[int, str, int]]]
 
 
 def insert_decisions(
-    session: Session, run_id: int, rows: Iterable[DecisionRow], *, batch_size: int = _BATCH
+    session: Session, run_id: int, rows: Iterable[DecisionRow], *, batch_size: int = _BATCH,
+    status: str = DecisionStatus.PENDING,
 ) -> list[tuple[int, DecisionRow]]:
     """Insert in batches; rows already there (same run, key, replicate) are skipped.
 
-    PostgreSQL: COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT DO
-    NOTHING per batch; SQLite: an executemany INSERT ... ON CONFLICT DO NOTHING.
+    ``status`` is what the readable rows start as: ``pending`` (nothing published for them),
+    or ``queued`` when the caller publishes their messages right after this transaction
+    commits (stamped now: no second write per row, and never a message whose rows are not
+    queued yet). PostgreSQL: COPY into a temporary table, then one INSERT ... SELECT ... ON
+    CONFLICT DO NOTHING per batch; SQLite: an executemany INSERT ... ON CONFLICT DO NOTHING.
     Returns (database id, row) of the rows actually inserted. Rejected rows (a template
     problem found at submit) get status ``rejected`` and a ``rejected`` attempt row.
     """
@@ -192,11 +202,19 @@ def insert_decisions(
     for row in rows:
         batch.append(row)
         if len(batch) >= batch_size:
-            inserted += _write_batch(session, writer, run_id, batch)
+            inserted += _write_batch(session, writer, run_id, batch, status)
             batch = []
     if batch:
-        inserted += _write_batch(session, writer, run_id, batch)
+        inserted += _write_batch(session, writer, run_id, batch, status)
     return inserted
+
+
+def existing_lines(session: Session, run_id: int,
+                   keys: Sequence[str]) -> dict[str, tuple[int, int | None]]:
+    """Key -> (id, line number) of the replicate-0 rows of ``keys`` already in run ``run_id``."""
+    stmt = select(Decision.key, Decision.id, Decision.line_no).where(
+        Decision.run_id == run_id, Decision.replicate == 0, Decision.key.in_(list(keys)))
+    return {key: (int(did), line) for key, did, line in session.execute(stmt)}
 
 
 def _batch_writer(session: Session) -> BatchWriter:
@@ -209,9 +227,9 @@ def _batch_writer(session: Session) -> BatchWriter:
 
 
 def _write_batch(session: Session, writer: BatchWriter, run_id: int,
-                 batch: Sequence[DecisionRow]) -> list[tuple[int, DecisionRow]]:
+                 batch: Sequence[DecisionRow], status: str) -> list[tuple[int, DecisionRow]]:
     by_key = {(row.key, row.replicate): row for row in batch}
-    won = [(rid, by_key[(key, rep)]) for rid, key, rep in writer(session, run_id, batch)]
+    won = [(rid, by_key[(key, rep)]) for rid, key, rep in writer(session, run_id, batch, status)]
     rejected = [{"run_id": run_id, "decision_id": rid, "outcome": OutcomeKind.REJECTED,
                  "detail": row.rejected_reason, "worker": "submit", "n_reads": 0}
                 for rid, row in won if row.rejected_reason is not None]
@@ -220,18 +238,21 @@ def _write_batch(session: Session, writer: BatchWriter, run_id: int,
     return won
 
 
-def _insert_batch(session: Session, run_id: int,
-                  batch: Sequence[DecisionRow]) -> list[tuple[int, str, int]]:
+def _insert_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
+                  status: str) -> list[tuple[int, str, int]]:
     stmt = (sqlite.insert(Decision)
             .on_conflict_do_nothing(index_elements=["run_id", "key", "replicate"])
             .returning(Decision.id, Decision.key, Decision.replicate))
-    values = [_row_values(run_id, row) for row in batch]
+    now = datetime.now(UTC)
+    values = [_row_values(run_id, row, status) for row in batch]
+    for value in values:
+        value["enqueued_at"] = now if value["status"] == DecisionStatus.QUEUED else None
     # executemany: SQLAlchemy's "insertmanyvalues" batches it with one cached compile
     return [(r[0], r[1], r[2]) for r in session.connection().execute(stmt, values)]
 
 
-def _copy_batch(session: Session, run_id: int,
-                batch: Sequence[DecisionRow]) -> list[tuple[int, str, int]]:
+def _copy_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
+                status: str) -> list[tuple[int, str, int]]:
     raw = session.connection().connection.driver_connection
     assert raw is not None
     with raw.cursor() as cur:
@@ -239,23 +260,34 @@ def _copy_batch(session: Session, run_id: int,
         cur.execute("TRUNCATE dreads_incoming")
         with cur.copy(f"COPY dreads_incoming ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
             for row in batch:
-                values = _row_values(run_id, row)
+                values = _row_values(run_id, row, status)
                 values["payload"] = orjson.dumps(values["payload"]).decode()
                 copy.write_row([values[c] for c in _COLUMNS])
         cur.execute(_FROM_STAGING)
         return [tuple(r) for r in cur.fetchall()]
 
 
-def _row_values(run_id: int, row: DecisionRow) -> dict[str, Any]:
+def _row_values(run_id: int, row: DecisionRow, status: str) -> dict[str, Any]:
     rejected = row.rejected_reason is not None
     return {
         "run_id": run_id, "key": row.key, "replicate": row.replicate, "cell": row.cell,
         "line_no": row.line_no, "payload": dict(row.payload), "n_questions": row.n_questions,
-        "status": DecisionStatus.REJECTED if rejected else DecisionStatus.PENDING,
+        "status": DecisionStatus.REJECTED if rejected else status,
         "attempts": 0, "last_error_kind": OutcomeKind.REJECTED if rejected else None,
         "last_error": row.rejected_reason,
         "finished_at": datetime.now(UTC) if rejected else None,
     }
+
+
+def open_runs(session: Session, run_id: int | None = None) -> list[RunInfo]:
+    """Active runs (or run ``run_id``) with at least one pending or queued decision: one
+    probe of ``ix_decisions_open`` per run."""
+    has_open = (select(Decision.id).where(Decision.run_id == Run.id,
+                                          Decision.status.in_(_UNPUBLISHED)).limit(1).exists())
+    stmt = select(Run).where(Run.status == RunStatus.ACTIVE, has_open).order_by(Run.id)
+    if run_id is not None:
+        stmt = stmt.where(Run.id == run_id)
+    return [run_info(r) for r in session.scalars(stmt)]
 
 
 def pending_ids(session: Session, run_id: int) -> list[int]:

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 SETTLED = (DecisionStatus.DONE, DecisionStatus.FAILED, DecisionStatus.REJECTED)
+_OPEN = (*ACTIVE, DecisionStatus.FAILED)
 #: Answer columns exported per question, in order.
 ANSWER_FIELDS = (
     "label", "option", "probs", "p_yes", "expected_level", "confidence", "top_prob", "stderr",
@@ -335,7 +336,7 @@ def resume_preview(
         func.sum(case((status == DecisionStatus.FAILED, 1), else_=0)),
         func.sum(case((status == DecisionStatus.PENDING, 1), else_=0)),
         func.sum(case((stale_queued, 1), else_=0)),
-    ).where(Decision.run_id == run_id)
+    ).where(Decision.run_id == run_id, Decision.status.in_(_OPEN))  # ix_decisions_open only
     row = session.execute(stmt).one()
     names = ("expired_leases", "failed", "pending", "stale_queued")
     return {name: int(value or 0) for name, value in zip(names, row, strict=True)}

@@ -17,6 +17,12 @@ class Upstream(Protocol):
     #: "vllm", "sim" or "transformers": recorded on the run.
     engine: str
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The server's context length once known (``fingerprint`` or ``wait_ready`` asked),
+        else None: a read whose prompt and canvas exceed it is refused before it is sent."""
+        ...
+
     async def read(self, request: ReadRequest) -> ReadResult:
         """Send one read. Raises UpstreamUnavailable (after its own retries), UpstreamRejected
         or MalformedResponse (app.errors)."""

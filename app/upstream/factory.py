@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import ConfigError
@@ -29,6 +29,10 @@ class UpstreamConfig:
     model_path: str | None = None  #: transformers engine: checkpoint
     device: str = "cpu"  #: transformers engine
     dtype: str = "bfloat16"  #: transformers engine
+    #: the simulator's tokenizer with ``url == "sim"`` (the run's, so it reads the same ids)
+    tokenizer: str = "standin"
+    #: bearer key of the server (vLLM's --api-key); None: ``DREADS_UPSTREAM_API_KEY``
+    api_key: str | None = field(default=None, repr=False)
 
 
 def make_upstream(config: UpstreamConfig) -> Upstream:
@@ -59,13 +63,17 @@ def make_upstream(config: UpstreamConfig) -> Upstream:
 def _sim_upstream(config: UpstreamConfig) -> Upstream:
     from app.upstream.sim import SimOptions, start_sim_thread
 
-    handle = start_sim_thread(SimOptions(model=config.model, canvas_length=config.canvas_length))
-    return _vllm_upstream(config, handle.url, engine="sim", on_close=handle.stop)
+    handle = start_sim_thread(SimOptions(model=config.model, canvas_length=config.canvas_length,
+                                         tokenizer=config.tokenizer))
+    return _vllm_upstream(config, handle.url, engine="sim", on_close=handle.stop, api_key=None)
 
 
 def _vllm_upstream(config: UpstreamConfig, url: str, **extra: Any) -> Upstream:
+    from app.config import upstream_api_key
     from app.upstream.vllm import VllmUpstream
 
+    extra.setdefault("api_key", config.api_key if config.api_key is not None
+                     else upstream_api_key())
     return VllmUpstream(url, model=config.model, canvas_length=config.canvas_length,
                         max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
                         retries=config.retries, backoff_s=config.backoff_s, **extra)

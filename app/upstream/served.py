@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.errors import ConfigError
+from app.errors import ConfigError, UpstreamUnauthorized
 
 __all__ = ["ServedIdentity", "served_identity"]
 
@@ -20,17 +20,29 @@ class ServedIdentity:
 
 
 def served_identity(url: str, *, timeout_s: float = 5.0,
-                    transport: httpx.BaseTransport | None = None) -> ServedIdentity:
-    """``GET /v1/models`` and ``/version`` of ``url``.
+                    transport: httpx.BaseTransport | None = None,
+                    api_key: str | None = None) -> ServedIdentity:
+    """``GET /v1/models`` and ``/version`` of ``url`` (``api_key``: the server's bearer key,
+    default ``DREADS_UPSTREAM_API_KEY``).
 
     Raises:
-        ConfigError: the server cannot be reached or lists no model; the message says to pass
-            --model and --tokenizer instead.
+        ConfigError: the server cannot be reached or lists no model; the message says what
+            to set.
+        UpstreamUnauthorized: it refuses the key (waiting cannot help).
     """
+    from app.config import upstream_api_key
+
     base = url.rstrip("/")
+    key = api_key if api_key is not None else upstream_api_key()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        with httpx.Client(base_url=base, timeout=timeout_s, transport=transport) as client:
+        with httpx.Client(base_url=base, timeout=timeout_s, transport=transport,
+                          headers=headers) as client:
             models = client.get("/v1/models")
+            if models.status_code in (401, 403):
+                raise UpstreamUnauthorized.answered(
+                    models.status_code, f"{base} refused "
+                    f"{'the' if key else 'a request without an'} API key")
             models.raise_for_status()
             data = models.json().get("data") or []
             version = client.get("/version")

@@ -2,9 +2,13 @@
 
 It has DiffusionGemma's special-token roles and ids (``<pad>``=0, ``<eos>``=1, ``<bos>``=2,
 ``<unk>``=3, ``<mask>``=4, ``<|think|>``=98, ``<|channel>``=100, ``<channel|>``=101,
-``<|turn>``=105, ``<turn|>``=106, ``"\\n"``=107), byte fallback, single-token labels
-("▁yes", "▁no", "▁A".."▁Z", "▁1".."▁9") and a chat template of the real shape with
-thinking off. The built files are committed under ``app/assets/standin_tokenizer``::
+``<|turn>``=105, ``<turn|>``=106, ``"\\n"``=107), byte fallback, and a chat template of the
+real shape with thinking off. Where dreads' logic depends on the vocabulary it agrees with
+Gemma's real one (``../shared/tokenizers/diffusiongemma-approx``): after a space, ``yes``,
+``no`` and ``A``..``Z`` are single ``▁X`` tokens; at the start of a reply ``yes``, ``no``,
+``A``..``Z`` and ``0``..``9`` are single tokens; digits never merge with a space or with each
+other (``": 1"`` is ``:``, ``▁``, ``1``), and ``:`` and the newline never merge. The built
+files are committed under ``app/assets/standin_tokenizer``::
 
     python -m app.upstream.standin_tokenizer app/assets/standin_tokenizer
 """
@@ -25,7 +29,8 @@ _FIXED = {
     "<|channel>": 100, "<channel|>": 101, "<|turn>": 105, "<turn|>": 106, "\n": 107,
 }
 _SPECIALS = ["<|think|>", "<|channel>", "<channel|>", "<|turn>", "<turn|>"]
-_LABELS = ["yes", "no", *string.ascii_uppercase, *"123456789"]
+#: Labels that merge with a leading space, as in Gemma's vocabulary (digits never do).
+_SPACED_LABELS = ["yes", "no", *string.ascii_uppercase]
 _WORDS = [
     "thought", "system", "user", "model", "Document", "Questions", "Answer", "yes", "no",
     "the", "a", "an", "is", "are", "of", "and", "or", "to", "in", "on", "for", "with", "by",
@@ -78,7 +83,7 @@ def build_vocab() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The vocabulary and merges: "▁"-prefixed words first, so they win over bare ones."""
     vocab = _base_vocab()
     merges: list[tuple[str, str]] = []
-    for word in dict.fromkeys(SPACE + w for w in [*_LABELS, *_WORDS]):
+    for word in dict.fromkeys(SPACE + w for w in [*_SPACED_LABELS, *_WORDS]):
         _add_word(word, vocab, merges)
     for word in dict.fromkeys(_WORDS):
         _add_word(word, vocab, merges)

@@ -2,13 +2,17 @@
 
 ``load_tokenizer("standin")`` loads the bundled offline stand-in
 (``app/assets/standin_tokenizer``); any other name is a hub id or a local directory.
-Every id the engine needs (scaffold, turn close, pad) is read from the tokenizer itself.
+Every id the engine needs (scaffold, turn close, pad) is read from the tokenizer itself, and
+so is how its chat template continues an assistant message (``reply_prefix``), which is how a
+chat read carries the thought block in its prompt. A tokenizer without a chat template is
+refused at once: every read is rendered with it.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ TURN_CLOSE = "<turn|>"
 _PROBE_MESSAGES: tuple[Message, ...] = (
     {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
 )
+_SENTINEL = "\u2063dreads-prefill\u2063"
 
 
 class HFTextTokenizer:
@@ -54,13 +59,28 @@ class HFTextTokenizer:
         """Ids of ``text``, no special tokens added (special-token text is matched)."""
         return list(self._encode_cached(text))
 
-    def chat_prompt_ids(self, messages: tuple[Message, ...]) -> list[int]:
-        """The chat template applied (generation prompt on, thinking off), as ids."""
+    def chat_prompt_ids(self, messages: tuple[Message, ...], *, prefill: str = "") -> list[int]:
+        """The chat template applied with thinking off, as ids: the generation prompt on, or
+        with ``prefill`` an assistant message of that text continued (not closed)."""
+        if prefill:
+            return self.render_chat([*messages, {"role": "assistant", "content": prefill}],
+                                    add_generation_prompt=False, continue_final_message=True)
+        return self.render_chat(messages)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], *,
+                    add_generation_prompt: bool = True,
+                    continue_final_message: bool = False) -> list[int]:
+        """Ids of ``messages`` rendered as a server renders a chat request, thinking off."""
         ids = self.hf.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, enable_thinking=False,
+            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, enable_thinking=False,
             tokenize=True, return_dict=False,
         )
         return [int(i) for i in ids]
+
+    def _render_text(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> str:
+        return str(self.hf.apply_chat_template([dict(m) for m in messages], tokenize=False,
+                                               enable_thinking=False, **options))
 
     def _token_id(self, token: str) -> int | None:
         vocab: dict[str, int] = self.hf.get_vocab()
@@ -72,12 +92,41 @@ class HFTextTokenizer:
         return SCAFFOLD_TEXT, tuple(self.encode(SCAFFOLD_TEXT))
 
     def _scaffold_in_prompt(self, scaffold_ids: tuple[int, ...]) -> bool:
-        if not scaffold_ids or not getattr(self.hf, "chat_template", None):
+        if not scaffold_ids:
             return False
         prompt = self.chat_prompt_ids(_PROBE_MESSAGES)
         return tuple(prompt[-len(scaffold_ids):]) == scaffold_ids
 
+    def _reply_prefix(self, scaffold_text: str) -> str | None:
+        """The text the template writes after the assistant header of a generation prompt, if
+        continuing an assistant message that starts with it (and goes on with the thought
+        block) renders exactly the generation prompt followed by that block."""
+        try:
+            generation = self._render_text(_PROBE_MESSAGES, add_generation_prompt=True)
+            continued = self._render_text(
+                [*_PROBE_MESSAGES, {"role": "assistant", "content": _SENTINEL}],
+                add_generation_prompt=False, continue_final_message=True)
+        except Exception:  # a template that refuses assistant turns or continuation
+            return None
+        head = continued[:continued.rfind(_SENTINEL)]
+        if not continued.endswith(_SENTINEL) or not generation.startswith(head):
+            return None
+        prefix = generation[len(head):]
+        extra = scaffold_text or "x"
+        try:
+            ids = self.chat_prompt_ids(_PROBE_MESSAGES, prefill=prefix + extra)
+        except Exception:
+            return None
+        expected = [*self.chat_prompt_ids(_PROBE_MESSAGES), *self.encode(extra)]
+        return prefix if ids == expected else None
+
     def _compute_info(self) -> TokenizerInfo:
+        if not getattr(self.hf, "chat_template", None):
+            raise ConfigError(
+                f"tokenizer {self.name!r} has no chat template, and every read is rendered "
+                "with the served model's chat template: pass the served model's tokenizer "
+                "(a hub id, or a directory with chat_template.jinja or a chat_template in "
+                "tokenizer_config.json)")
         text, ids = self._scaffold()
         turn_close = self._token_id(TURN_CLOSE)
         if turn_close is None:
@@ -89,7 +138,7 @@ class HFTextTokenizer:
         return TokenizerInfo(
             name=self.name, vocab_size=len(self.hf), scaffold_text=text, scaffold_ids=ids,
             scaffold_in_prompt=self._scaffold_in_prompt(ids), turn_close_id=int(turn_close),
-            pad_id=int(pad),
+            pad_id=int(pad), reply_prefix=self._reply_prefix(text),
         )
 
 

@@ -8,7 +8,11 @@ orjson and ``parse_response``. Control plane (``fingerprint``, ``wait_ready``) o
 Errors: aiohttp exceptions are translated in ``_post`` only. Connection refused/reset, timeouts
 and 5xx are retried with jittered exponential backoff, then raise ``UpstreamUnavailable``
 (kind ``upstream_unreachable``, ``timeout`` or ``server_error``). 4xx raises ``UpstreamRejected``
-at once with vLLM's message. A bad body raises ``MalformedResponse``.
+at once with vLLM's message; 401/403 (a missing or wrong ``--api-key``, on the control plane as
+on reads) ``UpstreamUnauthorized``. A bad body raises ``MalformedResponse``.
+
+With ``api_key`` (``DREADS_UPSTREAM_API_KEY``) every request carries ``Authorization: Bearer``.
+``max_model_len`` is what ``/v1/models`` reported, once it has been asked (None before).
 
 Example::
 
@@ -34,7 +38,13 @@ import orjson
 
 from app.engine import encode_body, parse_response
 from app.engine.types import Endpoint, ReadRequest, ReadResult, ServerFingerprint
-from app.errors import MalformedResponse, UpstreamRejected, UpstreamUnavailable
+from app.errors import (
+    MalformedResponse,
+    ModelNotServed,
+    UpstreamRejected,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 
 __all__ = ["VllmUpstream"]
 
@@ -46,6 +56,7 @@ _MAX_BACKOFF_S = 30.0
 _KEEPALIVE_S = 4.0
 #: 4xx a proxy in front of vLLM may answer that say "later", not "never".
 _TRANSIENT_4XX = frozenset({408, 429})
+_UNAUTHORIZED = frozenset({401, 403})
 
 
 @dataclass
@@ -62,7 +73,7 @@ class VllmUpstream:
 
     def __init__(self, base_url: str, *, model: str, canvas_length: int,
                  max_in_flight: int = 256, timeout_s: float = 60.0, retries: int = 4,
-                 backoff_s: float = 0.5, engine: str = "vllm",
+                 backoff_s: float = 0.5, engine: str = "vllm", api_key: str | None = None,
                  on_close: Callable[[], None] | None = None) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -74,6 +85,10 @@ class VllmUpstream:
         self.retries = max(0, retries)
         self.backoff_s = backoff_s
         self.engine = engine
+        self.max_model_len: int | None = None
+        self._headers = dict(_HEADERS)
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._on_close = on_close
         self._state: _LoopState | None = None
 
@@ -118,7 +133,7 @@ class VllmUpstream:
                     body: bytes) -> tuple[int, bytes]:
         """The one place aiohttp's exceptions become dreads errors."""
         try:
-            async with session.post(url, data=body, headers=_HEADERS) as response:
+            async with session.post(url, data=body, headers=self._headers) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
             raise UpstreamUnavailable(
@@ -195,7 +210,7 @@ class VllmUpstream:
         """'' when ready, else why not."""
         try:
             await self._served_entry(client)
-        except UpstreamUnavailable as exc:
+        except UpstreamUnavailable as exc:  # UpstreamUnauthorized is not worth waiting on
             return exc.message
         if probe is None:
             return ""
@@ -212,6 +227,8 @@ class VllmUpstream:
             raise UpstreamUnavailable(f"{self.base_url}/v1/models lists no model yet")
         for entry in data:
             if entry.get("id") == self.model:
+                limit = entry.get("max_model_len")
+                self.max_model_len = int(limit) if isinstance(limit, int) else None
                 return dict(entry)
         served = ", ".join(str(e.get("id")) for e in data)
         raise UpstreamRejected(
@@ -219,7 +236,8 @@ class VllmUpstream:
             "(or DREADS_MODEL)", status=404, param="model")
 
     def _control_client(self, timeout_s: float = 10.0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s)
+        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s,
+                                 headers=self._headers)
 
     async def aclose(self) -> None:
         state, self._state = self._state, None
@@ -232,9 +250,14 @@ class VllmUpstream:
 
 
 def _decode(status: int, raw: bytes) -> dict[str, Any]:
+    if status in _UNAUTHORIZED:
+        raise UpstreamUnauthorized.answered(status, _message(raw))
     if status >= 500 or status in _TRANSIENT_4XX:
         raise UpstreamUnavailable(f"server error {status}: {_message(raw)}",
                                   kind="server_error", status=status)
+    if status == 404 and _names_missing_model(raw):
+        raise ModelNotServed(f"not served here ({status}): {_message(raw)}", status=status,
+                             param="model")
     if status >= 400:
         param = _error_field(raw, "param")
         raise UpstreamRejected(f"rejected ({status}): {_message(raw)}", status=status,
@@ -248,6 +271,12 @@ def _decode(status: int, raw: bytes) -> dict[str, Any]:
     return obj
 
 
+def _names_missing_model(raw: bytes) -> bool:
+    """vLLM's 404 for a model it does not serve: "The model `X` does not exist." """
+    message = str(_error_field(raw, "message") or "").lower()
+    return "model" in message and "does not exist" in message
+
+
 def _error_field(raw: bytes, name: str) -> Any:
     try:
         obj = orjson.loads(raw)
@@ -256,6 +285,8 @@ def _error_field(raw: bytes, name: str) -> Any:
     error = obj.get("error") if isinstance(obj, dict) else None
     if isinstance(error, dict):
         return error.get(name)
+    if isinstance(error, str) and name == "message":  # vLLM's 401: {"error": "Unauthorized"}
+        return error
     return obj.get(name) if isinstance(obj, dict) and name == "message" else None
 
 
@@ -276,6 +307,8 @@ async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
     except httpx.HTTPError as exc:
         raise UpstreamUnavailable(
             f"cannot reach {client.base_url}{path}: {exc!r}") from exc
+    if response.status_code in _UNAUTHORIZED:
+        raise UpstreamUnauthorized.answered(response.status_code, _message(response.content))
     if response.status_code != 200:
         raise UpstreamUnavailable(f"GET {path} answered {response.status_code}",
                                   kind="server_error", status=response.status_code)

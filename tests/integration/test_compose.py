@@ -87,7 +87,8 @@ def test_default_stack_is_the_gpu_pod() -> None:
     assert command[command.index("--port") + 1] == "8001"
     assert command[command.index("--max-logprobs") + 1] == "32"
     assert "--enable-prefix-caching" in command
-    assert "/v1/models" in " ".join(vllm["healthcheck"]["test"])
+    assert "--enable-prompt-tokens-details" in command  # else cached tokens are never reported
+    assert "/health" in " ".join(vllm["healthcheck"]["test"])  # /v1/* needs the API key
     worker = services["worker"]
     assert worker["command"][:2] == ["dreads", "worker"]
     assert worker["environment"]["DREADS_UPSTREAM"] == "http://vllm:8001"
@@ -123,6 +124,20 @@ def test_sim_profile_replaces_vllm() -> None:
     env = services["worker-sim"]["environment"]
     assert env["DREADS_UPSTREAM"] == "http://sim:8001"
     assert env["DREADS_TOKENIZER"] == "standin"
+
+
+def test_vllm_needs_an_api_key_that_the_workers_and_the_api_send(tmp_path: Path) -> None:
+    services = _services(_env_with(tmp_path, VLLM_API_KEY="k3y-from-env"))
+    command = services["vllm"]["command"]
+    assert command[command.index("--api-key") + 1] == "k3y-from-env"
+    for name in ("worker", "api"):
+        assert services[name]["environment"]["DREADS_UPSTREAM_API_KEY"] == "k3y-from-env"
+    sim = _services(_env_with(tmp_path, VLLM_API_KEY="k3y-from-env"), "--profile", "sim")
+    assert sim["sim"]["command"][sim["sim"]["command"].index("--api-key") + 1] == "k3y-from-env"
+    assert sim["worker-sim"]["environment"]["DREADS_UPSTREAM_API_KEY"] == "k3y-from-env"
+    out = _config(_env_with(tmp_path, VLLM_API_KEY=None))
+    assert out.returncode != 0
+    assert "VLLM_API_KEY" in out.stderr
 
 
 def test_settings_come_from_the_env_file(tmp_path: Path) -> None:

@@ -1,19 +1,25 @@
-"""The simulator's ASGI app: vLLM's read routes plus ``/sim/*`` controls.
+"""The simulator's ASGI app: vLLM 0.33's read routes plus ``/sim/*`` controls.
 
-Routes: ``GET /health`` (200, empty), ``GET /v1/models`` (with ``max_model_len`` and
-``canvas_length``), ``GET /version``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /sim/stats`` (counters), ``POST /sim/down?seconds=N`` (503 on every model route for N
-seconds), ``POST /sim/up``, ``POST /sim/reset`` (zero the counters).
+Routes: ``GET /health`` (200, empty), ``GET /v1/models`` (with ``max_model_len``), ``GET
+/version``, ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/systemone`` and
+``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``), ``GET /sim/stats``
+(counters), ``POST /sim/down?seconds=N`` (503 on every model route for N seconds), ``POST
+/sim/up``, ``POST /sim/reset`` (zero the counters).
+
+As vLLM does: with ``api_key`` every ``/v1`` route answers 401 ``{"error": "Unauthorized"}``
+without ``Authorization: Bearer KEY``; a prompt longer than ``max_model_len`` is refused (400,
+param ``input_tokens``), and one that leaves less room than ``max_tokens`` is admitted with the
+answer rows cut at ``max_model_len`` (the canvas's later rows are then missing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
-from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -22,7 +28,8 @@ import orjson
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
 from app.upstream.sim.options import SimOptions
-from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer
+from app.upstream.sim.prompts import ReadPrompt, understand
+from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer, SlotQuestion
 from app.upstream.sim.shapes import chat_response, completions_response, models_response, usage
 from app.upstream.sim.tokens import PrefixCache, SimTokenizer, find_slots, load_sim_tokenizer
 from app.upstream.sim.validate import ReadSpec, SimBadRequest, error_body, validate_read
@@ -35,6 +42,10 @@ Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 _JSON = (b"content-type", b"application/json")
+_GUARDED = ("/v1", "/v2", "/inference", "/cohere")
+_READS = {"/v1/chat/completions": True, "/v1/completions": False}
+_COUNTERS = ("requests", "reads", "rejected", "down_503", "abandoned", "unauthorized",
+             "truncated", "decisions")
 
 
 class _Reply(Exception):
@@ -110,22 +121,36 @@ class SimApp:
         method, path = scope["method"], scope["path"]
         if path.startswith("/sim/"):
             return self._control(method, path, scope.get("query_string", b""))
+        if path.startswith(_GUARDED) and not self._authorized(scope):
+            self.counters["unauthorized"] += 1
+            raise _Reply(401, {"error": "Unauthorized"})
         if self.faults.is_down:
             self.counters["down_503"] += 1
             raise _Reply(503, error_body("dreads sim is down (POST /sim/up)", None, 503))
         if method == "GET":
             return self._get(path)
-        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            return await self._read(body, chat=path == "/v1/chat/completions", receive=receive)
+        if method == "POST" and path in _READS:
+            return await self._read(body, chat=_READS[path], receive=receive)
+        if method == "POST" and path in ("/v1/systemone", "/v1/decisions"):
+            from app.upstream.sim.decisions import answer_decision_route
+
+            return await answer_decision_route(self, path, body, scope, receive)
         raise _Reply(404, error_body(f"unknown route {method} {path}", None, 404))
+
+    def _authorized(self, scope: Scope) -> bool:
+        key = self.options.api_key
+        if not key:
+            return True
+        headers = dict(scope.get("headers") or ())
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token, key)
 
     def _get(self, path: str) -> tuple[int, Any]:
         if path == "/health":
             return 200, None
         if path == "/v1/models":
             opts = self.options
-            return 200, models_response(opts.model, self.created, opts.max_model_len,
-                                        opts.canvas_length)
+            return 200, models_response(opts.model, self.created, opts.max_model_len)
         if path == "/version":
             return 200, {"version": self.version}
         raise _Reply(404, error_body(f"unknown route GET {path}", None, 404))
@@ -150,8 +175,7 @@ class SimApp:
     def stats(self) -> dict[str, Any]:
         """Counters: requests, reads answered, rejected, faults injected by kind, steps."""
         return {
-            **{k: self.counters[k] for k in ("requests", "reads", "rejected", "down_503",
-                                             "abandoned")},
+            **{k: self.counters[k] for k in _COUNTERS},
             "faults": {k: self.faults.injected[k]
                        for k in ("fail", "hang", "malformed", "low_mass")},
             "steps": self.batch.steps,
@@ -163,42 +187,61 @@ class SimApp:
         self.counters["requests"] += 1
         if self.options.record_bodies:
             self.bodies.append(raw)
+        return 200, await self.serve_read(raw, chat=chat, receive=receive)
+
+    async def serve_read(self, raw: bytes, *, chat: bool, receive: Receive | None = None
+                         ) -> dict[str, Any]:
+        """One read, validated, faulted, batched and answered (raises ``_Reply`` otherwise)."""
         body, spec = self._validated(raw, chat=chat)
         pairs, prompt_ids = self._prompt(body, chat=chat)
-        self._check_context(len(prompt_ids), spec.width)
+        rows = self._fit_context(len(prompt_ids), spec.rows)
         fault = self.faults.draw(raw)
         if fault == "fail":
             raise _Reply(500, error_body("dreads sim: injected internal server error", None, 500))
         if fault == "hang":
-            if await _wait_disconnect(receive, self.options.hang_s):
+            if receive is not None and await _wait_disconnect(receive, self.options.hang_s):
                 self.counters["abandoned"] += 1  # the client gave up on the read
             raise _Reply(504, error_body("dreads sim: injected hang ended", None, 504))
         await self.batch.admit()
         self.counters["reads"] += 1
-        rows = await self.engine_rows(body, spec, chat=chat) if self.engine_rows else None
-        return 200, self._answer(body, spec, pairs, prompt_ids, chat=chat, fault=fault,
-                                 rows=rows)
+        engine = await self.engine_rows(body, spec, chat=chat) if self.engine_rows else None
+        return self._answer(spec, rows, pairs, prompt_ids, chat=chat, fault=fault,
+                            engine_rows=engine)
 
     def _prompt(self, body: dict[str, Any], *, chat: bool
                 ) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...]]:
-        """(role, text) pairs and prompt ids of a read."""
+        """(role, text) pairs and prompt ids of a read, rendered as vLLM renders it."""
         if chat:
             pairs = _message_pairs(body["messages"])
-            return pairs, tuple(self.tokenizer.prompt_ids(pairs))
+            generation = bool(body.get("add_generation_prompt", True))
+            cont = bool(body.get("continue_final_message", False))
+            return pairs, tuple(self.tokenizer.prompt_ids(pairs, generation, cont))
         prompt = body["prompt"]
-        prompt_ids = tuple(prompt) if isinstance(prompt, list) else ()
+        prompt_ids = (tuple(prompt) if isinstance(prompt, list)
+                      else tuple(self.tokenizer.text.encode(prompt)))
         return tuple((m["role"], m["content"])
                      for m in self.tokenizer.messages_from_prompt(prompt_ids)), prompt_ids
 
-    def _check_context(self, n_prompt: int, width: int) -> None:
-        """vLLM refuses a prompt that, with the canvas, does not fit in max_model_len."""
+    def _fit_context(self, n_prompt: int, rows: int) -> int:
+        """The rows a prompt leaves room for: vLLM refuses a prompt past max_model_len and cuts
+        ``max_tokens`` (so the canvas's rows) to what fits."""
         limit = self.options.max_model_len
-        if n_prompt + width > limit:
+        if n_prompt > limit:
             self.counters["rejected"] += 1
             raise _Reply(400, error_body(
-                f"This model's maximum context length is {limit} tokens. However, your request "
-                f"has {n_prompt} input tokens and a canvas of {width}. Please reduce the "
-                "length of the input messages.", "input_tokens"))
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {n_prompt} input tokens, which exceeds this limit even without any "
+                "output tokens. Please reduce the length of the input prompt. (parameter="
+                f"input_tokens, value={n_prompt})", "input_tokens"))
+        if n_prompt + rows > limit:
+            self.counters["truncated"] += 1
+        fit = min(rows, limit - n_prompt)
+        if fit < 1:
+            self.counters["rejected"] += 1
+            raise _Reply(400, error_body(
+                f"max_tokens must be at least 1, got {fit}. (parameter=max_tokens, value={fit})",
+                "max_tokens"))
+        return fit
 
     def _validated(self, raw: bytes, *, chat: bool) -> tuple[dict[str, Any], ReadSpec]:
         try:
@@ -207,35 +250,64 @@ class SimApp:
             self.counters["rejected"] += 1
             raise _Reply(400, error_body(f"the body is not valid JSON: {exc}", None)) from exc
         try:
-            if isinstance(body, dict) and body.get("model") != self.options.model:
-                raise _Reply(404, error_body(
-                    f"The model `{body.get('model')}` does not exist.", "model", 404))
+            self.check_model(body.get("model") if isinstance(body, dict) else None)
             spec = validate_read(body, chat=chat, canvas_length=self.options.canvas_length,
-                                 vocab_size=self.vocab_size)
+                                 vocab_size=self.vocab_size,
+                                 default_temperature=self.options.default_temperature)
         except SimBadRequest as exc:
             self.counters["rejected"] += 1
-            raise _Reply(400, error_body(exc.message, exc.param)) from exc
+            raise _Reply(400, error_body(exc.message, exc.param, kind=exc.kind)) from exc
         except _Reply:
             self.counters["rejected"] += 1
             raise
         return body, spec
 
-    def _answer(self, body: dict[str, Any], spec: ReadSpec,
-                pairs: tuple[tuple[str, str], ...], prompt_ids: tuple[int, ...], *,
-                chat: bool, fault: str | None, rows: list[Row] | None = None
-                ) -> dict[str, Any]:
-        parsed = _prompt_parts(pairs)
-        known = set(parsed[1]) if parsed is not None else None
-        slot_ids = find_slots(self.tokenizer, spec.canvas, spec.rows, spec.pinned, known)
-        slots = {p: _question(pairs, parsed, cid) for p, cid in slot_ids.items()}
-        if rows is None:
-            rows = self.scorer.rows(spec.canvas, spec.rows, spec.logprob_ids, slots, fault)
+    def check_model(self, model: Any) -> None:
+        """vLLM's 404 for a model it does not serve."""
+        if model != self.options.model:
+            raise _Reply(404, error_body(
+                f"The model `{model}` does not exist. Valid aliases: {self.options.model}.",
+                "model", 404))
+
+    def _answer(self, spec: ReadSpec, n_rows: int, pairs: tuple[tuple[str, str], ...],
+                prompt_ids: tuple[int, ...], *, chat: bool, fault: str | None,
+                engine_rows: list[Row] | None = None) -> dict[str, Any]:
+        canvas = spec.canvas or self._blank_canvas(spec.width)
+        if engine_rows is not None:
+            rows = engine_rows[:n_rows]
+        else:
+            slots = self._slots(understand(pairs), canvas, spec)
+            rows = self.scorer.rows(canvas, n_rows, spec.logprob_ids, slots, fault)
         cached = self.prefix.lookup_and_insert(prompt_ids)
         info = usage(len(prompt_ids), len(rows), cached)
         text = "".join(self.tokenizer.piece(r.argmax_id) for r in rows)
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{self.counters['reads']}"
-        build = chat_response if chat else completions_response
-        return build(request_id, self.options.model, self.created, rows, text, info)
+        if chat:
+            return chat_response(request_id, self.options.model, self.created, rows, text, info,
+                                 self.tokenizer.piece)
+        return completions_response(request_id, self.options.model, self.created, rows, text,
+                                    info)
+
+    def _blank_canvas(self, width: int) -> tuple[int, ...]:
+        """A generation without a seed canvas: the model closes its turn at once."""
+        info = self.tokenizer.text.info
+        return (info.turn_close_id, *([info.pad_id] * (width - 1)))
+
+    def _slots(self, prompt: ReadPrompt, canvas: tuple[int, ...],
+               spec: ReadSpec) -> dict[int, SlotQuestion]:
+        known = set(prompt.questions) or None
+        names = find_slots(self.tokenizer, canvas, spec.rows, spec.pinned, known,
+                           reply_slot=prompt.reply_slot)
+        return {p: _slot_question(prompt, name) for p, name in names.items()}
+
+
+def _slot_question(prompt: ReadPrompt, name: str) -> SlotQuestion:
+    """The question at a slot; a prompt dreads did not build reads as its whole text."""
+    asked = prompt.questions.get(name)
+    if asked is None:
+        return SlotQuestion(prompt.state_text, name)
+    return SlotQuestion(prompt.state_text, asked.instructions,
+                        asked.key_label if asked.qtype is not None else None, asked.labels)
 
 
 def _message_pairs(messages: Any) -> tuple[tuple[str, str], ...]:
@@ -244,26 +316,6 @@ def _message_pairs(messages: Any) -> tuple[tuple[str, str], ...]:
     except (TypeError, KeyError) as exc:
         raise _Reply(400, error_body("every message needs role and content (text)",
                                      "messages")) from exc
-
-
-def _question(pairs: tuple[tuple[str, str], ...], parsed: tuple[str, dict[str, str]] | None,
-              canvas_id: str) -> tuple[str, str]:
-    """(state text, instructions) of a slot; for a prompt dreads did not build, the prompt."""
-    if parsed is None:
-        return "\n".join(c for _, c in pairs), canvas_id
-    state_text, questions = parsed
-    return state_text, questions.get(canvas_id, canvas_id)
-
-
-@lru_cache(maxsize=4096)
-def _prompt_parts(pairs: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, str]] | None:
-    from app.engine import parse_messages
-
-    try:
-        parts = parse_messages([{"role": r, "content": c} for r, c in pairs])
-    except Exception:  # any prompt dreads did not build
-        return None
-    return parts.state_text, dict(parts.questions)
 
 
 async def _read_body(receive: Receive) -> bytes:

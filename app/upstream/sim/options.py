@@ -33,3 +33,7 @@ class SimOptions:
     engine_model: str | None = None  #: a DiffusionGemma checkpoint: rows from the engine
     engine_device: str = "cpu"  #: with engine_model
     engine_dtype: str = "bfloat16"  #: with engine_model
+    api_key: str | None = None  #: like vLLM's --api-key: /v1 routes need this bearer key
+    #: the checkpoint's generation-config temperature, used when a read sends none (vLLM
+    #: refuses anything but 1.0 on a diffusion read)
+    default_temperature: float = 1.0

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["AnswerKey", "Row", "ScoreOptions", "Scorer"]
+__all__ = ["AnswerKey", "Row", "ScoreOptions", "Scorer", "SlotQuestion"]
 
 _STD = NormalDist()
 _FIRST_LABELS = frozenset({"yes", "a", "1"})
@@ -48,6 +48,21 @@ class Row:
     argmax_id: int
     argmax_logprob: float
     logprobs: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class SlotQuestion:
+    """The question asked at one slot: its state and instructions (what the key and the hashes
+    go by) and how the prompt labels its options (``key_label``: dreads label -> prompt's)."""
+
+    state: str
+    instructions: str
+    key_label: Any = None  #: Callable[[str], str] or None: the prompt uses dreads' labels
+    labels: tuple[str, ...] = ()  #: the prompt's labels ((): any requested id may be one)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.state, self.instructions
 
 
 class AnswerKey:
@@ -102,8 +117,8 @@ class Scorer:
         self.key = key
 
     def rows(self, canvas: Sequence[int], n_rows: int, logprob_ids: Sequence[int],
-             slots: Mapping[int, tuple[str, str] | None], fault: str | None) -> list[Row]:
-        """One row per position < n_rows. ``slots``: position -> (state, instructions) or None."""
+             slots: Mapping[int, SlotQuestion | None], fault: str | None) -> list[Row]:
+        """One row per position < n_rows. ``slots``: position -> its question, or None."""
         out: list[Row] = []
         dropped = False
         for position in range(n_rows):
@@ -117,25 +132,37 @@ class Scorer:
         return out
 
     def _slot_row(self, canvas: Sequence[int], position: int, ids: Sequence[int],
-                  question: tuple[str, str] | None, fault: str | None) -> Row:
+                  slot: SlotQuestion | None, fault: str | None) -> Row:
         if not ids:
             return Row(canvas[position], -0.05, {})
-        logits = self._logits(canvas[position], position, ids, question)
+        own = self._own_ids(ids, slot)
+        after_colon = position > 0 and self.piece(canvas[position - 1]).endswith(":")
+        truth = self._true_id(own, slot, spaced=after_colon)
+        question = slot.key if slot is not None else None
+        logits = self._logits(canvas[position], position, own, question, truth)
         top = max(logits, key=logits.__getitem__)
         log_z = math.log(sum(math.exp(v) for v in logits.values()))
+        rest = _floor_logprobs(ids, position)
         if fault == "low_mass":
             mass = 0.03 + 0.12 * _unit(self.options.seed, "mass", canvas[position], position)
             logprobs = {i: math.log(mass) + v - log_z for i, v in logits.items()}
             other = self._non_label(ids, canvas[position])
-            return Row(other, math.log(0.6), logprobs)
+            return Row(other, math.log(0.6), {**rest, **logprobs})
         mass = 0.90 + 0.09 * _unit(self.options.seed, "mass", question)
         logprobs = {i: math.log(mass) + v - log_z for i, v in logits.items()}
-        return Row(top, logprobs[top], logprobs)
+        return Row(top, logprobs[top], {**rest, **logprobs})
+
+    def _own_ids(self, ids: Sequence[int], slot: SlotQuestion | None) -> list[int]:
+        """The requested ids that are this slot's labels (a joint canvas asks for every
+        question's); all of them when the prompt's labels are unknown."""
+        if slot is None or not slot.labels:
+            return list(ids)
+        own = [i for i in ids if self.piece(i).strip() in slot.labels]
+        return own or list(ids)
 
     def _logits(self, noise_id: int, position: int, ids: Sequence[int],
-                question: tuple[str, str] | None) -> dict[int, float]:
+                question: tuple[str, str] | None, truth: int | None) -> dict[int, float]:
         opts = self.options
-        truth = self._true_id(ids, question)
         logits: dict[int, float] = {}
         for token_id in ids:
             if truth is None:
@@ -152,16 +179,21 @@ class Scorer:
                 logits[first[0]] -= opts.miscalibration
         return logits
 
-    def _true_id(self, ids: Sequence[int], question: tuple[str, str] | None) -> int | None:
-        if self.key is None or question is None:
+    def _true_id(self, ids: Sequence[int], slot: SlotQuestion | None, *,
+                 spaced: bool) -> int | None:
+        """The id of the key's label at this slot: after "q0:" the label's spaced token
+        ("▁yes"), else its bare one ("yes"), whichever the request asks for."""
+        if self.key is None or slot is None:
             return None
-        label = self.key.label(*question)
+        label = self.key.label(*slot.key)
         if label is None:
             return None
-        for token_id in ids:
-            if self.piece(token_id).strip() == label:
-                return token_id
-        return None
+        if slot.key_label is not None:
+            label = slot.key_label(label)
+        matches = [i for i in ids if self.piece(i).strip() == label]
+        preferred = [i for i in matches if self.piece(i).startswith(" ") == spaced]
+        found = preferred or matches
+        return found[0] if found else None
 
     def _non_label(self, ids: Sequence[int], noise_id: int) -> int:
         candidate = int(_unit(self.options.seed, "other-argmax", noise_id) * self.vocab_size)
@@ -170,8 +202,13 @@ class Scorer:
         return candidate
 
 
+def _floor_logprobs(ids: Sequence[int], position: int) -> dict[int, float]:
+    """Small, fixed logprobs for ids the model does not want at ``position``."""
+    return {i: -12.0 - ((i * 2654435761 + position) % 997) / 250.0 for i in ids}
+
+
 def _template_row(token_id: int, position: int, ids: Sequence[int]) -> Row:
-    logprobs = {i: -12.0 - ((i * 2654435761 + position) % 997) / 250.0 for i in ids}
+    logprobs = _floor_logprobs(ids, position)
     if token_id in logprobs:
         logprobs[token_id] = -0.01
     return Row(token_id, -0.01, logprobs)

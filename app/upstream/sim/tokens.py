@@ -16,7 +16,7 @@ __all__ = ["PrefixCache", "SimTokenizer", "find_slots", "load_sim_tokenizer"]
 
 BLOCK = 16  #: vLLM's prefix-cache block size
 _TAIL_TOKENS = 6
-_LINE_SLOT = re.compile(r"(?:^|[\n>])\s*(q\d+):[ \t]*$")
+_LINE_SLOT = re.compile(r"(?:^|[\n>])[ \t]*(q?\d+):[ \t]?$")
 _INDEXED_SLOT = re.compile(r"(?:^|[\s>])(q\d+)$")
 _TURN = re.compile(r"<(?:start_of_turn|\|turn)>(system|user)\n(.*?)<(?:end_of_turn|turn\|)>", re.S)
 
@@ -28,6 +28,7 @@ class SimTokenizer:
         self.text = text_tokenizer
         self.hf = text_tokenizer.hf
         self.vocab_size: int = int(text_tokenizer.info.vocab_size)
+        self.turn_close_id: int = int(text_tokenizer.info.turn_close_id)
         self.piece = lru_cache(maxsize=65536)(self._piece)
         self.prompt_ids = lru_cache(maxsize=4096)(self._prompt_ids)
 
@@ -37,9 +38,11 @@ class SimTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=False))
 
-    def _prompt_ids(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    def _prompt_ids(self, messages: tuple[tuple[str, str], ...], add_generation_prompt: bool,
+                    continue_final_message: bool) -> tuple[int, ...]:
         msgs: tuple[Message, ...] = tuple({"role": r, "content": c} for r, c in messages)
-        return tuple(self.text.chat_prompt_ids(msgs))
+        return tuple(self.text.render_chat(msgs, add_generation_prompt=add_generation_prompt,
+                                           continue_final_message=continue_final_message))
 
     def messages_from_prompt(self, prompt_ids: Sequence[int]) -> list[dict[str, str]]:
         """The system/user turns of a completions prompt, decoded back to text."""
@@ -57,15 +60,36 @@ def load_sim_tokenizer(name: str) -> SimTokenizer:
 
 def find_slots(
     tokenizer: SimTokenizer, canvas: Sequence[int], rows: int, pinned: Sequence[int] | None,
-    known: Collection[str] | None = None,
+    known: Collection[str] | None = None, *, reply_slot: bool = False,
 ) -> dict[int, str]:
-    """Slot position -> canvas id (``q<k>``): positions whose preceding canvas text ends in
-    ``q<k>:`` (lines format) or, when no line matches, ``q<k>`` (indexed). With a pinned list,
-    only unpinned positions are candidates; with ``known`` ids, only those ids count (a noise
-    digit after ``q8`` does not make a ``q89``)."""
+    """Slot position -> slot name. ``reply_slot`` (an isolated read of vLLM's reader): the
+    reply's first token, position 0, named "". Otherwise the positions that end an answer line's
+    prefix, ``q<k>:`` or ``<k>:`` at a line start, optionally followed by a lone space token,
+    and are followed by a newline or the turn close (a score digit after ``: `` sits one
+    position past the space); when no line matches, ``q<k>`` of the indexed format. With a
+    pinned list only unpinned positions are candidates; with ``known`` names only those count
+    (a noise digit after ``q8`` does not make a ``q89``)."""
+    if reply_slot:
+        return {0: ""} if rows > 0 and (pinned is None or 0 not in pinned) else {}
     candidates = range(1, rows) if pinned is None else sorted(set(range(rows)) - set(pinned))
     tails = {p: _tail(tokenizer, canvas, p) for p in candidates if p > 0}
-    return _match(tails, _LINE_SLOT, known) or _match(tails, _INDEXED_SLOT, known)
+    ends = {p: t for p, t in tails.items() if _ends_line(tokenizer, canvas, p)}
+    return _match(_latest(ends), _LINE_SLOT, known) or _match(tails, _INDEXED_SLOT, known)
+
+
+def _latest(tails: dict[int, str]) -> dict[int, str]:
+    """Of two neighbours that both end the same line prefix (``q1:`` then a lone space whose
+    noise is a newline), the later one is the slot."""
+    names = {p: m.group(1) for p, t in tails.items() if (m := _LINE_SLOT.search(t))}
+    return {p: t for p, t in tails.items()
+            if p not in names or names.get(p + 1) != names[p]}
+
+
+def _ends_line(tokenizer: SimTokenizer, canvas: Sequence[int], position: int) -> bool:
+    if position + 1 >= len(canvas):
+        return True
+    after = canvas[position + 1]
+    return after == tokenizer.turn_close_id or tokenizer.piece(after) == "\n"
 
 
 def _tail(tokenizer: SimTokenizer, canvas: Sequence[int], position: int) -> str:
@@ -74,12 +98,12 @@ def _tail(tokenizer: SimTokenizer, canvas: Sequence[int], position: int) -> str:
 
 def _match(tails: dict[int, str], pattern: re.Pattern[str],
            known: Collection[str] | None) -> dict[int, str]:
-    """The matches that read as q0, q1, ... in increasing order (a template lists its ids in
-    order): the longest such chain drops look-alikes such as "q1" before the "0" of "q10", or a
-    noise digit after "q1" that spells "q10"."""
+    """The matches that read as q0, q1, ... (or 1, 2, ...) in increasing order (a template
+    lists its ids in order): the longest such chain drops look-alikes such as "q1" before the
+    "0" of "q10", or a noise digit after "q1" that spells "q10"."""
     found = sorted((p, m.group(1)) for p, tail in tails.items() if (m := pattern.search(tail))
                    and (known is None or m.group(1) in known))
-    index = [int(canvas_id[1:]) for _, canvas_id in found]
+    index = [int(name.lstrip("q")) for _, name in found]
     length = [1] * len(found)
     previous = [-1] * len(found)
     for k in range(len(found)):

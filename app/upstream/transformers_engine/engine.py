@@ -25,10 +25,10 @@ from app.engine.types import (
     ReadRequest,
     ReadResult,
     ServerFingerprint,
-    TextTokenizer,
 )
 from app.errors import UpstreamRejected, UpstreamUnavailable
 from app.upstream.sim.validate import SimBadRequest, validate_read
+from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.transformers_engine.batcher import MicroBatcher
 from app.upstream.transformers_engine.executor import BatchExecutor, JobOutput, ReadJob
 from app.upstream.transformers_engine.model import ReadModel, load_model
@@ -60,7 +60,7 @@ class TransformersUpstream:
 
     engine: str = ENGINE
 
-    def __init__(self, model_path: str, *, tokenizer: TextTokenizer, device: str = "cpu",
+    def __init__(self, model_path: str, *, tokenizer: HFTextTokenizer, device: str = "cpu",
                  dtype: str = "bfloat16", max_batch: int = 64, flush_ms: float = 3.0,
                  prefill_token_budget: int = 16384, decode_token_budget: int = 65536,
                  cache_bytes: int | None = None,
@@ -81,7 +81,7 @@ class TransformersUpstream:
         self._prompts: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
 
     @classmethod
-    def from_model(cls, model: ReadModel, *, tokenizer: TextTokenizer, name: str,
+    def from_model(cls, model: ReadModel, *, tokenizer: HFTextTokenizer, name: str,
                    **options: Any) -> TransformersUpstream:
         """An upstream over an already loaded model (tests, benchmarks)."""
         return cls(name, tokenizer=tokenizer, model=model, **options)
@@ -98,12 +98,16 @@ class TransformersUpstream:
                           cached_tokens=output.cached_tokens,
                           latency_ms=(time.perf_counter() - started) * 1000.0)
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context length (its config's ``max_position_embeddings``)."""
+        return int(getattr(self.model.text_config, "max_position_embeddings", 0)) or None
+
     async def fingerprint(self) -> ServerFingerprint:
-        text = self.model.text_config
         return ServerFingerprint(
             engine=ENGINE,
             model_id=self.model_id,
-            max_model_len=int(getattr(text, "max_position_embeddings", 0)) or None,
+            max_model_len=self.max_model_len,
             version=f"transformers {transformers.__version__}; torch {torch.__version__}",
             canvas_length=self.canvas_length,
         )
@@ -143,18 +147,27 @@ class TransformersUpstream:
         if bad:
             raise UpstreamRejected(f"slot positions {bad} lie outside the canvas of width "
                                    f"{spec.width}", param="extra_args")
+        if spec.canvas is None or not spec.read_only:
+            raise UpstreamRejected(
+                "the transformers engine serves read-only reads of a seed canvas: send "
+                "diffusion_read_only: true and diffusion_seed_canvas", param="extra_args")
         ids = spec.logprob_ids or tuple(request.logprob_ids)
         return ReadJob(self._prompt_ids(body, chat=chat), spec.canvas, tuple(request.slots),
                        tuple(ids), spec.constrained)
 
     def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool) -> tuple[int, ...]:
+        """The prompt as vLLM renders it (a chat body may continue a final assistant
+        message: the thought block of a read)."""
         if not chat:
             return self._completion_ids(body["prompt"])
-        key = orjson.dumps(body["messages"], option=orjson.OPT_SORT_KEYS)
+        flags = (bool(body.get("add_generation_prompt", True)),
+                 bool(body.get("continue_final_message", False)))
+        key = orjson.dumps([body["messages"], flags], option=orjson.OPT_SORT_KEYS)
         ids = self._prompts.get(key)
         if ids is None:
-            messages = tuple(dict(m) for m in body["messages"])
-            ids = tuple(self.tokenizer.chat_prompt_ids(messages))
+            ids = tuple(self.tokenizer.render_chat(
+                body["messages"], add_generation_prompt=flags[0],
+                continue_final_message=flags[1]))
             self._prompts[key] = ids
             if len(self._prompts) > _PROMPT_MEMO:
                 self._prompts.popitem(last=False)

@@ -134,12 +134,14 @@ def test_an_unknown_model_is_400_api_usage_error_and_aliases_are_accepted(
         assert post(guarded, body(model=name)).status_code == 200
 
 
-def test_a_request_the_model_server_rejects_is_400_saying_so(guarded: ServeProcess) -> None:
-    """A state longer than the served max_model_len: vLLM's 400 is passed on, not retried."""
+def test_a_prompt_past_the_served_context_is_400_before_any_read(
+        guarded: ServeProcess) -> None:
+    """A state longer than the served max_model_len: refused with the token counts, before
+    any read (vLLM would cut the canvas and answer rows that are not there)."""
     response = post(guarded, body(state="word " * 9000))
     assert response.status_code == 400
     assert detail(response)["error_type"] == "invalid_request_error"
-    assert detail(response)["message"].startswith("the model rejected this request: ")
+    assert "more than the server's max_model_len 8192" in detail(response)["message"]
 
 
 # -- 401 / 403 ------------------------------------------------------------------------------------

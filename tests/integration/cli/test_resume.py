@@ -17,9 +17,11 @@ from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer, free_port
-from workers.constants import QUEUE
+from workers.constants import queue_for
 
 Dreads = Callable[..., CliResult]
+
+QUEUE = queue_for("dgemma", 320)  #: the runs' queue: their model and canvas
 
 
 @pytest.fixture(scope="module")

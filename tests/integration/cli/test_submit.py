@@ -12,9 +12,11 @@ from sqlalchemy import create_engine, text
 
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer, free_port
-from workers.constants import QUEUE
+from workers.constants import queue_for
 
 Dreads = Callable[..., CliResult]
+
+QUEUE = queue_for("dgemma", 320)  #: the runs' queue: their model and canvas
 
 
 def _submit(dreads: Dreads, db: str, redis: RedisServer, path: Path, run: str,
@@ -129,3 +131,47 @@ def test_missing_file(dreads: Dreads, cli_pg: str, tmp_path: Path, missing: str)
     result = dreads("submit", str(tmp_path / missing), "--run", "nofile",
                     "--database-url", cli_pg)
     assert result.code == 2 and "cannot read job file" in result.stderr
+
+
+def test_a_server_with_a_narrower_canvas_stops_submit_before_anything_is_queued(
+        dreads: Dreads, cli_pg: str, cli_redis: RedisServer, tmp_path: Path,
+        make_sim: Callable[..., object]) -> None:
+    """/v1/models does not report the canvas: a probe read at the run's full width proves it."""
+    cli_redis.wipe()
+    narrow = make_sim(canvas_length=160)
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("n1"), job_line("n2")])
+    result = dreads("submit", str(path), "--run", "narrow", "--database-url", cli_pg,
+                    "--broker", cli_redis.url, "--upstream", narrow.url,  # type: ignore[attr-defined]
+                    "--canvas", "320")
+    assert result.code != 0
+    assert "refused a read at the run's canvas width 320" in result.stderr
+    assert "--canvas" in result.stderr and "Traceback" not in result.stderr
+    assert _statuses(cli_pg, "narrow") == {}
+    assert cli_redis.client().llen(QUEUE) == 0
+
+
+def test_an_api_key_is_sent_and_a_missing_one_stops_submit(
+        dreads: Dreads, cli_pg: str, cli_redis: RedisServer, tmp_path: Path,
+        make_sim: Callable[..., object], monkeypatch: pytest.MonkeyPatch) -> None:
+    cli_redis.wipe()
+    keyed = make_sim(api_key="pod-key")
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("k1")])
+
+    def submit(run: str) -> CliResult:
+        return dreads("submit", str(path), "--run", run, "--database-url", cli_pg, "--broker",
+                      cli_redis.url, "--upstream", keyed.url, "--json")  # type: ignore[attr-defined]
+
+    refused = submit("keyless")
+    assert refused.code != 0 and "DREADS_UPSTREAM_API_KEY" in refused.stderr
+    assert _statuses(cli_pg, "keyless") == {}
+    monkeypatch.setenv("DREADS_UPSTREAM_API_KEY", "pod-key")
+    from app.config import get_settings
+
+    get_settings.cache_clear()
+    accepted = submit("keyed")
+    assert accepted.code == 0, accepted.stderr
+    assert accepted.json()["fingerprint"]["model_id"] == "dgemma"
+    assert _statuses(cli_pg, "keyed") == {"queued": 1}
+    runs = _rows(cli_pg, "SELECT settings::text, coalesce(fingerprint::text, '') FROM runs "
+                         "WHERE name = 'keyed'")
+    assert "pod-key" not in repr(runs)  # the key is never stored with the run

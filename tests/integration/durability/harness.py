@@ -1,6 +1,6 @@
 """Shared pieces of the durability scenarios: a simulator subprocess, submitting a run in the
-producer's order (rows committed, then messages published, then stamped queued), waiting for
-it to settle, and the invariants checked in SQL."""
+producer's order (rows committed already queued, then their messages published to the run's
+queue), waiting for it to settle, and the invariants checked in SQL."""
 
 from __future__ import annotations
 
@@ -26,10 +26,11 @@ from app.engine import (
 )
 from app.publish import publish_chunks
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.models import Answer, Attempt, Decision
-from app.store.queue import mark_queued
+from app.store.models import Answer, Attempt, Decision, DecisionStatus
+from app.store.queue import database_now
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
 from tests.fixtures.services import ROOT, VENV_BIN, free_port, wait_until
+from workers.constants import queue_for
 
 __all__ = ["Sim", "Stack", "check_invariant", "job_lines", "outcome_counts", "worker_env"]
 
@@ -128,24 +129,28 @@ class Stack:
         return worker_env(**(base | overrides))
 
     def submit(self, n: int = N_DECISIONS, *, name: str = "durable",
-               settings: ReadSettings | None = None, chunk_size: int = 32) -> int:
-        """Write ``n`` decisions, commit, then publish them and stamp them queued (the
-        producer's order)."""
+               settings: ReadSettings | None = None, chunk_size: int = 32,
+               prefix: str = "d") -> int:
+        """Write ``n`` decisions already queued, commit, then publish them to the run's queue
+        (the producer's order)."""
+        from app.publish import broker_epoch
         from workers.celery_app import make_celery
 
         settings = settings or ReadSettings()
+        celery = make_celery(broker_url=self.broker_url)
         with session_scope(self.factory) as s:
             run, _ = ensure_run(s, name=name, settings=settings_to_dict(settings),
                                 settings_hash=settings_hash(settings), upstream=self.upstream,
                                 engine="vllm", source="job.jsonl", replicates=1,
                                 fingerprint=None)
-            inserted = insert_decisions(s, run.id, _rows(n))
+            broker_epoch(celery, database_now(s).timestamp())
+            inserted = insert_decisions(s, run.id, _rows(n, prefix),
+                                        status=DecisionStatus.QUEUED)
         ids = sorted(rid for rid, _ in inserted)
         assert len(ids) == n
-        publish_chunks(make_celery(broker_url=self.broker_url), run.id, ids, chunk_size,
-                       run_name=name)
-        with session_scope(self.factory) as s:
-            mark_queued(s, ids)
+        publish_chunks(celery, run.id, ids, chunk_size, run_name=name,
+                       queue=queue_for(settings.model, settings.canvas_length))
+        celery.close()
         self.run_id = run.id
         return self.run_id
 
@@ -183,10 +188,10 @@ class Stack:
                    what=f"{n} decisions done" + (" with leases held" if leased else ""))
 
 
-def _rows(n: int) -> Iterator[DecisionRow]:
+def _rows(n: int, prefix: str = "d") -> Iterator[DecisionRow]:
     import orjson
 
-    for line_no, line in job_lines(n):
+    for line_no, line in job_lines(n, prefix=prefix):
         decision = parse_decision(orjson.loads(line), line_no=line_no)
         yield DecisionRow(key=decision.id, replicate=0, cell=decision.cell, line_no=line_no,
                           payload=decision_payload(decision),

@@ -13,6 +13,7 @@ import pytest
 
 from tests.fixtures.services import ROOT, VENV_BIN, RedisServer, WorkerProcess
 from tests.integration.durability.harness import Stack, check_invariant
+from workers.constants import queue_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -26,7 +27,7 @@ def _dreads(stack: Stack, *args: str, **env: Any) -> subprocess.CompletedProcess
 
 
 def _queue_length(redis: RedisServer) -> int:
-    return int(redis.client().llen("dreads.reads"))
+    return int(redis.client().llen(queue_for("dgemma", 320)))
 
 
 def test_resume_finished_run_publishes_nothing_and_refuses_changed_settings(

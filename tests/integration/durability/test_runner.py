@@ -81,7 +81,7 @@ async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: St
 
 
 async def test_template_too_wide_is_rejected_with_its_message(stack: Stack) -> None:
-    ids = _write(stack, 3, replace(ReadSettings(), canvas_length=4, canvas_step=4),
+    ids = _write(stack, 3, replace(ReadSettings(), canvas_length=2, canvas_step=2),
                  "narrow")
     result = await _run(stack, ids)
     assert result.rejected == 3 and result.failed == {"rejected": 3}  # type: ignore[attr-defined]
@@ -91,11 +91,62 @@ async def test_template_too_wide_is_rejected_with_its_message(stack: Stack) -> N
     assert all(r.last_error for r in rows)
 
 
-async def test_server_refusal_is_permanent_and_unreachable_is_transient(stack: Stack) -> None:
-    ids = _write(stack, 4, replace(ReadSettings(), model="no-such-model"), "refused")
-    result = await _run(stack, ids[:2])
+async def test_server_refusal_is_permanent_and_unreachable_is_transient(
+        stack: Stack, make_sim: Callable[..., object]) -> None:
+    short = make_sim(max_model_len=64)  # refuses every prompt: 400 input_tokens
+    ids = _write(stack, 4, ReadSettings(), "refused")
+    result = await _run(stack, ids[:2], url=short.url)  # type: ignore[attr-defined]
     assert result.failed == {"bad_request": 2}  # type: ignore[attr-defined]
     dead = f"http://127.0.0.1:{free_port()}"
     result = await _run(stack, ids[2:], url=dead)
     assert result.failed == {"upstream_unreachable": 2}  # type: ignore[attr-defined]
     assert sorted(_statuses(stack)) == ["pending", "pending", "rejected", "rejected"]
+
+
+def _fingerprinted(stack: Stack, n: int, name: str, max_model_len: int) -> list[int]:
+    ids = _write(stack, n, ReadSettings(), name)
+    from app.store.runs import record_fingerprint
+
+    with session_scope(stack.factory) as s:
+        record_fingerprint(s, stack.run_id, {"engine": "sim", "model_id": "dgemma",
+                                             "max_model_len": max_model_len, "version": None,
+                                             "canvas_length": 320})
+    return ids
+
+
+async def test_a_prompt_past_the_servers_context_is_rejected_before_any_read(
+        stack: Stack, make_sim: Callable[..., object]) -> None:
+    """vLLM would admit it, cut the canvas and answer rows that are not there."""
+    sim = make_sim(max_model_len=64)
+    ids = _fingerprinted(stack, 3, "long", 64)
+    result = await _run(stack, ids, url=sim.url)  # type: ignore[attr-defined]
+    assert result.rejected == 3  # type: ignore[attr-defined]
+    with session_scope(stack.factory) as s:
+        reasons = s.scalars(select(Decision.last_error)).all()
+    assert all("more than the server's max_model_len 64" in r for r in reasons)
+    assert all(" tokens (thought block included) and its canvas 16: " in r for r in reasons)
+    assert sim.stats()["requests"] == 0  # type: ignore[attr-defined]
+
+
+async def test_a_refused_api_key_puts_decisions_back_uncharged(
+        stack: Stack, make_sim: Callable[..., object]) -> None:
+    """A 401 is the worker's configuration: not retried, no decision failed or charged."""
+    sim = make_sim(api_key="the-right-key")
+    ids = _write(stack, 4, ReadSettings(), "keyed")
+    result = await _run(stack, ids, url=sim.url)  # type: ignore[attr-defined]
+    assert result.failed == {"unauthorized": 4}  # type: ignore[attr-defined]
+    assert "DREADS_UPSTREAM_API_KEY" in result.not_served  # type: ignore[attr-defined]
+    with session_scope(stack.factory) as s:
+        rows = s.execute(select(Decision.status, Decision.attempts)).all()
+    assert {(r.status, r.attempts) for r in rows} == {("pending", 0)}
+    assert sim.stats()["unauthorized"] == 4  # type: ignore[attr-defined]
+    keyed = VllmUpstream(sim.url, model="dgemma", canvas_length=320,  # type: ignore[attr-defined]
+                         api_key="the-right-key")
+    try:
+        done = await run_chunk(run_id=stack.run_id, decision_ids=ids,
+                               session_factory=stack.factory, upstream=keyed,
+                               tokenizer=load_tokenizer("standin"), owner="test", lease_s=30,
+                               max_in_flight=16)
+    finally:
+        await keyed.aclose()
+    assert done.done == 4 and set(_statuses(stack)) == {"done"}

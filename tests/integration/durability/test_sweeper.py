@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from datetime import timedelta
 
 import orjson
 import pytest
@@ -12,11 +13,13 @@ from sqlalchemy import select
 from app.publish import PublishError, chunk_ids, publish_chunks
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, Run
-from app.store.queue import claim_decisions, mark_queued
+from app.store.queue import claim_decisions, mark_queued, utcnow
 from app.sweeper import sweep_once
 from tests.fixtures.services import RedisServer, free_port
 from workers.celery_app import make_celery
-from workers.constants import QUEUE, TASK_RUN_CHUNK
+from workers.constants import TASK_RUN_CHUNK, queue_for
+
+QUEUE = queue_for("dgemma", 320)
 
 
 @pytest.fixture
@@ -28,7 +31,8 @@ def factory(pg_url: str) -> Iterator[object]:
 
 def _seed(factory, n: int) -> list[int]:  # type: ignore[no-untyped-def]
     with session_scope(factory) as s:
-        run = Run(name="r", settings={}, settings_hash="h", upstream="sim")
+        run = Run(name="r", settings={"model": "dgemma", "canvas_length": 320},
+                  settings_hash="h", upstream="sim")
         s.add(run)
         s.flush()
         rows = [Decision(run_id=run.id, key=f"d{i}", payload={}) for i in range(n)]
@@ -65,7 +69,7 @@ def test_chunk_ids_keeps_order_and_size() -> None:
 def test_publish_chunks_sends_named_tasks_with_readable_argsrepr(
         redis_server: RedisServer) -> None:
     celery = make_celery(broker_url=redis_server.url)
-    assert publish_chunks(celery, 7, list(range(1, 71)), 32, run_name="demo") == 3
+    assert publish_chunks(celery, 7, list(range(1, 71)), 32, run_name="demo", queue=QUEUE) == 3
     messages = _messages(redis_server)
     assert len(messages) == 3
     headers = [m["headers"] for m in messages]
@@ -80,14 +84,33 @@ def test_sweep_publishes_pending_isolates_lost_and_waits_for_backlog(
     ids = _seed(factory, 10)
     with session_scope(factory) as s:
         claim_decisions(s, decision_ids=ids[:2], owner="dead", lease_s=-1)
-        mark_queued(s, ids[2:6])
-    report = sweep_once(factory, celery, requeue_after_s=0, chunk_size=32)
+        mark_queued(s, ids[2:6], now=utcnow() - timedelta(seconds=100))
+    report = sweep_once(factory, celery, requeue_after_s=50, chunk_size=32)
     assert (report.lost, report.published) == (2, 10)
-    # 4 pending + 4 stale queued in one chunk; the 2 lost ones alone in a message each
-    assert sorted(_chunks(redis_server), key=lambda c: (len(c), c)) == [[ids[0]], [ids[1]], ids[2:]]
+    # 4 pending, then 4 stale queued (the queue was drained); the 2 lost ones alone
+    assert sorted(_chunks(redis_server), key=lambda c: (len(c), c)) == [
+        [ids[0]], [ids[1]], ids[2:6], ids[6:]]
     assert set(_statuses(factory).values()) == {"queued"}
     again = sweep_once(factory, celery, requeue_after_s=0, chunk_size=32)
-    assert again.published == 0 and again.backlog == 3, "a backlog is not a loss"
+    assert again.published == 0 and again.backlog == 4, "a backlog is not a loss"
+
+
+def test_broker_loss_is_repaired_at_the_next_sweep_in_full(
+        factory, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Redis loses every key: the next sweep re-publishes every queued decision at once (no
+    requeue window, no cap: paged through the whole run), and only once."""
+    monkeypatch.setattr("app.sweeper.PAGE", 7)  # several pages
+    celery = make_celery(broker_url=redis_server.url)
+    ids = _seed(factory, 40)
+    first = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
+    assert first.published == 40
+    assert sweep_once(factory, celery, requeue_after_s=600).published == 0
+    redis_server.wipe()
+    report = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
+    assert report.broker_lost and report.published == 40
+    assert sorted(i for chunk in _chunks(redis_server) for i in chunk) == ids
+    again = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
+    assert again.published == 0 and not again.broker_lost, "repaired once, not every sweep"
 
 
 def test_publish_failure_leaves_rows_for_the_next_sweep(factory) -> None:  # type: ignore[no-untyped-def]

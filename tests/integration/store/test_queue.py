@@ -20,6 +20,7 @@ from app.store.queue import (
     fail_decision,
     finish_decision,
     mark_queued,
+    release_unserved,
     renew_leases,
     sweep,
     utcnow,
@@ -202,3 +203,16 @@ def test_concurrent_claims_and_finishes_never_double(
                         .where(Attempt.won)) == 40
     assert wins == 40
     engine.dispose()
+
+
+def test_release_unserved_is_not_charged(factory: Factory) -> None:
+    """The worker's upstream does not serve the run's model: back to pending, the claim not
+    counted against the attempt cap, a not_served attempt row saying so."""
+    ids = _seed(factory, 1)
+    (claim,) = _claim(factory, ids, max_attempts=1)
+    with session_scope(factory) as s:
+        assert release_unserved(s, claim=claim, detail="404: The model `x` does not exist.")
+        decision = s.get_one(Decision, ids[0])
+        assert (decision.status, decision.attempts) == ("pending", 0)
+    assert _outcomes(factory) == ["not_served"]
+    assert [c.id for c in _claim(factory, ids, max_attempts=1)] == ids, "still claimable"

@@ -83,7 +83,7 @@ def test_template_problems_stored_as_rejected(factory, tmp_path: Path) -> None: 
                                       upstream="x"), factory, tok)
     assert [(p.line_no, p.key) for p in report.rejected] == [(2, "ch")]
     assert "logprob ids" in report.rejected[0].reason
-    assert report.inserted == 3 and len(report.inserted_ids) == 2  # rejected: not published
+    assert report.inserted == 3 and report.readable == 2  # rejected: not published
     with session_scope(factory) as session:
         records = {r["id"]: r for r in iter_export(session, report.run.id)}
     assert records["ch"]["status"] == "rejected" and "logprob ids" in records["ch"]["error"]
@@ -103,9 +103,27 @@ def test_bulk_submit_is_fast_on_postgresql(make_database: Callable[..., str],
     report = submit_job(SubmitRequest(path=path, run_name="big", settings=ReadSettings(),
                                       upstream="x"), factory, tok)
     elapsed = time.perf_counter() - t0
-    assert report.inserted == n and len(report.inserted_ids) == n
+    assert report.inserted == n and report.readable == n
     assert elapsed < 30, f"{n} decisions took {elapsed:.1f}s"
     again = submit_job(SubmitRequest(path=path, run_name="big", settings=ReadSettings(),
                                      upstream="x"), factory, tok)
     assert again.inserted == 0 and again.already_present == n
     engine.dispose()
+
+
+def test_streamed_submit_finds_duplicates_across_batches(
+        factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Batches of 2: a repeated id in a later batch is a bad line naming the first line (found
+    in the database, not in memory); the same file again is all already present (the
+    repeated id too: it names a row of the earlier submission)."""
+    monkeypatch.setattr("app.producer.SUBMIT_BATCH", 2)
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("a"), job_line("b"), job_line("c"),
+                                             job_line("a"), job_line("d")])
+    tok = load_tokenizer("standin")
+    request = SubmitRequest(path=path, run_name="stream", settings=ReadSettings(), upstream="x")
+    report = submit_job(request, factory, tok)
+    assert [(p.line_no, p.reason) for p in report.bad] == [
+        (4, "duplicate id 'a' (first on line 1)")]
+    assert (report.lines, report.valid, report.inserted) == (5, 4, 4)
+    again = submit_job(request, factory, tok)
+    assert (again.inserted, again.already_present, again.bad) == (0, 5, [])

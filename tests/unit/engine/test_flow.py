@@ -48,6 +48,8 @@ def result_for(plan: DecisionPlan, request: ReadRequest, p_first: float) -> Read
         k = len(slot.label_ids)
         probs = [p_first] + [(1 - p_first) / (k - 1)] * (k - 1)
         lps = {i: math.log(max(p, 1e-300)) for i, p in zip(slot.label_ids, probs, strict=True)}
+        for also, p in zip(slot.also_ids, probs, strict=False):  # a label's other ids: less
+            lps.update({i: math.log(max(p, 1e-300)) - 3.0 for i in also})
         top = max(lps, key=lambda i: lps[i])
         rows[slot.position] = SlotRow(logprobs=lps, argmax_id=top, argmax_logprob=lps[top])
     return ReadResult(rows=rows, prompt_tokens=40, cached_tokens=32, latency_ms=5.0)
@@ -133,12 +135,13 @@ def test_malformed_result_leaves_the_flow_unchanged(standin_tokenizer: HFTextTok
     plan = plan_for(standin_tokenizer, settings, {"a": NOUL})
     flow = DecisionFlow(plan, settings, vocab_size=800)
     (req,) = flow.next_requests()
-    with pytest.raises(MalformedResponse, match="no logprob row for slot position 3"):
+    slot = plan.units[0].slots[0]
+    missing = f"no logprob row for slot position {slot.position} "
+    with pytest.raises(MalformedResponse, match=missing):
         flow.record(req, ReadResult(rows={}))
-    bad_row = SlotRow(logprobs={plan.units[0].slots[0].label_ids[0]: -0.1}, argmax_id=1,
-                      argmax_logprob=-0.1)
+    bad_row = SlotRow(logprobs={slot.label_ids[0]: -0.1}, argmax_id=1, argmax_logprob=-0.1)
     with pytest.raises(MalformedResponse, match="missing"):
-        flow.record(req, ReadResult(rows={3: bad_row}))
+        flow.record(req, ReadResult(rows={slot.position: bad_row}))
     assert flow.n_reads == 0 and flow.draws() == ()
     assert flow.next_requests() == [req]
     flow.record(req, result_for(plan, req, 0.999))

@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from app.engine import (
+    Decision,
+    Layout,
     QuestionType,
+    build_messages,
     decision_from_payload,
     decision_payload,
     parse_decision,
@@ -65,8 +68,13 @@ def test_jev_content_objects_become_json_text_in_the_prompt() -> None:
 ])
 def test_questions_without_instructions_get_the_types_default_line(
         spec: dict[str, Any], default: str) -> None:
-    """Jev lets instructions be left out when the criteria say enough."""
-    assert parse_question("q", spec).instructions == default
+    """Jev lets instructions be left out when the criteria say enough: the question keeps none
+    (the vllm layout then writes no question line) and dreads' own layouts write a default."""
+    question = parse_question("q", spec)
+    assert question.instructions == ""
+    decision = Decision(id="d", state="s", questions=(question,))
+    user = build_messages(decision, [0], ["q0"], Layout.DOCUMENT_FIRST)[1]["content"]
+    assert f"q0: {default}" in user
 
 
 def test_noul_criteria_become_descriptions() -> None:

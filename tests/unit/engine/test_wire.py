@@ -10,6 +10,7 @@ import pytest
 from app.engine import (
     FORBIDDEN_FIELDS,
     Endpoint,
+    Layout,
     ReadSettings,
     ReadUnit,
     build_request,
@@ -23,7 +24,7 @@ from app.engine import (
 from app.errors import MalformedResponse
 from app.upstream.tokenizer import HFTextTokenizer
 
-VOCAB = 809
+VOCAB = 800
 
 
 def unit_for(tok: HFTextTokenizer, settings: ReadSettings, state: Any = "Der Himmel ist blau ✓",
@@ -60,13 +61,15 @@ def test_seed_canvas_overwrites_only_slots() -> None:
 
 
 def test_chat_body_matches_the_protocol(standin_tokenizer: HFTextTokenizer) -> None:
-    settings = ReadSettings(model="dgemma-26b")
+    settings = ReadSettings(model="dgemma-26b", layout=Layout.DOCUMENT_FIRST)
     unit = unit_for(standin_tokenizer, settings)
     req = build_request(unit, settings, draw=0, seed=99, vocab_size=VOCAB)
     body = dict(req.body)
-    assert set(body) == {"model", "messages", "max_tokens", "logprobs", "logprob_token_ids",
-                         "return_tokens_as_token_ids", "chat_template_kwargs", "vllm_xargs"}
+    assert set(body) == {"model", "messages", "max_tokens", "temperature", "logprobs",
+                         "logprob_token_ids", "return_tokens_as_token_ids",
+                         "chat_template_kwargs", "vllm_xargs"}
     assert not FORBIDDEN_FIELDS & set(body)
+    assert body["temperature"] == 1.0  # sent: a checkpoint's own default would be a 400
     assert body["model"] == "dgemma-26b" and body["logprobs"] is True
     assert body["max_tokens"] == 6  # "q0: yes" (4) + turn close, plus one
     assert body["logprob_token_ids"] == list(unit.logprob_ids)
@@ -81,11 +84,26 @@ def test_chat_body_matches_the_protocol(standin_tokenizer: HFTextTokenizer) -> N
     assert req.endpoint is Endpoint.CHAT
 
 
+def test_a_chat_read_continues_the_thought_block_after_the_generation_prompt(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    """The vllm layout always adds the thought block to the prompt; on chat the server renders
+    it by continuing a final assistant message that holds it."""
+    settings = ReadSettings()
+    unit = unit_for(standin_tokenizer, settings)
+    body = build_request(unit, settings, draw=1, seed=3, vocab_size=VOCAB).body
+    assert body["messages"][-1] == {"role": "assistant", "content": unit.prefill}
+    assert body["add_generation_prompt"] is False and body["continue_final_message"] is True
+    rendered = standin_tokenizer.render_chat(body["messages"], add_generation_prompt=False,
+                                             continue_final_message=True)
+    assert tuple(rendered) == unit.prompt_ids
+
+
 def test_pinned_and_constrained_only_when_asked(standin_tokenizer: HFTextTokenizer) -> None:
     settings = ReadSettings(steps=3, constrained=True)
     unit = unit_for(standin_tokenizer, settings)
     xargs = build_request(unit, settings, draw=0, seed=1, vocab_size=VOCAB).body["vllm_xargs"]
-    assert xargs["diffusion_pinned"] == [p for p in range(unit.width) if p != 3]
+    slot = unit.slots[0].position
+    assert xargs["diffusion_pinned"] == [p for p in range(unit.width) if p != slot]
     assert xargs["diffusion_constrained"] is True and xargs["diffusion_max_steps"] == 3
 
 
@@ -93,7 +111,7 @@ def test_completions_body(standin_tokenizer: HFTextTokenizer) -> None:
     settings = ReadSettings(endpoint=Endpoint.COMPLETIONS)
     unit = unit_for(standin_tokenizer, settings)
     body = build_request(unit, settings, draw=0, seed=1, vocab_size=VOCAB).body
-    assert body["prompt"] == list(unit.prompt_ids or ())
+    assert body["prompt"] == list(unit.prompt_ids)
     assert isinstance(body["logprobs"], int) and not isinstance(body["logprobs"], bool)
     assert "messages" not in body and "chat_template_kwargs" not in body
 

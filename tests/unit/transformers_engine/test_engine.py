@@ -110,7 +110,7 @@ def _request(upstream: TransformersUpstream, tokenizer: Any, **xargs: Any) -> An
 
 
 @pytest.mark.parametrize(("xargs", "words"), [
-    ({"diffusion_canvas_length": 999}, "exceeds the served canvas_length"),
+    ({"diffusion_canvas_length": 999}, "no larger than the served canvas"),
     ({"diffusion_seed_canvas": [0, 1]}, "diffusion_seed_canvas"),
     ({"diffusion_max_steps": 4}, "steps = 1"),
 ])

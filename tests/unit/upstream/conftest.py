@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engine import ReadSettings, parse_decision, plan_decision
+from app.engine import Layout, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request
 from app.upstream.sim import SimOptions, create_app
 from app.upstream.tokenizer import HFTextTokenizer
@@ -24,8 +24,9 @@ DECISION = {
 
 def read_body(tokenizer: HFTextTokenizer, *, seed: int = 1, decision: dict[str, Any] | None = None,
               **overrides: Any) -> dict[str, Any]:
-    """A chat body exactly as dreads builds it (a deep copy: tests may mutate it)."""
-    settings = ReadSettings(**overrides)
+    """A chat body exactly as dreads builds it under its document-first layout (unless
+    ``layout`` says otherwise; a deep copy: tests may mutate it)."""
+    settings = ReadSettings(**{"layout": Layout.DOCUMENT_FIRST, **overrides})
     plan = plan_decision(parse_decision(decision or DECISION), settings, tokenizer)
     request = build_request(plan.units[0], settings, draw=0, seed=seed,
                             vocab_size=tokenizer.info.vocab_size)

@@ -14,7 +14,7 @@ from app.upstream.tokenizer import HFTextTokenizer
 from tests.unit.upstream.conftest import DECISION, AsgiClient, read_body
 
 CHAT = "/v1/chat/completions"
-SLOT = 3  # the stand-in's scaffold is in the prompt: canvas "q0: <slot>" -> position 3
+SLOT = 3  # dreads' document-first canvas "q0: <slot>": position 3
 
 
 def _slot_logprobs(answer: dict[str, Any], position: int = SLOT) -> dict[str, float]:
@@ -29,13 +29,18 @@ def _p_yes(answer: dict[str, Any], tokenizer: HFTextTokenizer) -> float:
 
 
 async def test_chat_answer_has_one_row_per_position_in_vllms_shape(
-        asgi_client: AsgiClient, body: dict[str, Any]) -> None:
+        asgi_client: AsgiClient, body: dict[str, Any],
+        standin_tokenizer: HFTextTokenizer) -> None:
     answer = (await asgi_client().post(CHAT, json=body)).json()
     content = answer["choices"][0]["logprobs"]["content"]
     assert len(content) == min(body["max_tokens"], body["vllm_xargs"]["diffusion_canvas_length"])
     entry = content[SLOT]
     assert entry["token"].startswith("token_id:")
-    assert entry["bytes"] is None
+    assert "tool_calls" not in answer["choices"][0]["message"]
+    argmax = int(entry["token"].removeprefix("token_id:"))
+    assert entry["bytes"] == list(standin_tokenizer.hf.decode([argmax]).encode())
+    for top in entry["top_logprobs"]:  # vLLM: the bytes of the token's own text
+        assert top["bytes"] == list(top["token"].encode())
     tokens = {t["token"] for t in entry["top_logprobs"]}
     assert entry["token"] in tokens
     assert {f"token_id:{i}" for i in body["logprob_token_ids"]} <= tokens
@@ -124,11 +129,11 @@ async def test_the_answer_key_moves_answers(
 
 async def test_the_answer_key_works_through_the_completions_endpoint(
         asgi_client: AsgiClient, standin_tokenizer: HFTextTokenizer, tmp_path: Path) -> None:
-    settings = ReadSettings(endpoint=Endpoint.COMPLETIONS)
+    settings = ReadSettings(endpoint=Endpoint.COMPLETIONS)  # the vllm layout: bare yes / no
     plan = plan_decision(parse_decision(DECISION), settings, standin_tokenizer)
     request = build_request(plan.units[0], settings, draw=0, seed=1,
                             vocab_size=standin_tokenizer.info.vocab_size)
-    yes, no = (f"token_id:{standin_tokenizer.encode(w)[0]}" for w in (" yes", " no"))
+    yes, no = (f"token_id:{standin_tokenizer.encode(w)[0]}" for w in ("yes", "no"))
     for label, check in (("yes", lambda d: d > 3), ("no", lambda d: d < -3)):
         client = asgi_client(key_path=_key(tmp_path, label), separation=6.0, noise=0.1)
         answer = (await client.post("/v1/completions", json=dict(request.body))).json()
@@ -185,7 +190,8 @@ async def test_models_version_and_health(asgi_client: AsgiClient) -> None:
     models = (await client.get("/v1/models")).json()
     assert models["object"] == "list"
     entry = models["data"][0]
-    assert (entry["id"], entry["max_model_len"], entry["canvas_length"]) == ("dg", 4096, 160)
+    assert (entry["id"], entry["max_model_len"]) == ("dg", 4096)
+    assert "canvas_length" not in entry  # vLLM does not report it: only a full-width read does
     assert (await client.get("/version")).json()["version"].startswith("dreads-sim ")
     health = await client.get("/health")
     assert (health.status_code, health.content) == (200, b"")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.errors import MalformedResponse, UpstreamRejected, UpstreamUnavailable
+from app.errors import MalformedResponse, ModelNotServed, UpstreamRejected, UpstreamUnavailable
 from app.upstream.vllm import _decode
 
 VLLM_400 = (b'{"error": {"message": "seed sampling parameters are not yet supported", '
@@ -30,3 +30,14 @@ def test_a_400_is_rejected_with_vllms_message_and_param() -> None:
 def test_a_200_that_is_not_a_json_object_is_malformed(body: bytes) -> None:
     with pytest.raises(MalformedResponse):
         _decode(200, body)
+
+
+def test_a_404_for_a_model_not_served_is_the_workers_configuration() -> None:
+    body = (b'{"object": "error", "message": "The model `alpha` does not exist.", '
+            b'"type": "NotFoundError", "param": null, "code": 404}')
+    with pytest.raises(ModelNotServed) as info:
+        _decode(404, body)
+    assert info.value.kind == "not_served" and "alpha" in info.value.message
+    with pytest.raises(UpstreamRejected) as other:
+        _decode(404, b'{"error": {"message": "unknown route POST /v2/x"}}')
+    assert not isinstance(other.value, ModelNotServed)

@@ -8,7 +8,8 @@ from app.cli.worker import worker_argv
 from app.config import Settings
 from app.errors import ConfigError
 from workers.celery_app import celery_config, make_celery, time_limits
-from workers.constants import QUEUE, TASK_RUN_CHUNK
+from workers.constants import QUEUE, TASK_RUN_CHUNK, queue_for
+from workers.resources import served_queue
 
 
 def test_reliability_settings_are_on() -> None:
@@ -52,5 +53,12 @@ def test_worker_command_line_has_the_dreads_defaults() -> None:
     argv = worker_argv(concurrency=2, pool="prefork", loglevel="INFO", hostname="dreads@%h",
                        extra=["--without-mingle"])
     assert argv[:3] == ["-A", "workers.celery_app", "worker"]
-    assert argv[argv.index("-Q") + 1] == QUEUE and argv[argv.index("-c") + 1] == "2"
+    assert argv[argv.index("-c") + 1] == "2"
+    assert "-Q" not in argv, "a worker consumes the queue of what its upstream serves"
     assert argv[-1] == "--without-mingle"
+
+
+def test_a_run_queue_names_its_model_and_canvas() -> None:
+    assert queue_for("dgemma", 320) == "dreads.reads:dgemma@320"
+    assert queue_for("org/model-FP8", 256) != queue_for("org/model-FP8", 320)
+    assert served_queue(Settings(model="m", canvas=256)) == queue_for("m", 256)

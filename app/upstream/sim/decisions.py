@@ -1,0 +1,440 @@
+"""The simulator's ``POST /v1/systemone`` (Jev's shape) and ``POST /v1/decisions`` (OpenAI's
+Decisions API), served the way vLLM 0.33 serves them for DiffusionGemma (protocol.md section 10).
+
+One read per question, or per joint canvas with ``joint: true``, and one draw: the read is
+planned with dreads' vllm layout (the reproduction of vLLM's reader), sent through the
+simulator's own read path (validation, faults, the GPU batch, the scorer and its answer key),
+and folded as vLLM folds it. Request checks and messages follow vLLM's: a malformed body is a
+400 "validation error", an unaskable question a 400 ``BadRequestError`` naming it, an unknown
+model a 404. Answers carry vLLM's fields: ``diagnostics`` (``label_mass``, ``argmax_is_label``)
+and ``joint`` canvases on ``/v1/systemone``; ``confidence`` = top probability x label mass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+
+from app.engine import (
+    Answer,
+    Decision,
+    DecisionFlow,
+    Endpoint,
+    Layout,
+    PolicyName,
+    Question,
+    QuestionType,
+    ReadMode,
+    ReadSettings,
+    ReadUnit,
+    encode_body,
+    parse_response,
+    plan_decision,
+)
+from app.engine.questions import LETTERS, score_labels
+from app.errors import MalformedResponse, TemplateError
+from app.upstream.sim.validate import error_body
+
+if TYPE_CHECKING:
+    from app.upstream.sim.app import SimApp
+
+__all__ = ["answer_decision_route"]
+
+MAX_QUESTIONS = 64
+MAX_OPTIONS = len(LETTERS)
+_LIMITS = {QuestionType.NOUL: 2, QuestionType.SCORE: 10, QuestionType.CHOICE: MAX_OPTIONS}
+
+
+class DecisionRefused(Exception):
+    """vLLM's ``StructuredDecisionError``: a 400 ``BadRequestError`` with this message."""
+
+
+# -- request models (vLLM's field rules) ----------------------------------------------------
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    instructions: Any = ""
+    criteria: Any = None
+
+
+class SystemOneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    state: Any = Field(...)
+    questions: dict[str, _Spec]
+    instructions: str | None = None
+    images: list[str] | None = None
+    audio: list[str] | None = None
+    videos: list[str] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    joint: StrictBool = False
+    cache_salt: str | None = None
+    priority: int = 0
+    request_id: str | None = None
+
+
+_Short = Annotated[StrictStr, Field(max_length=1048576)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _InputText(_Strict):
+    type: Literal["input_text"]
+    text: StrictStr
+
+
+class _Message(_Strict):
+    role: Literal["user"]
+    content: StrictStr | list[_InputText]
+    type: Literal["message"] = "message"
+
+
+class _Predicate(_Strict):
+    type: Literal["predicate"]
+    instructions: _Short
+    name: _Short | None = None
+
+
+class _Choice(_Strict):
+    value: StrictStr | StrictBool
+    description: _Short = ""
+
+
+class _ChoiceQuestion(_Strict):
+    type: Literal["choice"]
+    instructions: _Short
+    name: _Short | None = None
+    choices: list[_Choice] = Field(min_length=2, max_length=255)
+
+
+class _Level(_Strict):
+    label: _Short
+    description: _Short = ""
+
+
+class _ScoreQuestion(_Strict):
+    type: Literal["score"]
+    instructions: _Short
+    name: _Short | None = None
+    levels: list[_Level] = Field(min_length=2, max_length=10)
+
+
+DecisionQuestion = Annotated[_Predicate | _ChoiceQuestion | _ScoreQuestion,
+                             Field(discriminator="type")]
+
+
+class DecisionsRequest(_Strict):
+    model: _Short
+    input: StrictStr | list[_Message]
+    questions: list[DecisionQuestion] = Field(min_length=1, max_length=200)
+    safety_identifier: Annotated[StrictStr, Field(max_length=128)] | None = None
+    joint: StrictBool = False
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
+
+
+# -- questions ------------------------------------------------------------------------------
+
+def _text(value: Any) -> str:
+    """vLLM writes a non-string instruction or description with ``str()``."""
+    return "" if value is None else value if isinstance(value, str) else str(value)
+
+
+def _options(qid: str, qtype: QuestionType, criteria: Any) -> list[tuple[str, str | None]]:
+    if qtype is QuestionType.CHOICE:
+        if not isinstance(criteria, dict) or not criteria:
+            raise DecisionRefused(f"question {qid!r}: choice criteria must map option names to "
+                                  "a description or null")
+        return [(str(k), None if v is None else str(v)) for k, v in criteria.items()]
+    if qtype is QuestionType.NOUL:
+        if criteria is not None and (not isinstance(criteria, dict)
+                                     or not criteria.keys() <= {"true", "false"}):
+            raise DecisionRefused(f"question {qid!r}: noul criteria must be an object with true "
+                                  "and false")
+        criteria = criteria or {}
+        return [("yes", _text(criteria.get("true")) or None),
+                ("no", _text(criteria.get("false")) or None)]
+    if not isinstance(criteria, list) or len(criteria) < 2:
+        raise DecisionRefused(f"question {qid!r}: score criteria must be an ordered list of "
+                              "levels")
+    return [(str(level), None) for level in criteria]
+
+
+def _labels(qtype: QuestionType, n: int) -> tuple[str, ...]:
+    if qtype is QuestionType.NOUL:
+        return ("yes", "no")
+    return score_labels(n) if qtype is QuestionType.SCORE else LETTERS[:n]
+
+
+def _question(qid: str, type_name: str, instructions: Any, criteria: Any) -> Question:
+    try:
+        qtype = QuestionType(type_name)
+    except ValueError:
+        raise DecisionRefused(f"unknown question type {type_name!r}; supported: "
+                              f"{sorted(t.value for t in QuestionType)}") from None
+    options = _options(qid, qtype, criteria)
+    names = [name for name, _ in options]
+    if len(set(names)) != len(names):
+        raise DecisionRefused(f"question {qid!r}: duplicate option names")
+    if len(options) > _LIMITS[qtype]:
+        raise DecisionRefused(f"question {qid!r}: at most {_LIMITS[qtype]} options for this "
+                              "model")
+    return Question(id=qid, type=qtype, instructions=_text(instructions),
+                    labels=_labels(qtype, len(options)), options=tuple(names),
+                    descriptions=tuple(desc for _, desc in options))
+
+
+def _choice_question(index: int, instructions: str,
+                     options: list[tuple[str, str]]) -> Question:
+    if len(options) > MAX_OPTIONS:
+        raise DecisionRefused(f"This model supports at most {MAX_OPTIONS} choices per question")
+    return Question(id=str(index), type=QuestionType.CHOICE, instructions=instructions,
+                    labels=LETTERS[:len(options)], options=tuple(n for n, _ in options),
+                    descriptions=tuple(d or None for _, d in options))
+
+
+def _decision_question(index: int, question: Any) -> Question:
+    if isinstance(question, _Predicate):
+        options = [("false", ""), ("true", "")]
+    elif isinstance(question, _ChoiceQuestion):
+        options = [(json.dumps(c.value, ensure_ascii=False), c.description)
+                   for c in question.choices]
+    else:
+        options = [(level.label, level.description) for level in question.levels]
+    return _choice_question(index, question.instructions, options)
+
+
+def _input_text(value: str | list[_Message]) -> str:
+    if isinstance(value, str):
+        return value
+    return "\n\n".join(m.content if isinstance(m.content, str)
+                       else "\n".join(part.text for part in m.content) for m in value)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+Read = Callable[[bytes], Awaitable[dict[str, Any]]]
+
+
+class _Reads:
+    """Each unit's one read, with the usage vLLM reports (counted once per canvas)."""
+
+    def __init__(self) -> None:
+        self.input_tokens = self.output_tokens = self.cached_tokens = 0
+        self.canvases: list[tuple[ReadUnit, tuple[str, ...]]] = []
+
+    def count(self, unit: ReadUnit, response: Mapping[str, Any], qids: tuple[str, ...]) -> None:
+        usage = response.get("usage") or {}
+        self.input_tokens += int(usage.get("prompt_tokens") or 0)
+        self.output_tokens += int(usage.get("completion_tokens") or 0)
+        self.cached_tokens += int((usage.get("prompt_tokens_details") or {})
+                                  .get("cached_tokens") or 0)
+        self.canvases.append((unit, qids))
+
+
+def _settings(app: SimApp, joint: bool) -> ReadSettings:
+    opts = app.options
+    return ReadSettings(model=opts.model, tokenizer=opts.tokenizer,
+                        canvas_length=opts.canvas_length, layout=Layout.VLLM,
+                        read_mode=ReadMode.JOINT if joint else ReadMode.ISOLATED,
+                        policy=PolicyName.FIXED, fixed_draws=1, endpoint=Endpoint.COMPLETIONS)
+
+
+def _check_fit(app: SimApp, unit: ReadUnit) -> None:
+    thought = len(app.tokenizer.text.info.scaffold_ids)
+    prompt, extra = len(unit.prompt_ids) - thought, thought + unit.width
+    limit = app.options.max_model_len
+    if prompt + extra > limit:
+        raise DecisionRefused(f"the prompt has {prompt} tokens and a canvas read adds {extra}, "
+                              f"more than max_model_len={limit}")
+
+
+async def _read_all(app: SimApp, decision: Decision, joint: bool,
+                    read: Read) -> tuple[tuple[Answer, ...], _Reads]:
+    settings = _settings(app, joint)
+    try:
+        plan = plan_decision(decision, settings, app.tokenizer.text)
+    except TemplateError as exc:
+        raise DecisionRefused(exc.message) from exc
+    for unit in plan.units:
+        _check_fit(app, unit)
+    flow = DecisionFlow(plan, settings, vocab_size=app.vocab_size)
+    requests = flow.next_requests()
+    responses = await asyncio.gather(*(read(encode_body(r.body)) for r in requests))
+    reads = _Reads()
+    for request, response in zip(requests, responses, strict=True):
+        unit = plan.units[request.unit]
+        try:
+            flow.record(request, parse_response(Endpoint.COMPLETIONS, response, request.slots))
+        except MalformedResponse as exc:
+            raise DecisionRefused(f"Failed to score the question: {exc.message}") from exc
+        reads.count(unit, response, tuple(decision.questions[i].id
+                                          for i in unit.question_indices))
+    return flow.answers(), reads
+
+
+def _probs(question: Question, answer: Answer) -> list[float]:
+    return [answer.probs[label] for label in question.labels]
+
+
+def _confidence(probs: list[float], answer: Answer) -> float:
+    return max(probs) * answer.label_mass
+
+
+def _jev_answer(question: Question, answer: Answer) -> dict[str, Any]:
+    probs = _probs(question, answer)
+    top = probs.index(max(probs))
+    if question.type is QuestionType.NOUL:
+        return {"type": "noul", "noul": probs[0],
+                "probabilities": {"yes": probs[0], "no": probs[1]},
+                "confidence": _confidence(probs, answer)}
+    if question.type is QuestionType.CHOICE:
+        return {"type": "choice", "choice": question.options[top],
+                "probabilities": dict(zip(question.options, probs, strict=True)),
+                "confidence": _confidence(probs, answer)}
+    return {"type": "score", "score": sum(i * p for i, p in enumerate(probs)),
+            "legend": {str(i): name for i, name in enumerate(question.options)},
+            "probabilities": {str(i): p for i, p in enumerate(probs)},
+            "confidence": _confidence(probs, answer)}
+
+
+def _joint_diagnostics(reads: _Reads) -> dict[str, Any]:
+    return {"canvases": [{"questions": list(qids), "width": unit.width,
+                          "slots": [s.position for s in unit.slots]}
+                         for unit, qids in reads.canvases]}
+
+
+async def _systemone(app: SimApp, raw: bytes, request_id: str, read: Read) -> dict[str, Any]:
+    request = SystemOneRequest.model_validate_json(raw)
+    if request.model is not None:
+        app.check_model(request.model)
+    questions = _systemone_questions(request)
+    decision = Decision(id=request_id, state=request.state, questions=questions)
+    joint = request.joint and len(questions) > 1
+    answers, reads = await _read_all(app, decision, joint, read)
+    return {
+        "id": f"decision-{request_id}", "object": "structured_decision",
+        "created": int(time.time()), "model": app.options.model,
+        "answers": {q.id: _jev_answer(q, a) for q, a in zip(questions, answers, strict=True)},
+        "usage": {"input_tokens": reads.input_tokens, "output_tokens": reads.output_tokens},
+        "diagnostics": {a.question_id: {"label_mass": a.label_mass,
+                                        "argmax_is_label": a.argmax_is_label}
+                        for a in answers},
+        "joint": _joint_diagnostics(reads) if joint else None,
+    }
+
+
+def _systemone_questions(request: SystemOneRequest) -> tuple[Question, ...]:
+    if not request.questions:
+        raise DecisionRefused("questions: needs at least one question")
+    if len(request.questions) > MAX_QUESTIONS:
+        raise DecisionRefused(f"questions: at most {MAX_QUESTIONS} for this model")
+    if request.images or request.audio or request.videos:
+        raise DecisionRefused("dreads sim reads text only: it does not take image, audio or "
+                              "video inputs")
+    if request.instructions:
+        raise DecisionRefused("dreads sim does not simulate top-level instructions (a system "
+                              "message); put them in the state or the questions")
+    if (request.chat_template_kwargs or {}).get("enable_thinking"):
+        raise DecisionRefused("a read is the reply's first token, so thinking must be off")
+    questions = []
+    for qid, spec in request.questions.items():
+        if spec.model_extra:
+            raise DecisionRefused(f"question {qid!r}: unknown field(s) {sorted(spec.model_extra)}")
+        if not qid:
+            raise DecisionRefused("question ids must be non-empty")
+        questions.append(_question(qid, spec.type, spec.instructions, spec.criteria))
+    return tuple(questions)
+
+
+def _openai_answer(question: Any, answer: Answer, read_question: Question) -> dict[str, Any]:
+    probs = _probs(read_question, answer)
+    if isinstance(question, _Predicate):
+        return {"type": "predicate", "name": question.name, "probability": probs[1]}
+    top = probs.index(max(probs))
+    if isinstance(question, _ChoiceQuestion):
+        return {"type": "choice", "name": question.name, "choice": question.choices[top].value,
+                "probabilities": [{"value": c.value, "probability": p}
+                                  for c, p in zip(question.choices, probs, strict=True)],
+                "confidence": _confidence(probs, answer)}
+    return {"type": "score", "name": question.name,
+            "score": sum(i * p for i, p in enumerate(probs)),
+            "probabilities": [{"value": i, "label": level.label, "probability": p}
+                              for i, (level, p) in enumerate(zip(question.levels, probs,
+                                                                 strict=True))],
+            "confidence": _confidence(probs, answer)}
+
+
+async def _decisions(app: SimApp, raw: bytes, request_id: str, read: Read) -> dict[str, Any]:
+    request = DecisionsRequest.model_validate_json(raw)
+    app.check_model(request.model)
+    if len(request.questions) > MAX_QUESTIONS:
+        raise DecisionRefused(f"questions: at most {MAX_QUESTIONS} for this model")
+    questions = tuple(_decision_question(i, q) for i, q in enumerate(request.questions))
+    decision = Decision(id=request_id, state=_input_text(request.input), questions=questions)
+    answers, reads = await _read_all(app, decision, request.joint and len(questions) > 1, read)
+    return {
+        "model": app.options.model,
+        "answers": [_openai_answer(q, a, rq) for q, a, rq in zip(request.questions, answers,
+                                                                  questions, strict=True)],
+        "usage": {"input_tokens": reads.input_tokens,
+                  "input_tokens_details": {"cached_tokens": reads.cached_tokens,
+                                           "cache_write_tokens": 0},
+                  "output_tokens": reads.output_tokens,
+                  "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": reads.input_tokens + reads.output_tokens},
+    }
+
+
+# -- the route ------------------------------------------------------------------------------
+
+def _validation_error(exc: ValidationError) -> dict[str, Any]:
+    errors = exc.errors(include_url=False, include_input=False)
+    label = "error" if len(errors) == 1 else "errors"
+    lines = [f"  {{'type': {e['type']!r}, 'loc': {'.'.join(map(str, ('body', *e['loc'])))!r}, "
+             f"'msg': {e['msg']!r}}}" for e in errors[:10]]
+    param = ".".join(map(str, ("body", *errors[0]["loc"]))) if errors else None
+    message = f"{len(errors)} validation {label}:\n" + "\n".join(lines)
+    return error_body(message, param, kind="Bad Request")
+
+
+def _request_id(scope: Mapping[str, Any], raw: bytes) -> str:
+    headers = dict(scope.get("headers") or ())
+    if b"x-request-id" in headers:
+        return str(headers[b"x-request-id"].decode("latin-1"))
+    try:
+        given = orjson.loads(raw).get("request_id")
+    except (orjson.JSONDecodeError, AttributeError):
+        given = None
+    return str(given) if isinstance(given, str) and given else uuid.uuid4().hex
+
+
+async def answer_decision_route(app: SimApp, path: str, raw: bytes, scope: Mapping[str, Any],
+                                receive: Any) -> tuple[int, Any]:
+    """``POST /v1/systemone`` or ``POST /v1/decisions``: (status, JSON body)."""
+    from app.upstream.sim.app import _Reply
+
+    app.counters["requests"] += 1
+    app.counters["decisions"] += 1
+
+    async def read(body: bytes) -> dict[str, Any]:
+        return await app.serve_read(body, chat=False, receive=receive)
+
+    handler = _systemone if path == "/v1/systemone" else _decisions
+    try:
+        return 200, await handler(app, raw, _request_id(scope, raw), read)
+    except ValidationError as exc:
+        app.counters["rejected"] += 1
+        raise _Reply(400, _validation_error(exc)) from exc
+    except DecisionRefused as exc:
+        app.counters["rejected"] += 1
+        raise _Reply(400, error_body(str(exc), None)) from exc
