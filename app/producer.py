@@ -646,13 +646,14 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
                  settings: ReadSettings, *, force: bool, engine: Any = None,
                  tokenizer: TextTokenizer | None = None, dry_run: bool = False) -> str | None:
-    """Refuse a server whose model or canvas differs from the run's (unless ``force``), or
-    that refuses a read at the run's canvas width (with ``tokenizer``, the run's); record the
-    fingerprint when the run has none yet (``dry_run``: only say it would). Returns a note
-    for the user."""
+    """Refuse a server whose model or canvas differs from the run's, or that refuses a read at
+    the run's canvas width (with ``tokenizer``, the run's), unless ``force`` (a run whose reads
+    are narrower than its canvas may go on); record the fingerprint when the run has none yet
+    (``dry_run``: only say it would). Returns a note for the user."""
     old = dict(run.fingerprint or {})
     try:
-        fingerprint, why = fetch_fingerprint(url, settings, engine=engine, tokenizer=tokenizer)
+        fingerprint, why = fetch_fingerprint(url, settings, engine=engine,
+                                             tokenizer=None if force else tokenizer)
     except UpstreamRejected as exc:  # it serves another model than the run's
         if not force:
             raise RunSettingsMismatch(
@@ -676,6 +677,9 @@ def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
         return f"server fingerprint recorded: {fingerprint.model_id}"
     if diffs:
         return f"--force: continuing against a different server ({'; '.join(diffs)})"
+    if force and tokenizer is not None:
+        return (f"--force: the served canvas was not proved by a read at the run's width "
+                f"{settings.canvas_length}")
     return None
 
 

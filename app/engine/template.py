@@ -186,13 +186,17 @@ def _layout_canvas(resolved: ResolvedTemplate, settings: ReadSettings, tokenizer
 def _logprob_ids(resolved: ResolvedTemplate, settings: ReadSettings,
                  qids: Sequence[str]) -> tuple[int, ...]:
     ids = tuple(sorted({i for label_ids in resolved.label_ids for i in label_ids}))
-    if len(ids) > settings.max_logprob_ids:
+    _check_logprob_count(len(ids), settings, qids)
+    return ids
+
+
+def _check_logprob_count(n: int, settings: ReadSettings, qids: Sequence[str]) -> None:
+    if n > settings.max_logprob_ids:
         names = ", ".join(repr(q) for q in qids)
         raise CanvasOverflow(
-            f"question(s) {names} need {len(ids)} logprob ids, more than max_logprob_ids "
+            f"question(s) {names} need {n} logprob ids, more than max_logprob_ids "
             f"{settings.max_logprob_ids}; raise max_logprob_ids only if the server allows it "
             f"(vLLM's limit is 128), or give the question fewer options")
-    return ids
 
 
 def resolve_unit(decision: Decision, question_indices: Sequence[int], settings: ReadSettings,
@@ -307,6 +311,8 @@ def plan_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTok
         planned = _dreads_units(decision, readable, settings, tokenizer)
     units = tuple(_thought(u, settings, tokenizer) for u in planned)
     for unit in units:
-        _check_context(unit, [decision.questions[i].id for i in unit.question_indices],
-                       max_model_len)
+        qids = [decision.questions[i].id for i in unit.question_indices]
+        if settings.layout == Layout.VLLM:
+            _check_logprob_count(len(unit.logprob_ids), settings, qids)
+        _check_context(unit, qids, max_model_len)
     return DecisionPlan(decision=decision, units=units, trivial=trivial)

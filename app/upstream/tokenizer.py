@@ -49,10 +49,17 @@ class HFTextTokenizer:
     def __init__(self, hf_tokenizer: Any, name: str) -> None:
         self.hf = hf_tokenizer
         self.name = name
+        self._backend = getattr(hf_tokenizer, "backend_tokenizer", None)
         self._encode_cached = functools.lru_cache(maxsize=65536)(self._encode_uncached)
         self.info = self._compute_info()
 
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
+        return self._encode_text(text)
+
+    def _encode_text(self, text: str) -> tuple[int, ...]:
+        """The Rust tokenizer straight (a third of the cost of the Python wrapper's call)."""
+        if self._backend is not None:
+            return tuple(self._backend.encode(text, add_special_tokens=False).ids)
         return tuple(self.hf.encode(text, add_special_tokens=False))
 
     def encode(self, text: str) -> list[int]:
@@ -70,13 +77,11 @@ class HFTextTokenizer:
     def render_chat(self, messages: Sequence[Mapping[str, Any]], *,
                     add_generation_prompt: bool = True,
                     continue_final_message: bool = False) -> list[int]:
-        """Ids of ``messages`` rendered as a server renders a chat request, thinking off."""
-        ids = self.hf.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message, enable_thinking=False,
-            tokenize=True, return_dict=False,
-        )
-        return [int(i) for i in ids]
+        """Ids of ``messages`` rendered as a server renders a chat request, thinking off: the
+        template's text, then its ids (no special tokens added: the template writes them)."""
+        text = self._render_text(messages, add_generation_prompt=add_generation_prompt,
+                                 continue_final_message=continue_final_message)
+        return list(self._encode_text(text))
 
     def _render_text(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> str:
         return str(self.hf.apply_chat_template([dict(m) for m in messages], tokenize=False,

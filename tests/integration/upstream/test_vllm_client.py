@@ -10,9 +10,14 @@ import time
 import orjson
 import pytest
 
-from app.engine import Endpoint, ReadSettings, encode_body
+from app.engine import Endpoint, ReadSettings, build_probe_request, encode_body
 from app.engine.wire import FORBIDDEN_FIELDS
-from app.errors import MalformedResponse, UpstreamRejected, UpstreamUnavailable
+from app.errors import (
+    MalformedResponse,
+    UpstreamRejected,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 from app.upstream.sim.faults import FaultPlan, FaultRates
 from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
@@ -72,7 +77,7 @@ async def test_a_400_is_not_retried_and_carries_vllms_message(
     await upstream.aclose()
     assert info.value.kind == "bad_request"
     assert info.value.status == 400
-    assert info.value.param == "seed"
+    assert info.value.param is None  # vLLM names the forbidden fields in one message
     assert "not yet supported with diffusion models" in info.value.message
     assert sim.stats()["requests"] == 1
 
@@ -189,14 +194,49 @@ async def test_capacity_eight_reads_take_two_steps(
     assert 0.09 < elapsed < 0.5
 
 
-async def test_fingerprint_reports_the_served_model_and_canvas(make_sim: MakeSim) -> None:
+async def test_fingerprint_reports_the_served_model_and_max_model_len(make_sim: MakeSim) -> None:
+    """vLLM's /v1/models does not report the canvas: the fingerprint records the client's, and a
+    probe read at that width proves it (``test_a_narrower_canvas_refuses_the_probe``)."""
     sim = make_sim(canvas_length=160, max_model_len=4096)
     upstream = _client(sim.url)
+    assert upstream.max_model_len is None
     fp = await upstream.fingerprint()
     await upstream.aclose()
     assert (fp.engine, fp.model_id, fp.max_model_len, fp.canvas_length) == (
-        "sim", "dgemma", 4096, 160)
+        "sim", "dgemma", 4096, 320)
+    assert upstream.max_model_len == 4096
     assert fp.version is not None and fp.version.startswith("dreads-sim")
+
+
+async def test_a_narrower_canvas_refuses_the_probe(make_sim: MakeSim,
+                                                   standin_tokenizer: HFTextTokenizer) -> None:
+    sim = make_sim(canvas_length=160)
+    probe = build_probe_request(ReadSettings(canvas_length=320), standin_tokenizer)
+    assert probe.body["vllm_xargs"]["diffusion_canvas_length"] == 320
+    upstream = _client(sim.url)
+    with pytest.raises(UpstreamRejected, match="no larger than the served canvas"):
+        await upstream.wait_ready(timeout_s=5, probe=probe)
+    fits = build_probe_request(ReadSettings(canvas_length=160), standin_tokenizer)
+    await upstream.wait_ready(timeout_s=5, probe=fits)
+    await upstream.aclose()
+
+
+async def test_an_api_key_is_sent_and_a_refused_one_is_never_retried(
+        make_sim: MakeSim, standin_tokenizer: HFTextTokenizer) -> None:
+    sim = make_sim(api_key="pod-key")
+    keyless = _client(sim.url, retries=4)
+    with pytest.raises(UpstreamUnauthorized, match="DREADS_UPSTREAM_API_KEY") as info:
+        await keyless.read(request(standin_tokenizer))
+    assert info.value.kind == "unauthorized" and info.value.status == 401
+    with pytest.raises(UpstreamUnauthorized):  # the control plane too, at once
+        await keyless.wait_ready(timeout_s=30)
+    await keyless.aclose()
+    assert sim.stats()["unauthorized"] == 2
+    keyed = VllmUpstream(sim.url, model="dgemma", canvas_length=320, api_key="pod-key")
+    await keyed.wait_ready(timeout_s=5, probe=request(standin_tokenizer))
+    result = await keyed.read(request(standin_tokenizer))
+    await keyed.aclose()
+    assert result.rows
 
 
 async def test_wait_ready_waits_for_a_server_that_is_still_loading(
