@@ -21,12 +21,6 @@ from app.report.labels import (
 )
 
 __all__ = [
-    "CHOICE_COLUMNS",
-    "NOUL_COLUMNS",
-    "NOUL_RANK_COLUMNS",
-    "NOUL_THRESHOLD_COLUMNS",
-    "SCORE_COLUMNS",
-    "column_titles",
     "diagnostics_tables",
     "fmt",
     "pct",

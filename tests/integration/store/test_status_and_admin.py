@@ -55,27 +55,23 @@ def _finish(factory: sessionmaker[Session], run: RunInfo, ids: list[int], *,
                             .values(status="done", finished_at=at))
 
 
-def test_the_rate_at_the_start_of_a_run_counts_the_seconds_it_ran(
-        factory: sessionmaker[Session]) -> None:
-    run, ids = _run(factory, "young", 600)
-    _finish(factory, run, ids[:100], started=NOW - timedelta(seconds=10), spread_s=10)
+@pytest.mark.parametrize(("total", "done", "ran_s", "finished", "rate", "eta_s"), [
+    # 100 decisions in the 10 s a young run has run: 10/s, not 100 / 60 s = 1.67/s
+    (600, 100, 10.0, (100, 100), 10.0, 50.0),
+    # a run busy for 10 minutes is measured over the whole window
+    (700, 600, 600.5, (60, 300), 1.0, 100.0),
+])
+def test_the_rate_counts_the_seconds_the_run_has_worked(
+        factory: sessionmaker[Session], total: int, done: int, ran_s: float,
+        finished: tuple[int, int], rate: float, eta_s: float) -> None:
+    run, ids = _run(factory, "r", total)
+    _finish(factory, run, ids[:done], started=NOW - timedelta(seconds=ran_s),
+            spread_s=round(ran_s))
     with session_scope(factory) as session:
-        report = run_status(session, require_run(session, "young"), now=NOW)
-    # 100 decisions in the 10 s the run has run: 10/s, not 100/60 s = 1.67/s
-    assert report.finished_1m == 100
-    assert report.rate_per_s == pytest.approx(10.0, rel=0.05)
-    assert report.eta_s == pytest.approx(50.0, rel=0.05)
-
-
-def test_the_rate_of_a_long_run_is_over_the_whole_window(
-        factory: sessionmaker[Session]) -> None:
-    run, ids = _run(factory, "old", 700)
-    _finish(factory, run, ids[:600], started=NOW - timedelta(seconds=600.5), spread_s=600)
-    with session_scope(factory) as session:
-        report = run_status(session, require_run(session, "old"), now=NOW)
-    assert (report.finished_1m, report.finished_5m) == (60, 300)
-    assert report.rate_per_s == pytest.approx(1.0, rel=0.05)
-    assert report.eta_s == pytest.approx(100.0, rel=0.05)
+        report = run_status(session, require_run(session, "r"), now=NOW)
+    assert (report.finished_1m, report.finished_5m) == finished
+    assert report.rate_per_s == pytest.approx(rate, rel=0.05)
+    assert report.eta_s == pytest.approx(eta_s, rel=0.05)
 
 
 def test_failure_reasons_are_grouped_with_their_numbers_aside(
