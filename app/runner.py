@@ -160,8 +160,6 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     result.claimed = len(claims)
     if settings is None:
         return result
-    if not fingerprint:
-        await _record_fingerprint(session_factory, run_id, upstream)
     limit = (fingerprint or {}).get("max_model_len")
     max_model_len = limit if isinstance(limit, int) else None
     if tokenizer.info.name != settings.tokenizer:
@@ -176,6 +174,8 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
                    before_decision=before_decision,
                    open_claims={c.id: c for c in claims})
     await _run_claims(chunk, claims)
+    if not fingerprint and result.done:
+        await _record_fingerprint(session_factory, run_id, upstream)
     if recover_wait_s > 0 and result.upstream_down:
         await _wait_upstream(upstream, recover_wait_s, probe)
     return result
@@ -200,8 +200,9 @@ def _claim_chunk(session: Session, run_id: int,
 
 
 async def _record_fingerprint(factory: SessionFactory, run_id: int, upstream: Upstream) -> None:
-    """First contact with a server for this run (created over HTTP, or by a submit that could
-    not reach the server): record its fingerprint, so resume can check against it."""
+    """The first decisions this run's server answered (its run was created over HTTP, or by a
+    submit that could not reach the server): record the server's fingerprint, so that resume
+    can check against it."""
     try:
         fingerprint = await upstream.fingerprint()
         await asyncio.to_thread(_in_transaction, factory, record_first_fingerprint, run_id,
