@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from app.engine.canvas import canvas_width
 from app.engine.prompt import INDEXED_AFTER, build_messages
 from app.engine.types import (
     Decision,
@@ -76,16 +77,6 @@ def answer_lines(canvas_ids: Sequence[str], labels: Sequence[str], *, fmt: str) 
     if fmt == INDEXED:
         return " ".join(f"{cid}{label}" for cid, label in pairs)
     raise ValueError(f"unknown answer format {fmt!r}; use {LINES!r} or {INDEXED!r}")
-
-
-def canvas_width(n_ids: int, *, step: int, cap: int) -> int | None:
-    """The smallest multiple of ``step`` holding ``n_ids``, capped at ``cap``.
-
-    Returns None when ``n_ids`` exceeds ``cap`` (the template does not fit).
-    """
-    if n_ids > cap:
-        return None
-    return min(-(-n_ids // step) * step, cap)
 
 
 def _diff(base: Sequence[int], other: Sequence[int]) -> list[int]:

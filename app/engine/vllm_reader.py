@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
+from app.engine.canvas import canvas_width
 from app.engine.noise import reader_noise
 from app.engine.prompt import serialize_state
 from app.engine.types import (
@@ -236,13 +237,14 @@ def _joint_unit(decision: Decision, indices: Sequence[int], start: int, state: s
 def _width(n_content: int, settings: ReadSettings, qids: Sequence[str]) -> int:
     """The smallest multiple of the canvas step holding the content and a pad row."""
     need = n_content + 1
-    if need > settings.canvas_length:
+    width = canvas_width(need, step=settings.canvas_step, cap=settings.canvas_length)
+    if width is None:
         names = ", ".join(repr(q) for q in qids)
         raise ReaderCanvasOverflow(
             f"the answer lines of question(s) {names} need {need} canvas positions with the "
             f"turn close and a pad row, more than the served canvas {settings.canvas_length}; "
             "serve a larger canvas_length or read with --mode isolated")
-    return min(-(-need // settings.canvas_step) * settings.canvas_step, settings.canvas_length)
+    return width
 
 
 def _joint_units(decision: Decision, readable: Sequence[int], state: str,
