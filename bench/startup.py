@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,15 +66,22 @@ def _prepare(workdir: Path) -> str:
     return f"sqlite:///{db}"
 
 
-def _time_once(argv: Sequence[str], env: dict[str, str], cwd: Path) -> float:
-    started = time.perf_counter()
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _time_once(argv: Sequence[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run: CPU (user + system) varies less with the machine's load."""
+    cpu, started = _cpu_s(), time.perf_counter()
     subprocess.run([str(DREADS), *argv], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _cpu_s() - cpu
 
 
-def measure(argv: Sequence[str], env: dict[str, str], cwd: Path, repeat: int) -> list[float]:
-    """Wall seconds of ``repeat`` runs of ``dreads argv`` (one untimed warm-up first)."""
+def measure(argv: Sequence[str], env: dict[str, str], cwd: Path,
+            repeat: int) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of ``repeat`` runs of ``dreads argv`` (one untimed warm-up first)."""
     _time_once(argv, env, cwd)
     return [_time_once(argv, env, cwd) for _ in range(repeat)]
 
@@ -100,19 +108,21 @@ def main() -> None:
             if args.only and label not in args.only:
                 continue
             argv = [part.format(run=args.run) for part in template]
-            times = measure(argv, env, workdir, args.repeat)
-            rows.append({"command": label, "median_s": statistics.median(times),
-                         "min_s": min(times), "max_s": max(times)})
+            runs = measure(argv, env, workdir, args.repeat)
+            walls = [wall for wall, _ in runs]
+            rows.append({"command": label, "median_s": statistics.median(walls),
+                         "min_s": min(walls), "max_s": max(walls),
+                         "cpu_median_s": statistics.median(cpu for _, cpu in runs)})
     if args.json:
         print(orjson.dumps({"repeat": args.repeat, "rows": rows}).decode())
         return
     print(f"start-up, wall seconds, median of {args.repeat} (load average "
-          f"{os.getloadavg()[0]:.1f})")
-    print(f"| {'command':<30} | median s | min s | max s |")
-    print(f"| {'-' * 30} | -------- | ----- | ----- |")
+          f"{os.getloadavg()[0]:.1f}; CPU: user + system of the process)")
+    print(f"| {'command':<30} | median s | min s | max s | CPU s (median) |")
+    print(f"| {'-' * 30} | -------- | ----- | ----- | -------------- |")
     for r in rows:
         print(f"| {r['command']:<30} | {r['median_s']:8.2f} | {r['min_s']:5.2f} | "
-              f"{r['max_s']:5.2f} |")
+              f"{r['max_s']:5.2f} | {r['cpu_median_s']:14.2f} |")
 
 
 if __name__ == "__main__":
