@@ -16,8 +16,8 @@ import pytest
 #: never imported to parse a command line, show help, or read the store
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "matplotlib", "numpy", "celery", "kombu",
          "redis", "fastapi", "starlette", "uvicorn", "app.api", "aiohttp", "httpx", "alembic",
-         "tokenizers", "app.upstream.sim", "app.report.calibration", "app.report.metrics",
-         "app.embedded", "app.producer")
+         "tokenizers", "pydantic", "app.upstream.sim", "app.report.calibration",
+         "app.report.metrics", "app.embedded", "app.producer")
 #: and this only where the command reads the store
 STORE = ("sqlalchemy", "psycopg", "app.store.models")
 
