@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.urls import DEFAULT_DATABASE_URL
 
-__all__ = ["Settings", "get_settings"]
+__all__ = ["Settings", "answer_api_key", "get_settings", "upstream_api_key"]
 
 
 class Settings(BaseSettings):
@@ -36,6 +36,21 @@ class Settings(BaseSettings):
     canvas: int = 320
     #: Bearer key of the upstream (vLLM's --api-key); sent on every request, never stored.
     upstream_api_key: SecretStr | None = None
+    #: Bearer key of a decision endpoint that answers runs (``--answer-by systemone|decisions``):
+    #: sent on every request to it, never stored with the run or in the database.
+    answer_api_key: SecretStr | None = None
+    #: A decision endpoint's request timeout, and how long its transient failures (refused
+    #: connections, 5xx, 429/503/529 with their retry-after) are retried before the attempt
+    #: counts as failed.
+    answer_timeout_s: float = 120.0
+    answer_give_up_s: float = 300.0
+    #: ``dreads worker --answers``: consume the queue of runs answered by a decision endpoint
+    #: (``dreads.answers``) instead of the queue of a local model server's model, and wait for
+    #: no model server.
+    worker_answers: bool = False
+    #: Pool processes of this worker (set by the worker itself): an answers worker splits each
+    #: run's endpoint budget among them.
+    worker_processes: int = 1
     #: Reads in flight per worker process.
     max_in_flight: int = 256
     #: Per-read HTTP timeout in seconds.
@@ -82,11 +97,25 @@ class Settings(BaseSettings):
     api_max_upload_mb: float = 2048.0
     #: ``dreads serve``: /v1/systemone requests answered at once; more get 529.
     api_max_concurrent: int = 256
+    #: Workers: port of the Prometheus exporter in the worker's main process (unset: none).
+    metrics_port: int | None = None
+    #: Workers: interface of that exporter (0.0.0.0 in a container).
+    metrics_host: str = "127.0.0.1"
+    #: ``dreads serve``: seconds one SQL snapshot of the per-run gauges serves scrapes.
+    metrics_cache_s: float = 10.0
+    #: ``dreads serve``: the most recent runs (not cancelled) that get per-run gauges.
+    metrics_max_runs: int = 20
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def answer_api_key() -> str | None:
+    """``DREADS_ANSWER_API_KEY``, or None when unset or empty."""
+    key = get_settings().answer_api_key
+    return key.get_secret_value() or None if key is not None else None
 
 
 def upstream_api_key() -> str | None:

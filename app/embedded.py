@@ -1,5 +1,8 @@
 """``dreads run``: the embedded mode. One SQLite file, one process, no Redis, no worker.
 
+A run answered by a decision endpoint (``--answer-by systemone|decisions``) is executed the
+same way; its chunks share one ``EndpointPool`` (the run's budget), and no upstream is read.
+
 The same lease/claim/commit logic as the distributed mode (``app.runner.run_chunk``) is driven
 by a local executor: an asyncio loop whose slots take chunks of claimable decisions and run
 them with a bound on reads in flight, plus the sweeper's lease expiry between rounds.
@@ -28,10 +31,17 @@ from typing import IO, Any
 from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.engine import ReadSettings, TextTokenizer, build_probe_request, settings_from_dict
-from app.errors import InputError
+from app.engine import (
+    AnswerBy,
+    ReadSettings,
+    TextTokenizer,
+    build_probe_request,
+    settings_from_dict,
+)
+from app.errors import InputError, ModelNotServed, UpstreamRejected, UpstreamUnauthorized
 from app.producer import upstream_config
 from app.runner import ChunkResult, run_chunk
+from app.sources import EndpointPool
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.migrate import upgrade
 from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
@@ -90,6 +100,8 @@ class ExecutorStats:
     reclaimed: int = 0  #: leases of a dead earlier process put back to pending
     failed: dict[str, int] = field(default_factory=dict)
     n_reads: int = 0
+    #: why the run stopped early (a refused key, a model not served): raised by execute_run
+    stopped: UpstreamRejected | None = None
 
     def add(self, result: ChunkResult) -> None:
         self.chunks += 1
@@ -228,35 +240,60 @@ async def execute_run(
     progress: Progress | None = None,
     engine: Any = None,
     upstream: Upstream | None = None,
+    endpoints: EndpointPool | None = None,
 ) -> ExecutorStats:
     """Run every claimable decision of ``run`` to a settled state (bounded rounds).
 
     ``engine``: the engine choice (an ``UpstreamConfig``, see ``producer.upstream_config``).
     ``upstream``: one the caller owns and shares (``dreads serve``); default: one made here
-    for ``upstream_url`` and closed at the end."""
-    from app.upstream.factory import make_upstream
+    for ``upstream_url`` and closed at the end. A run answered by a decision endpoint reads
+    nothing itself: its decisions go to the endpoint through ``endpoints`` (default: a pool
+    made here, ``sim`` meaning ``upstream_url``).
 
+    Raises:
+        UpstreamUnauthorized, ModelNotServed: the upstream or endpoint refuses this process's
+            key or the run's model: the run stops, its decisions back to pending uncharged.
+    """
     settings = settings_from_dict(dict(run.settings))
-    own = upstream is None
-    reader = upstream or make_upstream(upstream_config(
-        upstream_url, settings, max_in_flight=config.max_in_flight, engine=engine))
     stats = ExecutorStats()
     poller = asyncio.create_task(_poll(factory, run.id, config.poll_s, progress))
     try:
-        probe = build_probe_request(settings, tokenizer)
-        await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
-        await _rounds(factory, run, reader, tokenizer, config, stats)
+        if settings.answer_by is AnswerBy.READS:
+            await _execute_reads(factory, run, settings, upstream_url, tokenizer, config, stats,
+                                 engine=engine, upstream=upstream)
+        else:
+            pool = endpoints or EndpointPool.from_settings(urls={SIM: upstream_url})
+            try:
+                await _rounds(factory, run, None, tokenizer, config, stats, pool)
+            finally:
+                if endpoints is None:
+                    await pool.aclose()
     finally:
         poller.cancel()
-        if own:
-            await reader.aclose()
         await _report_progress(factory, run.id, progress)
     return stats
 
 
-async def _rounds(factory: sessionmaker[Session], run: RunInfo, upstream: Any,
+async def _execute_reads(factory: sessionmaker[Session], run: RunInfo, settings: ReadSettings,
+                         upstream_url: str, tokenizer: TextTokenizer, config: EmbeddedConfig,
+                         stats: ExecutorStats, *, engine: Any,
+                         upstream: Upstream | None) -> None:
+    from app.upstream.factory import make_upstream
+
+    reader = upstream or make_upstream(upstream_config(
+        upstream_url, settings, max_in_flight=config.max_in_flight, engine=engine))
+    try:
+        probe = build_probe_request(settings, tokenizer)
+        await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
+        await _rounds(factory, run, reader, tokenizer, config, stats, None)
+    finally:
+        if upstream is None:
+            await reader.aclose()
+
+
+async def _rounds(factory: sessionmaker[Session], run: RunInfo, upstream: Upstream | None,
                   tokenizer: TextTokenizer, config: EmbeddedConfig,
-                  stats: ExecutorStats) -> None:
+                  stats: ExecutorStats, endpoints: EndpointPool | None) -> None:
     for _ in range(config.max_rounds):
         ids = await asyncio.to_thread(_claimable, factory, run.id, config.max_attempts)
         if not ids:
@@ -265,9 +302,11 @@ async def _rounds(factory: sessionmaker[Session], run: RunInfo, upstream: Any,
         queue: asyncio.Queue[Sequence[int]] = asyncio.Queue()
         for start in range(0, len(ids), config.chunk_size):
             queue.put_nowait(ids[start:start + config.chunk_size])
-        slots = [_slot(queue, factory, run.id, upstream, tokenizer, config, stats)
+        slots = [_slot(queue, factory, run.id, upstream, tokenizer, config, stats, endpoints)
                  for _ in range(max(1, config.workers))]
         await asyncio.gather(*slots)
+        if stats.stopped is not None:
+            raise stats.stopped
 
 
 def _claimable(factory: sessionmaker[Session], run_id: int, max_attempts: int) -> list[int]:
@@ -277,16 +316,22 @@ def _claimable(factory: sessionmaker[Session], run_id: int, max_attempts: int) -
 
 
 async def _slot(queue: asyncio.Queue[Sequence[int]], factory: sessionmaker[Session],
-                run_id: int, upstream: Any, tokenizer: TextTokenizer,
-                config: EmbeddedConfig, stats: ExecutorStats) -> None:
+                run_id: int, upstream: Upstream | None, tokenizer: TextTokenizer,
+                config: EmbeddedConfig, stats: ExecutorStats,
+                endpoints: EndpointPool | None) -> None:
     owner = _owner()
-    while not queue.empty():
+    while not queue.empty() and stats.stopped is None:
         chunk = queue.get_nowait()
         result = await run_chunk(run_id=run_id, decision_ids=chunk, session_factory=factory,
                                  upstream=upstream, tokenizer=tokenizer, owner=owner,
                                  lease_s=config.lease_s, max_in_flight=config.max_in_flight,
-                                 max_attempts=config.max_attempts)
+                                 max_attempts=config.max_attempts, endpoints=endpoints)
         stats.add(result)
+        if result.not_served is not None and stats.stopped is None:
+            # every request would be refused the same way: stop, nothing charged
+            unauthorized = OutcomeKind.UNAUTHORIZED in result.failed
+            stats.stopped = (UpstreamUnauthorized if unauthorized
+                             else ModelNotServed)(result.not_served)
 
 
 async def _poll(factory: sessionmaker[Session], run_id: int, period_s: float,

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.engine import (
+    AnswerBy,
     Decision,
     ReadSettings,
     ServerFingerprint,
@@ -48,6 +49,7 @@ from app.engine import (
     settings_hash,
     settings_to_dict,
 )
+from app.engine.settings_hash import BUDGET_FIELDS
 from app.errors import (
     BadLine,
     ConfigError,
@@ -246,6 +248,8 @@ def check_templates(
     on the questions and the settings only, so ``cache`` (questions -> problem) plans each
     distinct question set once."""
     problems: dict[str, LineProblem] = {}
+    if settings.answer_by is not AnswerBy.READS:  # a decision endpoint plans its own reads
+        return problems
     memo: dict[bytes, str | None] = {} if cache is None else cache
     for line_no, decision in decisions:
         key = orjson.dumps(decision_payload(decision).get("questions"))
@@ -633,14 +637,15 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
         raise InputError(f"run {run.name!r} was cancelled; submit its file under a new --run "
                          "name to run it again")
     current = settings_from_dict(dict(run.settings))
-    diffs = compare_settings(settings_to_dict(current),
-                             settings_to_dict(replace(current, **given)))
+    wanted = replace(current, **given)
+    diffs = [d for d in compare_settings(settings_to_dict(current), settings_to_dict(wanted))
+             if d.split(":", 1)[0] not in BUDGET_FIELDS]
     if diffs:
         raise RunSettingsMismatch(
             f"run {run.name!r} was created with other settings ({'; '.join(diffs)}); a run "
             "continues only under its own settings: drop these options, or submit the file "
             "under a new --run name")
-    return current
+    return wanted  # a new endpoint budget (--answer-rps, --answer-concurrency) is taken
 
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,

@@ -1,11 +1,15 @@
 """``run_chunk``: claim a chunk of decisions, run them concurrently, commit each as it finishes.
 
-    claim (one guarded UPDATE) -> plan each decision -> DecisionFlow <-> Upstream.read
+    claim (one guarded UPDATE) -> the run's answer source answers each decision
     -> finish_decision (answers + draws + attempt + status, one transaction) per decision
 
-All decisions of a chunk share one event loop, the upstream's connection pool and one bound on
-reads in flight. Leases are renewed in the background every ``lease_s / 3``. SQL work runs in
-threads (``asyncio.to_thread``) so the loop keeps reading while a commit waits.
+The answer source (``app.sources``) is the run's: dreads' reads (plan -> DecisionFlow <->
+Upstream.read) or a decision endpoint (one request per decision, its budget shared by every
+chunk of the run in this process through ``EndpointPool``); a question the endpoint refused is
+a ``refused`` attempt row of the winning attempt. All decisions of a chunk share one event
+loop, the upstream's connection pool and one bound on reads in flight. Leases are renewed in
+the background every ``lease_s / 3``. SQL work runs in threads (``asyncio.to_thread``) so the
+loop keeps reading while a commit waits.
 
 Failures become attempt rows: ``UpstreamUnavailable.kind`` (transient), ``bad_request``
 (permanent), ``not_served`` or ``unauthorized`` (the upstream does not serve the run's model, or
@@ -33,15 +37,13 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.decide import drive
 from app.engine import (
-    DecisionFlow,
+    AnswerBy,
     ReadRequest,
     ReadResult,
     ReadSettings,
     TextTokenizer,
     decision_from_payload,
-    plan_decision,
     settings_from_dict,
 )
 from app.engine.types import Decision as EngineDecision
@@ -55,6 +57,14 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.metrics.worker import (
+    record_answers,
+    record_attempt,
+    record_lease_takeovers,
+    record_read,
+    start_run,
+)
+from app.sources import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.store.db import session_scope
 from app.store.fingerprints import record_first_fingerprint
 from app.store.models import OutcomeKind, Run
@@ -93,6 +103,8 @@ class ChunkResult:
     n_reads: int = 0
     #: why this worker cannot serve the run (another model, a refused key; not charged)
     not_served: str | None = None
+    #: after a chunk that met a down upstream and waited for it: whether it answered again
+    upstream_ready: bool | None = None
 
     def count(self, kind: str) -> None:
         self.failed[kind] = self.failed.get(kind, 0) + 1
@@ -113,10 +125,8 @@ class _Chunk:
     """Everything the decisions of one chunk share."""
 
     session_factory: SessionFactory
-    upstream: Upstream
-    tokenizer: TextTokenizer
-    settings: ReadSettings
-    max_model_len: int | None  #: the server's: a longer prompt + canvas is rejected unread
+    upstream: Upstream | None  #: None for a run answered by a decision endpoint
+    run_name: str  #: the metrics' run label
     info: AttemptInfo
     lease_s: float
     max_attempts: int
@@ -125,10 +135,23 @@ class _Chunk:
     result: ChunkResult
     before_decision: BeforeDecision | None
     open_claims: dict[int, Claimed] = field(default_factory=dict)
+    source: AnswerSource | None = None  #: set once the run's settings are known
 
     async def read(self, request: ReadRequest) -> ReadResult:
+        assert self.upstream is not None, "a run answered by reads needs an upstream"
         async with self.in_flight:
-            return await self.upstream.read(request)
+            t0 = time.perf_counter()
+            outcome = "ok"
+            try:
+                return await self.upstream.read(request)
+            except UpstreamError as exc:
+                outcome = exc.kind
+                raise
+            except BaseException:
+                outcome = "error"
+                raise
+            finally:
+                record_read(self.run_name, outcome, time.perf_counter() - t0)
 
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(_in_transaction, self.session_factory, fn, *args, **kwargs)
@@ -141,44 +164,69 @@ def _in_transaction(factory: SessionFactory, fn: Callable[..., Any], *args: Any,
 
 
 async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory: SessionFactory,
-                    upstream: Upstream, tokenizer: TextTokenizer, owner: str, lease_s: float,
+                    upstream: Upstream | None, tokenizer: TextTokenizer, owner: str, lease_s: float,
                     max_in_flight: int, max_attempts: int = 5, task_id: str | None = None,
                     redelivered: bool = False, commit_wait_s: float = 30.0,
                     recover_wait_s: float = 0.0, probe: ReadRequest | None = None,
-                    before_decision: BeforeDecision | None = None) -> ChunkResult:
+                    before_decision: BeforeDecision | None = None,
+                    endpoints: EndpointPool | None = None) -> ChunkResult:
     """Claim ``decision_ids`` of run ``run_id`` and run the ones won. A chunk whose decisions
     are done or held by another worker is a cheap no-op (one UPDATE).
+
+    ``upstream`` and ``tokenizer`` serve a run answered by reads; ``endpoints`` (shared by the
+    caller's chunks; default: one for this chunk) a run answered by a decision endpoint.
 
     With ``recover_wait_s > 0``, a chunk that met an unavailable upstream waits (up to that
     long) for it to answer ``probe`` again before returning, so a worker does not burn through
     the queue while its model server is down. Raises StoreError if the claim itself fails.
     """
     result = ChunkResult()
-    claims, settings, fingerprint = await asyncio.to_thread(
+    claims, run, max_model_len = await asyncio.to_thread(
         _in_transaction, session_factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
         owner=owner, lease_s=lease_s, max_attempts=max_attempts)
     result.claimed = len(claims)
-    if settings is None:
+    if run is None:
         return result
-    limit = (fingerprint or {}).get("max_model_len")
-    max_model_len = limit if isinstance(limit, int) else None
-    if tokenizer.info.name != settings.tokenizer:
-        # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
-        # worker was started with; load_tokenizer caches it per process.
-        tokenizer = await asyncio.to_thread(_run_tokenizer, settings.tokenizer)
-    chunk = _Chunk(session_factory=session_factory, upstream=upstream, tokenizer=tokenizer,
-                   settings=settings, max_model_len=max_model_len or upstream.max_model_len,
+    run_name, settings, recorded = run
+    start_run(run_name)
+    chunk = _Chunk(session_factory=session_factory, upstream=upstream, run_name=run_name,
                    info=AttemptInfo(worker=owner, task_id=task_id, redelivered=redelivered),
                    lease_s=lease_s, max_attempts=max_attempts, commit_wait_s=commit_wait_s,
                    in_flight=asyncio.Semaphore(max_in_flight), result=result,
                    before_decision=before_decision,
                    open_claims={c.id: c for c in claims})
-    await _run_claims(chunk, claims)
-    if not fingerprint and result.done:
+    own_pool = endpoints is None and settings.answer_by is not AnswerBy.READS
+    pool = EndpointPool.from_settings() if own_pool else endpoints
+    try:
+        served_len = upstream.max_model_len if upstream is not None else None
+        chunk.source = await _source(chunk, run_id, settings, tokenizer,
+                                     max_model_len or served_len, pool)
+        await _run_claims(chunk, claims)
+    finally:
+        result.n_reads += chunk.source.n_requests if chunk.source is not None else 0
+        if own_pool and pool is not None:
+            await pool.aclose()
+    if not recorded and result.done and upstream is not None \
+            and settings.answer_by is AnswerBy.READS:
         await _record_fingerprint(session_factory, run_id, upstream)
-    if recover_wait_s > 0 and result.upstream_down:
-        await _wait_upstream(upstream, recover_wait_s, probe)
+    if recover_wait_s > 0 and result.upstream_down and upstream is not None \
+            and settings.answer_by is AnswerBy.READS:
+        result.upstream_ready = await _wait_upstream(upstream, recover_wait_s, probe)
     return result
+
+
+async def _source(chunk: _Chunk, run_id: int, settings: ReadSettings, tokenizer: TextTokenizer,
+                  max_model_len: int | None, pool: EndpointPool | None) -> AnswerSource:
+    """The run's answer source for this chunk."""
+    if settings.answer_by is not AnswerBy.READS:
+        assert pool is not None
+        return pool.source(run_id, settings)
+    if tokenizer.info.name != settings.tokenizer:
+        # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
+        # worker was started with; load_tokenizer caches it per process.
+        tokenizer = await asyncio.to_thread(_run_tokenizer, settings.tokenizer)
+    # the server's max_model_len: a longer prompt + canvas is rejected unread
+    return ReadsSource(chunk.read, tokenizer, settings, max_model_len=max_model_len)
 
 
 def _run_tokenizer(name: str) -> TextTokenizer:
@@ -187,16 +235,19 @@ def _run_tokenizer(name: str) -> TextTokenizer:
     return load_tokenizer(name)
 
 
-def _claim_chunk(session: Session, run_id: int,
-                 **claim: Any) -> tuple[list[Claimed], ReadSettings | None, dict[str, Any] | None]:
-    """The claims won and, when there are any, the run's settings and its server fingerprint
-    (None: not recorded yet): one transaction."""
+def _claim_chunk(session: Session, run_id: int, **claim: Any
+                 ) -> tuple[list[Claimed], tuple[str, ReadSettings, bool] | None, int | None]:
+    """The claims won and, when there are any, the run's name, settings and whether its
+    server fingerprint is recorded, and the context length its server reported: one
+    transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
         return claims, None, None
-    data, fingerprint = session.execute(
-        select(Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
-    return claims, settings_from_dict(dict(data)), dict(fingerprint) if fingerprint else None
+    name, data, fingerprint = session.execute(
+        select(Run.name, Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
+    limit = (fingerprint or {}).get("max_model_len")
+    return (claims, (name, settings_from_dict(dict(data)), bool(fingerprint)),
+            limit if isinstance(limit, int) else None)
 
 
 async def _record_fingerprint(factory: SessionFactory, run_id: int, upstream: Upstream) -> None:
@@ -234,6 +285,7 @@ async def _renew_forever(chunk: _Chunk) -> None:
             log.warning("could not renew %d lease(s): %s", len(claims), exc.message)
             continue
         if len(renewed) < len(claims):
+            record_lease_takeovers(chunk.run_name, len(claims) - len(renewed))
             log.info("%d lease(s) were taken over; their results count only if first",
                      len(claims) - len(renewed))
 
@@ -253,39 +305,33 @@ async def _run_guarded(chunk: _Chunk, claim: Claimed) -> None:
 async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: float) -> None:
     if chunk.before_decision is not None:
         chunk.before_decision(claim)
+    assert chunk.source is not None
     try:
         decision = decision_from_payload(claim.key, claim.cell, claim.payload)
-        plan = plan_decision(decision, chunk.settings, chunk.tokenizer,
-                             max_model_len=chunk.max_model_len)
+        answered = await chunk.source.answer(decision, replicate=claim.replicate)
     except (InputError, ConfigError) as exc:  # ConfigError: no read of these settings can run
         await _record_failure(chunk, claim, OutcomeKind.REJECTED, exc.message, permanent=True)
         return
-    flow = DecisionFlow(plan, chunk.settings, vocab_size=chunk.tokenizer.info.vocab_size,
-                        replicate=claim.replicate)
-    try:
-        await drive(flow, chunk.read)
     except (ModelNotServed, UpstreamUnauthorized) as exc:
-        chunk.result.n_reads += flow.n_reads
         await _release_unserved(chunk, claim, exc.kind, exc.message)
         return
     except UpstreamError as exc:
-        chunk.result.n_reads += flow.n_reads
         await _record_failure(chunk, claim, exc.kind, exc.message,
                               permanent=isinstance(exc, UpstreamRejected))
         return
-    chunk.result.n_reads += flow.n_reads
-    await _commit(chunk, claim, decision, flow, started, t0)
+    await _commit(chunk, claim, decision, answered, started, t0)
 
 
-async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, flow: DecisionFlow,
+async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, answered: Answered,
                   started: datetime, t0: float) -> None:
-    info = replace(chunk.info, n_reads=flow.n_reads,
-                   latency_ms=(time.perf_counter() - t0) * 1000.0, started_at=started)
+    info = replace(chunk.info, n_reads=answered.n_reads,
+                   latency_ms=(time.perf_counter() - t0) * 1000.0, started_at=started,
+                   usage=answered.usage)
     try:
-        won = await chunk.db(finish_decision, claim=claim, answers=flow.answers(),
-                             draws=flow.draws(), attempt=info,
+        won = await chunk.db(finish_decision, claim=claim, answers=answered.answers,
+                             draws=answered.draws, attempt=info,
                              question_ids=[q.id for q in decision.questions],
-                             expected=decision.expected)
+                             expected=decision.expected, refusals=answered.refusals)
     except StoreError as exc:
         log.warning("commit of decision %s failed: %s", claim.id, exc.message)
         await _record_failure(chunk, claim, OutcomeKind.DB_ERROR, exc.message, permanent=False,
@@ -293,6 +339,12 @@ async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, flow:
         return
     chunk.result.done += 1
     chunk.result.won += int(won)
+    record_attempt(chunk.run_name, OutcomeKind.OK)
+    if won:
+        record_answers(chunk.run_name, answered.answers)
+    if won and answered.refusals:
+        for _ in answered.refusals:
+            chunk.result.count(OutcomeKind.REFUSED)
 
 
 async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str, *,
@@ -312,6 +364,7 @@ async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str,
     if status == "rejected":
         chunk.result.rejected += 1
     chunk.result.count(kind)
+    record_attempt(chunk.run_name, kind)
 
 
 async def _release_unserved(chunk: _Chunk, claim: Claimed, kind: str, detail: str) -> None:
@@ -326,6 +379,8 @@ async def _release_unserved(chunk: _Chunk, claim: Claimed, kind: str, detail: st
         log.warning("could not release decision %s (%s); its lease expires", claim.id,
                     exc.message)
         chunk.result.left_for_sweeper += 1
+        return
+    record_attempt(chunk.run_name, kind)
 
 
 async def _wait_db(factory: SessionFactory, timeout_s: float) -> bool:
@@ -345,10 +400,13 @@ def _ping(session: Session) -> None:
     session.execute(text("SELECT 1"))
 
 
-async def _wait_upstream(upstream: Upstream, timeout_s: float, probe: ReadRequest | None) -> None:
+async def _wait_upstream(upstream: Upstream, timeout_s: float, probe: ReadRequest | None
+                         ) -> bool:
     log.warning("the upstream failed; waiting up to %.0f s for it before the next chunk",
                 timeout_s)
     try:
         await upstream.wait_ready(timeout_s=timeout_s, probe=probe)
     except UpstreamUnavailable as exc:
         log.warning("the upstream is still unavailable: %s", exc.message)
+        return False
+    return True

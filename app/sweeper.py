@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.errors import DreadsError
+from app.metrics.worker import record_sweep
 from app.publish import (
     BrokerEpoch,
     PublishError,
@@ -54,7 +55,7 @@ from app.store.queue import (
     translate_db_errors,
 )
 from app.store.runs import RunInfo, open_runs
-from workers.constants import SWEEP_LOCK_ID, queue_for
+from workers.constants import SWEEP_LOCK_ID, queue_of_run
 
 __all__ = ["SweepReport", "SweeperThread", "run_queue", "sweep_for", "sweep_once"]
 
@@ -87,9 +88,9 @@ class _Tally:
 
 
 def run_queue(run: RunInfo) -> str:
-    """The queue of ``run``'s chunks: its model and canvas (``workers.constants.queue_for``)."""
-    settings = run.settings
-    return queue_for(str(settings.get("model")), int(settings.get("canvas_length") or 0))
+    """The queue of ``run``'s chunks: its model and canvas, or the answers queue for a run
+    answered by a decision endpoint (``workers.constants.queue_of_run``)."""
+    return queue_of_run(run.settings)
 
 
 def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None, *,
@@ -111,6 +112,7 @@ def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None,
             report = _publish_due(session_factory, publisher, report, chunk_size=chunk_size,
                                   requeue_after_s=requeue_after_s, run_id=run_id,
                                   max_backlog=max_backlog)
+    record_sweep(lost=report.lost, poisoned=report.poisoned, published=report.published)
     if report.lost or report.poisoned or report.published or report.error:
         log.info("sweep: %d lease(s) lost, %d poisoned, %d decision(s) in %d message(s)%s%s",
                  report.lost, report.poisoned, report.published, report.messages,

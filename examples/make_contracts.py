@@ -16,6 +16,8 @@ embedded ``dreads run --upstream sim`` loads automatically):
 - ``score.jsonl``       the risk of one clause for the Customer, 1-5
 - ``small.jsonl``       five mixed decisions, the quickest thing to try
 - ``batch_style.jsonl`` OpenAI-batch-style lines (``custom_id`` + ``body``)
+- ``decisions.jsonl``   OpenAI Decisions requests as Batch lines (``url: /v1/decisions``):
+  predicate, choice (string and boolean values) and score questions, and one bare request body
 """
 
 from __future__ import annotations
@@ -254,6 +256,91 @@ def batch_lines(sources: list[Line]) -> list[Line]:
              "metadata": {"cell": p["cell"], "expected": p["expected"]}} for p in sources]
 
 
+# -- OpenAI Decisions requests -----------------------------------------------------------------
+
+BOOL_Q = "Do these two clauses set different terms for the same thing?"
+
+
+def _level(text: str) -> dict[str, str]:
+    label, _, description = text.partition(": ")
+    return {"label": label, "description": description} if description else {"label": label}
+
+
+def decisions_question(qid: str, question: dict[str, Any]) -> dict[str, Any]:
+    """A Jev question as a Decisions question: noul -> predicate, choice -> choices with
+    string values, score -> levels with a label and a description."""
+    base = {"name": qid, "instructions": question["instructions"]}
+    if question["type"] == "noul":
+        return {"type": "predicate", **base}
+    if question["type"] == "choice":
+        return {"type": "choice", **base, "choices": [
+            {"value": k, "description": v} if v else {"value": k}
+            for k, v in question["criteria"].items()]}
+    return {"type": "score", **base, "levels": [_level(x) for x in question["criteria"]]}
+
+
+def decisions_expected(question: dict[str, Any], expected: str) -> Any:
+    """A Jev expected answer as a Decisions one: true/false, the choice value, a level label."""
+    if question["type"] == "noul":
+        return expected == "yes"
+    if question["type"] == "score":
+        return _level(question["criteria"][int(expected) - 1])["label"]
+    return expected
+
+
+def decisions_body(line: Line) -> Line:
+    return {"model": "dgemma", "input": line["state"],
+            "questions": [decisions_question(qid, q) for qid, q in line["questions"].items()]}
+
+
+def decisions_metadata(line: Line) -> Line:
+    return {"cell": line["cell"], "expected": {
+        qid: decisions_expected(line["questions"][qid], value)
+        for qid, value in line["expected"].items()}}
+
+
+def decisions_batch_line(line: Line) -> Line:
+    """One Jev line as an OpenAI Batch line of a Decisions request."""
+    return {"custom_id": line["id"], "method": "POST", "url": "/v1/decisions",
+            "body": decisions_body(line), "metadata": decisions_metadata(line)}
+
+
+def boolean_choice_line(line: Line) -> Line:
+    """A clause pair asked as a choice between the booleans true and false."""
+    question = {"type": "choice", "name": "conflict", "instructions": BOOL_Q,
+                "choices": [{"value": True, "description": "they contradict each other"},
+                            {"value": False}]}
+    return {"custom_id": f"{line['id']}|bool", "method": "POST", "url": "/v1/decisions",
+            "body": {"model": "dgemma", "input": line["state"], "questions": [question]},
+            "metadata": {"cell": "booleans",
+                         "expected": {"conflict": line["expected"]["conflict"] == "yes"}}}
+
+
+def decisions_sources(contracts: list[Contract]) -> list[Line]:
+    """The Jev decisions behind ``decisions.jsonl``: every pair of one contract and wording,
+    the choices of another, the scores of a third."""
+    return (list(pair_lines(contracts[0], "plain")) + list(choice_lines(contracts[1], "plain"))
+            + list(score_lines(contracts[2], "plain")))
+
+
+def decisions_lines(contracts: list[Contract]) -> tuple[list[Line], list[Line]]:
+    """``decisions.jsonl`` and its key: Batch lines, boolean choices, one bare request body
+    (its id in ``metadata``, its input one JSON part)."""
+    sources = decisions_sources(contracts)
+    booleans = batch_sources(contracts)
+    bare = _json_state_line(contracts[0])
+    body = {**decisions_body(bare), "input": [
+        {"role": "user", "content": [{"type": "input_json", "data": bare["state"]}]}],
+            "metadata": {"id": bare["id"], **decisions_metadata(bare)}}
+    lines = ([decisions_batch_line(s) for s in sources]
+             + [boolean_choice_line(p) for p in booleans] + [body])
+    keys = (key_lines(sources)
+            + [{"state": p["state"], "question": BOOL_Q,
+                "label": "A" if p["expected"]["conflict"] == "yes" else "B"} for p in booleans]
+            + key_lines([bare]))
+    return lines, keys
+
+
 # -- answer keys -------------------------------------------------------------------------------
 
 
@@ -293,6 +380,7 @@ def generate(seed: int) -> dict[str, list[Line]]:
     for stem, lines in sources.items():
         out[f"{stem}.jsonl"] = batch_lines(lines) if stem == "batch_style" else lines
         out[f"{stem}.key.jsonl"] = key_lines(lines)
+    out["decisions.jsonl"], out["decisions.key.jsonl"] = decisions_lines(contracts)
     return out
 
 

@@ -12,7 +12,14 @@ main process waits for the upstream to answer a probe read (``celeryd_after_setu
 
 Routing: a run's chunks go to the queue of its model and canvas (``queue_for``); once its
 upstream answered, a worker consumes only the queue of what that upstream serves (added in
-``celeryd_after_setup``), so a pod never takes work its model server cannot read.
+``celeryd_after_setup``), so a pod never takes work its model server cannot read. A run
+answered by a decision endpoint goes to ``dreads.answers``, consumed only by answers workers
+(``DREADS_WORKER_ANSWERS``, ``dreads worker --answers``): they wait for no model server, build
+no upstream, and split each run's endpoint budget among their pool processes.
+
+Metrics (``app.metrics``): with ``DREADS_METRICS_PORT`` set, the main process serves
+``/metrics`` for itself and its pool children (multiprocess mode: ``dreads worker`` sets
+``PROMETHEUS_MULTIPROC_DIR`` up before Celery starts), from before the upstream wait on.
 
 ``celery -A workers.celery_app worker`` works as well as ``dreads worker``.
 """
@@ -119,10 +126,11 @@ class ProcessState:
     engine: Engine
     session_factory: sessionmaker[Session]
     loop: asyncio.AbstractEventLoop
-    upstream: Any  #: app.upstream.base.Upstream
+    upstream: Any  #: app.upstream.base.Upstream (None in an answers worker)
     tokenizer: Any  #: app.engine.TextTokenizer
     probe: Any  #: app.engine.ReadRequest, the readiness probe
     owner: str
+    endpoints: Any = None  #: app.sources.EndpointPool: the decision endpoints of its runs
 
     @property
     def built_here(self) -> bool:
@@ -131,7 +139,10 @@ class ProcessState:
 
     def close(self) -> None:
         try:
-            self.loop.run_until_complete(self.upstream.aclose())
+            if self.upstream is not None:
+                self.loop.run_until_complete(self.upstream.aclose())
+            if self.endpoints is not None:
+                self.loop.run_until_complete(self.endpoints.aclose())
         except Exception:  # shutting down: log, never raise
             log.warning("closing the upstream failed", exc_info=True)
         self.engine.dispose()
@@ -142,6 +153,7 @@ _state: ProcessState | None = None
 
 
 def build_state(settings: Settings) -> ProcessState:
+    from app.sources import EndpointPool
     from app.store.db import make_engine, make_sessionmaker
     from workers.resources import make_probe, make_tokenizer, make_upstream_for
 
@@ -149,10 +161,13 @@ def build_state(settings: Settings) -> ProcessState:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     tokenizer = make_tokenizer(settings)
+    answers = settings.worker_answers
     return ProcessState(settings=settings, engine=engine, session_factory=make_sessionmaker(engine),
-                        loop=loop, upstream=make_upstream_for(settings), tokenizer=tokenizer,
-                        probe=make_probe(settings, tokenizer),
-                        owner=f"{socket.gethostname()}:{os.getpid()}")
+                        loop=loop, upstream=None if answers else make_upstream_for(settings),
+                        tokenizer=tokenizer,
+                        probe=None if answers else make_probe(settings, tokenizer),
+                        owner=f"{socket.gethostname()}:{os.getpid()}",
+                        endpoints=EndpointPool.from_settings(share=settings.worker_processes))
 
 
 def process_state() -> ProcessState:
@@ -173,22 +188,34 @@ def _init_process(**_: Any) -> None:
 
 @signals.worker_process_shutdown.connect
 def _close_process(**_: Any) -> None:
+    from app.metrics.exporter import mark_process_dead
+
     global _state
     if _state is not None and _state.built_here:
         _state.close()
     _state = None
+    mark_process_dead(os.getpid())
 
 
 @signals.celeryd_after_setup.connect
 def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> None:
     """Main process, logging set up, before the pool and the consumer start: block until the
     upstream answers a probe read, then consume the queue of what it serves."""
-    from workers.resources import served_queue, wait_upstream_ready
+    from app.metrics import set_upstream_ready, start_exporter
+    from workers.resources import answers_worker_setup, served_queue, wait_upstream_ready
 
-    wait_upstream_ready(get_settings())
+    settings = get_settings()
+    if settings.metrics_port:
+        start_exporter(settings.metrics_host, settings.metrics_port)
+    if settings.worker_answers:
+        queue = answers_worker_setup(getattr(instance, "concurrency", None))
+    else:
+        set_upstream_ready(settings.upstream, False)
+        wait_upstream_ready(settings)
+        set_upstream_ready(settings.upstream, True)
+        queue = served_queue(get_settings())
     if instance is not None:
         queues = instance.app.amqp.queues
-        queue = served_queue(get_settings())
         queues.select_add(queue)
         if QUEUE in queues.consume_from and queue != QUEUE:
             queues.deselect([QUEUE])

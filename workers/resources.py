@@ -19,6 +19,7 @@ from app.upstream.base import Upstream
 
 __all__ = [
     "adopt_served_defaults",
+    "answers_worker_setup",
     "make_probe",
     "make_tokenizer",
     "make_upstream_for",
@@ -50,6 +51,20 @@ def served_queue(settings: Settings) -> str:
     from workers.constants import queue_for
 
     return queue_for(settings.model, settings.canvas)
+
+
+def answers_worker_setup(processes: int | None) -> str:
+    """An answers worker (``DREADS_WORKER_ANSWERS``), in its main process before the pool
+    forks: no model server to wait for; its pool size goes into the environment so each
+    process takes its share of a run's endpoint budget. Returns the queue to consume."""
+    from app.config import get_settings
+    from workers.constants import ANSWERS_QUEUE
+
+    os.environ["DREADS_WORKER_PROCESSES"] = str(max(1, processes or 1))
+    get_settings.cache_clear()
+    log.info("answers worker %s: runs answered by decision endpoints, each run's budget split "
+             "among %s process(es)", os.getpid(), os.environ["DREADS_WORKER_PROCESSES"])
+    return ANSWERS_QUEUE
 
 
 def make_tokenizer(settings: Settings) -> TextTokenizer:

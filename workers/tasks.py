@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from app.errors import StoreError
+from app.metrics import set_upstream_ready
 from app.runner import BeforeDecision, run_chunk
 from app.store.queue import Claimed
 from workers.celery_app import app, process_state
@@ -33,7 +34,10 @@ def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str
         upstream=state.upstream, tokenizer=state.tokenizer, owner=state.owner,
         lease_s=s.lease_s, max_in_flight=s.max_in_flight, max_attempts=s.max_attempts,
         task_id=self.request.id, redelivered=bool(delivery.get("redelivered")),
-        recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook()))
+        recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook(),
+        endpoints=state.endpoints))
+    if result.upstream_ready is not None:
+        set_upstream_ready(s.upstream, result.upstream_ready)
     if result.not_served:
         _stop_consuming(self, result.not_served)
     return result.as_dict()
@@ -43,9 +47,11 @@ def _stop_consuming(task: Any, why: str) -> None:
     """The upstream does not serve this queue's model (any more): this worker stops taking
     the queue's work (its decisions went back to pending, uncharged, for the other workers)."""
     queue = (task.request.delivery_info or {}).get("routing_key")
-    log.error("worker %s stops consuming %s: its upstream %s %s; fix DREADS_MODEL / "
-              "DREADS_UPSTREAM and restart it", task.request.hostname, queue,
-              process_state().settings.upstream, why)
+    settings = process_state().settings
+    fix = ("DREADS_ANSWER_API_KEY" if settings.worker_answers
+           else "DREADS_MODEL / DREADS_UPSTREAM")
+    log.error("worker %s stops consuming %s: %s; fix %s and restart it",
+              task.request.hostname, queue, why, fix)
     if queue and task.request.hostname:
         app.control.cancel_consumer(queue, destination=[task.request.hostname], reply=False)
 

@@ -1,13 +1,16 @@
 """``create_app(config)``: the FastAPI application of ``dreads serve``.
 
     GET  /health                       liveness (no key)
-    GET  /v1/models                    Jev: the served model and its aliases
+    GET  /v1/models                    the served model: OpenAI's list and Jev's aliases
     POST /v1/systemone                 Jev: one decision, answered at once
+    POST /v1/decisions                 OpenAI's Decisions API: one decision, answered at once
     POST /v1/runs                      submit JSON lines as a run
     GET  /v1/runs                      list runs
     GET  /v1/runs/{run}                status (as ``dreads status --json``)
     GET  /v1/runs/{run}/results        JSON lines (as ``dreads export``)
     POST /v1/runs/{run}/resume|cancel
+    GET  /metrics                      Prometheus: requests, per-run gauges from SQL
+    GET  /runs, /runs/{run}            browser pages: runs, one run live (login: API key)
 
 OpenAPI docs at ``/docs``. Every response carries ``x-request-id``.
 """
@@ -19,10 +22,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import runs, systemone
+from app.api import decisions, metrics, pages, runs, systemone
 from app.api.config import ServeConfig
 from app.api.middleware import BodyGuard, RequestContext
 from app.api.state import build_state
+from app.metrics import RunMetrics
 
 __all__ = ["create_app"]
 
@@ -32,14 +36,23 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             app.state.api = await build_state(config, stack)
+            metrics.register_run_metrics(app, RunMetrics(
+                app.state.api.factory, ttl_s=config.metrics_cache_s,
+                max_runs=config.metrics_max_runs))
             yield
 
-    app = FastAPI(title="dreads", summary="Diffusion reads over HTTP: runs, and Jev's "
-                  "/v1/systemone on a self-hosted model.", lifespan=lifespan)
+    app = FastAPI(title="dreads", summary="Diffusion reads over HTTP: runs, Jev's "
+                  "/v1/systemone and OpenAI's /v1/decisions on a self-hosted model.",
+                  lifespan=lifespan)
     app.include_router(systemone.router)
+    app.include_router(decisions.router)
     app.include_router(runs.router)
+    app.include_router(metrics.router)
+    app.include_router(pages.router)
     app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,
                        max_upload_bytes=config.max_upload_bytes,
-                       upload_paths=frozenset({"/v1/runs"}))
+                       upload_paths=frozenset({"/v1/runs"}),
+                       openai_paths=frozenset({"/v1/decisions"}))
     app.add_middleware(RequestContext)
+    metrics.instrument(app)
     return app

@@ -37,6 +37,8 @@ class ServeConfig:
     max_concurrent: int = 256
     chunk_size: int = 64  #: decisions per queue message (queue executor)
     sim_key: str | None = None  #: answer key of the in-process simulator (``upstream`` "sim")
+    metrics_cache_s: float = 10.0  #: seconds one SQL snapshot of the per-run gauges serves
+    metrics_max_runs: int = 20  #: the most recent runs (not cancelled) with per-run gauges
 
     @property
     def sqlite(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from fastapi import HTTPException
 
 from app.errors import (
+    ConfigError,
     DreadsError,
     InputError,
     MalformedResponse,
@@ -64,6 +65,6 @@ def _http_for(exc: DreadsError) -> HTTPException:
     if isinstance(exc, StoreError):
         return api_error(503, "api_error", f"the database is unavailable: {exc.message}",
                          retry_after=UPSTREAM_RETRY_AFTER_S)
-    if isinstance(exc, InputError):
+    if isinstance(exc, (InputError, ConfigError)):
         return api_error(400, "invalid_request_error", exc.message)
     return api_error(500, "api_error", exc.message)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.embedded import EmbeddedConfig, execute_run, reclaim_dead_leases, release_own_leases
-from app.engine import ReadSettings, settings_from_dict
+from app.engine import ReadSettings, settings_from_dict, settings_to_dict
 from app.errors import DreadsError
 from app.producer import Publisher, PublishOutcome, resume_run
 from app.publish import make_publisher
@@ -28,7 +28,7 @@ from app.store.runs import RunInfo, reset_failed
 from app.sweeper import sweep_for
 from app.upstream.base import Upstream
 from app.upstream.tokenizer import load_tokenizer
-from workers.constants import queue_for
+from workers.constants import queue_of_run
 
 __all__ = ["LocalExecutor", "QueueExecutor", "RunExecutor"]
 
@@ -151,7 +151,7 @@ class QueueExecutor:
 
     def publisher(self, run_name: str, settings: ReadSettings) -> Publisher | None:
         return make_publisher(self.sender, self.chunk_size, run_name=run_name,
-                              queue=queue_for(settings.model, settings.canvas_length))
+                              queue=queue_of_run(settings_to_dict(settings)))
 
     async def started(self, run: RunInfo, outcome: PublishOutcome) -> dict[str, Any]:
         return {"executor": self.name, "published": outcome.published,

@@ -4,7 +4,8 @@
   and ``x-typesafe-request-id``, and ``server-timing: total;dur=<ms>``.
 - ``BodyGuard``: decodes ``Content-Encoding`` gzip, deflate and zstd (what Jev clients send),
   refuses other encodings (415), and answers 413 once the decoded body passes its limit, before
-  the route has read it all, so a compressed bomb costs at most the limit.
+  the route has read it all, so a compressed bomb costs at most the limit. On OpenAI's routes
+  (``openai_paths``) these answers are OpenAI's error object.
 """
 
 from __future__ import annotations
@@ -94,8 +95,16 @@ _DECODERS: dict[str, Callable[[], _Decoder]] = {
 }
 
 
-async def send_error(send: Send, status: int, error_type: str, message: str) -> None:
-    body = orjson.dumps({"detail": {"error_type": error_type, "message": message}})
+async def send_error(send: Send, status: int, error_type: str, message: str, *,
+                     openai: bool = False) -> None:
+    """Jev's error body, or OpenAI's error object (``openai``: an OpenAI route)."""
+    if openai:
+        from app.api.openai_shapes import openai_error_body
+
+        content: Any = openai_error_body(status, message, error_type)
+    else:
+        content = {"detail": {"error_type": error_type, "message": message}}
+    body = orjson.dumps(content)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
@@ -106,8 +115,10 @@ class BodyGuard:
     """Decode and bound request bodies; ``upload_paths`` (POST) get ``max_upload_bytes``."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int, max_upload_bytes: int,
-                 upload_paths: frozenset[str] = frozenset()) -> None:
+                 upload_paths: frozenset[str] = frozenset(),
+                 openai_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.openai_paths = openai_paths
         self.max_bytes = max_bytes
         self.max_upload_bytes = max_upload_bytes
         self.upload_paths = upload_paths
@@ -120,18 +131,21 @@ class BodyGuard:
             await self.app(scope, receive, send)
             return
         limit = self._limit(scope)
+        openai = scope["path"] in self.openai_paths
         headers = Headers(scope=scope)
         encoding = headers.get("content-encoding", "identity").strip().lower() or "identity"
         if encoding not in _DECODERS:
             await send_error(send, 415, "invalid_request_error",
                              f"Content-Encoding {encoding!r} is not supported; send the body "
-                             "plain, or as gzip, deflate or zstd")
+                             "plain, or as gzip, deflate or zstd", openai=openai)
             return
         declared = headers.get("content-length")
         if encoding == "identity" and declared and declared.isdigit() and int(declared) > limit:
-            await send_error(send, 413, "request_too_large", _too_large(limit, scope))
+            await send_error(send, 413, "request_too_large", _too_large(limit, scope),
+                             openai=openai)
             return
-        await _Guarded(self.app, scope, receive, send, _DECODERS[encoding](), limit).run()
+        await _Guarded(self.app, scope, receive, send, _DECODERS[encoding](), limit,
+                       openai=openai).run()
 
 
 def _too_large(limit: int, scope: Scope) -> str:
@@ -145,8 +159,9 @@ class _Guarded:
     """One request: count decoded bytes; past the limit, answer 413 instead of the route."""
 
     def __init__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send,
-                 decoder: _Decoder, limit: int) -> None:
+                 decoder: _Decoder, limit: int, *, openai: bool = False) -> None:
         self.app, self.scope, self._receive, self._send = app, scope, receive, send
+        self.openai = openai
         self.decoder, self.limit = decoder, limit
         self.seen = 0
         self.refusal: tuple[int, str, str] | None = None
@@ -180,4 +195,4 @@ class _Guarded:
             return
         if message["type"] == "http.response.start" and not self.answered:
             self.answered = True
-            await send_error(self._send, *self.refusal)
+            await send_error(self._send, *self.refusal, openai=self.openai)

@@ -1,4 +1,5 @@
-"""Record ``/v1/systemone`` answers into a named run, so live traffic can be reported on.
+"""Record ``/v1/systemone`` and ``/v1/decisions`` answers into a named run, so live traffic
+can be reported on.
 
 A recorded request becomes one decision of the run, written as a finished attempt through the
 same store calls a worker uses (insert, claim, finish: attempts, draws and answers rows), in one
@@ -63,10 +64,12 @@ class Recorder:
                                  "give each recorded request its own id, or leave it out")
 
     def record(self, run: str, decision: Decision, decided: Decided, *,
-               started: datetime, latency_ms: float) -> dict[str, object]:
-        """Write the answered decision into ``run``; ``{"run", "id", "decision"}``."""
+               started: datetime, latency_ms: float, source: str = SOURCE
+               ) -> dict[str, object]:
+        """Write the answered decision into ``run`` (created with ``source`` if new);
+        ``{"run", "id", "decision"}``."""
         with translate_db_errors("recording the answers"), session_scope(self.factory) as session:
-            info = _active(self._ensure(session, run))
+            info = _active(self._ensure(session, run, source))
             row = DecisionRow(key=decision.id, replicate=0, cell=decision.cell, line_no=None,
                               payload=decision_payload(decision),
                               n_questions=len(decision.questions))
@@ -83,10 +86,10 @@ class Recorder:
                             expected=decision.expected)
         return {"run": run, "id": decision.id, "decision": claim.id}
 
-    def _ensure(self, session: Session, run: str) -> RunInfo:
+    def _ensure(self, session: Session, run: str, source: str = SOURCE) -> RunInfo:
         info, _ = ensure_run(session, name=run, settings=settings_to_dict(self.settings),
                              settings_hash=self.digest, upstream=self.upstream,
-                             engine=self.engine, source=SOURCE, replicates=1,
+                             engine=self.engine, source=source, replicates=1,
                              fingerprint=self.fingerprint)
         return info
 

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -26,19 +26,22 @@ from app.api.errors import api_error, raise_for
 from app.api.state import ApiState
 from app.api.systemone import Api
 from app.engine import (
+    AnswerBy,
     Endpoint,
     Layout,
     PolicyName,
     ReadMode,
     ReadSettings,
     ServerFingerprint,
+    check_settings,
     settings_from_dict,
 )
-from app.errors import DreadsError
+from app.errors import ConfigError, DreadsError
 from app.jobfile import decode_lines, has_content
-from app.producer import SubmitReport, SubmitRequest, fingerprint_dict, submit_job
+from app.producer import SubmitReport, SubmitRequest, submit_job
 from app.store.admin import cancel_not_started, delete_run, discard_empty_run, run_contents
 from app.store.db import session_scope
+from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, find_run
 from app.store.views import iter_export, list_runs, run_status
 from app.upstream.tokenizer import load_tokenizer
@@ -72,15 +75,46 @@ class RunParams(BaseModel):
     seed: int | None = None
     replicates: int | None = Field(None, ge=1)
     strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
+    answer_by: AnswerBy | None = Field(None, description="Who answers: reads (this server's "
+                                       "reads, the default), systemone or decisions (a "
+                                       "decision endpoint, one request per decision).")
+    answer_url: str | None = Field(None, description="The decision endpoint's base URL "
+                                   "(default: this server's upstream). Its key is the "
+                                   "server's DREADS_ANSWER_API_KEY.")
+    answer_rps: float | None = Field(None, ge=0.0, description="Budget: requests per second.")
+    answer_concurrency: int | None = Field(None, ge=1, description="Budget: in flight.")
+    model: str | None = Field(None, min_length=1, description="The endpoint's model, for a "
+                              "run answered by a decision endpoint (default: this server's).")
 
     def overrides(self) -> dict[str, Any]:
         given = {"policy": self.policy, "fixed_draws": self.draws, "threshold": self.threshold,
                  "max_draws": self.max_draws, "read_mode": self.mode, "layout": self.layout,
                  "steps": self.steps, "canvas_step": self.canvas_step,
-                 "constrained": self.constrained, "endpoint": self.endpoint, "seed": self.seed}
+                 "constrained": self.constrained, "endpoint": self.endpoint, "seed": self.seed,
+                 "answer_by": self.answer_by, "answer_url": self.answer_url,
+                 "answer_rps": self.answer_rps, "answer_concurrency": self.answer_concurrency,
+                 "model": self.model}
         if self.draws is not None and self.policy is None:
             given["policy"] = PolicyName.FIXED
         return {k: v for k, v in given.items() if v is not None}
+
+    def settings(self, base: ReadSettings, upstream: str) -> ReadSettings:
+        """``base`` with these parameters; a run answered by a decision endpoint defaults to
+        this server's upstream (vLLM's own reader on the same pod).
+
+        Raises:
+            ConfigError: ``model`` for a run answered by reads, or an impossible setting.
+        """
+        settings = replace(base, **self.overrides())
+        if settings.answer_by is AnswerBy.READS:
+            if self.model is not None and self.model != base.model:
+                raise ConfigError(f"model {self.model!r}: this server reads {base.model!r}; "
+                                  "another model only answers a run by a decision endpoint "
+                                  "(answer_by)")
+            return check_settings(settings)
+        if not settings.answer_url:
+            settings = replace(settings, answer_url=upstream)
+        return check_settings(settings)
 
 
 def _not_found(name: str) -> Exception:
@@ -101,7 +135,7 @@ def _find(api: ApiState, name: str) -> RunInfo:
 
 def _same_model(api: ApiState, info: RunInfo) -> ReadSettings:
     settings = settings_from_dict(dict(info.settings))
-    if settings.model != api.model:
+    if settings.model != api.model and settings.answer_by is AnswerBy.READS:
         raise api_error(409, "conflict_error",
                         f"run {info.name!r} reads model {settings.model!r}; this server serves "
                         f"{api.model!r}. Continue it with `dreads resume` against its own "
@@ -145,12 +179,13 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
     with session_scope(api.factory) as session:
         existing = find_run(session, params.run)
     base = _same_model(api, existing) if existing else api.settings
-    settings = replace(base, **params.overrides())
+    settings = params.settings(base, api.config.upstream)
     replicates = params.replicates or (existing.replicates if existing else 1)
     request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
                             upstream=api.config.upstream, engine=api.config.engine.engine,
                             replicates=replicates, strict=params.strict,
-                            fingerprint=fingerprint)
+                            fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
+                            else None)
     report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
                         lines=decode_lines(raw),
                         publisher=api.executor.publisher(params.run, settings))
@@ -194,8 +229,6 @@ async def submit(request: Request, params: Annotated[RunParams, Query()], api: A
                         f"none of the {report.lines} line(s) is a valid decision (see "
                         "report.bad_lines); nothing was written", report=body)
     assert report.run is not None
-    if report.created and fingerprint is not None:
-        body["fingerprint"] = fingerprint_dict(fingerprint)
     body["execution"] = await api.executor.started(report.run, report.publish)
     body["links"] = _links(report.run.name)
     return JSONResponse(body, status_code=201 if report.created else 200)
@@ -227,13 +260,21 @@ async def status(run: str, api: Api) -> dict[str, Any]:
 @router.get("/{run}/results", response_class=StreamingResponse, responses={200: {
     "content": {"application/x-ndjson": {}},
     "description": "One JSON line per decision, as `dreads export`."}})
-async def results(run: str, api: Api) -> StreamingResponse:
+async def results(run: str, api: Api, fmt: Annotated[Literal["jsonl", "openai-batch"], Query(
+        alias="format", description="jsonl (dreads' lines) or openai-batch (OpenAI's Batch "
+                                    "output lines, each body a Decision).")] = "jsonl"
+                  ) -> StreamingResponse:
     """Every decision with its answers and diagnostics, streamed as JSON lines from SQL."""
     info = await asyncio.to_thread(_find, api, run)
 
+    def _records(session: Session) -> Iterator[dict[str, Any]]:
+        if fmt == "openai-batch":
+            return iter_openai_batch(session, info.id, str(info.settings.get("model", "")))
+        return iter_export(session, info.id)
+
     def _lines() -> Iterator[bytes]:
         with session_scope(api.factory) as session:
-            for record in iter_export(session, info.id):
+            for record in _records(session):
                 yield orjson.dumps(record, default=str) + b"\n"
 
     return StreamingResponse(_lines(), media_type="application/x-ndjson",

@@ -16,6 +16,7 @@ __all__ = [
     "ModelOut",
     "ModelsOut",
     "NoulAnswerOut",
+    "OpenAIModelOut",
     "QuestionDiagnostics",
     "QuestionIn",
     "RecordIn",
@@ -156,5 +157,16 @@ class ModelOut(BaseModel):
     release_date: str
 
 
+class OpenAIModelOut(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(description="When this server started (epoch seconds).")
+    owned_by: str = "dreads"
+
+
 class ModelsOut(BaseModel):
-    models: list[ModelOut]
+    """Both shapes at once: Jev's ``models`` and OpenAI's list (``object``, ``data``)."""
+
+    object: Literal["list"] = "list"
+    data: list[OpenAIModelOut] = Field(description="OpenAI's list: the served model.")
+    models: list[ModelOut] = Field(description="Jev's list: the served model and its aliases.")

@@ -1,4 +1,5 @@
-"""Jev's surface: ``POST /v1/systemone``, ``GET /v1/models``; and ``GET /health``.
+"""Jev's surface: ``POST /v1/systemone``, ``GET /v1/models`` (OpenAI's list shape too); and
+``GET /health``.
 
 A ``/v1/systemone`` request is one decision answered at once through the engine (not through
 the queue), on the server's read settings; its answers can be recorded into a run.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -61,15 +63,20 @@ async def health(api: Api) -> dict[str, Any]:
 @router.get("/v1/models", response_model=ModelsOut, tags=["jev"],
             dependencies=[Depends(require_key)])
 async def models(api: Api) -> dict[str, Any]:
-    """The served model and the Jev aliases that mean it (``release_date``: the day this server
-    started; dreads cannot know the checkpoint's)."""
+    """The served model, in OpenAI's list shape (``data``) and Jev's (``models``, with the Jev
+    aliases that mean it; ``release_date``: the day this server started, as dreads cannot know
+    the checkpoint's)."""
     day = api.started.isoformat()
     served = {"name": api.model, "release_date": day,
               "description": f"{api.model} through dreads diffusion reads (upstream "
                              f"{api.config.upstream})"}
     aliases = [{"name": alias, "release_date": day, "description": f"alias of {api.model}"}
                for alias in ALIASES]
-    return {"models": [served, *aliases]}
+    created = int(datetime.combine(api.started, datetime.min.time(), UTC).timestamp())
+    return {"object": "list",
+            "data": [{"id": api.model, "object": "model", "created": created,
+                      "owned_by": "dreads"}],
+            "models": [served, *aliases]}
 
 
 def _check_model(name: str, api: ApiState) -> None:
@@ -136,10 +143,11 @@ async def _check_record(api: ApiState, run: str, key: str | None) -> None:
 
 
 async def _record(api: ApiState, run: str, decision: Decision, decided: Decided,
-                  started: Any, latency_ms: float) -> dict[str, Any]:
+                  started: Any, latency_ms: float, source: str = "POST /v1/systemone"
+                  ) -> dict[str, Any]:
     try:
         return await asyncio.to_thread(api.recorder.record, run, decision, decided,
-                                       started=started, latency_ms=latency_ms)
+                                       started=started, latency_ms=latency_ms, source=source)
     except (StoreError, InputError) as exc:
         log.warning("answers not recorded into run %s: %s", run, exc.message)
         return {"run": run, "id": decision.id, "error": exc.message}

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.cli.options import base_read_settings
-from app.engine import ReadSettings, TextTokenizer, settings_from_dict
+from app.cli.options import base_read_settings, endpoint_read_settings
+from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, settings_from_dict
 from app.errors import InputError
 
 if TYPE_CHECKING:
@@ -49,13 +49,18 @@ def resolve_settings(
     ``base_read_settings``); its replicate count; its tokenizer."""
     from app.upstream.tokenizer import load_tokenizer
 
-    if info is None:
+    if info is None and given.get("answer_by", AnswerBy.READS) is not AnswerBy.READS:
+        settings = endpoint_read_settings(dict(given), upstream=upstream_url(upstream, None))
+        n = replicates or 1
+    elif info is None:
         url = None if engine == "transformers" else upstream_url(upstream, None)
         settings = base_read_settings(dict(given), engine=engine, upstream=url)
         n = replicates or 1
     else:
         settings = replace(settings_from_dict(dict(info.settings)), **given)
         n = replicates or info.replicates
+    if info is None:
+        check_settings(settings)
     return settings, n, load_tokenizer(settings.tokenizer)
 
 

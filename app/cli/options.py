@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
 from app.errors import DreadsError, InputError, SchemaNotReady
 from app.store.urls import DEFAULT_DATABASE_URL
 from app.store.urls import database_url as _as_url
@@ -30,6 +30,10 @@ STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STAN
 DEFAULT_WAIT_S = 60.0
 
 __all__ = [
+    "AnswerByOpt",
+    "AnswerConcurrencyOpt",
+    "AnswerRpsOpt",
+    "AnswerUrlOpt",
     "BrokerOpt",
     "CanvasOpt",
     "CanvasStepOpt",
@@ -58,6 +62,7 @@ __all__ = [
     "cli_errors",
     "console",
     "database_url",
+    "endpoint_read_settings",
     "err_console",
     "exit_error",
     "open_store",
@@ -71,6 +76,7 @@ console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
 
 _RUN = "Run settings"
+_ANSWER = "Who answers (run settings)"
 
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Served model name.", rich_help_panel=_RUN)
@@ -128,6 +134,34 @@ EndpointOpt = Annotated[
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Run seed (noise).", rich_help_panel=_RUN)
 ]
+AnswerByOpt = Annotated[
+    AnswerBy | None,
+    typer.Option("--answer-by", help="Who answers the run's decisions: reads (dreads' own "
+                 "multi-draw reads, the default), systemone or decisions (a decision endpoint "
+                 "at --answer-url: one request per decision, one draw per question). Its API "
+                 "key comes from DREADS_ANSWER_API_KEY only; DREADS_ANSWER_TIMEOUT_S (120) "
+                 "and DREADS_ANSWER_GIVE_UP_S (300: how long 429/5xx are retried) tune it.",
+                 rich_help_panel=_ANSWER),
+]
+AnswerUrlOpt = Annotated[
+    str | None,
+    typer.Option("--answer-url", help="Base URL of the decision endpoint (vLLM, a hosted "
+                 "API, another dreads serve; 'sim' for the built-in simulator). Default: the "
+                 "run's --upstream, so vLLM's own reader on the same pod.",
+                 rich_help_panel=_ANSWER),
+]
+AnswerRpsOpt = Annotated[
+    float | None,
+    typer.Option("--answer-rps", min=0.0, help="Budget: requests per second to the endpoint "
+                 "(0: no limit, the default), per process answering the run. Not hashed: "
+                 "resume may change it.", rich_help_panel=_ANSWER),
+]
+AnswerConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option("--answer-concurrency", min=1, help="Budget: requests in flight to the "
+                 "endpoint (16), per process answering the run. Not hashed: resume may change "
+                 "it.", rich_help_panel=_ANSWER),
+]
 ReplicatesOpt = Annotated[
     int,
     typer.Option("--replicates", min=1, help="Copies of each decision with different noise.",
@@ -184,6 +218,10 @@ def read_overrides(
     constrained: bool | None = None,
     endpoint: Endpoint | None = None,
     seed: int | None = None,
+    answer_by: AnswerBy | None = None,
+    answer_url: str | None = None,
+    answer_rps: float | None = None,
+    answer_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """The ``ReadSettings`` fields the user gave on the command line (None = not given)."""
     given = {
@@ -191,6 +229,8 @@ def read_overrides(
         "canvas_step": canvas_step, "layout": layout, "read_mode": mode, "policy": policy,
         "fixed_draws": draws, "threshold": threshold, "max_draws": max_draws, "steps": steps,
         "constrained": constrained, "endpoint": endpoint, "seed": seed,
+        "answer_by": answer_by, "answer_url": answer_url, "answer_rps": answer_rps,
+        "answer_concurrency": answer_concurrency,
     }
     if draws is not None and policy is None:
         given["policy"] = PolicyName.FIXED
@@ -220,6 +260,32 @@ def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
             settings = replace(settings, tokenizer=settings.model)
         return settings
     return _served_defaults(settings, overrides, env.model_fields_set, upstream)
+
+
+def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str) -> ReadSettings:
+    """The settings of a new run answered by a decision endpoint: ``answer_url`` defaults to
+    ``upstream`` (vLLM's own reader on the same pod); the model, when set neither by flag nor
+    by ``DREADS_MODEL``, is the one the endpoint serves (``GET /v1/models`` with
+    ``DREADS_ANSWER_API_KEY``); no canvas is built here, so the tokenizer is the stand-in
+    unless given.
+
+    Raises:
+        ConfigError: the endpoint must be asked for its model and cannot be.
+    """
+    from app.config import get_settings
+
+    env = get_settings()
+    given = dict(overrides)
+    given.setdefault("answer_url", upstream)
+    given.setdefault("tokenizer", STANDIN)
+    settings = replace(ReadSettings(model=env.model, canvas_length=env.canvas), **given)
+    if "model" in given or "model" in env.model_fields_set or settings.answer_url == "sim":
+        return settings
+    from app.config import answer_api_key
+    from app.upstream.served import served_identity
+
+    served = served_identity(settings.answer_url, api_key=answer_api_key() or "")
+    return replace(settings, model=served.model_id)
 
 
 def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:

@@ -20,6 +20,10 @@ from app.cli._app import RUN_JOBS, app
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    AnswerByOpt,
+    AnswerConcurrencyOpt,
+    AnswerRpsOpt,
+    AnswerUrlOpt,
     CanvasOpt,
     CanvasStepOpt,
     ChunkSizeOpt,
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
     from app.embedded import EmbeddedConfig, ExecutorStats
+    from app.engine import ReadSettings
     from app.store.runs import RunInfo
     from app.upstream.factory import UpstreamConfig
 
@@ -94,6 +99,8 @@ def run(
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
+    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
     replicates: Annotated[int | None, typer.Option(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
@@ -120,7 +127,9 @@ def run(
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed)
+                           constrained=constrained, endpoint=endpoint, seed=seed,
+                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
+                           answer_concurrency=answer_concurrency)
     name = run_name or file.stem
     with cli_errors():
         check_job_file(file)
@@ -234,7 +243,7 @@ def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
 
 def _execute(job: _Job) -> ExecutorStats:
     from app.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
-    from app.engine import settings_from_dict
+    from app.engine import AnswerBy, settings_from_dict
     from app.producer import check_server
     from app.store.models import RunStatus
     from app.upstream.tokenizer import load_tokenizer
@@ -250,12 +259,19 @@ def _execute(job: _Job) -> ExecutorStats:
         return ExecutorStats()
     settings = settings_from_dict(dict(job.run.settings))
     key = sim_key_path(job.job_file) if job.job_file else None
-    url, sim = (job.upstream, None) if job.in_process else start_upstream(
-        job.upstream, settings, key)
+    by_endpoint = settings.answer_by is not AnswerBy.READS
+    if by_endpoint:  # nothing is read here: only a simulator answering the run is started
+        url, sim = start_upstream(settings.answer_url, settings, key)
+    else:
+        url, sim = (job.upstream, None) if job.in_process else start_upstream(
+            job.upstream, settings, key)
     try:
-        _say_upstream(job, url)
+        if by_endpoint:
+            _say_endpoint(job, settings, url)
+        else:
+            _say_upstream(job, url)
         tokenizer = load_tokenizer(settings.tokenizer)
-        if job.check_server:
+        if job.check_server and not by_endpoint:
             note = check_server(job.factory, job.run, url, settings, force=False,
                                 engine=job.engine, tokenizer=tokenizer)
             if note and not job.quiet:
@@ -291,6 +307,21 @@ def _say_upstream(job: _Job, url: str) -> None:
              else "without an answer key (answers are noise)")
     err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url}), "
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
+
+
+def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:
+    from app.embedded import SIM
+
+    if job.quiet:
+        return
+    route = f"/v1/{settings.answer_by.value}"
+    if settings.answer_url == SIM:
+        err_console.print(f"[bold yellow]answers come from the SIMULATOR's {route} (dreads sim "
+                          f"at {url}), one request per decision; not from a model"
+                          "[/bold yellow]", highlight=False)
+        return
+    err_console.print(f"answers come from the decision endpoint {url} ({route}, one request "
+                      "per decision)", highlight=False)
 
 
 def _rate(task: Any) -> Any:

@@ -31,6 +31,10 @@ from app.cli._wiring import (
 )
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    AnswerByOpt,
+    AnswerConcurrencyOpt,
+    AnswerRpsOpt,
+    AnswerUrlOpt,
     BrokerOpt,
     CanvasOpt,
     CanvasStepOpt,
@@ -65,6 +69,8 @@ from app.errors import InputError
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from app.engine import ReadSettings
+    from app.store.runs import RunInfo
     from app.store.views import RunStatusReport
 
 __all__ = ["cancel", "delete", "export", "resume", "runs", "status", "submit"]
@@ -79,6 +85,8 @@ def submit(
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
+    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
     replicates: Annotated[int | None, typer.Option(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option(
@@ -94,13 +102,16 @@ def submit(
     Bad lines are listed with their line numbers and reasons; the good ones are stored
     (unless --strict). Submitting the same file again adds nothing.
     """
+    from app.engine import AnswerBy
     from app.jobfile import check_job_file
     from app.producer import SubmitRequest, fetch_fingerprint
 
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed)
+                           constrained=constrained, endpoint=endpoint, seed=seed,
+                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
+                           answer_concurrency=answer_concurrency)
     with cli_errors():
         check_job_file(file)
         with opened_store(database_url(database)) as factory:
@@ -109,8 +120,8 @@ def submit(
             settings, n_replicates, tok = resolve_settings(
                 existing, given, replicates, engine=choice.engine, upstream=upstream)
             url = run_upstream(upstream, existing, choice, settings)
-            fingerprint, fp_error = fetch_fingerprint(url, settings, engine=choice,
-                                                      tokenizer=tok)
+            fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
+                else fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint)
@@ -130,15 +141,16 @@ def _submit(factory: sessionmaker[Session], request: Any, tokenizer: Any,
             broker: str | None, chunk_size: int | None) -> Any:
     """Stream the file into the store, publishing each batch to the queue of the run's model
     and canvas; a file of only bad lines leaves no run behind."""
+    from app.engine import settings_to_dict
     from app.producer import submit_job
     from app.publish import make_publisher, make_sender
     from app.store.admin import discard_empty_run
-    from workers.constants import queue_for
+    from workers.constants import queue_of_run
 
     settings = request.settings
     with make_sender(broker) as sender:
         publisher = make_publisher(sender, chunk_size, run_name=request.run_name,
-                                   queue=queue_for(settings.model, settings.canvas_length))
+                                   queue=queue_of_run(settings_to_dict(settings)))
         report = submit_job(request, factory, tokenizer, publisher=publisher)
     discard_empty_run(factory, report)
     return report
@@ -218,6 +230,8 @@ def resume(
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
     max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
     endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
+    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
@@ -230,6 +244,7 @@ def resume(
     """
     from app.config import get_settings
     from app.embedded import load_run
+    from app.engine import AnswerBy
     from app.producer import check_resume_settings, check_server, resume_run
     from app.publish import make_sender
     from app.sweeper import sweep_for
@@ -238,15 +253,19 @@ def resume(
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed)
+                           constrained=constrained, endpoint=endpoint, seed=seed,
+                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
+                           answer_concurrency=answer_concurrency)
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
+        info = info if dry_run else _take_budget(factory, info, settings)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
         server = upstream_url(upstream, info)
-        note = check_server(factory, info, server, settings, force=force, engine=choice,
-                            tokenizer=load_tokenizer(settings.tokenizer), dry_run=dry_run)
+        note = None if settings.answer_by is not AnswerBy.READS else check_server(
+            factory, info, server, settings, force=force, engine=choice,
+            tokenizer=load_tokenizer(settings.tokenizer), dry_run=dry_run)
         if url.startswith("sqlite") and not dry_run:
             from app.cli.run import resume_embedded
 
@@ -263,6 +282,21 @@ def resume(
         console.print_json(render.json_text(report.as_dict()))
     else:
         render.resume_report(report)
+
+
+def _take_budget(factory: sessionmaker[Session], info: RunInfo,
+                 settings: ReadSettings) -> RunInfo:
+    """The run with the endpoint budget given to resume (the only change resume takes)."""
+    from app.engine import settings_to_dict
+    from app.store.db import session_scope
+    from app.store.runs import record_settings, require_run
+
+    wanted = settings_to_dict(settings)
+    if wanted == dict(info.settings):
+        return info
+    with session_scope(factory) as session:
+        record_settings(session, info.id, wanted)
+        return require_run(session, info.name)
 
 
 @app.command(rich_help_panel=RUN_JOBS)
@@ -334,12 +368,15 @@ def _confirm(question: str, *, yes: bool) -> None:
 class ExportFormat(StrEnum):
     JSONL = "jsonl"
     CSV = "csv"
+    OPENAI_BATCH = "openai-batch"
 
 
 @app.command(rich_help_panel=INSPECT)
 def export(
     run: RunArg,
-    fmt: Annotated[ExportFormat, typer.Option("--format", help="jsonl or csv.")]
+    fmt: Annotated[ExportFormat, typer.Option(
+        "--format", help="jsonl, csv, or openai-batch (OpenAI's Batch output lines, each "
+        "body a Decision with dreads' diagnostics).")]
     = ExportFormat.JSONL,
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
@@ -349,7 +386,6 @@ def export(
 ) -> None:
     """One line per decision with every answer and diagnostic (streamed from SQL)."""
     from app.store.runs import require_run
-    from app.store.views import iter_export, question_ids
 
     with cli_errors():
         if output is not None:
@@ -357,14 +393,24 @@ def export(
         with _session(database) as session:
             info = require_run(session, run)
             with atomic_output(output, newline="") as out:
-                if fmt is ExportFormat.JSONL:
-                    n = _write_jsonl(out, iter_export(session, info.id))
-                else:
-                    n = _write_csv(out, question_ids(session, info.id),
-                                   iter_export(session, info.id))
+                n = _write_export(out, session, info, fmt)
     if output is not None and str(output) != "-":
         err_console.print(f"exported {n} decision(s) of run {run!r} to {output}",
                           highlight=False, markup=False)
+
+
+def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat) -> int:
+    """Write the run in ``fmt``; the number of decisions written."""
+    from app.store.views import iter_export, question_ids
+
+    if fmt is ExportFormat.JSONL:
+        return _write_jsonl(out, iter_export(session, info.id))
+    if fmt is ExportFormat.OPENAI_BATCH:
+        from app.store.openai_export import iter_openai_batch
+
+        model = str(info.settings.get("model", ""))
+        return _write_jsonl(out, iter_openai_batch(session, info.id, model))
+    return _write_csv(out, question_ids(session, info.id), iter_export(session, info.id))
 
 
 @contextmanager

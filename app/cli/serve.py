@@ -129,7 +129,10 @@ def serve(
 ) -> None:
     """Serve the HTTP API: runs over HTTP and Jev's POST /v1/systemone (docs at /docs).
 
-    Set DREADS_API_KEY to require 'Authorization: Bearer <key>' on every /v1 route.
+    Set DREADS_API_KEY to require 'Authorization: Bearer <key>' on every /v1 route and on
+    /metrics (Prometheus; per-run gauges cached DREADS_METRICS_CACHE_S seconds, for the
+    DREADS_METRICS_MAX_RUNS most recent runs). A live page per run at /runs/NAME (with a key:
+    log in once at /login).
     """
     import asyncio
 
@@ -168,7 +171,8 @@ def serve(
             max_body_bytes=int(env.api_max_body_mb * _MB),
             max_upload_bytes=int(env.api_max_upload_mb * _MB),
             max_concurrent=max_concurrent or env.api_max_concurrent,
-            chunk_size=chunk_size or env.chunk_size, sim_key=sim_key)
+            chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
+            metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs)
         _check_store(db_url)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     where = f"http://{host or env.api_host}:{port or env.api_port}"

@@ -75,6 +75,16 @@ def sim(
     down_for: Annotated[float, typer.Option(
         min=0.0, help="Refuse connections for SECONDS at start.", rich_help_panel=_FAULTS)]
     = 0.0,
+    decision_rps: Annotated[float, typer.Option(
+        min=0.0, help="Like a hosted API: /v1/systemone and /v1/decisions answer 429 (with "
+        "retry-after) past this many requests per second (0: no limit).",
+        rich_help_panel=_FAULTS)] = 0.0,
+    decision_max_concurrent: Annotated[int, typer.Option(
+        min=0, help="Like a hosted API: decision requests past this many at once get 429 "
+        "(0: no limit).", rich_help_panel=_FAULTS)] = 0,
+    refuse_marker: Annotated[str | None, typer.Option(
+        help="Decision routes answer a refusal for each question whose instructions contain "
+        "this text.", rich_help_panel=_FAULTS)] = None,
     engine: Annotated[str, typer.Option(
         help="'sim' (synthetic answers) or 'transformers': answer with the DiffusionGemma "
         "checkpoint --model names (pip install -e '.\\[engine]').", rich_help_panel=_ANSWERS)]
@@ -97,7 +107,8 @@ def sim(
     logprobs, GPU batch, faults; /v1/systemone and /v1/decisions read as vLLM's own reader).
 
     Control it while it runs: GET /sim/stats, POST /sim/down?seconds=N (503 on every model
-    route), POST /sim/up, POST /sim/reset. Faults strike a body's first delivery only, so a
+    route), POST /sim/up, POST /sim/throttle?seconds=N&retry_after=S (429 on every decision
+    request), POST /sim/reset. Faults strike a body's first delivery only, so a
     retried read succeeds.
     """
     from app.errors import ConfigError
@@ -112,6 +123,8 @@ def sim(
         low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
         engine_model=model if engine == "transformers" else None, engine_device=device,
         engine_dtype=dtype, api_key=api_key, default_temperature=generation_temperature,
+        decision_rps=decision_rps, decision_max_concurrent=decision_max_concurrent,
+        refuse_marker=refuse_marker,
     )
     try:
         run_sim_forever(options)

@@ -6,7 +6,8 @@ on its own (Celery/kombu can exit with "Unrecoverable
 error" when the broker connection drops at the wrong moment) is started again, with backoff;
 a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
 ``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
-``DREADS_BROKER_URL`` for this worker and its pool processes.
+``DREADS_BROKER_URL`` for this worker and its pool processes. ``--metrics-port``
+(``DREADS_METRICS_PORT``) serves Prometheus metrics of the worker and its pool children.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -119,17 +122,32 @@ def worker(
     broker: Annotated[str | None, typer.Option(
         help="Broker URL. Default: DREADS_BROKER_URL.", show_default=False)] = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        min=1, max=65535, help="Serve Prometheus metrics of this worker and its pool on this "
+        "port (DREADS_METRICS_PORT; unset: none).", show_default=False)] = None,
+    metrics_host: Annotated[str | None, typer.Option(
+        help="Interface of the metrics port (DREADS_METRICS_HOST, 127.0.0.1).",
+        show_default=False)] = None,
+    answers: Annotated[bool, typer.Option(
+        "--answers", envvar="DREADS_WORKER_ANSWERS", show_envvar=True,
+        help="Serve runs answered by a decision endpoint (--answer-by systemone|decisions: "
+        "the dreads.answers queue) instead of reads: no local model server needed, and a "
+        "pod's GPU workers never take this work. Each run's endpoint budget is split among "
+        "this worker's pool processes; the endpoint's key is DREADS_ANSWER_API_KEY.")] = False,
 ) -> None:
     """Start a Celery worker: it waits for its upstream, then runs chunks and sweeps lost work.
 
-    It takes chunks from the queue of the model and canvas its upstream serves; extra Celery
-    worker options are passed through. A worker that dies on its own is started again.
+    It takes chunks from the queue of the model and canvas its upstream serves (with --answers:
+    the runs answered by decision endpoints); extra Celery worker options are passed through.
+    A worker that dies on its own is started again.
     """
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(2)
     from app.config import get_settings
 
+    if answers:
+        os.environ["DREADS_WORKER_ANSWERS"] = "1"
     _apply_overrides(upstream, database_url(database) if database else None, broker, engine,
                      device, dtype)
     try:
@@ -138,4 +156,28 @@ def worker(
         exit_error(exc, 2)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname, extra=list(ctx.args))
-    raise typer.Exit(supervise([sys.executable, "-m", "celery", *argv]))
+    with _metrics_dir(metrics_port, metrics_host):
+        code = supervise([sys.executable, "-m", "celery", *argv])
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _metrics_dir(port: int | None, host: str | None) -> Iterator[None]:
+    """With metrics on: ``PROMETHEUS_MULTIPROC_DIR`` set up for Celery and its pool children
+    (emptied, or a temporary one removed at exit)."""
+    from app.config import get_settings
+    from app.metrics.exporter import prepare_multiprocess_dir, remove_multiprocess_dir
+
+    for name, value in (("DREADS_METRICS_PORT", port), ("DREADS_METRICS_HOST", host)):
+        if value:
+            os.environ[name] = str(value)
+    get_settings.cache_clear()
+    if not get_settings().metrics_port:
+        yield
+        return
+    path, created = prepare_multiprocess_dir()
+    try:
+        yield
+    finally:
+        if created:
+            remove_multiprocess_dir(path)

@@ -32,6 +32,7 @@ from app.engine.settings_hash import (
 from app.engine.template import answer_lines, canvas_width, plan_decision, resolve_unit
 from app.engine.types import (
     Answer,
+    AnswerBy,
     Decision,
     DecisionPlan,
     DrawRecord,
@@ -46,6 +47,7 @@ from app.engine.types import (
     ReadResult,
     ReadSettings,
     ReadUnit,
+    Refusal,
     ServerFingerprint,
     SlotRead,
     SlotRow,
@@ -60,6 +62,7 @@ __all__ = [
     "FORBIDDEN_FIELDS",
     "SYSTEM_INSTRUCTION",
     "Answer",
+    "AnswerBy",
     "Decision",
     "DecisionFlow",
     "DecisionPlan",
@@ -76,6 +79,7 @@ __all__ = [
     "ReadResult",
     "ReadSettings",
     "ReadUnit",
+    "Refusal",
     "ServerFingerprint",
     "SlotRead",
     "SlotRow",

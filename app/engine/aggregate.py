@@ -10,7 +10,7 @@ expected_level = sum(i * p_i) (0-indexed) and legend {"0": level0, ...} for scor
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from app.engine.fold import entropy
 from app.engine.types import Answer, Question, QuestionType, SlotRead, StopReason
@@ -60,7 +60,8 @@ def aggregate(question: Question, reads: Sequence[SlotRead], stop: StopReason) -
     top = _argmax(mean)
     h = entropy(mean)
     level, legend = _score_fields(question, mean)
-    masses = [r.label_mass for r in reads]
+    masses = [r.label_mass for r in reads if r.label_mass is not None]
+    known = len(masses) == n  # a source that does not report it: unavailable, not zero
     return Answer(
         question_id=question.id, question_type=question.type, label=question.labels[top],
         option=question.options[top], probs=dict(zip(question.labels, mean, strict=True)),
@@ -68,9 +69,16 @@ def aggregate(question: Question, reads: Sequence[SlotRead], stop: StopReason) -
         expected_level=level, legend=legend, confidence=_confidence(h, k), top_prob=mean[top],
         stderr=_stderr(reads, top, mean[top]),
         agreement=(sum(_argmax(r.probs) == top for r in reads) / n) if n > 1 else None,
-        draws=n, stop_reason=stop, label_mass=math.fsum(masses) / n, min_label_mass=min(masses),
-        argmax_is_label=all(r.argmax_is_label for r in reads), entropy=h,
+        draws=n, stop_reason=stop, label_mass=math.fsum(masses) / n if known else None,
+        min_label_mass=min(masses) if known else None,
+        argmax_is_label=_all_known(r.argmax_is_label for r in reads), entropy=h,
     )
+
+
+def _all_known(flags: Iterable[bool | None]) -> bool | None:
+    """True when every flag is, None when any is unknown."""
+    values = list(flags)
+    return None if any(v is None for v in values) else all(values)
 
 
 def trivial_answer(question: Question) -> Answer:

@@ -18,13 +18,20 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from app.engine.prompt import serialize_state
 from app.engine.types import Decision, Question, QuestionType
 from app.errors import BadLine, InputError
 
-__all__ = ["decision_from_payload", "decision_payload", "parse_decision", "parse_question"]
+__all__ = [
+    "build_decision",
+    "decision_from_payload",
+    "decision_payload",
+    "parse_decision",
+    "parse_question",
+]
 
 MAX_LABELS = 26
 LETTERS = tuple(string.ascii_uppercase)
@@ -217,6 +224,16 @@ def _parse_expected(raw: Any, questions: tuple[Question, ...]) -> dict[str, str]
     return out
 
 
+def build_decision(did: Any, state: Any, questions: Any, cell: Any = None,
+                   expected: Any = None) -> Decision:
+    """A decision from dreads' parts: id, state, ``{question id: spec}``, cell, expected.
+
+    Raises:
+        InputError: the message names the decision and question and says what is wrong.
+    """
+    return _build(did, state, questions, cell, expected)
+
+
 def _build(did: Any, state: Any, questions: Any, cell: Any, expected: Any) -> Decision:
     did = _check_id("decision", did)
     try:
@@ -238,9 +255,13 @@ def _pick(key: str, *sources: Any) -> Any:
     return None
 
 
-def _from_line(obj: Mapping[str, Any]) -> Decision:
+def _from_line(obj: Mapping[str, Any], line_no: int | None) -> Decision:
     if not isinstance(obj, Mapping):
         raise InputError("a line must be a JSON object")
+    from app.engine.openai_decisions import is_decisions_line, parse_decisions_line
+
+    if is_decisions_line(obj):
+        return parse_decisions_line(obj, line_no=line_no)
     if "custom_id" in obj or "body" in obj:
         body = obj.get("body")
         if not isinstance(body, Mapping):
@@ -267,7 +288,7 @@ def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None) -> Dec
             decision and question and says what is wrong.
     """
     try:
-        return _from_line(obj)
+        return _from_line(obj, line_no)
     except InputError as exc:
         if line_no is None:
             raise
@@ -288,15 +309,35 @@ def _spec_of(question: Question) -> dict[str, Any]:
 
 
 def decision_payload(decision: Decision) -> dict[str, Any]:
-    """JSON-able payload for storage: ``{"state", "questions", "expected"}``.
+    """JSON-able payload for storage: ``{"state", "questions", "expected"}``, and ``"openai"``
+    for a decision asked in OpenAI's Decisions shape.
 
     ``decision_from_payload(decision.id, decision.cell, payload)`` gives the decision back.
     """
-    return {
+    payload = {
         "state": decision.state,
         "questions": {q.id: _spec_of(q) for q in decision.questions},
         "expected": dict(decision.expected),
     }
+    if decision.openai is not None:
+        payload["openai"] = dict(decision.openai)
+    return payload
+
+
+def _stored_expected(decision: Decision, raw: Any) -> dict[str, str]:
+    """Stored expected values are canvas labels: read as labels first (a score level whose
+    text is a digit, or a choice option named like a letter, is not taken for another)."""
+    if not isinstance(raw, Mapping):
+        return dict(_parse_expected(raw, decision.questions))
+    by_id = {q.id: q for q in decision.questions}
+    out: dict[str, str] = {}
+    for qid, value in raw.items():
+        question = by_id.get(qid)
+        if question is not None and isinstance(value, str) and value in question.labels:
+            out[qid] = value
+        elif value is not None:
+            out.update(_parse_expected({qid: value}, decision.questions))
+    return out
 
 
 def decision_from_payload(key: str, cell: str | None, payload: Mapping[str, Any]) -> Decision:
@@ -305,5 +346,11 @@ def decision_from_payload(key: str, cell: str | None, payload: Mapping[str, Any]
     Raises:
         InputError: the payload is not a valid decision.
     """
-    return _build(key, payload.get("state"), payload.get("questions"), cell,
-                  payload.get("expected"))
+    decision = _build(key, payload.get("state"), payload.get("questions"), cell, None)
+    try:
+        expected = _stored_expected(decision, payload.get("expected"))
+    except InputError as exc:
+        raise InputError(f"decision {decision.id!r}: {exc.message}") from None
+    openai = payload.get("openai")
+    return replace(decision, expected=expected,
+                   openai=dict(openai) if isinstance(openai, Mapping) else None)

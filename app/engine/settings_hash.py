@@ -2,6 +2,11 @@
 
 The dict is JSON-able (enums as their values) and round-trips exactly; unknown keys or values
 of the wrong kind are a ``ConfigError``; keys missing from a stored dict take the defaults.
+
+The answer source (``answer_by``, ``answer_url``, and the endpoint budget ``answer_rps``,
+``answer_concurrency``) is written only for a run answered by a decision endpoint, so a run
+answered by reads keeps the dict and hash it had before answer sources existed. The budget is
+recorded but not hashed: it limits how fast answers come, not what they are.
 """
 
 from __future__ import annotations
@@ -12,22 +17,35 @@ import json
 from enum import Enum
 from typing import Any, get_type_hints
 
-from app.engine.types import ReadSettings
+from app.engine.types import AnswerBy, ReadSettings
 from app.errors import ConfigError
 
-__all__ = ["check_settings", "settings_from_dict", "settings_hash", "settings_to_dict"]
+__all__ = [
+    "ANSWER_FIELDS",
+    "BUDGET_FIELDS",
+    "check_settings",
+    "settings_from_dict",
+    "settings_hash",
+    "settings_to_dict",
+]
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ReadSettings)}
 _TYPES = get_type_hints(ReadSettings)
 _KIND_NAMES: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false",
                                str: "a string"}
 _POSITIVE = ("canvas_length", "canvas_step", "max_draws", "steps", "fixed_draws",
-             "max_logprob_ids", "joint_max_questions")
+             "max_logprob_ids", "joint_max_questions", "answer_concurrency")
+#: Written only for a run answered by a decision endpoint.
+ANSWER_FIELDS = ("answer_by", "answer_url", "answer_rps", "answer_concurrency")
+#: Recorded, not hashed (and ``resume`` may change them).
+BUDGET_FIELDS = ("answer_rps", "answer_concurrency")
 
 
 def settings_to_dict(settings: ReadSettings) -> dict[str, Any]:
-    """JSON-able dict of the settings (enums as their values)."""
-    return {name: _plain(getattr(settings, name)) for name in _FIELDS}
+    """JSON-able dict of the settings (enums as their values); the answer-source fields only
+    when a decision endpoint answers."""
+    skip = ANSWER_FIELDS if settings.answer_by is AnswerBy.READS else ()
+    return {name: _plain(getattr(settings, name)) for name in _FIELDS if name not in skip}
 
 
 def _plain(value: Any) -> Any:
@@ -67,6 +85,21 @@ def check_settings(settings: ReadSettings) -> ReadSettings:
     if settings.canvas_step > settings.canvas_length:
         raise ConfigError(f"canvas_step {settings.canvas_step} exceeds canvas_length "
                           f"{settings.canvas_length}")
+    return _check_answer_source(settings)
+
+
+def _check_answer_source(settings: ReadSettings) -> ReadSettings:
+    if settings.answer_rps < 0:
+        raise ConfigError(f"setting answer_rps must be 0 (no limit) or more, got "
+                          f"{settings.answer_rps}")
+    if settings.answer_by is AnswerBy.READS:
+        if settings.answer_url:
+            raise ConfigError(f"answer_url {settings.answer_url!r} is for a run answered by a "
+                              "decision endpoint: pass --answer-by systemone or decisions")
+        return settings
+    if not settings.answer_url:
+        raise ConfigError(f"a run answered by {settings.answer_by.value} needs the endpoint's "
+                          "URL (--answer-url)")
     return settings
 
 
@@ -84,7 +117,8 @@ def settings_from_dict(data: dict[str, Any]) -> ReadSettings:
 
 
 def settings_hash(settings: ReadSettings) -> str:
-    """sha256 hex of the canonical JSON of the settings (sorted keys, no spaces)."""
-    text = json.dumps(settings_to_dict(settings), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    """sha256 hex of the canonical JSON of the settings (sorted keys, no spaces), the
+    endpoint budget left out."""
+    hashed = {k: v for k, v in settings_to_dict(settings).items() if k not in BUDGET_FIELDS}
+    text = json.dumps(hashed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "Answer",
+    "AnswerBy",
     "Decision",
     "DecisionPlan",
     "DrawRecord",
@@ -32,6 +33,7 @@ __all__ = [
     "ReadResult",
     "ReadSettings",
     "ReadUnit",
+    "Refusal",
     "ServerFingerprint",
     "SlotRead",
     "SlotRow",
@@ -73,6 +75,14 @@ class Endpoint(StrEnum):
     COMPLETIONS = "completions"  #: POST /v1/completions with prompt token ids
 
 
+class AnswerBy(StrEnum):
+    """Who answers a run's decisions (the run's answer source)."""
+
+    READS = "reads"  #: dreads' own reads: canvases built here, multi-draw (default)
+    SYSTEMONE = "systemone"  #: a ``/v1/systemone`` endpoint (Jev's shape): one request each
+    DECISIONS = "decisions"  #: a ``/v1/decisions`` endpoint (OpenAI's shape): one request each
+
+
 class StopReason(StrEnum):
     TRIVIAL = "trivial"  #: one option/level: answered without a read
     NEAR_CERTAIN = "near_certain"  #: agree: first draw's entropy <= threshold
@@ -80,6 +90,7 @@ class StopReason(StrEnum):
     MAX_DRAWS = "max_draws"  #: agree/entropy: hit max_draws
     LOW_ENTROPY = "low_entropy"  #: entropy: first read at or below threshold
     FIXED = "fixed"  #: fixed: drew N
+    ENDPOINT = "endpoint"  #: answered by a decision endpoint: its one draw
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,10 @@ class Decision:
     questions: tuple[Question, ...]
     cell: str | None = None
     expected: Mapping[str, str] = field(default_factory=dict)  #: question id -> expected label
+    #: An OpenAI Decisions request's own shape of the questions, kept for ``export --format
+    #: openai-batch``: per question its type, name, typed choice values or level labels
+    #: (``app.engine.openai_decisions``). None for dreads' own lines.
+    openai: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,14 @@ class ReadSettings:
     seed: int = 0  #: run seed
     max_logprob_ids: int = 128
     joint_max_questions: int = 24  #: joint mode: most questions in one canvas before chunking
+    #: Who answers: dreads' reads, or a decision endpoint at ``answer_url`` (one request per
+    #: decision). The endpoint's API key is never a setting (``DREADS_ANSWER_API_KEY``).
+    answer_by: AnswerBy = AnswerBy.READS
+    answer_url: str = ""  #: base URL of the decision endpoint ("" for reads)
+    #: Budget of an endpoint-answered run: requests per second (0: no limit) and requests in
+    #: flight. Recorded with the run but not hashed: ``resume`` may change them.
+    answer_rps: float = 0.0
+    answer_concurrency: int = 16
 
 
 @dataclass(frozen=True)
@@ -238,11 +261,12 @@ class SlotRead:
     question_index: int
     draw: int
     probs: tuple[float, ...]  #: softmax over the labels' logprobs, label order
-    label_logprobs: tuple[float, ...]  #: raw logprob per label
-    label_mass: float  #: sum exp(label logprob), not renormalised
+    #: raw logprob per label; None when the answer source gives none (a decision endpoint)
+    label_logprobs: tuple[float, ...] | None
+    label_mass: float | None  #: sum exp(label logprob), not renormalised; None: unavailable
     entropy: float  #: natural-log entropy of ``probs``
-    argmax_id: int
-    argmax_is_label: bool
+    argmax_id: int | None  #: None: the source does not say (a decision endpoint)
+    argmax_is_label: bool | None  #: None: unavailable
 
 
 @dataclass(frozen=True)
@@ -251,7 +275,7 @@ class DrawRecord:
 
     unit: int
     draw: int
-    seed: int
+    seed: int | None  #: None: the source draws its own noise (a decision endpoint)
     read: SlotRead
     latency_ms: float
     prompt_tokens: int | None
@@ -276,10 +300,21 @@ class Answer:
     agreement: float | None  #: n > 1 only: share of draws whose argmax is the answer
     draws: int
     stop_reason: StopReason
-    label_mass: float  #: mean over draws
-    min_label_mass: float
-    argmax_is_label: bool  #: in every draw
+    label_mass: float | None  #: mean over draws; None: the answer source does not report it
+    min_label_mass: float | None
+    argmax_is_label: bool | None  #: in every draw; None: unavailable
     entropy: float  #: of the mean distribution
+    #: the confidence a decision endpoint reported (vLLM's: top probability x label mass);
+    #: None for dreads' reads, or when the endpoint gives none
+    endpoint_confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A question the answer source declined to answer (a per-question refusal)."""
+
+    question_id: str
+    reason: str
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,12 @@
 Rows are matched by (decision key, replicate, question id); figures of both runs are computed
 on the matched rows only, so a difference is never an artefact of different coverage. The
 difference is ``a - b``.
+
+Where they disagree (``disagreement``): over the questions both runs answered, per cell and
+overall, how many got another answer label, and how far apart the two answers' probabilities
+are (total variation distance: half the summed absolute difference per label; for yes/no,
+the difference of P(yes)); and the questions furthest apart. Two answer sources on the same
+decisions (dreads' reads against vLLM's own reader, say) are compared this way.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ from app.report.figures import (
 )
 from app.report.load import QuestionRow
 
-__all__ = ["compare_rows", "diff_figures"]
+__all__ = ["compare_rows", "diff_figures", "disagreement"]
+
+#: questions listed in ``disagreement``'s ``largest``
+LARGEST = 10
 
 _Key = tuple[str, int, str]
 _SECTIONS = {"noul": noul_figures, "choice": choice_figures, "score": score_figures}
@@ -55,6 +64,7 @@ def compare_rows(
     b = [_recell(r, cells[_key(r)]) for r in rows_b if _key(r) in matched]
     out: dict[str, Any] = {
         "matched": len(matched), "only_a": len(keys_a - keys_b), "only_b": len(keys_b - keys_a),
+        "disagreement": disagreement(a, b),
     }
     for name, fn in _SECTIONS.items():
         ta, tb = typed_rows(a, name), typed_rows(b, name)
@@ -77,3 +87,38 @@ def _pair(
     block_b = figure_block(b, fn, p)
     return {"a": block_a, "b": block_b,
             "diff": diff_figures(block_a["figures"], block_b["figures"])}
+
+
+def _distance(a: QuestionRow, b: QuestionRow) -> float:
+    pa, pb = a.probs or {}, b.probs or {}
+    return 0.5 * sum(abs(float(pa.get(k, 0.0)) - float(pb.get(k, 0.0)))
+                     for k in set(pa) | set(pb))
+
+
+def _tally(pairs: Sequence[tuple[QuestionRow, QuestionRow, float]]) -> dict[str, Any]:
+    n = len(pairs)
+    differ = sum(1 for a, b, _ in pairs if a.label != b.label)
+    distances = [d for _, _, d in pairs]
+    return {"both_answered": n, "differ": differ, "differ_rate": differ / n if n else None,
+            "mean_distance": sum(distances) / n if n else None,
+            "max_distance": max(distances) if n else None}
+
+
+def disagreement(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow],
+                 *, largest: int = LARGEST) -> dict[str, Any]:
+    """Where two runs' answers to the same questions differ, and by how much: overall, per
+    cell (of run A), and the ``largest`` questions furthest apart."""
+    by_key = {_key(r): r for r in rows_b if r.answered}
+    pairs = [(a, by_key[_key(a)], _distance(a, by_key[_key(a)]))
+             for a in rows_a if a.answered and _key(a) in by_key]
+    cells: dict[str, list[tuple[QuestionRow, QuestionRow, float]]] = {}
+    for pair in pairs:
+        cells.setdefault(pair[0].cell, []).append(pair)
+    furthest = sorted(pairs, key=lambda p: (-p[2], _key(p[0])))[:largest]
+    return {
+        "overall": _tally(pairs),
+        "cells": {cell: _tally(cells[cell]) for cell in sorted(cells)},
+        "largest": [{"decision": a.decision_key, "replicate": a.replicate,
+                     "question": a.question_id, "cell": a.cell, "a": a.label, "b": b.label,
+                     "distance": d} for a, b, d in furthest],
+    }

@@ -22,8 +22,8 @@ __all__ = ["FLAG_RATES", "diagnostics"]
 FLAG_RATES: dict[str, tuple[str, str]] = {
     "unanswered": ("unanswered", "questions"),
     "failures": ("failed_attempts", "attempts"),
-    "low_label_mass": ("low_mass_reads", "reads"),
-    "argmax_not_label": ("argmax_not_label_reads", "reads"),
+    "low_label_mass": ("low_mass_reads", "mass_reads"),
+    "argmax_not_label": ("argmax_not_label_reads", "label_reads"),
 }
 _STDERR_Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 
@@ -41,6 +41,8 @@ def diagnostics(
         argmax_not_label_reads=sum(c.argmax_not_label_reads for c in cells.values()),
         attempts=sum(c.attempts for c in cells.values()),
         failures=_sum_failures(cells.values()),
+        mass_reads=sum(_known(c.mass_reads, c) for c in cells.values()),
+        label_reads=sum(_known(c.label_reads, c) for c in cells.values()),
     )
     flagged = _flag_cells(per_cell, alpha)
     return {"overall": _cell_diag(rows, total), "cells": per_cell, "flagged": flagged}
@@ -52,6 +54,11 @@ def _sum_failures(cells: Any) -> dict[str, int]:
         for kind, n in (c.failures or {}).items():
             out[kind] = out.get(kind, 0) + n
     return dict(sorted(out.items()))
+
+
+def _known(count: int | None, cell: CellCounts) -> int:
+    """Reads whose diagnostic is known (every read, unless the cell says otherwise)."""
+    return cell.reads if count is None else count
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -70,9 +77,13 @@ def _cell_diag(rows: Sequence[QuestionRow], counts: CellCounts) -> dict[str, Any
         "in_flight": sum(r.in_flight for r in rows),
         "decision_statuses": count_values(decisions.values()),
         "reads": counts.reads, "low_mass_reads": counts.low_mass_reads,
-        "low_mass_share": _rate(counts.low_mass_reads, counts.reads),
+        # shares over the reads whose diagnostic is known: unknown is not "fine" (None: "-")
+        "mass_reads": _known(counts.mass_reads, counts),
+        "low_mass_share": _rate(counts.low_mass_reads, _known(counts.mass_reads, counts)),
+        "label_reads": _known(counts.label_reads, counts),
         "argmax_not_label_reads": counts.argmax_not_label_reads,
-        "argmax_not_label_share": _rate(counts.argmax_not_label_reads, counts.reads),
+        "argmax_not_label_share": _rate(counts.argmax_not_label_reads,
+                                        _known(counts.label_reads, counts)),
         "attempts": counts.attempts, "failed_attempts": failed,
         "failure_rate": _rate(failed, counts.attempts), "failures": failures,
         "draws_mean": _mean([r.draws for r in answered if r.draws is not None]),

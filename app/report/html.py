@@ -248,6 +248,8 @@ def _against_section(doc: Mapping[str, Any]) -> list[str]:
             out.append(f"<h3>{escape(title)}: {escape(cell)}</h3>")
             out.append(_side_by_side({"a": pair["a"], "b": pair["b"]}, columns, doc["params"],
                                      diff=pair["diff"]))
+    if cmp.get("disagreement"):
+        out += _disagreement_html(cmp["disagreement"])
     return out
 
 
@@ -274,6 +276,25 @@ def _reasons(doc: Mapping[str, Any]) -> list[str]:
              _head(["kind", "decisions", "reason (an example)"])]
     parts += [_row([r["kind"], str(r["count"]), r["example"]]) for r in doc["reasons"]]
     return ["".join(parts) + "</table>"]
+
+
+def _disagreement_html(dis: Mapping[str, Any]) -> list[str]:
+    def cell_row(cell: str, t: Mapping[str, Any]) -> str:
+        return (f"<tr><td>{escape(cell)}</td><td>{t['both_answered']}</td>"
+                f"<td>{t['differ']} ({pct(t['differ_rate'])})</td>"
+                f"<td>{fmt(t['mean_distance'])}</td><td>{fmt(t['max_distance'])}</td></tr>")
+
+    rows = "".join(cell_row(c, t) for c, t in [*dis["cells"].items(),
+                                               ("overall", dis["overall"])])
+    worst = "".join(f"<tr><td>{escape(str(r['decision']))}</td><td>{escape(r['question'])}"
+                    f"</td><td>{escape(r['cell'])}</td><td>{escape(str(r['a']))}</td>"
+                    f"<td>{escape(str(r['b']))}</td><td>{fmt(r['distance'])}</td></tr>"
+                    for r in dis["largest"])
+    return ["<h3>where a and b disagree (questions both answered)</h3>",
+            "<table><tr><th>cell</th><th>both answered</th><th>other answer</th>"
+            f"<th>mean |Δp|</th><th>max |Δp|</th></tr>{rows}</table>",
+            "<h3>furthest apart</h3><table><tr><th>decision</th><th>question</th><th>cell</th>"
+            f"<th>a</th><th>b</th><th>|Δp|</th></tr>{worst}</table>"]
 
 
 def render_html(

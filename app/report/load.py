@@ -82,6 +82,9 @@ class CellCounts:
     argmax_not_label_reads: int = 0
     attempts: int = 0
     failures: Mapping[str, int] | None = None  #: outcome kind -> attempts (non-ok)
+    #: reads whose label mass / argmax is known (a decision endpoint may not say); None: all
+    mass_reads: int | None = None
+    label_reads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -256,28 +259,32 @@ def _cell_counts(session: Session, run_id: int) -> dict[str, CellCounts]:
     attempts = _attempt_counts(session, run_id)
     out: dict[str, CellCounts] = {}
     for cell in set(reads) | set(attempts):
-        n, low, not_label = reads.get(cell, (0, 0, 0))
+        n, low, not_label, with_mass, with_label = reads.get(cell, (0, 0, 0, 0, 0))
         total, failures = attempts.get(cell, (0, {}))
         out[cell] = CellCounts(reads=n, low_mass_reads=low, argmax_not_label_reads=not_label,
-                               attempts=total, failures=failures)
+                               attempts=total, failures=failures, mass_reads=with_mass,
+                               label_reads=with_label)
     return out
 
 
-def _read_counts(session: Session, run_id: int) -> dict[str, tuple[int, int, int]]:
+def _read_counts(session: Session, run_id: int) -> dict[str, tuple[int, int, int, int, int]]:
     query = (
         select(
             Decision.cell,
             func.count(Draw.id),
             func.sum(case((Draw.label_mass < 0.5, 1), else_=0)),
             func.sum(case((Draw.argmax_is_label.is_(False), 1), else_=0)),
+            func.count(Draw.label_mass),  # known only: NULL where the source did not say
+            func.count(Draw.argmax_is_label),
         )
         .join(Decision, Decision.id == Draw.decision_id)
         .where(Decision.run_id == run_id)
         .group_by(Decision.cell)
     )
     return {
-        (cell if cell is not None else NO_CELL): (int(n), int(low or 0), int(bad or 0))
-        for cell, n, low, bad in session.execute(query)
+        (cell if cell is not None else NO_CELL): (int(n), int(low or 0), int(bad or 0),
+                                                  int(mass), int(label))
+        for cell, n, low, bad, mass, label in session.execute(query)
     }
 
 

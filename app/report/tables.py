@@ -207,7 +207,28 @@ def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[R
         out.append(figure_table(f"{kind} overall: a vs b", {"a": pair["a"], "b": pair["b"]},
                                 columns, params, diff=pair["diff"]))
         out.append(_compare_cells(kind, cmp[kind], columns, params))
+    if cmp.get("disagreement"):
+        out += _disagreement_tables(cmp["disagreement"])
     return out
+
+
+def _disagreement_tables(dis: Mapping[str, Any]) -> list[RenderableType]:
+    table = Table(title="where a and b disagree (questions both answered)",
+                  title_justify="left")
+    for title in ("cell", "both answered", "other answer", "mean |Δp|", "max |Δp|"):
+        table.add_column(title, justify="left" if title == "cell" else "right", no_wrap=True)
+    for cell, t in [*dis["cells"].items(), ("overall", dis["overall"])]:
+        table.add_row(cell, fmt(t["both_answered"]),
+                      f"{t['differ']} ({pct(t['differ_rate'])})",
+                      fmt(t["mean_distance"]), fmt(t["max_distance"]))
+    largest = Table(title="furthest apart (|Δp|: total variation distance of the answers' "
+                          "probabilities)", title_justify="left")
+    for title in ("decision", "question", "cell", "a", "b", "|Δp|"):
+        largest.add_column(title, overflow="fold")
+    for row in dis["largest"]:
+        largest.add_row(str(row["decision"]), str(row["question"]), str(row["cell"]),
+                        str(row["a"]), str(row["b"]), fmt(row["distance"]))
+    return [table, largest] if dis["largest"] else [table]
 
 
 def _compare_cells(kind: str, section: Mapping[str, Any], columns: Mapping[str, str],

@@ -81,6 +81,11 @@ class OutcomeKind(StrEnum):
     REJECTED = "rejected"
     NOT_SERVED = "not_served"  #: the worker's upstream does not serve the run's model: not charged
     UNAUTHORIZED = "unauthorized"  #: the upstream refused the worker's API key: not charged
+    #: a decision endpoint declined one question (one row per refused question, written with
+    #: the attempt that won; the decision is done, that question unanswered)
+    REFUSED = "refused"
+    #: a decision endpoint kept answering 429/529 (rate limited) past the retry deadline
+    THROTTLED = "throttled"
 
 
 class Run(Base):
@@ -156,6 +161,10 @@ class Attempt(Base):
     n_reads: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     won: Mapped[bool] = mapped_column(Boolean, default=False)  #: its answers are the ones kept
+    #: a decision endpoint's usage object for this attempt's one request, as it came (None for
+    #: dreads' reads: their tokens are per draw)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True),
+                                                         nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
@@ -172,13 +181,17 @@ class Draw(Base):
     question_id: Mapped[str] = mapped_column(String(500))
     unit: Mapped[int] = mapped_column(Integer)
     draw: Mapped[int] = mapped_column(Integer)
-    seed: Mapped[int] = mapped_column(BigInteger)
+    #: None where the answer source draws its own noise (a decision endpoint)
+    seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     #: The labels' logprobs (label order); the per-draw probabilities are their softmax
-    #: (``app.engine.fold.softmax``), recomputed rather than stored twice.
-    label_logprobs: Mapped[list[Any]] = mapped_column(JSON)
-    argmax_id: Mapped[int] = mapped_column(Integer)
-    argmax_is_label: Mapped[bool] = mapped_column(Boolean)
-    label_mass: Mapped[float] = mapped_column(Float)
+    #: (``app.engine.fold.softmax``), recomputed rather than stored twice. None (with the
+    #: argmax, and the label mass where it says none) for a decision endpoint's draw: its
+    #: probabilities are the answer's ``probs``.
+    label_logprobs: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True),
+                                                             nullable=True)
+    argmax_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    argmax_is_label: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    label_mass: Mapped[float | None] = mapped_column(Float, nullable=True)
     entropy: Mapped[float] = mapped_column(Float)
     latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     prompt_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -211,8 +224,11 @@ class Answer(Base):
     agreement: Mapped[float | None] = mapped_column(Float, nullable=True)
     draws: Mapped[int] = mapped_column(Integer)
     stop_reason: Mapped[str] = mapped_column(String(16))
-    label_mass: Mapped[float] = mapped_column(Float)
-    min_label_mass: Mapped[float] = mapped_column(Float)
-    argmax_is_label: Mapped[bool] = mapped_column(Boolean)
+    #: None: the answer source does not report it (a decision endpoint), never 0
+    label_mass: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min_label_mass: Mapped[float | None] = mapped_column(Float, nullable=True)
+    argmax_is_label: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     entropy: Mapped[float] = mapped_column(Float)
     expected: Mapped[str | None] = mapped_column(Text, nullable=True)  #: expected label, if given
+    #: the confidence a decision endpoint reported (vLLM's: top probability x label mass)
+    endpoint_confidence: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -7,7 +7,8 @@ A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``reje
                       elsewhere is a cheap no-op.
     renew_leases      the holder extends its leases (guarded by the lease token).
     finish_decision   attempt + draws + answers (INSERT ... ON CONFLICT DO NOTHING) + status done,
-                      in the caller's transaction: the first finished attempt wins.
+                      in the caller's transaction: the first finished attempt wins; a question
+                      the answer source refused is a ``refused`` attempt row of the winner.
     fail_decision     an attempt row with the outcome kind; permanent -> rejected, transient ->
                       pending (re-published by the sweeper) or failed at the attempt cap.
     release_unserved  the worker's upstream does not serve the run's model: back to pending,
@@ -26,7 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -36,7 +37,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.engine.types import Answer as EngineAnswer
-from app.engine.types import DrawRecord
+from app.engine.types import DrawRecord, Refusal
 from app.errors import StoreError
 from app.store.models import (
     Answer,
@@ -103,6 +104,7 @@ class AttemptInfo:
     n_reads: int = 0
     latency_ms: float | None = None
     started_at: datetime | None = None
+    usage: Mapping[str, Any] | None = None  #: a decision endpoint's usage object
 
 
 @dataclass
@@ -218,6 +220,16 @@ _DECISION_DONE = (
 )
 
 
+#: Settle a decision only if no attempt settled it before (row-locked: one winner).
+_FIRST_DONE = (
+    update(_DECISIONS)
+    .where(_DECISIONS.c.id == bindparam("decision_id"), _DECISIONS.c.status != DecisionStatus.DONE)
+    .values(status=DecisionStatus.DONE, finished_at=bindparam("now"), lease_token=None,
+            lease_expires_at=None, updated_at=bindparam("now"))
+    .returning(_DECISIONS.c.id)
+)
+
+
 def _insert_attempt(session: Session, *, claim: Claimed, outcome: str, info: AttemptInfo,
                     detail: str | None = None, now: datetime, won: bool = False) -> int:
     row = {
@@ -225,7 +237,7 @@ def _insert_attempt(session: Session, *, claim: Claimed, outcome: str, info: Att
         "worker": info.worker, "task_id": info.task_id, "redelivered": info.redelivered,
         "lease_token": claim.lease_token, "n_reads": info.n_reads,
         "latency_ms": info.latency_ms, "won": won, "started_at": info.started_at,
-        "ended_at": now,
+        "ended_at": now, "usage": dict(info.usage) if info.usage is not None else None,
     }
     return int(session.connection().execute(_INSERT_ATTEMPT, row).scalar_one())
 
@@ -242,6 +254,7 @@ def _answer_row(claim: Claimed, attempt_id: int, answer: EngineAnswer,
         "stop_reason": str(answer.stop_reason), "label_mass": answer.label_mass,
         "min_label_mass": answer.min_label_mass, "argmax_is_label": answer.argmax_is_label,
         "entropy": answer.entropy, "expected": expected.get(answer.question_id),
+        "endpoint_confidence": answer.endpoint_confidence,
     }
 
 
@@ -251,7 +264,8 @@ def _draw_row(claim: Claimed, attempt_id: int, draw: DrawRecord,
     return {
         "attempt_id": attempt_id, "decision_id": claim.id,
         "question_id": question_ids[read.question_index], "unit": draw.unit, "draw": draw.draw,
-        "seed": draw.seed, "label_logprobs": list(read.label_logprobs),
+        "seed": draw.seed,
+        "label_logprobs": None if read.label_logprobs is None else list(read.label_logprobs),
         "argmax_id": read.argmax_id, "argmax_is_label": read.argmax_is_label,
         "label_mass": read.label_mass, "entropy": read.entropy, "latency_ms": draw.latency_ms,
         "prompt_tokens": draw.prompt_tokens, "cached_tokens": draw.cached_tokens,
@@ -261,11 +275,13 @@ def _draw_row(claim: Claimed, attempt_id: int, draw: DrawRecord,
 def finish_decision(session: Session, *, claim: Claimed, answers: Sequence[EngineAnswer],
                     draws: Sequence[DrawRecord], attempt: AttemptInfo,
                     question_ids: Sequence[str], expected: Mapping[str, str] | None = None,
-                    now: datetime | None = None) -> bool:
+                    now: datetime | None = None, refusals: Sequence[Refusal] = ()) -> bool:
     """Record a finished attempt; return True when its answers are the ones kept (it won).
 
     A stale holder (its lease expired and was taken over) still wins if nothing was recorded
     before it; otherwise its attempt row records the lost race and its answers are dropped.
+    The winner's ``refusals`` (questions the answer source declined) become one ``refused``
+    attempt row each, so they are counted once per question, whatever the redeliveries.
     """
     now = now or utcnow()
     conn = session.connection()
@@ -275,11 +291,19 @@ def finish_decision(session: Session, *, claim: Claimed, answers: Sequence[Engin
     if draws:
         conn.execute(_INSERT_DRAWS, [_draw_row(claim, attempt_id, d, question_ids)
                                      for d in draws])
-    rows = [_answer_row(claim, attempt_id, a, expected or {}) for a in answers]
-    inserted = conn.execute(_ANSWERS_IGNORE[conn.dialect.name], rows).all()
-    won = bool(inserted)
+    if answers:
+        rows = [_answer_row(claim, attempt_id, a, expected or {}) for a in answers]
+        won = bool(conn.execute(_ANSWERS_IGNORE[conn.dialect.name], rows).all())
+    else:  # every question refused: the first to settle the decision wins
+        won = conn.execute(_FIRST_DONE, {"decision_id": claim.id, "now": now}).first() is not None
     if not won:
         conn.execute(_ATTEMPT_LOST_RACE, {"attempt_id": attempt_id})
+    elif refusals:
+        info = replace(attempt, n_reads=0, latency_ms=None, usage=None)
+        for refusal in refusals:
+            _insert_attempt(session, claim=claim, outcome=OutcomeKind.REFUSED, info=info,
+                            detail=f"question {refusal.question_id!r}: {refusal.reason}"[:2000],
+                            now=now)
     conn.execute(_DECISION_DONE, {"decision_id": claim.id, "now": now})
     return won
 

@@ -35,6 +35,7 @@ __all__ = [
     "open_runs",
     "pending_ids",
     "record_fingerprint",
+    "record_settings",
     "require_run",
     "reset_failed",
     "run_info",
@@ -141,6 +142,8 @@ def ensure_run(
         session.flush()
         return run_info(run), True
     _check_same(run, settings, settings_hash, replicates)
+    if dict(run.settings) != dict(settings):  # same hash: only the unhashed budget differs
+        run.settings = dict(settings)
     if run.fingerprint is None and fingerprint is not None:
         run.fingerprint = _json(fingerprint)
     return run_info(run), False
@@ -161,6 +164,11 @@ def _check_same(run: Run, settings: Mapping[str, Any], digest: str, replicates: 
 
 def _json(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return dict(value) if value is not None else None
+
+
+def record_settings(session: Session, run_id: int, settings: Mapping[str, Any]) -> None:
+    """Store new settings of a run whose hash they keep (a new endpoint budget)."""
+    session.execute(update(Run).where(Run.id == run_id).values(settings=dict(settings)))
 
 
 def record_fingerprint(session: Session, run_id: int, fingerprint: Mapping[str, Any]) -> None:

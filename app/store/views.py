@@ -14,7 +14,15 @@ from typing import Any
 from sqlalchemy import Select, and_, case, func, select
 from sqlalchemy.orm import Session
 
-from app.store.models import Answer, Attempt, Decision, DecisionStatus, OutcomeKind, Run
+from app.store.models import (
+    Answer,
+    Attempt,
+    Decision,
+    DecisionStatus,
+    OutcomeKind,
+    Run,
+    RunStatus,
+)
 from app.store.runs import ACTIVE, RunInfo, run_info
 
 __all__ = [
@@ -27,8 +35,10 @@ __all__ = [
     "iter_export",
     "list_runs",
     "question_ids",
+    "recent_runs",
     "resume_preview",
     "run_status",
+    "status_by_cell",
     "status_counts",
 ]
 
@@ -38,7 +48,7 @@ _OPEN = (*ACTIVE, DecisionStatus.FAILED)
 ANSWER_FIELDS = (
     "label", "option", "probs", "p_yes", "expected_level", "confidence", "top_prob", "stderr",
     "agreement", "draws", "stop_reason", "label_mass", "min_label_mass", "argmax_is_label",
-    "entropy",
+    "entropy", "endpoint_confidence",
 )
 LOW_MASS = 0.5
 
@@ -47,6 +57,20 @@ def status_counts(session: Session, run_id: int) -> dict[str, int]:
     stmt = (select(Decision.status, func.count()).where(Decision.run_id == run_id)
             .group_by(Decision.status))
     return {status: int(n) for status, n in session.execute(stmt)}
+
+
+def status_by_cell(session: Session, run_id: int) -> dict[tuple[str, str], int]:
+    """Decisions of the run by (cell, status); a decision without a cell is in cell "-"."""
+    stmt = (select(Decision.cell, Decision.status, func.count()).where(Decision.run_id == run_id)
+            .group_by(Decision.cell, Decision.status))
+    return {(_cell_key(cell), status): int(n) for cell, status, n in session.execute(stmt)}
+
+
+def recent_runs(session: Session, limit: int) -> list[RunInfo]:
+    """The ``limit`` most recently created runs that are not cancelled, newest first."""
+    stmt = (select(Run).where(Run.status != RunStatus.CANCELLED).order_by(Run.id.desc())
+            .limit(limit))
+    return [run_info(r) for r in session.scalars(stmt)]
 
 
 @dataclass

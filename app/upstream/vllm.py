@@ -45,6 +45,7 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.upstream.http_errors import error_field, error_message, names_missing_model
 
 __all__ = ["VllmUpstream"]
 
@@ -251,16 +252,16 @@ class VllmUpstream:
 
 def _decode(status: int, raw: bytes) -> dict[str, Any]:
     if status in _UNAUTHORIZED:
-        raise UpstreamUnauthorized.answered(status, _message(raw))
+        raise UpstreamUnauthorized.answered(status, error_message(raw))
     if status >= 500 or status in _TRANSIENT_4XX:
-        raise UpstreamUnavailable(f"server error {status}: {_message(raw)}",
+        raise UpstreamUnavailable(f"server error {status}: {error_message(raw)}",
                                   kind="server_error", status=status)
-    if status == 404 and _names_missing_model(raw):
-        raise ModelNotServed(f"not served here ({status}): {_message(raw)}", status=status,
+    if status == 404 and names_missing_model(raw):
+        raise ModelNotServed(f"not served here ({status}): {error_message(raw)}", status=status,
                              param="model")
     if status >= 400:
-        param = _error_field(raw, "param")
-        raise UpstreamRejected(f"rejected ({status}): {_message(raw)}", status=status,
+        param = error_field(raw, "param")
+        raise UpstreamRejected(f"rejected ({status}): {error_message(raw)}", status=status,
                                param=param if isinstance(param, str) else None)
     try:
         obj = orjson.loads(raw)
@@ -269,33 +270,6 @@ def _decode(status: int, raw: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise MalformedResponse(f"the response is not a JSON object: {raw[:200]!r}")
     return obj
-
-
-def _names_missing_model(raw: bytes) -> bool:
-    """vLLM's 404 for a model it does not serve: "The model `X` does not exist." """
-    message = str(_error_field(raw, "message") or "").lower()
-    return "model" in message and "does not exist" in message
-
-
-def _error_field(raw: bytes, name: str) -> Any:
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    error = obj.get("error") if isinstance(obj, dict) else None
-    if isinstance(error, dict):
-        return error.get(name)
-    if isinstance(error, str) and name == "message":  # vLLM's 401: {"error": "Unauthorized"}
-        return error
-    return obj.get(name) if isinstance(obj, dict) and name == "message" else None
-
-
-def _message(raw: bytes) -> str:
-    message = _error_field(raw, "message")
-    if message is None:
-        detail = raw[:300].decode("utf-8", "replace").strip()
-        return detail or "(empty body)"
-    return str(message)
 
 
 async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
@@ -308,7 +282,7 @@ async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
         raise UpstreamUnavailable(
             f"cannot reach {client.base_url}{path}: {exc!r}") from exc
     if response.status_code in _UNAUTHORIZED:
-        raise UpstreamUnauthorized.answered(response.status_code, _message(response.content))
+        raise UpstreamUnauthorized.answered(response.status_code, error_message(response.content))
     if response.status_code != 200:
         raise UpstreamUnavailable(f"GET {path} answered {response.status_code}",
                                   kind="server_error", status=response.status_code)

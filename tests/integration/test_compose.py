@@ -182,3 +182,30 @@ def test_the_api_publishes_runs_to_the_workers_and_requires_a_key(tmp_path: Path
     out = _config(_env_with(tmp_path, DREADS_API_KEY=None))
     assert out.returncode != 0
     assert "DREADS_API_KEY" in out.stderr
+
+
+def test_monitoring_profile_binds_to_loopback_and_needs_passwords() -> None:
+    services = _services(ENV_EXAMPLE, "--profile", "gpu", "--profile", "monitoring")
+    assert {"prometheus", "grafana", "worker", "vllm"} <= set(services)
+    assert "prometheus" not in _services(ENV_EXAMPLE), "only with the monitoring profile"
+    for name, port in (("prometheus", 9090), ("grafana", 3000)):
+        ports = services[name]["ports"]
+        assert [(p["target"], p["host_ip"]) for p in ports] == [(port, "127.0.0.1")]
+    prometheus = services["prometheus"]
+    script = prometheus["command"][0]
+    assert "--web.config.file=" in script and '[ -n "$$PROMETHEUS_PASSWORD_BCRYPT" ]' in script
+    assert prometheus["environment"]["PROMETHEUS_PASSWORD_BCRYPT"].startswith("$$2b$$")
+    grafana = services["grafana"]
+    assert '[ -n "$$GF_SECURITY_ADMIN_PASSWORD" ]' in grafana["command"][0]
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    targets = {v["target"] for v in grafana["volumes"]}
+    assert {"/etc/grafana/provisioning", "/etc/dreads-dashboards"} <= targets
+    worker = services["worker"]
+    assert worker["environment"]["DREADS_METRICS_PORT"] == "9464"
+    assert "ports" not in worker, "worker metrics stay inside the compose network"
+
+
+def test_a_stack_without_monitoring_needs_none_of_its_variables(tmp_path: Path) -> None:
+    env = _env_with(tmp_path, GRAFANA_ADMIN_PASSWORD=None, PROMETHEUS_PASSWORD=None,
+                    PROMETHEUS_PASSWORD_BCRYPT=None)
+    assert "worker" in _services(env)

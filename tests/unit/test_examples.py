@@ -15,7 +15,7 @@ from app.engine import parse_decision
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GENERATOR = EXAMPLES / "make_contracts.py"
-JOB_FILES = ("contracts", "choice", "score", "small", "batch_style")
+JOB_FILES = ("contracts", "choice", "score", "small", "batch_style", "decisions")
 SHIPPED = tuple(f"{stem}{ext}" for stem in JOB_FILES for ext in (".jsonl", ".key.jsonl"))
 
 

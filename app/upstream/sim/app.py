@@ -2,9 +2,11 @@
 
 Routes: ``GET /health`` (200, empty), ``GET /v1/models`` (with ``max_model_len``), ``GET
 /version``, ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/systemone`` and
-``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``), ``GET /sim/stats``
+``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``), ``GET /metrics``
+(vLLM's running/waiting/KV-cache gauges: ``metrics.py``), ``GET /sim/stats``
 (counters), ``POST /sim/down?seconds=N`` (503 on every model route for N seconds), ``POST
-/sim/up``, ``POST /sim/reset`` (zero the counters).
+/sim/up``, ``POST /sim/throttle?seconds=N&retry_after=S`` (429 with ``retry-after: S`` on every
+decision request for N seconds: ``limits.py``), ``POST /sim/reset`` (zero the counters).
 
 As vLLM does: with ``api_key`` every ``/v1`` route answers 401 ``{"error": "Unauthorized"}``
 without ``Authorization: Bearer KEY``; a prompt longer than ``max_model_len`` is refused (400,
@@ -27,6 +29,7 @@ import orjson
 
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
+from app.upstream.sim.limits import DecisionLimits
 from app.upstream.sim.options import SimOptions
 from app.upstream.sim.prompts import ReadPrompt, understand
 from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer, SlotQuestion
@@ -45,16 +48,17 @@ _JSON = (b"content-type", b"application/json")
 _GUARDED = ("/v1", "/v2", "/inference", "/cohere")
 _READS = {"/v1/chat/completions": True, "/v1/completions": False}
 _COUNTERS = ("requests", "reads", "rejected", "down_503", "abandoned", "unauthorized",
-             "truncated", "decisions")
+             "truncated", "decisions", "throttled", "refused", "decisions_answered")
 
 
 class _Reply(Exception):
-    """Answer now with this status and JSON body."""
+    """Answer now with this status and JSON body (and extra headers)."""
 
-    def __init__(self, status: int, body: Any) -> None:
+    def __init__(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(status)
         self.status = status
         self.body = body
+        self.headers = dict(headers or {})
 
 
 def _version() -> str:
@@ -87,6 +91,8 @@ class SimApp:
         self.created = int(time.time())
         self.version = f"dreads-sim {_version()}"
         self.engine_rows = _engine_rows(options)
+        self.limits = DecisionLimits(rps=options.decision_rps,
+                                     max_concurrent=options.decision_max_concurrent)
 
     # -- ASGI ---------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -96,15 +102,29 @@ class SimApp:
         if scope["type"] != "http":
             return
         body = await _read_body(receive)
+        if scope["method"] == "GET" and scope["path"] == "/metrics":
+            await self._metrics(send)
+            return
+        extra: dict[str, str] = {}
         try:
             status, payload = await self._route(scope, body, receive)
         except _Reply as reply:
-            status, payload = reply.status, reply.body
+            status, payload, extra = reply.status, reply.body, reply.headers
         data = b"" if payload is None else orjson.dumps(payload)
         headers = [(b"content-length", str(len(data)).encode())]
+        headers += [(k.encode(), v.encode()) for k, v in extra.items()]
         if payload is not None:
             headers.append(_JSON)
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _metrics(self, send: Send) -> None:
+        from app.upstream.sim.metrics import CONTENT_TYPE, render_metrics
+
+        data = render_metrics(self.options.model, self.batch, reads=self.counters["reads"])
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-length", str(len(data)).encode()),
+            (b"content-type", CONTENT_TYPE.encode())]})
         await send({"type": "http.response.body", "body": data})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -166,6 +186,13 @@ class SimApp:
         if method == "POST" and path == "/sim/up":
             self.faults.down(0)
             return 200, {"down_for_s": 0}
+        if method == "POST" and path == "/sim/throttle":
+            query_args = parse_qs(query.decode())
+            seconds = float(query_args.get("seconds", ["10"])[0])
+            retry_after = float(query_args.get("retry_after", ["1"])[0])
+            self.limits.storm(seconds, retry_after)
+            logger.info("[dreads sim] 429 on every decision request for %.1fs", seconds)
+            return 200, {"throttle_for_s": seconds, "retry_after_s": retry_after}
         if method == "POST" and path == "/sim/reset":
             self.counters.clear()
             self.faults.injected.clear()
@@ -180,6 +207,7 @@ class SimApp:
                        for k in ("fail", "hang", "malformed", "low_mass")},
             "steps": self.batch.steps,
             "down": self.faults.is_down,
+            "decision_peak_in_flight": self.limits.peak_in_flight,
         }
 
     # -- reads --------------------------------------------------------------------------------

@@ -27,6 +27,11 @@ class BatchModel:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def queued(self) -> int:
+        """Reads admitted and not answered yet."""
+        return sum(1 for f in self._waiting if not f.done())
+
     async def admit(self) -> None:
         """Return when the read has been computed by a step."""
         if self.step_ms <= 0:

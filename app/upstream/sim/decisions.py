@@ -17,6 +17,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
@@ -40,6 +41,7 @@ from app.engine import (
 )
 from app.engine.questions import LETTERS, score_labels
 from app.errors import MalformedResponse, TemplateError
+from app.upstream.sim.limits import Throttled
 from app.upstream.sim.validate import error_body
 
 if TYPE_CHECKING:
@@ -287,6 +289,7 @@ def _probs(question: Question, answer: Answer) -> list[float]:
 
 
 def _confidence(probs: list[float], answer: Answer) -> float:
+    assert answer.label_mass is not None  # the simulator's own reads always fold it
     return max(probs) * answer.label_mass
 
 
@@ -320,17 +323,35 @@ async def _systemone(app: SimApp, raw: bytes, request_id: str, read: Read) -> di
     questions = _systemone_questions(request)
     decision = Decision(id=request_id, state=request.state, questions=questions)
     joint = request.joint and len(questions) > 1
-    answers, reads = await _read_all(app, decision, joint, read)
+    answers, reads = await _read_asked(app, decision, joint, read)
     return {
         "id": f"decision-{request_id}", "object": "structured_decision",
         "created": int(time.time()), "model": app.options.model,
-        "answers": {q.id: _jev_answer(q, a) for q, a in zip(questions, answers, strict=True)},
+        "answers": {q.id: _jev_answer(q, answers[q.id]) if q.id in answers else _REFUSAL
+                    for q in questions},
         "usage": {"input_tokens": reads.input_tokens, "output_tokens": reads.output_tokens},
         "diagnostics": {a.question_id: {"label_mass": a.label_mass,
                                         "argmax_is_label": a.argmax_is_label}
-                        for a in answers},
+                        for a in answers.values()},
         "joint": _joint_diagnostics(reads) if joint else None,
     }
+
+
+#: What a refused question is answered with (``--refuse-marker``: a hosted API's refusal).
+_REFUSAL = {"type": "refusal", "refusal": "dreads sim: refused (--refuse-marker)"}
+
+
+async def _read_asked(app: SimApp, decision: Decision, joint: bool,
+                      read: Read) -> tuple[dict[str, Answer], _Reads]:
+    """``_read_all`` of the questions not refused (``refuse_marker``), by question id."""
+    marker = app.options.refuse_marker
+    asked = tuple(q for q in decision.questions if not marker or marker not in q.instructions)
+    app.counters["refused"] += len(decision.questions) - len(asked)
+    if not asked:
+        return {}, _Reads()
+    answers, reads = await _read_all(app, replace(decision, questions=asked),
+                                     joint and len(asked) > 1, read)
+    return {a.question_id: a for a in answers}, reads
 
 
 def _systemone_questions(request: SystemOneRequest) -> tuple[Question, ...]:
@@ -381,11 +402,13 @@ async def _decisions(app: SimApp, raw: bytes, request_id: str, read: Read) -> di
         raise DecisionRefused(f"questions: at most {MAX_QUESTIONS} for this model")
     questions = tuple(_decision_question(i, q) for i, q in enumerate(request.questions))
     decision = Decision(id=request_id, state=_input_text(request.input), questions=questions)
-    answers, reads = await _read_all(app, decision, request.joint and len(questions) > 1, read)
+    answers, reads = await _read_asked(app, decision, request.joint and len(questions) > 1,
+                                       read)
     return {
         "model": app.options.model,
-        "answers": [_openai_answer(q, a, rq) for q, a, rq in zip(request.questions, answers,
-                                                                  questions, strict=True)],
+        "answers": [_openai_answer(q, answers[rq.id], rq) if rq.id in answers
+                    else {**_REFUSAL, "name": q.name}
+                    for q, rq in zip(request.questions, questions, strict=True)],
         "usage": {"input_tokens": reads.input_tokens,
                   "input_tokens_details": {"cached_tokens": reads.cached_tokens,
                                            "cache_write_tokens": 0},
@@ -431,7 +454,14 @@ async def answer_decision_route(app: SimApp, path: str, raw: bytes, scope: Mappi
 
     handler = _systemone if path == "/v1/systemone" else _decisions
     try:
-        return 200, await handler(app, raw, _request_id(scope, raw), read)
+        with app.limits.admit():
+            answered = await handler(app, raw, _request_id(scope, raw), read)
+        app.counters["decisions_answered"] += 1
+        return 200, answered
+    except Throttled as exc:
+        app.counters["throttled"] += 1
+        raise _Reply(429, error_body(exc.why, None, 429),
+                     {"retry-after": f"{exc.retry_after_s:.3f}"}) from exc
     except ValidationError as exc:
         app.counters["rejected"] += 1
         raise _Reply(400, _validation_error(exc)) from exc

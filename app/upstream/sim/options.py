@@ -37,3 +37,7 @@ class SimOptions:
     #: the checkpoint's generation-config temperature, used when a read sends none (vLLM
     #: refuses anything but 1.0 on a diffusion read)
     default_temperature: float = 1.0
+    #: hosted-API behaviour of /v1/systemone and /v1/decisions (``sim/limits.py``); off: 0/None
+    decision_rps: float = 0.0  #: decision requests per second before 429
+    decision_max_concurrent: int = 0  #: decision requests at once before 429
+    refuse_marker: str | None = None  #: refuse questions whose instructions contain this

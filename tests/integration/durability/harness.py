@@ -30,7 +30,7 @@ from app.store.models import Answer, Attempt, Decision, DecisionStatus
 from app.store.queue import database_now
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
 from tests.fixtures.services import ROOT, VENV_BIN, free_port, wait_until
-from workers.constants import queue_for
+from workers.constants import queue_of_run
 
 __all__ = ["Sim", "Stack", "check_invariant", "job_lines", "outcome_counts", "worker_env"]
 
@@ -149,7 +149,7 @@ class Stack:
         ids = sorted(rid for rid, _ in inserted)
         assert len(ids) == n
         publish_chunks(celery, run.id, ids, chunk_size, run_name=name,
-                       queue=queue_for(settings.model, settings.canvas_length))
+                       queue=queue_of_run(settings_to_dict(settings)))
         celery.close()
         self.run_id = run.id
         return self.run_id

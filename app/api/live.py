@@ -1,0 +1,63 @@
+"""The live view of a run: ``dreads status --json`` plus what the run page shows beside it
+(per-cell open decisions, the latest reason of each failure kind, rejected decisions, label
+mass warnings, the report link once the run is finished)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy.orm import Session
+
+from app.store.live import latest_failures, rejected_decisions
+from app.store.runs import ACTIVE, RunInfo
+from app.store.views import run_status, status_by_cell
+
+__all__ = ["LOW_MASS_WARN_SHARE", "live_view"]
+
+#: A cell is flagged when at least this share of its answers has label mass under 0.5.
+LOW_MASS_WARN_SHARE = 0.1
+#: Rejected decisions listed (the count of all is in ``counts``).
+REJECTED_SHOWN = 20
+
+
+def live_view(session: Session, run: RunInfo) -> dict[str, Any]:
+    report = run_status(session, run)
+    view = report.as_dict()
+    by_cell = status_by_cell(session, run.id)
+    for cell in view["cells"]:
+        cell["open"] = sum(by_cell.get((cell["cell"], s), 0) for s in ACTIVE)
+    view["settled"] = report.total - report.remaining
+    view["failures"] = _failures(session, run.id, view["cells"])
+    view["rejected"] = [{"decision": r.decision, "cell": r.cell, "reason": r.reason}
+                        for r in rejected_decisions(session, run.id, limit=REJECTED_SHOWN)]
+    view["warnings"] = _mass_warnings(view["cells"])
+    finished = report.total > 0 and report.remaining == 0
+    base = f"/runs/{quote(run.name, safe='')}"
+    view["finished"] = finished
+    view["links"] = {"status": f"/v1/runs/{quote(run.name, safe='')}",
+                     "report": f"{base}/report" if finished else None}
+    view["updated"] = datetime.now(UTC).isoformat()
+    return view
+
+
+def _failures(session: Session, run_id: int, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    counts: dict[str, int] = {}
+    for cell in cells:
+        for kind, n in cell["failures"].items():
+            counts[kind] = counts.get(kind, 0) + n
+    latest = latest_failures(session, run_id)
+    return [{"kind": kind, "count": n, "latest": latest[kind].detail if kind in latest else "",
+             "decision": latest[kind].decision if kind in latest else ""}
+            for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _mass_warnings(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    warnings = []
+    for cell in cells:
+        answered = cell["questions"] - cell["unanswered"]
+        if answered and cell["low_mass"] / answered >= LOW_MASS_WARN_SHARE:
+            warnings.append({"cell": cell["cell"], "low_mass": cell["low_mass"],
+                             "answered": answered, "share": cell["low_mass"] / answered})
+    return warnings

@@ -1,0 +1,113 @@
+"""Per-run gauges of ``dreads serve``'s ``/metrics``, read from SQL when Prometheus scrapes.
+
+The SQL is what ``dreads status`` runs (``app.store.views``), for the most recent runs that are
+not cancelled. One snapshot serves every scrape for ``ttl_s`` seconds, and concurrent scrapes
+wait for the one query round in progress instead of starting another, so a scrape never runs
+the heavy queries twice in a short interval. A database that does not answer leaves the last
+snapshot in place (logged) until the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.errors import StoreError
+from app.store.db import session_scope
+from app.store.queue import translate_db_errors
+from app.store.views import RunStatusReport, recent_runs, run_status, status_by_cell
+
+__all__ = ["RunMetrics", "RunSnapshot"]
+
+log = logging.getLogger("dreads.metrics")
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """One run as the gauges show it."""
+
+    report: RunStatusReport
+    by_cell: dict[tuple[str, str], int]  #: (cell, status) -> decisions
+
+
+class RunMetrics:
+    """A Prometheus collector of per-run gauges (register it in a ``CollectorRegistry``)."""
+
+    def __init__(self, factory: sessionmaker[Session], *, ttl_s: float = 10.0,
+                 max_runs: int = 20, clock: Callable[[], float] = time.monotonic) -> None:
+        self._factory = factory
+        self._ttl_s = ttl_s
+        self._max_runs = max_runs
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: list[RunSnapshot] = []
+        self._taken_at: float | None = None
+        #: query rounds run so far (a scrape inside the TTL adds none)
+        self.rounds = 0
+
+    def snapshot(self) -> list[RunSnapshot]:
+        """The cached snapshot, refreshed when older than ``ttl_s``."""
+        with self._lock:
+            now = self._clock()
+            if self._taken_at is None or now - self._taken_at >= self._ttl_s:
+                try:
+                    self._snapshot = self._load()
+                except StoreError as exc:
+                    log.warning("run metrics not refreshed: %s", exc.message)
+                self._taken_at = now
+                self.rounds += 1
+            return self._snapshot
+
+    def _load(self) -> list[RunSnapshot]:
+        with translate_db_errors("run metrics"), session_scope(self._factory) as session:
+            return [RunSnapshot(run_status(session, run), status_by_cell(session, run.id))
+                    for run in recent_runs(session, self._max_runs)]
+
+    def describe(self) -> list[Metric]:
+        return []  # no query at registration
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _families(self.snapshot())
+
+
+def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
+    decisions = GaugeMetricFamily("dreads_run_decisions", "Decisions of the run by cell and "
+                                  "status (pending, queued, leased, done, failed, rejected, "
+                                  "cancelled).", labels=["run", "cell", "status"])
+    failures = GaugeMetricFamily("dreads_run_failures", "Failed attempts recorded in SQL, by "
+                                 "cell and failure kind.", labels=["run", "cell", "kind"])
+    low_mass = GaugeMetricFamily("dreads_run_low_label_mass_answers", "Answers kept whose "
+                                 "label mass is under 0.5, by cell.", labels=["run", "cell"])
+    not_label = GaugeMetricFamily("dreads_run_argmax_not_label_answers", "Answers kept whose "
+                                  "most likely token is not a label, by cell.",
+                                  labels=["run", "cell"])
+    answers = GaugeMetricFamily("dreads_run_questions_settled", "Questions of settled "
+                                "decisions, by cell.", labels=["run", "cell"])
+    remaining = GaugeMetricFamily("dreads_run_remaining_decisions", "Decisions pending, "
+                                  "queued or leased.", labels=["run"])
+    rate = GaugeMetricFamily("dreads_run_decisions_per_second", "Decisions finished per "
+                             "second over the last 5 minutes (1 minute when busier).",
+                             labels=["run"])
+    eta = GaugeMetricFamily("dreads_run_eta_seconds", "Seconds left at the current rate "
+                            "(absent while nothing finishes).", labels=["run"])
+    for item in snapshot:
+        name = item.report.run.name
+        for (cell_name, status), n in sorted(item.by_cell.items()):
+            decisions.add_metric([name, cell_name, status], n)
+        for cell in item.report.cells:
+            for kind, n in cell.failures.items():
+                failures.add_metric([name, cell.cell, kind], n)
+            low_mass.add_metric([name, cell.cell], cell.low_mass)
+            not_label.add_metric([name, cell.cell], cell.argmax_not_label)
+            answers.add_metric([name, cell.cell], cell.questions)
+        remaining.add_metric([name], item.report.remaining)
+        rate.add_metric([name], item.report.rate_per_s)
+        if item.report.eta_s is not None:
+            eta.add_metric([name], item.report.eta_s)
+    yield from (decisions, failures, low_mass, not_label, answers, remaining, rate, eta)

@@ -1,0 +1,171 @@
+"""Answer sources: who answers a run's decisions. The one seam between the queue and a model.
+
+An answer source takes a decision and returns its answers with whatever diagnostics it has;
+the runner, the store, reports and the API do not care which one answered.
+
+- ``ReadsSource`` (``answer_by`` ``reads``, the default): dreads' own reads. The decision is
+  planned into canvases with the run's tokenizer and read through an ``Upstream`` (vLLM,
+  dreads sim, the in-process engine) draw by draw until the draw policy stops
+  (``app.decide.drive``): full diagnostics.
+- ``EndpointSource`` (``systemone`` or ``decisions``): one request per decision, all its
+  questions, to a decision endpoint (``app.upstream.endpoint``); one draw per question, the
+  diagnostics the endpoint returns, refusals per question.
+
+``EndpointPool`` keeps one ``DecisionEndpoint`` per run in a process, so every chunk of a run
+shares its connections and its budget (requests per second, requests in flight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from app.decide import drive
+from app.engine import (
+    Answer,
+    AnswerBy,
+    Decision,
+    DecisionFlow,
+    DrawRecord,
+    ReadRequest,
+    ReadResult,
+    ReadSettings,
+    Refusal,
+    TextTokenizer,
+    plan_decision,
+)
+from app.engine.endpoint import EndpointAnswers
+from app.engine.openai_decisions import decisions_request, read_decisions
+from app.engine.systemone import read_systemone, systemone_request
+from app.upstream.endpoint import DecisionEndpoint
+
+__all__ = ["AnswerSource", "Answered", "EndpointPool", "EndpointSource", "ReadsSource"]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A decision's answers from any source."""
+
+    answers: tuple[Answer, ...]
+    draws: tuple[DrawRecord, ...]
+    n_reads: int  #: requests it took (reads, or the endpoint's one request)
+    refusals: tuple[Refusal, ...] = ()
+    usage: Mapping[str, Any] | None = None  #: a decision endpoint's usage object
+
+
+class AnswerSource(Protocol):
+    #: requests sent so far, failed ones included (a chunk's total)
+    n_requests: int
+
+    async def answer(self, decision: Decision, *, replicate: int) -> Answered:
+        """Answer every question of ``decision``.
+
+        Raises:
+            InputError / ConfigError: the decision cannot be asked this way (permanent).
+            UpstreamError: the model server or endpoint failed (after its own retries).
+        """
+        ...
+
+
+Read = Callable[[ReadRequest], Awaitable[ReadResult]]
+
+
+class ReadsSource:
+    """dreads' own reads over ``read`` (an ``Upstream.read``, bounded by the caller)."""
+
+    def __init__(self, read: Read, tokenizer: TextTokenizer, settings: ReadSettings, *,
+                 max_model_len: int | None) -> None:
+        self._read = read
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.max_model_len = max_model_len
+        self.n_requests = 0
+
+    async def answer(self, decision: Decision, *, replicate: int) -> Answered:
+        plan = plan_decision(decision, self.settings, self.tokenizer,
+                             max_model_len=self.max_model_len)
+        flow = DecisionFlow(plan, self.settings, vocab_size=self.tokenizer.info.vocab_size,
+                            replicate=replicate)
+        try:
+            await drive(flow, self._read)
+        finally:
+            self.n_requests += flow.n_reads
+        return Answered(flow.answers(), flow.draws(), flow.n_reads)
+
+
+_ASK = {AnswerBy.SYSTEMONE: systemone_request, AnswerBy.DECISIONS: decisions_request}
+_READ: dict[AnswerBy, Callable[..., EndpointAnswers]] = {AnswerBy.SYSTEMONE: read_systemone,
+                                                         AnswerBy.DECISIONS: read_decisions}
+
+
+class EndpointSource:
+    """One request per decision to a decision endpoint, in its shape."""
+
+    def __init__(self, endpoint: DecisionEndpoint, model: str) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.n_requests = 0
+
+    async def answer(self, decision: Decision, *, replicate: int) -> Answered:
+        kind = self.endpoint.kind
+        # not encode_body: its sorted keys would reorder a choice's criteria (its options)
+        body = orjson.dumps(_ASK[kind](decision, self.model))
+        self.n_requests += 1
+        payload, latency_ms = await self.endpoint.ask(body)
+        read = _READ[kind](decision, payload, latency_ms=latency_ms)
+        return Answered(read.answers, read.draws, 1, read.refusals, read.usage)
+
+
+@dataclass
+class EndpointPool:
+    """The decision endpoints of the runs this process answers, one per run (its budget is
+    the run's). The API key is read from the environment here, never from the run."""
+
+    timeout_s: float = 120.0
+    give_up_s: float = 300.0
+    api_key: str | None = None  #: None: ``DREADS_ANSWER_API_KEY``
+    #: a run's answer_url -> where it is served here ("sim" -> the simulator this process runs)
+    urls: Mapping[str, str] = field(default_factory=dict)
+    #: processes sharing each run's budget (an answers worker's pool): each takes 1/share
+    share: int = 1
+
+    def __post_init__(self) -> None:
+        self._endpoints: dict[tuple[int, str, str], DecisionEndpoint] = {}
+
+    @classmethod
+    def from_settings(cls, urls: Mapping[str, str] | None = None,
+                      share: int = 1) -> EndpointPool:
+        """Timeouts and the API key from ``DREADS_ANSWER_*``."""
+        from app.config import answer_api_key, get_settings
+
+        env = get_settings()
+        return cls(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
+                   api_key=answer_api_key(), urls=dict(urls or {}), share=max(1, share))
+
+    def budget(self, settings: ReadSettings) -> tuple[float, int]:
+        """(requests per second, requests in flight) of this process: the run's share."""
+        return (settings.answer_rps / self.share,
+                max(1, -(-settings.answer_concurrency // self.share)))
+
+    def endpoint(self, run_id: int, settings: ReadSettings) -> DecisionEndpoint:
+        key = (run_id, settings.answer_by.value, settings.answer_url)
+        found = self._endpoints.get(key)
+        rps, concurrency = self.budget(settings)
+        if found is None or (found.rps, found.concurrency) != (rps, concurrency):
+            url = self.urls.get(settings.answer_url, settings.answer_url)
+            found = DecisionEndpoint(url, settings.answer_by, api_key=self.api_key, rps=rps,
+                                     concurrency=concurrency, timeout_s=self.timeout_s,
+                                     give_up_s=self.give_up_s)
+            self._endpoints[key] = found
+        return found
+
+    def source(self, run_id: int, settings: ReadSettings) -> EndpointSource:
+        return EndpointSource(self.endpoint(run_id, settings), settings.model)
+
+    async def aclose(self) -> None:
+        endpoints, self._endpoints = list(self._endpoints.values()), {}
+        for endpoint in endpoints:
+            await endpoint.aclose()

@@ -1,0 +1,61 @@
+"""Reading an error answer of an OpenAI-compatible server (vLLM, a hosted API, dreads), for the
+HTTP clients of ``app.upstream``: its message, a field of its error object, a retry-after."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+__all__ = ["error_field", "error_message", "names_missing_model", "retry_after_s"]
+
+
+def error_field(raw: bytes, name: str) -> Any:
+    """``error.<name>`` of an error body (``{"error": {...}}``, vLLM's ``{"error": "..."}`` or
+    a top-level ``message``), else None."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(error, dict):
+        return error.get(name)
+    if isinstance(error, str) and name == "message":  # vLLM's 401: {"error": "Unauthorized"}
+        return error
+    return obj.get(name) if isinstance(obj, dict) and name == "message" else None
+
+
+def error_message(raw: bytes) -> str:
+    """The server's message, else the start of the body."""
+    message = error_field(raw, "message")
+    if message is None:
+        detail = raw[:300].decode("utf-8", "replace").strip()
+        return detail or "(empty body)"
+    return str(message)
+
+
+def names_missing_model(raw: bytes) -> bool:
+    """vLLM's 404 for a model it does not serve: "The model `X` does not exist." """
+    message = str(error_field(raw, "message") or "").lower()
+    return "model" in message and "does not exist" in message
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds a ``retry-after`` header asks to wait (delta seconds or an HTTP date), or None
+    when there is none or it cannot be read."""
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

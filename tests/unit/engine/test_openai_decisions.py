@@ -1,0 +1,160 @@
+"""OpenAI Decisions requests as dreads decisions and back (``app.engine.openai_decisions``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.engine import (
+    Answer,
+    QuestionType,
+    StopReason,
+    decision_from_payload,
+    decision_payload,
+    parse_decision,
+)
+from app.engine.openai_decisions import (
+    DecisionsRequestError,
+    decision_from_request,
+    openai_answers,
+)
+from app.errors import BadLine, InputError
+
+PREDICATE = {"type": "predicate", "name": "billing", "instructions": "About billing?"}
+BOOLS = {"type": "choice", "instructions": "Refund due?",
+         "choices": [{"value": True}, {"value": "true", "description": "the word"},
+                     {"value": False}, {"value": "false"}]}
+SCORE = {"type": "score", "name": "urgency", "instructions": "How urgent?",
+         "levels": [{"label": "0"}, {"label": "1", "description": "soon"}, {"label": "2"}]}
+
+
+def request(*questions: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {"model": "dgemma", "input": "I was charged twice.",
+            "questions": list(questions) or [PREDICATE], **changes}
+
+
+def batch(body: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    return {"custom_id": "r1", "method": "POST", "url": "/v1/decisions", "body": body,
+            "metadata": metadata}
+
+
+def test_questions_map_to_noul_choice_and_score_by_name_or_position() -> None:
+    decision = decision_from_request("k", request(PREDICATE, BOOLS, SCORE))
+    billing, bools, urgency = decision.questions
+    assert (billing.id, billing.type, billing.labels) == ("billing", QuestionType.NOUL,
+                                                          ("yes", "no"))
+    assert (bools.id, bools.type, bools.labels) == ("1", QuestionType.CHOICE,
+                                                    ("A", "B", "C", "D"))
+    assert bools.options == ("true", '"true"', "false", '"false"')  # typed: four options
+    assert bools.descriptions == (None, "the word", None, None)
+    assert (urgency.id, urgency.options) == ("urgency", ("0", "1 - soon", "2"))
+    assert decision.openai == {"questions": [
+        {"type": "predicate", "name": "billing"},
+        {"type": "choice", "name": None, "values": [True, "true", False, "false"]},
+        {"type": "score", "name": "urgency", "labels": ["0", "1", "2"]}]}
+
+
+def test_expected_values_are_typed_and_stored_as_labels_that_survive_the_payload() -> None:
+    line = batch(request(PREDICATE, BOOLS, SCORE), cell="c1",
+                 expected={"billing": True, "1": "false", "urgency": 0})
+    decision = parse_decision(line, line_no=3)
+    assert decision.id == "r1" and decision.cell == "c1"
+    # "false" the string is option D, not C; level index 0 is label "1", whose text is "0"
+    assert dict(decision.expected) == {"billing": "yes", "1": "D", "urgency": "1"}
+    again = decision_from_payload(decision.id, decision.cell, decision_payload(decision))
+    assert again == decision
+    by_label = parse_decision(batch(request(SCORE), expected={"urgency": "2"}))
+    assert by_label.expected == {"urgency": "3"}
+
+
+@pytest.mark.parametrize(("expected", "text"), [
+    ({"1": "yes"}, 'metadata.expected.1: "yes" is not among the choices'),
+    ({"nope": True}, "names question 'nope'"),
+    ({"urgency": 3}, "metadata.expected.urgency: 3 is not a level label"),
+    ({"billing": "maybe"}, "a predicate expects true or false"),
+])
+def test_a_wrong_expected_value_says_which_and_why(expected: dict[str, Any], text: str) -> None:
+    with pytest.raises(BadLine, match="line 2: decision 'r1': ") as err:
+        parse_decision(batch(request(PREDICATE, BOOLS, SCORE), expected=expected), line_no=2)
+    assert text in err.value.reason
+
+
+def test_a_bare_body_takes_its_id_from_metadata_or_its_line() -> None:
+    body = request(metadata={"id": "mine", "cell": "x"})
+    assert parse_decision(body, line_no=7).id == "mine"
+    assert parse_decision(request(), line_no=7).id == "line-7"
+    with pytest.raises(InputError, match="needs an id"):
+        parse_decision(request())
+
+
+def test_input_messages_and_json_parts_become_the_state() -> None:
+    data = {"order": 17, "charged": 2}
+    one_json = request(input=[{"role": "user", "content": [
+        {"type": "input_json", "data": data}]}])
+    assert decision_from_request("k", one_json).state == data
+    mixed = request(input=[
+        {"role": "user", "content": "Hello."},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Order:"}, {"type": "input_json", "data": data}]}])
+    assert decision_from_request("k", mixed).state == (
+        'Hello.\n\nOrder:\n{"order": 17, "charged": 2}')
+
+
+@pytest.mark.parametrize(("body", "param", "text"), [
+    (request({**BOOLS, "choices": [{"value": str(i)} for i in range(27)]}),
+     "questions[0].choices", "dreads reads at most 26"),
+    (request({**SCORE, "levels": [{"label": str(i)} for i in range(11)]}),
+     "questions[0].levels", "at most 10"),
+    (request(input=[{"role": "user", "content": [{"type": "input_image",
+                                                  "image_url": "https://x/a.png"}]}]),
+     "input[0].content[0]", "images are not supported"),
+    (request(input=[{"role": "system", "content": "Be brief."}]), "input[0]",
+     "role 'system' is not supported"),
+    (request({**BOOLS, "choices": [{"value": 1}, {"value": 2}]}),
+     "questions[0].choices[0].value", "must be a string or a boolean, got number"),
+    (request({**BOOLS, "choices": [{"value": True}, {"value": True}]}),
+     "questions[0].choices[1].value", "duplicate choice true"),
+    (request(PREDICATE, {**SCORE, "name": "billing"}), "questions[1].name",
+     "question id 'billing' is already taken by questions[0]"),
+    (request({"type": "predicate", "instructions": "x", "criteria": {}}), "questions[0].criteria",
+     "unknown field(s) ['criteria']"),
+    (request(questions=[]), "questions", "must have 1 to 400 questions"),
+    ({"model": "dgemma", "questions": [PREDICATE]}, "input", "is required"),
+    (request({"type": "predicate", "name": "a:b", "instructions": "x"}), None, "contains ':'"),
+])
+def test_requests_dreads_cannot_ask_name_the_field(body: dict[str, Any], param: str | None,
+                                                   text: str) -> None:
+    with pytest.raises(DecisionsRequestError) as err:
+        decision_from_request("k", body)
+    assert err.value.param == param
+    assert text in err.value.message
+
+
+def test_a_batch_line_for_another_url_is_refused() -> None:
+    line = {**batch(request()), "url": "/v1/chat/completions", "body": request()}
+    with pytest.raises(InputError, match="url must be '/v1/decisions'"):
+        parse_decision(line)
+
+
+def _answer(qid: str, qtype: QuestionType, probs: dict[str, float]) -> Answer:
+    label = max(probs, key=probs.__getitem__)
+    return Answer(question_id=qid, question_type=qtype, label=label, option=label, probs=probs,
+                  p_yes=probs.get("yes"), expected_level=None, legend=None, confidence=0.5,
+                  top_prob=probs[label], stderr=None, agreement=None, draws=1,
+                  stop_reason=StopReason.FIXED, label_mass=0.9, min_label_mass=0.9,
+                  argmax_is_label=True, entropy=0.5)
+
+
+def test_answers_come_back_in_openais_shape_with_typed_values() -> None:
+    decision = decision_from_request("k", request(PREDICATE, BOOLS, SCORE))
+    answers = [_answer("billing", QuestionType.NOUL, {"yes": 0.8, "no": 0.2}),
+               _answer("1", QuestionType.CHOICE, {"A": 0.1, "B": 0.6, "C": 0.2, "D": 0.1}),
+               _answer("urgency", QuestionType.SCORE, {"1": 0.2, "2": 0.3, "3": 0.5})]
+    predicate, choice, score = openai_answers(decision, reversed(answers))
+    assert predicate == {"type": "predicate", "name": "billing", "probability": 0.8}
+    assert choice["choice"] == "true" and choice["name"] is None
+    assert [p["value"] for p in choice["probabilities"]] == [True, "true", False, "false"]
+    assert choice["confidence"] == pytest.approx(0.6 * 0.9)
+    assert score["score"] == pytest.approx(0.3 + 2 * 0.5)
+    assert score["probabilities"][2] == {"value": 2, "label": "2", "probability": 0.5}
