@@ -11,6 +11,8 @@ from functools import lru_cache
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.store.urls import DEFAULT_DATABASE_URL
+
 __all__ = ["Settings", "answer_api_key", "get_settings", "upstream_api_key"]
 
 
@@ -19,8 +21,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DREADS_", env_file=None, extra="ignore")
 
-    #: SQLAlchemy URL. SQLite for the embedded mode, PostgreSQL (psycopg 3) distributed.
-    database_url: str = "sqlite:///./dreads.db"
+    #: SQLAlchemy URL (or a SQLite file path). SQLite for the embedded mode, PostgreSQL
+    #: (psycopg 3) distributed.
+    database_url: str = DEFAULT_DATABASE_URL
     #: Celery broker (Redis).
     broker_url: str = "redis://127.0.0.1:6379/0"
     #: Upstream base URL of vLLM, or "sim".

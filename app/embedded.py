@@ -141,7 +141,7 @@ def embedded_lock(db_path: Path) -> Iterator[None]:
         except BlockingIOError as exc:
             raise InputError(
                 f"another `dreads run` is using {db_path}; wait for it to finish, or give "
-                "this one its own --db"
+                "this one its own --database-url"
             ) from exc
         handle.write(f"{os.getpid()}\n")
         handle.flush()

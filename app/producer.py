@@ -61,6 +61,7 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.jobfile import NumberedLine, read_job_file
 from app.store.db import session_scope
 from app.store.models import DecisionStatus, RunStatus
 from app.store.queue import database_now, mark_pending, translate_db_errors
@@ -184,19 +185,7 @@ class SubmitReport:
         }
 
 
-def read_job_file(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every non-blank line; a missing file is an InputError."""
-    try:
-        handle = path.open("r", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read job file {str(path)!r}: {exc.strerror}") from exc
-    with handle:
-        for line_no, text in enumerate(handle, start=1):
-            if text.strip():
-                yield line_no, text
-
-
-def iter_job_lines(lines: Iterable[tuple[int, str]]
+def iter_job_lines(lines: Iterable[NumberedLine]
                    ) -> Iterator[tuple[int, Decision | LineProblem]]:
     """Parse line by line: (line number, decision or the problem of a bad line). Duplicate
     ids are found where the decisions are written (``submit_job``), not here."""
@@ -207,7 +196,7 @@ def iter_job_lines(lines: Iterable[tuple[int, str]]
             yield line_no, LineProblem(line_no, None, exc.reason)
 
 
-def parse_job_lines(lines: Iterable[tuple[int, str]]) -> ParsedJob:
+def parse_job_lines(lines: Iterable[NumberedLine]) -> ParsedJob:
     """Parse every line into memory; bad ones (not JSON, not a decision, duplicate id) are
     collected. For small inputs; ``submit_job`` streams instead."""
     return _split(iter_job_lines(lines))
@@ -233,7 +222,9 @@ def _duplicate(key: str, first_line: int | None) -> str:
     return f"duplicate id {key!r} (first on line {first_line})"
 
 
-def _parse_line(line_no: int, text: str) -> Decision:
+def _parse_line(line_no: int, text: str | BadLine) -> Decision:
+    if isinstance(text, BadLine):  # not UTF-8 (app.jobfile.decode_lines)
+        raise text
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -304,7 +295,7 @@ class _Refused(Exception):
     """--strict met a problem: roll the whole submission back."""
 
 
-def _batches(lines: Iterable[tuple[int, str]], size: int) -> Iterator[ParsedJob]:
+def _batches(lines: Iterable[NumberedLine], size: int) -> Iterator[ParsedJob]:
     """The parsed lines, ``size`` at a time (repeated ids within a batch are bad lines here;
     across batches the database finds them)."""
     items = iter_job_lines(lines)
@@ -385,7 +376,7 @@ def submit_job(
     factory: sessionmaker[Session],
     tokenizer: TextTokenizer,
     *,
-    lines: Iterable[tuple[int, str]] | None = None,
+    lines: Iterable[NumberedLine] | None = None,
     publisher: Publisher | None = None,
 ) -> SubmitReport:
     """Validate and write the run and its decisions batch by batch, each batch committed and
@@ -419,7 +410,7 @@ def submit_job(
     return report
 
 
-def _write_strict(writer: _Writer, source: Iterable[tuple[int, str]]) -> float:
+def _write_strict(writer: _Writer, source: Iterable[NumberedLine]) -> float:
     """The run and every batch in one transaction, rolled back (nothing written, not even a
     new run) at the first problem; the rest of the file is still read for the report.
     Returns the database clock (epoch seconds) at the start."""
@@ -439,7 +430,7 @@ def _write_strict(writer: _Writer, source: Iterable[tuple[int, str]]) -> float:
     return now_s
 
 
-def _count_rest(writer: _Writer, source: Iterable[tuple[int, str]]) -> None:
+def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
     """After a --strict refusal, read the rest of the file for its problems (nothing written)."""
     report = writer.report
     for batch in _batches(source, SUBMIT_BATCH):
@@ -659,11 +650,11 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
                  settings: ReadSettings, *, force: bool, engine: Any = None,
-                 tokenizer: TextTokenizer | None = None) -> str | None:
+                 tokenizer: TextTokenizer | None = None, dry_run: bool = False) -> str | None:
     """Refuse a server whose model or canvas differs from the run's, or that refuses a read at
     the run's canvas width (with ``tokenizer``, the run's), unless ``force`` (a run whose reads
-    are narrower than its canvas may go on); record the fingerprint when the run has none yet.
-    Returns a note for the user."""
+    are narrower than its canvas may go on); record the fingerprint when the run has none yet
+    (``dry_run``: only say it would). Returns a note for the user."""
     old = dict(run.fingerprint or {})
     try:
         fingerprint, why = fetch_fingerprint(url, settings, engine=engine,
@@ -683,6 +674,8 @@ def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
             f"run {run.name!r} started against another server ({'; '.join(diffs)}); answers "
             "would mix two models or canvases. Point --upstream at the original server, or "
             "pass --force to continue anyway")
+    if run.fingerprint is None and dry_run:
+        return f"server fingerprint would be recorded: {fingerprint.model_id}"
     if run.fingerprint is None:
         with session_scope(factory) as session:
             record_fingerprint(session, run.id, fingerprint_dict(fingerprint) or {})

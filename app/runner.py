@@ -66,6 +66,7 @@ from app.metrics.worker import (
 )
 from app.sources import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.store.db import session_scope
+from app.store.fingerprints import record_first_fingerprint
 from app.store.models import OutcomeKind, Run
 from app.store.queue import (
     AttemptInfo,
@@ -186,7 +187,7 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
     result.claimed = len(claims)
     if run is None:
         return result
-    run_name, settings = run
+    run_name, settings, recorded = run
     start_run(run_name)
     chunk = _Chunk(session_factory=session_factory, upstream=upstream, run_name=run_name,
                    info=AttemptInfo(worker=owner, task_id=task_id, redelivered=redelivered),
@@ -205,6 +206,9 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
         result.n_reads += chunk.source.n_requests if chunk.source is not None else 0
         if own_pool and pool is not None:
             await pool.aclose()
+    if not recorded and result.done and upstream is not None \
+            and settings.answer_by is AnswerBy.READS:
+        await _record_fingerprint(session_factory, run_id, upstream)
     if recover_wait_s > 0 and result.upstream_down and upstream is not None \
             and settings.answer_by is AnswerBy.READS:
         result.upstream_ready = await _wait_upstream(upstream, recover_wait_s, probe)
@@ -232,17 +236,30 @@ def _run_tokenizer(name: str) -> TextTokenizer:
 
 
 def _claim_chunk(session: Session, run_id: int, **claim: Any
-                 ) -> tuple[list[Claimed], tuple[str, ReadSettings] | None, int | None]:
-    """The claims won and, when there are any, the run's name and settings and the context
-    length its server reported: one transaction."""
+                 ) -> tuple[list[Claimed], tuple[str, ReadSettings, bool] | None, int | None]:
+    """The claims won and, when there are any, the run's name, settings and whether its
+    server fingerprint is recorded, and the context length its server reported: one
+    transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
         return claims, None, None
     name, data, fingerprint = session.execute(
         select(Run.name, Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
     limit = (fingerprint or {}).get("max_model_len")
-    return (claims, (name, settings_from_dict(dict(data))),
+    return (claims, (name, settings_from_dict(dict(data)), bool(fingerprint)),
             limit if isinstance(limit, int) else None)
+
+
+async def _record_fingerprint(factory: SessionFactory, run_id: int, upstream: Upstream) -> None:
+    """The first decisions this run's server answered (its run was created over HTTP, or by a
+    submit that could not reach the server): record the server's fingerprint, so that resume
+    can check against it."""
+    try:
+        fingerprint = await upstream.fingerprint()
+        await asyncio.to_thread(_in_transaction, factory, record_first_fingerprint, run_id,
+                                fingerprint)
+    except (UpstreamError, StoreError) as exc:  # the reads will say more; try next chunk
+        log.info("server fingerprint of run %s not recorded yet: %s", run_id, exc.message)
 
 
 async def _run_claims(chunk: _Chunk, claims: Sequence[Claimed]) -> None:

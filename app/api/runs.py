@@ -1,13 +1,13 @@
-"""Runs over HTTP: submit a JSONL file, read status and results, resume, cancel.
+"""Runs over HTTP: submit a JSONL file, read status and results, resume, cancel, delete.
 
-The same calls as ``dreads submit/status/export/resume/cancel``; execution goes to the server's
-executor (this process, or the Celery workers).
+The same calls as ``dreads submit/status/export/resume/cancel/delete``; execution goes to the
+server's executor (this process, or the Celery workers). Uploads are read line by line as the
+CLI reads files (``app.jobfile``): a line that is not UTF-8 is a bad line, not a failed upload.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -32,14 +32,17 @@ from app.engine import (
     PolicyName,
     ReadMode,
     ReadSettings,
+    ServerFingerprint,
     check_settings,
     settings_from_dict,
 )
 from app.errors import ConfigError, DreadsError
-from app.producer import SubmitReport, SubmitRequest, fingerprint_dict, submit_job
+from app.jobfile import decode_lines, has_content
+from app.producer import SubmitReport, SubmitRequest, submit_job
+from app.store.admin import cancel_not_started, delete_run, discard_empty_run, run_contents
 from app.store.db import session_scope
 from app.store.openai_export import iter_openai_batch
-from app.store.runs import RunInfo, cancel_run, find_run
+from app.store.runs import RunInfo, find_run
 from app.store.views import iter_export, list_runs, run_status
 from app.upstream.tokenizer import load_tokenizer
 
@@ -162,14 +165,17 @@ async def _spool(request: Request) -> tuple[IO[bytes], str]:
     return spool, "request body"
 
 
-def _numbered(raw: IO[bytes]) -> Iterator[tuple[int, str]]:
-    text = io.TextIOWrapper(raw, encoding="utf-8", newline=None)
-    for line_no, line in enumerate(text, start=1):
-        if line.strip():
-            yield line_no, line
+def _require_lines(raw: IO[bytes], source: str) -> None:
+    """Refuse an upload with nothing but whitespace: it would make an empty run."""
+    if not has_content(raw):
+        raise api_error(400, "invalid_request_error",
+                        f"the {source} has no decisions (it is empty or only blank lines); "
+                        "send JSON lines, one decision per line")
+    raw.seek(0)
 
 
-def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str) -> SubmitReport:
+def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
+            fingerprint: ServerFingerprint | None) -> SubmitReport:
     with session_scope(api.factory) as session:
         existing = find_run(session, params.run)
     base = _same_model(api, existing) if existing else api.settings
@@ -177,15 +183,14 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str) -> Su
     replicates = params.replicates or (existing.replicates if existing else 1)
     request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
                             upstream=api.config.upstream, engine=api.config.engine.engine,
-                            replicates=replicates, strict=params.strict)
-    try:
-        return submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
-                          lines=_numbered(raw),
-                          publisher=api.executor.publisher(params.run, settings))
-    except UnicodeDecodeError as exc:
-        raise api_error(400, "invalid_request_error",
-                        f"the JSONL is not UTF-8 text ({exc.reason} at byte {exc.start})"
-                        ) from exc
+                            replicates=replicates, strict=params.strict,
+                            fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
+                            else None)
+    report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
+                        lines=decode_lines(raw),
+                        publisher=api.executor.publisher(params.run, settings))
+    discard_empty_run(api.factory, report)
+    return report
 
 
 def _links(name: str) -> dict[str, str]:
@@ -194,7 +199,7 @@ def _links(name: str) -> dict[str, str]:
 
 @router.post("", status_code=201, responses={
     200: {"description": "Lines added to an existing run."},
-    400: {"description": "--strict and a bad line: nothing written; or not UTF-8."},
+    400: {"description": "--strict and a bad line: nothing written; or no lines at all."},
     409: {"description": "The run exists with other settings."}},
     openapi_extra={"requestBody": {"content": {
         "application/x-ndjson": {"schema": {"type": "string"}},
@@ -203,11 +208,13 @@ def _links(name: str) -> dict[str, str]:
 async def submit(request: Request, params: Annotated[RunParams, Query()], api: Api
                  ) -> JSONResponse:
     """Submit JSON lines (the body, or a multipart ``file``) as run ``run``: the report has
-    every refused line with its number and reason; the good lines are stored and run."""
+    every refused line with its number and reason (a line that is not UTF-8 included); the good
+    lines are stored and run."""
     raw, source = await _spool(request)
     fingerprint = await api.fingerprint()
     try:
-        report = await asyncio.to_thread(_submit, api, params, raw, source)
+        await asyncio.to_thread(_require_lines, raw, source)
+        report = await asyncio.to_thread(_submit, api, params, raw, source, fingerprint)
     except DreadsError as exc:
         raise_for(exc)
     finally:
@@ -217,9 +224,11 @@ async def submit(request: Request, params: Annotated[RunParams, Query()], api: A
         raise api_error(400, "invalid_request_error",
                         f"strict: {len(report.bad)} bad line(s) and {len(report.rejected)} "
                         "unreadable decision(s); nothing was written", report=body)
+    if report.run is None:
+        raise api_error(400, "invalid_request_error",
+                        f"none of the {report.lines} line(s) is a valid decision (see "
+                        "report.bad_lines); nothing was written", report=body)
     assert report.run is not None
-    if report.created and fingerprint is not None:
-        body["fingerprint"] = fingerprint_dict(fingerprint)
     body["execution"] = await api.executor.started(report.run, report.publish)
     body["links"] = _links(report.run.name)
     return JSONResponse(body, status_code=201 if report.created else 200)
@@ -290,9 +299,29 @@ async def resume(run: str, api: Api, retry_failed: Annotated[bool, Query(
 
 @router.post("/{run}/cancel")
 async def cancel(run: str, api: Api) -> dict[str, Any]:
-    """Cancel a run: its unfinished decisions become cancelled and are not run."""
-    def _cancel() -> int:
+    """Cancel a run: no decision of it starts any more (``cancelled``); those in flight
+    finish and keep their answers (``in_flight``)."""
+    def _cancel() -> dict[str, int]:
         with session_scope(api.factory) as session:
-            return cancel_run(session, _required(session, run).id)
+            return cancel_not_started(session, _required(session, run).id).as_dict()
 
-    return {"run": run, "cancelled": await asyncio.to_thread(_cancel)}
+    return {"run": run, **await asyncio.to_thread(_cancel)}
+
+
+@router.delete("/{run}", responses={409: {"description": "Decisions are in flight."}})
+async def delete(run: str, api: Api, force: Annotated[bool, Query(
+        description="Delete even while decisions are in flight.")] = False) -> dict[str, Any]:
+    """Delete a run with its decisions, answers, draws and attempts (``dreads delete``)."""
+    def _delete() -> dict[str, int]:
+        with session_scope(api.factory) as session:
+            info = _required(session, run)
+            contents = run_contents(session, info.id)
+            if contents.in_flight and not force:
+                raise api_error(409, "conflict_error",
+                                f"{contents.in_flight} decision(s) of run {run!r} are in "
+                                "flight; cancel it (POST /v1/runs/{run}/cancel), let them "
+                                "finish, then delete (or pass force=true)")
+            delete_run(session, info.id)
+            return contents.as_dict()
+
+    return {"run": run, "deleted": await asyncio.to_thread(_delete)}

@@ -1,23 +1,71 @@
-"""``dreads`` command line. One module per command group; each registers on ``_app.app``."""
+"""``dreads`` command line. One module per command group; each registers on ``_app.app``.
+
+Importing this package is cheap: the command modules import only Typer, Rich and the pure
+engine at module level, and the rest (SQLAlchemy, Celery, FastAPI, scikit-learn, matplotlib,
+torch, transformers) inside the commands that use it.
+"""
 
 from __future__ import annotations
 
-from app.cli._app import app
+import gc
+import os
+import sys
+import threading
+
+#: Start-up creates a few hundred thousand objects that live until the command ends (modules,
+#: classes, SQLAlchemy's and Typer's tables); the cyclic garbage collector would walk them
+#: again and again, a tenth of a short command's run. It waits this long, then runs as usual.
+_GC_PAUSE_S = 1.0
+
+
+def _pause_gc() -> None:
+    if gc.isenabled():
+        gc.disable()
+        resume = threading.Timer(_GC_PAUSE_S, gc.enable)
+        resume.daemon = True
+        resume.start()
+
+
+_pause_gc()
+
+from app.cli._app import app  # noqa: E402
 
 __all__ = ["app", "main"]
 
 # Command modules register their commands on import (one line per module).
 # isort: off
-from app.cli import sim  # noqa: F401
-from app.cli import upstream  # noqa: F401
-from app.cli import flower  # noqa: F401
-from app.cli import worker  # noqa: F401
-from app.cli import report  # noqa: F401
-from app.cli import db, run, runs  # noqa: F401
-from app.cli import engine  # noqa: F401
-from app.cli import serve  # noqa: F401
+from app.cli import run, runs  # noqa: F401, E402
+from app.cli import report  # noqa: F401, E402
+from app.cli import sim, upstream, worker, flower, serve  # noqa: F401, E402
+from app.cli import db, engine  # noqa: F401, E402
 # isort: on
 
 
 def main() -> None:
-    app()
+    """The ``dreads`` entry point: the app, with a last line of defence, so that a user never
+    sees a traceback (``DREADS_DEBUG=1`` shows it)."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("DREADS_DEBUG"):
+            raise
+        print(f"error: {_describe(exc)}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _describe(exc: Exception) -> str:
+    """One line about an error no command turned into a message of its own."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    orig = getattr(exc, "orig", None)  # a SQLAlchemy DBAPIError: what the database said
+    if orig is not None:
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        return (f"the database failed: {first}; check --database-url / DREADS_DATABASE_URL "
+                "and that the server is running")
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (f"unexpected {type(exc).__name__}: {first} (a bug in dreads: please report it "
+            "with the command you ran; DREADS_DEBUG=1 shows the traceback)")

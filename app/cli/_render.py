@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from app.cli.options import console, err_console
-from app.producer import LineProblem, SubmitReport
-from app.store.views import RunOverview, RunStatusReport
+from app.cli.options import console, database_url, err_console
+from app.report.tables import reasons_table
+
+if TYPE_CHECKING:
+    from app.producer import LineProblem, SubmitReport
+    from app.store.views import RunOverview, RunStatusReport
 
 __all__ = [
+    "BAD_LINES_EXIT",
     "cells_table",
     "counts_text",
     "duration",
+    "json_text",
+    "next_steps",
     "problems_table",
     "resume_report",
     "runs_table",
@@ -25,6 +34,17 @@ __all__ = [
 ]
 
 _ORDER = ("pending", "queued", "leased", "done", "failed", "rejected", "cancelled")
+#: Exit status of ``run`` / ``submit --fail-on-bad-lines`` when a line was bad or rejected.
+BAD_LINES_EXIT = 3
+#: Problem lines listed in full on the terminal (``--json`` lists them all).
+_SHOWN_PROBLEMS = 20
+
+
+def json_text(doc: Any) -> str:
+    """``doc`` as JSON text for ``console.print_json`` (datetimes and the like as strings)."""
+    import orjson
+
+    return orjson.dumps(doc, default=str).decode()
 
 
 def duration(seconds: float | None) -> str:
@@ -55,8 +75,12 @@ def problems_table(title: str, problems: list[LineProblem]) -> Table:
     table.add_column("line", justify="right")
     table.add_column("id")
     table.add_column("reason", overflow="fold")
-    for p in problems:
-        table.add_row(str(p.line_no), p.key or "", p.reason)
+    for p in problems[:_SHOWN_PROBLEMS]:
+        table.add_row(str(p.line_no), escape(p.key or ""), escape(p.reason))
+    if len(problems) > _SHOWN_PROBLEMS:
+        table.caption = (f"and {len(problems) - _SHOWN_PROBLEMS} more (--json lists every "
+                         "line)")
+        table.caption_justify = "left"
     return table
 
 
@@ -72,6 +96,11 @@ def submit_report(report: SubmitReport, fp_error: str | None, *, queued: bool = 
         err_console.print("[red]--strict: the file was refused; nothing was written.[/red] "
                           "Fix the lines above and submit again.")
         return
+    if report.run is None:
+        err_console.print(f"[red]error:[/red] none of the {report.lines} line(s) is a valid "
+                          "decision; nothing was stored. Fix the lines above and try again.",
+                          soft_wrap=True)
+        return
     _submit_summary(report, fp_error, queued)
 
 
@@ -79,16 +108,17 @@ def _submit_summary(report: SubmitReport, fp_error: str | None, queued: bool) ->
     run = report.run
     assert run is not None
     verb = "created" if report.created else "existing"
-    console.print(f"run {run.name!r} ({verb}): {report.lines} line(s), {report.valid} valid; "
-                  f"{report.inserted} decision(s) stored, {report.already_present} already "
-                  "there", highlight=False)
+    console.print(f"run {escape(repr(run.name))} ({verb}): {report.lines} line(s), "
+                  f"{report.valid} valid; {report.inserted} decision(s) stored, "
+                  f"{report.already_present} already there", highlight=False)
     if fp_error:
-        err_console.print(f"[yellow]upstream not reached ({fp_error}); the server fingerprint "
-                          "is recorded at the first worker contact or `dreads resume`[/yellow]")
+        err_console.print(f"[yellow]upstream not reached ({escape(fp_error)}); the server "
+                          "fingerprint is recorded at the first worker contact or `dreads "
+                          "resume`[/yellow]", highlight=False)
     pub = report.publish
     if pub.error:
-        err_console.print(f"[yellow]published {pub.published} decision(s), then: {pub.error}"
-                          "[/yellow]")
+        err_console.print(f"[yellow]published {pub.published} decision(s), then: "
+                          f"{escape(pub.error)}[/yellow]")
     elif report.readable and queued:
         console.print(f"queued {pub.published} decision(s) in {pub.messages} message(s)")
 
@@ -99,7 +129,8 @@ def runs_table(overview: list[RunOverview]) -> Table:
         table.add_column(name, overflow="fold")
     for o in overview:
         created = o.run.created_at.strftime("%Y-%m-%d %H:%M") if o.run.created_at else ""
-        table.add_row(o.run.name, o.run.status, created, settings_summary(dict(o.run.settings)),
+        table.add_row(escape(o.run.name), o.run.status, created,
+                      escape(settings_summary(dict(o.run.settings))),
                       counts_text(o.counts))
     return table
 
@@ -110,7 +141,7 @@ def cells_table(report: RunStatusReport) -> Table:
         table.add_column(name, justify="left" if name in ("cell", "failures") else "right")
     for c in report.cells:
         failures = ", ".join(f"{k} {v}" for k, v in sorted(c.failures.items())) or "-"
-        table.add_row(c.cell, str(c.total), str(c.done), str(c.unanswered), failures,
+        table.add_row(escape(c.cell), str(c.total), str(c.done), str(c.unanswered), failures,
                       str(c.low_mass), str(c.argmax_not_label))
     return table
 
@@ -121,7 +152,23 @@ def status_view(report: RunStatusReport) -> Group:
     rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
                 f"{report.rate_per_s:.2f}/s; {report.remaining} left; "
                 f"ETA {duration(report.eta_s)}")
-    return Group(head, rate, cells_table(report))
+    parts: list[Any] = [head, rate, cells_table(report)]
+    if report.reasons:
+        parts.append(reasons_table([r.as_dict() for r in report.reasons]))
+    return Group(*parts)
+
+
+def next_steps(run: str, db: Path | None = None) -> str:
+    """What to run next after a run: the report, on the same database."""
+    from app.store.urls import sqlite_path
+
+    default = sqlite_path(database_url(None))
+    where = ""
+    if db is not None and (default is None or default.resolve() != db.resolve()):
+        where = f" --database-url {shlex.quote(str(db))}"
+    name = shlex.quote(run)
+    return (f"next: dreads report {name}{where} --html report.html (every figure, per cell, "
+            f"with plots); dreads export {name}{where} -o {name}.jsonl (every answer)")
 
 
 def resume_report(report: Any) -> None:

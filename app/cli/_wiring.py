@@ -1,33 +1,29 @@
-"""What the run commands build from settings: the read settings of a run, the upstream's
-fingerprint, the Celery publisher. Heavy imports (Celery, the HTTP client) stay inside."""
+"""What the run commands build from settings: the read settings of a run, its engine and
+upstream. Everything heavy (SQLAlchemy, the tokenizer, Celery, the HTTP client) is imported
+inside the functions, so that importing the CLI stays fast."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
-
-from sqlalchemy.orm import Session, sessionmaker
+from typing import TYPE_CHECKING, Any
 
 from app.cli.options import base_read_settings, endpoint_read_settings
-from app.config import get_settings
 from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, settings_from_dict
 from app.errors import InputError
-from app.publish import make_publisher, make_sender
-from app.store.db import session_scope
-from app.store.runs import RunInfo, find_run
-from app.sweeper import sweep_for
-from app.upstream.factory import UpstreamConfig
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from app.store.runs import RunInfo
+    from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "existing_run",
-    "make_publisher",
-    "make_sender",
     "resolve_engine",
     "resolve_settings",
     "run_upstream",
-    "sweep_for",
     "upstream_url",
 ]
 
@@ -36,6 +32,9 @@ log = logging.getLogger("dreads.cli")
 
 def existing_run(factory: sessionmaker[Session], run: str) -> RunInfo | None:
     """The run named ``run``, or None for a new run (read once, passed to the resolvers)."""
+    from app.store.db import session_scope
+    from app.store.runs import find_run
+
     with session_scope(factory) as session:
         return find_run(session, run)
 
@@ -70,6 +69,8 @@ def resolve_engine(info: RunInfo | None, *, engine: str | None,
     """The engine choice: the options given, else the run's own engine (an existing run),
     else ``DREADS_ENGINE``; device and dtype from the options or ``DREADS_DEVICE/DTYPE``."""
     from app.cli.engine import ENGINES, engine_config
+    from app.config import get_settings
+    from app.upstream.factory import UpstreamConfig
 
     env = get_settings()
     recorded = info.engine if info is not None and info.engine in ENGINES else env.engine
@@ -95,6 +96,14 @@ def run_upstream(given: str | None, info: RunInfo | None,
 
 
 def upstream_url(given: str | None, info: RunInfo | None) -> str:
+    """The server to read from: ``--upstream``, else ``DREADS_UPSTREAM`` when it is set (the
+    server may have moved since the run started: a restarted pod has a new address), else the
+    run's own recorded upstream, else the default."""
+    from app.config import get_settings
+
     if given:
         return given
-    return info.upstream if info is not None else get_settings().upstream
+    env = get_settings()
+    if "upstream" in env.model_fields_set or info is None:
+        return env.upstream
+    return info.upstream

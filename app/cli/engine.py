@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli._app import app
+from app.cli._app import SETUP, app
+from app.cli._typer import DreadsTyper
 
 if TYPE_CHECKING:
     from app.upstream.factory import UpstreamConfig
@@ -35,9 +36,9 @@ DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="transformers engine: bfloat16 or float32 (default DREADS_DTYPE).",
     rich_help_panel=_ENGINE)]
 
-engine_app = typer.Typer(help="The in-process transformers engine (pip install -e .[engine]).",
-                         no_args_is_help=True)
-app.add_typer(engine_app, name="engine")
+engine_app = DreadsTyper(help="The in-process transformers engine (pip install -e "
+                         "'.\\[engine]').", no_args_is_help=True)
+app.add_typer(engine_app, name="engine", rich_help_panel=SETUP)
 
 ENGINES = ("vllm", "transformers")
 _DTYPES = ("bfloat16", "float16", "float32")

@@ -13,9 +13,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli._app import app
+from app.cli._app import SERVERS, app
 from app.cli.options import err_console, exit_error
-from app.config import get_settings
 from app.errors import ConfigError
 from app.flower_config import FlowerAuth, resolve_flower_auth
 
@@ -52,6 +51,7 @@ def _start(argv: list[str]) -> None:
 @app.command(
     "flower",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    rich_help_panel=SERVERS,
 )
 def flower(
     ctx: typer.Context,
@@ -70,6 +70,8 @@ def flower(
 
     Further Flower options are passed through, e.g. ``--url_prefix=flower``.
     """
+    from app.config import get_settings
+
     settings = get_settings()
     try:
         auth = resolve_flower_auth(basic_auth or settings.flower_basic_auth,

@@ -7,22 +7,27 @@ the options the user actually gave against the run's recorded settings.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Annotated, Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import get_settings
 from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
 from app.errors import DreadsError, InputError, SchemaNotReady
-from app.store.db import disposing
-from app.store.migrate import open_store
+from app.store.urls import DEFAULT_DATABASE_URL
+from app.store.urls import database_url as _as_url
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
+#: How long commands wait for an upstream to be ready, unless --wait / DREADS_WAIT_S.
+DEFAULT_WAIT_S = 60.0
 
 __all__ = [
     "AnswerByOpt",
@@ -37,6 +42,8 @@ __all__ = [
     "DatabaseOpt",
     "DrawsOpt",
     "EndpointOpt",
+    "FailOnBadLinesOpt",
+    "JobFileArg",
     "JsonOpt",
     "LayoutOpt",
     "MaxDrawsOpt",
@@ -44,11 +51,13 @@ __all__ = [
     "ModelOpt",
     "PolicyOpt",
     "ReplicatesOpt",
+    "RunArg",
     "SeedOpt",
     "StepsOpt",
     "ThresholdOpt",
     "TokenizerOpt",
     "UpstreamOpt",
+    "WaitOpt",
     "base_read_settings",
     "cli_errors",
     "console",
@@ -62,8 +71,9 @@ __all__ = [
     "served_fields_missing",
 ]
 
-console = Console()
-err_console = Console(stderr=True)
+# emoji=False: a user's text (a run name, a reason) is printed as written, never ":x:" -> ❌
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 _RUN = "Run settings"
 _ANSWER = "Who answers (run settings)"
@@ -159,13 +169,31 @@ ReplicatesOpt = Annotated[
 ]
 UpstreamOpt = Annotated[
     str | None,
-    typer.Option("--upstream", help="vLLM base URL (default DREADS_UPSTREAM)."),
+    typer.Option("--upstream", help="vLLM base URL, or 'sim' (default: DREADS_UPSTREAM if "
+                 "set, else the run's own upstream, else http://127.0.0.1:8001)."),
 ]
 DatabaseOpt = Annotated[
     str | None,
     typer.Option("--database-url", envvar="DREADS_DATABASE_URL", show_envvar=True,
-                 help="SQLAlchemy URL of the store."),
+                 metavar="URL",
+                 help=f"The store: a SQLAlchemy URL, or a SQLite file path. Default "
+                 f"{DEFAULT_DATABASE_URL}."),
 ]
+WaitOpt = Annotated[
+    float,
+    typer.Option("--wait", min=0.0, envvar="DREADS_WAIT_S", show_envvar=True,
+                 metavar="SECONDS",
+                 help="How long to wait for the upstream to be ready (its model list, then a "
+                 "real read)."),
+]
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", show_default=False)]
+JobFileArg = Annotated[Path, typer.Argument(
+    metavar="FILE", show_default=False, readable=False,  # checked by app.jobfile, in one line
+    help="Job file: JSON lines, one decision per line (see examples/).")]
+FailOnBadLinesOpt = Annotated[bool, typer.Option(
+    "--fail-on-bad-lines",
+    help="Exit with status 3 when a line was bad or a decision was rejected (the good lines "
+    "are still stored and run), so scripts notice.")]
 ChunkSizeOpt = Annotated[
     int | None, typer.Option("--chunk-size", min=1, help="Decisions per queue message.")
 ]
@@ -222,6 +250,8 @@ def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
     Raises:
         ConfigError: the server must be asked and cannot be reached.
     """
+    from app.config import get_settings
+
     env = get_settings()
     base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
     settings = replace(base, **overrides)
@@ -242,6 +272,8 @@ def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str) -> ReadS
     Raises:
         ConfigError: the endpoint must be asked for its model and cannot be.
     """
+    from app.config import get_settings
+
     env = get_settings()
     given = dict(overrides)
     given.setdefault("answer_url", upstream)
@@ -263,6 +295,8 @@ def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:
 
 def served_fields_missing(overrides: dict[str, Any]) -> bool:
     """Whether the model or the tokenizer must come from the server (set nowhere else)."""
+    from app.config import get_settings
+
     return bool(_missing_served(overrides, get_settings().model_fields_set))
 
 
@@ -284,12 +318,23 @@ def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
 
 
 def database_url(given: str | None) -> str:
-    return given or get_settings().database_url
+    """The store's URL: ``--database-url`` (typer reads ``DREADS_DATABASE_URL`` into it), a
+    SQLite file path made a URL, or the default ``./dreads.db``."""
+    return _as_url(given or os.environ.get("DREADS_DATABASE_URL") or None)
+
+
+def open_store(url: str) -> sessionmaker[Session]:
+    """``app.store.migrate.open_store`` (SQLAlchemy and the schema check load only here)."""
+    from app.store.migrate import open_store as _open
+
+    return _open(url)
 
 
 @contextmanager
 def opened_store(url: str) -> Iterator[sessionmaker[Session]]:
     """``open_store`` whose engine (and its pooled connections) is disposed on exit."""
+    from app.store.db import disposing
+
     with disposing(open_store(url)) as factory:
         yield factory
 
@@ -307,5 +352,8 @@ def cli_errors() -> Iterator[None]:
 
 def exit_error(exc: DreadsError, code: int, *, where: str = "") -> NoReturn:
     """Print ``exc`` as a red error line (``where`` before the message) and exit ``code``."""
-    err_console.print(f"[red]error:[/red] {where}{exc.message}", highlight=False)
+    from rich.markup import escape
+
+    err_console.print(f"[red]error:[/red] {escape(where + exc.message)}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code) from exc

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from sqlalchemy import make_url
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, sessionmaker
 
-from app.cli._app import app
+from app.cli._app import INSPECT, app
+from app.cli._files import atomic_output, check_output_path
 from app.cli.options import (
     DatabaseOpt,
     JsonOpt,
@@ -22,15 +19,13 @@ from app.cli.options import (
     err_console,
     open_store,
 )
-from app.errors import InputError, StoreError
-from app.report.calibration import CalibrationMethod, fit_calibration, load_calibration
-from app.report.document import calibrate_rows, report_from_rows
-from app.report.figures import Params, noul_arrays, typed_rows
-from app.report.html import render_html
-from app.report.load import load_run_rows, resolve_run
-from app.report.metrics import ece
-from app.report.tables import report_view
-from app.store.db import session_scope
+from app.errors import InputError
+from app.report.methods import CalibrationMethod
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from app.report.figures import Params
 
 __all__ = ["calibrate", "report"]
 
@@ -38,19 +33,14 @@ _FIG = "Figures"
 
 
 def _store(database: str | None) -> sessionmaker[Session]:
-    """The session factory, with an unreachable database reported as what to check."""
-    url = database_url(database)
-    try:
-        return open_store(url)
-    except OperationalError as exc:  # the CLI is the edge that opens the database here
-        shown = make_url(url).render_as_string(hide_password=True)
-        raise StoreError(
-            f"cannot open the database {shown}: {exc.orig}; check --database-url / "
-            "DREADS_DATABASE_URL and that the server is running (or the SQLite file exists)"
-        ) from exc
+    """The session factory; a database that cannot be opened is one line saying what to
+    check (``app.store.migrate.open_store``)."""
+    return open_store(database_url(database))
 
 
 def _params(threshold_recall: float, threshold_fp: float, top_share: float) -> Params:
+    from app.report.figures import Params
+
     if threshold_recall > threshold_fp:
         raise InputError(
             f"--threshold-recall {threshold_recall} is above --threshold-fp {threshold_fp}; "
@@ -61,9 +51,10 @@ def _params(threshold_recall: float, threshold_fp: float, top_share: float) -> P
                   top_share=top_share, band_low=threshold_recall, band_high=threshold_fp)
 
 
-@app.command("report")
+@app.command("report", rich_help_panel=INSPECT)
 def report(
-    run: Annotated[str, typer.Argument(help="Run name (or id).")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="Run name (or id).",
+                                       show_default=False)],
     json_out: JsonOpt = False,
     html: Annotated[Path | None, typer.Option(
         "--html", help="Also write one self-contained HTML page (plots embedded).")] = None,
@@ -83,38 +74,54 @@ def report(
         "difference.")] = None,
     database: DatabaseOpt = None,
 ) -> None:
-    """Evaluation figures of a run (questions with expected labels), overall and per cell,
-    with diagnostics of what went wrong per cell."""
+    """Evaluation figures of a run: the field report's figures, per cell, with diagnostics.
+
+    Questions with expected labels get AUC, recall, top share, ranks, false positives and
+    the referral band (yes/no), accuracy (choice, score); every run gets per-cell diagnostics
+    and the reasons decisions failed.
+    """
+    from app.report.calibration import load_calibration
+    from app.report.document import calibrate_rows, report_from_rows
+    from app.report.load import load_run_rows, resolve_run
+    from app.report.tables import report_view
+    from app.store.db import session_scope
+
     with cli_errors():
         params = _params(threshold_recall, threshold_fp, top_share)
+        if html is not None:
+            check_output_path(html, option="--html")
         calib = load_calibration(calibration) if calibration is not None else None
         factory = _store(database)
         with session_scope(factory) as session:
             data = load_run_rows(session, resolve_run(session, run))
             doc = report_from_rows(session, data, params, calibration=calib, against=against)
         if html is not None:
+            from app.report.html import render_html
+
             cal_rows = calibrate_rows(data.rows, calib) if calib is not None else None
-            _write(html, render_html(doc, data.rows, cal_rows))
+            _write(html, render_html(doc, data.rows, cal_rows), option="--html")
     if json_out:
         typer.echo(json.dumps(doc, indent=2, allow_nan=False))
     else:
         # Piped output is not cropped to 80 columns: the per-cell tables are wide.
+        from rich.console import Console
+
         wide = console if console.is_terminal else Console(width=max(console.width, 160))
         wide.print(report_view(doc))
     if html is not None:
         err_console.print(f"wrote {html}", highlight=False)
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}; choose a writable path") from exc
+def _write(path: Path, text: str, *, option: str) -> None:
+    """Write ``text`` to the user's ``path`` all at once (the old file stays if it fails)."""
+    with atomic_output(path, option=option) as handle:
+        handle.write(text)
 
 
-@app.command("calibrate")
+@app.command("calibrate", rich_help_panel=INSPECT)
 def calibrate(
-    run: Annotated[str, typer.Argument(help="A run with expected labels (name or id).")],
+    run: Annotated[str, typer.Argument(metavar="RUN", show_default=False,
+                                       help="A run with expected labels (name or id).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write calib.json.")],
     method: Annotated[CalibrationMethod, typer.Option(
         help="isotonic (monotone steps) or platt (logistic on the logit).")
@@ -127,7 +134,14 @@ def calibrate(
     database: DatabaseOpt = None,
 ) -> None:
     """Fit a monotone calibration map of P(yes) from a run's labelled yes/no answers."""
+    from app.report.calibration import fit_calibration
+    from app.report.figures import noul_arrays, typed_rows
+    from app.report.load import load_run_rows, resolve_run
+    from app.report.metrics import ece
+    from app.store.db import session_scope
+
     with cli_errors():
+        check_output_path(output)
         factory = _store(database)
         with session_scope(factory) as session:
             data = load_run_rows(session, resolve_run(session, run))
@@ -135,7 +149,7 @@ def calibrate(
         y, s, _ = noul_arrays(rows)
         calib = fit_calibration(y, s, [r.question_id for r in rows], method=method,
                                 per_question=per_question, source={"run": data.run.name})
-        _write(output, json.dumps(calib.to_json(), indent=2) + "\n")
+        _write(output, json.dumps(calib.to_json(), indent=2) + "\n", option="-o")
         calibrated = calib.apply([r.question_id for r in rows], s)
     summary: dict[str, Any] = {
         "output": str(output), "method": method.value, "scope": calib.scope,

@@ -1,34 +1,22 @@
 """``dreads run FILE``: the one-command embedded mode (SQLite, in-process executor, no Redis).
 
-Run it again after Ctrl-C or a kill and it continues where it stopped.
+Run it again after Ctrl-C or a kill and it continues where it stopped. Everything heavy (the
+store, the executor, the simulator, the tokenizer) is imported when the command runs.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
-from rich.text import Text
-from sqlalchemy import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from rich.markup import escape
 
 from app.cli import _render as render
-from app.cli._app import app
+from app.cli._app import RUN_JOBS, app
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
@@ -40,8 +28,11 @@ from app.cli.options import (
     CanvasStepOpt,
     ChunkSizeOpt,
     ConstrainedOpt,
+    DatabaseOpt,
     DrawsOpt,
     EndpointOpt,
+    FailOnBadLinesOpt,
+    JobFileArg,
     JsonOpt,
     LayoutOpt,
     MaxDrawsOpt,
@@ -54,36 +45,22 @@ from app.cli.options import (
     TokenizerOpt,
     cli_errors,
     console,
+    database_url,
     err_console,
     read_overrides,
 )
-from app.config import get_settings
-from app.embedded import (
-    SIM,
-    EmbeddedConfig,
-    ExecutorStats,
-    claimable_ids,
-    draws_used,
-    embedded_lock,
-    execute_run,
-    load_run,
-    reclaim_dead_leases,
-    release_own_leases,
-    sim_key_path,
-    sqlite_store,
-    start_upstream,
-)
-from app.engine import AnswerBy, ReadSettings, settings_from_dict
 from app.errors import InputError, UpstreamUnavailable
-from app.producer import SubmitRequest, check_server, submit_job
-from app.store.db import session_scope
-from app.store.models import RunStatus
-from app.store.runs import RunInfo, require_run, reset_failed
-from app.store.views import run_status
-from app.upstream.factory import UpstreamConfig
-from app.upstream.tokenizer import load_tokenizer
 
-__all__ = ["resume_embedded", "run"]
+if TYPE_CHECKING:
+    from rich.table import Table
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from app.embedded import EmbeddedConfig, ExecutorStats
+    from app.engine import ReadSettings
+    from app.store.runs import RunInfo
+    from app.upstream.factory import UpstreamConfig
+
+__all__ = ["embedded_store", "resume_embedded", "run"]
 
 _TYPES = ("noul", "choice", "score")
 
@@ -108,15 +85,13 @@ class _Job:
         return self.engine is not None and self.engine.engine == "transformers"
 
 
-@app.command()
+@app.command(rich_help_panel=RUN_JOBS)
 def run(
-    file: Annotated[Path, typer.Argument(help="Job file (JSONL, one decision per line).",
-                                         exists=True, dir_okay=False, readable=True)],
+    file: JobFileArg,
     upstream: Annotated[str | None, typer.Option(
-        "--upstream", help="vLLM URL, or 'sim' for the built-in simulator (default: the "
-        "run's own, else DREADS_UPSTREAM).")] = None,
-    db: Annotated[Path, typer.Option("--db", help="SQLite file (created if missing).")]
-    = Path("dreads.db"),
+        "--upstream", help="vLLM URL, or 'sim' for the built-in simulator (default: "
+        "DREADS_UPSTREAM if set, else the run's own, else http://127.0.0.1:8001).")] = None,
+    database: DatabaseOpt = None,
     run_name: Annotated[str | None, typer.Option(
         "--run", help="Run name (default: the file name without extension).")] = None,
     model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
@@ -130,6 +105,7 @@ def run(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
     = False,
+    fail_on_bad_lines: FailOnBadLinesOpt = False,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Chunks run at once.")] = 4,
     concurrency: Annotated[int, typer.Option(
         "--concurrency", min=1, help="Reads in flight, all chunks together.")] = 64,
@@ -137,7 +113,17 @@ def run(
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
-    """Run a job file start to finish in this process: SQLite store, no Redis, no worker."""
+    """Run a job file start to finish here: a SQLite file, no Redis, no worker.
+
+    Stores everything in the SQLite file of --database-url (default ./dreads.db); run the same
+    command again after Ctrl-C or a crash and it continues where it stopped. Then: [bold]dreads
+    report RUN --html report.html[/bold].
+    """
+    from app.embedded import load_run
+    from app.jobfile import check_job_file
+    from app.producer import SubmitRequest, submit_job
+    from app.store.admin import discard_empty_run
+
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
@@ -145,27 +131,84 @@ def run(
                            answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
                            answer_concurrency=answer_concurrency)
     name = run_name or file.stem
-    config = _config(workers, concurrency, chunk_size)
-    with cli_errors(), embedded_lock(db), sqlite_store(db) as factory:
-        existing = existing_run(factory, name)
-        choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
-        settings, n_rep, tok = resolve_settings(existing, given, replicates,
-                                                engine=choice.engine, upstream=upstream)
-        target = run_upstream(upstream, existing, choice, settings)
-        request = SubmitRequest(path=file, run_name=name, settings=settings, upstream=target,
-                                engine=choice.engine, replicates=n_rep, strict=strict)
-        report = submit_job(request, factory, tok)
-        if not json_out or report.refused:
-            render.submit_report(report, None, queued=False)
-        if report.refused:
-            raise typer.Exit(2)
-        job = _Job(factory, db, load_run(factory, name), target, file, config, quiet=json_out,
-                   engine=choice)
-        _execute(job)
-        _summary(factory, name, json_out)
+    with cli_errors():
+        check_job_file(file)
+        db = _sqlite_file(database)
+        config = _config(workers, concurrency, chunk_size)
+        with embedded_store(db) as factory:
+            existing = existing_run(factory, name)
+            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
+            settings, n_rep, tok = _settings(existing, given, replicates, choice.engine,
+                                             upstream)
+            target = run_upstream(upstream, existing, choice, settings)
+            request = SubmitRequest(path=file, run_name=name, settings=settings,
+                                    upstream=target, engine=choice.engine, replicates=n_rep,
+                                    strict=strict)
+            report = submit_job(request, factory, tok)
+            discard_empty_run(factory, report)
+            if not json_out or report.refused:
+                render.submit_report(report, None, queued=False)
+            if report.refused or report.run is None:
+                raise typer.Exit(2)
+            job = _Job(factory, db, load_run(factory, name), target, file, config,
+                       quiet=json_out, engine=choice)
+            _execute(job)
+            _summary(factory, name, json_out, db)
+    if fail_on_bad_lines and (report.bad or report.rejected):
+        raise typer.Exit(render.BAD_LINES_EXIT)
+
+
+def _settings(existing: RunInfo | None, given: dict[str, Any], replicates: int | None,
+              engine: str, upstream: str | None) -> tuple[Any, int, Any]:
+    """``resolve_settings``; a server that cannot say what it serves suggests the simulator."""
+    from app.errors import ConfigError
+
+    try:
+        return resolve_settings(existing, given, replicates, engine=engine, upstream=upstream)
+    except ConfigError as exc:
+        if upstream is not None:
+            raise
+        raise ConfigError(f"{exc.message}; or try --upstream sim (the built-in simulator)"
+                          ) from exc
+
+
+def _sqlite_file(database: str | None) -> Path:
+    """The SQLite file of ``--database-url`` (a path, or a sqlite:/// URL).
+
+    Raises:
+        InputError: another kind of database, or a directory.
+    """
+    from app.store.urls import redacted, sqlite_path
+
+    url = database_url(database)
+    path = sqlite_path(url)
+    if path is None:
+        raise InputError(f"dreads run keeps its runs in a SQLite file, not {redacted(url)}; "
+                         "pass --database-url FILE.db, or use `dreads submit` and "
+                         "`dreads worker` for PostgreSQL")
+    if path.is_dir():
+        raise InputError(f"--database-url {str(path)!r} is a directory; give a file such as "
+                         f"{str(path / 'dreads.db')!r}")
+    return path
+
+
+@contextmanager
+def embedded_store(db: Path) -> Iterator[sessionmaker[Session]]:
+    """The run lock and the SQLite store at ``db`` (created or upgraded)."""
+    from app.embedded import embedded_lock, sqlite_store
+
+    try:
+        with embedded_lock(db), sqlite_store(db) as factory:
+            yield factory
+    except OSError as exc:
+        raise InputError(f"cannot use {str(db)!r}: {exc.strerror} ({exc.filename}); choose "
+                         "a writable --database-url") from exc
 
 
 def _config(workers: int, concurrency: int, chunk_size: int | None) -> EmbeddedConfig:
+    from app.config import get_settings
+    from app.embedded import EmbeddedConfig
+
     env = get_settings()
     return EmbeddedConfig(chunk_size=chunk_size or 16, workers=workers,
                           max_in_flight=concurrency, lease_s=env.lease_s,
@@ -176,7 +219,13 @@ def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
                     retry_failed: bool, note: str | None, upstream: str | None = None,
                     engine: UpstreamConfig | None = None) -> None:
     """``dreads resume`` on a SQLite store: continue the run here, like ``dreads run``."""
-    db_path = Path(make_url(url).database or "dreads.db")
+    from app.config import get_settings
+    from app.embedded import EmbeddedConfig, embedded_lock
+    from app.store.db import session_scope
+    from app.store.runs import reset_failed
+    from app.store.urls import sqlite_path
+
+    db_path = sqlite_path(url) or Path("dreads.db")
     source = Path(run.source) if run.source else None
     with embedded_lock(db_path):
         if note:
@@ -189,10 +238,16 @@ def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
         config = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts)
         _execute(_Job(factory, db_path, run, upstream or run.upstream, source, config,
                       check_server=False, engine=engine))
-    _summary(factory, run.name, False)
+    _summary(factory, run.name, False, db_path)
 
 
 def _execute(job: _Job) -> ExecutorStats:
+    from app.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
+    from app.engine import AnswerBy, settings_from_dict
+    from app.producer import check_server
+    from app.store.models import RunStatus
+    from app.upstream.tokenizer import load_tokenizer
+
     if job.run.status == RunStatus.CANCELLED:
         raise InputError(f"run {job.run.name!r} was cancelled; run the file under a new --run "
                          "name to run it again")
@@ -228,11 +283,16 @@ def _execute(job: _Job) -> ExecutorStats:
 
 
 def _has_work(job: _Job) -> bool:
+    from app.embedded import claimable_ids
+    from app.store.db import session_scope
+
     with session_scope(job.factory) as session:
         return bool(claimable_ids(session, job.run.id, max_attempts=job.config.max_attempts))
 
 
 def _say_upstream(job: _Job, url: str) -> None:
+    from app.embedded import SIM, sim_key_path
+
     if job.quiet:
         return
     if job.in_process and job.engine is not None:
@@ -243,12 +303,15 @@ def _say_upstream(job: _Job, url: str) -> None:
         err_console.print(f"upstream: {url}", highlight=False)
         return
     key = sim_key_path(job.job_file) if job.job_file else None
-    keyed = f"with the answer key {key}" if key else "without an answer key (answers are noise)"
+    keyed = (f"with the answer key {escape(str(key))}" if key
+             else "without an answer key (answers are noise)")
     err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url}), "
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
 
 
 def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:
+    from app.embedded import SIM
+
     if job.quiet:
         return
     route = f"/v1/{settings.answer_by.value}"
@@ -261,15 +324,39 @@ def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:
                       "per decision)", highlight=False)
 
 
-class _RateColumn(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:.1f}/s" if speed else "-/s")
+def _rate(task: Any) -> Any:
+    from rich.text import Text
+
+    speed = task.finished_speed or task.speed
+    return Text(f"{speed:.1f}/s" if speed else "-/s")
+
+
+def _columns() -> tuple[Any, ...]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    class _RateColumn(ProgressColumn):
+        def render(self, task: Any) -> Any:
+            return _rate(task)
+
+    return (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
 
 
 def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    import asyncio
+
+    from rich.progress import Progress
+
+    from app.embedded import execute_run, release_own_leases
+
+    columns = _columns()
     with Progress(*columns, console=err_console, disable=job.quiet) as bar:
         task = bar.add_task(job.run.name, total=None)
 
@@ -293,7 +380,12 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
             raise typer.Exit(130) from None
 
 
-def _summary(factory: sessionmaker[Session], name: str, json_out: bool) -> None:
+def _summary(factory: sessionmaker[Session], name: str, json_out: bool, db: Path) -> None:
+    from app.embedded import SIM, draws_used
+    from app.store.db import session_scope
+    from app.store.runs import require_run
+    from app.store.views import run_status
+
     with session_scope(factory) as session:
         info = require_run(session, name)
         status = run_status(session, info)
@@ -301,18 +393,22 @@ def _summary(factory: sessionmaker[Session], name: str, json_out: bool) -> None:
         headline = _headline(session, info.id)
     if json_out:
         doc = {**status.as_dict(), "draws": draws, "headline": headline}
-        console.print_json(orjson.dumps(doc).decode())
+        console.print_json(render.json_text(doc))
         return
     source = " (answers from the SIMULATOR)" if info.upstream == SIM else ""
-    console.print(f"run {name!r} in SQLite{source}: {render.counts_text(status.counts)}",
+    console.print(f"run {escape(repr(name))} in {escape(str(db))}{source}: "
+                  f"{render.counts_text(status.counts)}",
                   highlight=False)
     console.print(render.cells_table(status))
+    if status.reasons:
+        console.print(render.reasons_table([r.as_dict() for r in status.reasons]))
     console.print(f"reads: {draws['draw_rows']} draw row(s), "
                   f"{draws['mean_draws_per_answer']:.2f} draws per answer on average")
     if headline and any((headline.get(t) or {}).get("n") for t in _TYPES):
         console.print(_headline_table(headline))
     else:
         console.print("no expected labels in this run: no evaluation figures")
+    console.print(render.next_steps(name, db), highlight=False, markup=False, soft_wrap=True)
 
 
 def _headline(session: Session, run_id: int) -> dict[str, Any] | None:
@@ -321,13 +417,11 @@ def _headline(session: Session, run_id: int) -> dict[str, Any] | None:
     return summarize_run(session, run_id)
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
 def _headline_table(headline: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    from app.report.labels import headline_rows
+
     table = Table(title="headline figures (questions with expected labels)",
                   title_justify="left")
     table.add_column("type")
@@ -335,5 +429,6 @@ def _headline_table(headline: dict[str, Any]) -> Table:
     for qtype in _TYPES:
         figures = headline.get(qtype) or {}
         if figures.get("n"):
-            table.add_row(qtype, ", ".join(f"{k} {_fmt(v)}" for k, v in figures.items()))
+            table.add_row(qtype, escape("; ".join(headline_rows(qtype, figures,
+                                                               headline.get("params")))))
     return table

@@ -1,7 +1,9 @@
-"""``dreads submit``, ``runs``, ``status``, ``resume``, ``cancel``, ``export``.
+"""``dreads submit``, ``runs``, ``status``, ``resume``, ``cancel``, ``delete``, ``export``.
 
 Each command parses options, calls an importable function (``app.producer``,
-``app.store.runs``), prints, and exits with a code: 0 ok, 1 failure, 2 a user error.
+``app.store.*``), prints, and exits with a code: 0 ok, 1 failure, 2 a user error (nothing
+done), 3 bad lines with ``--fail-on-bad-lines``. The store, Celery and the HTTP client are
+imported inside the commands, so that ``dreads status`` starts fast.
 """
 
 from __future__ import annotations
@@ -13,23 +15,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-from rich.live import Live
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.cli import _render as render
-from app.cli._app import app
+from app.cli._app import INSPECT, RUN_JOBS, app
+from app.cli._files import atomic_output, check_output_path
 from app.cli._wiring import (
     existing_run,
-    make_publisher,
-    make_sender,
     resolve_engine,
     resolve_settings,
     run_upstream,
-    sweep_for,
+    upstream_url,
 )
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
@@ -45,12 +43,15 @@ from app.cli.options import (
     DatabaseOpt,
     DrawsOpt,
     EndpointOpt,
+    FailOnBadLinesOpt,
+    JobFileArg,
     JsonOpt,
     LayoutOpt,
     MaxDrawsOpt,
     ModelOpt,
     ModeOpt,
     PolicyOpt,
+    RunArg,
     SeedOpt,
     StepsOpt,
     ThresholdOpt,
@@ -63,31 +64,21 @@ from app.cli.options import (
     opened_store,
     read_overrides,
 )
-from app.cli.run import resume_embedded
-from app.config import get_settings
-from app.embedded import load_run
-from app.engine import AnswerBy, ReadSettings, settings_to_dict
-from app.producer import (
-    SubmitRequest,
-    check_resume_settings,
-    check_server,
-    fetch_fingerprint,
-    resume_run,
-    submit_job,
-)
-from app.store.db import session_scope
-from app.store.runs import RunInfo, cancel_run, record_settings, require_run
-from app.store.views import ANSWER_FIELDS, iter_export, list_runs, question_ids, run_status
-from workers.constants import queue_of_run
+from app.errors import InputError
 
-__all__ = ["cancel", "export", "resume", "runs", "status", "submit"]
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
-RunArg = Annotated[str, typer.Argument(help="Run name.")]
+    from app.engine import ReadSettings
+    from app.store.runs import RunInfo
+    from app.store.views import RunStatusReport
+
+__all__ = ["cancel", "delete", "export", "resume", "runs", "status", "submit"]
 
 
-@app.command()
+@app.command(rich_help_panel=RUN_JOBS)
 def submit(
-    file: Annotated[Path, typer.Argument(help="Job file (JSONL, one decision per line).")],
+    file: JobFileArg,
     run: Annotated[str, typer.Option("--run", help="Run name (new or existing).")],
     model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
     canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
@@ -100,80 +91,120 @@ def submit(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
+    fail_on_bad_lines: FailOnBadLinesOpt = False,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
-    """Validate a job file, store its decisions and queue them for the workers."""
+    """Validate a job file, store its decisions and queue them for the workers.
+
+    Bad lines are listed with their line numbers and reasons; the good ones are stored
+    (unless --strict). Submitting the same file again adds nothing.
+    """
+    from app.engine import AnswerBy
+    from app.jobfile import check_job_file
+    from app.producer import SubmitRequest, fetch_fingerprint
+
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed,
                            answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
                            answer_concurrency=answer_concurrency)
-    with cli_errors(), opened_store(database_url(database)) as factory:
-        existing = existing_run(factory, run)
-        choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
-        settings, n_replicates, tok = resolve_settings(existing, given, replicates,
-                                                       engine=choice.engine, upstream=upstream)
-        url = run_upstream(upstream, existing, choice, settings)
-        fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
-            else fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
-        request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
-                                engine=choice.engine, replicates=n_replicates,
-                                strict=strict, fingerprint=fingerprint)
-        with make_sender(broker) as sender:
-            publisher = make_publisher(sender, chunk_size, run_name=run,
-                                       queue=queue_of_run(settings_to_dict(settings)))
-            report = submit_job(request, factory, tok, publisher=publisher)
+    with cli_errors():
+        check_job_file(file)
+        with opened_store(database_url(database)) as factory:
+            existing = existing_run(factory, run)
+            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
+            settings, n_replicates, tok = resolve_settings(
+                existing, given, replicates, engine=choice.engine, upstream=upstream)
+            url = run_upstream(upstream, existing, choice, settings)
+            fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
+                else fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
+            request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
+                                    engine=choice.engine, replicates=n_replicates,
+                                    strict=strict, fingerprint=fingerprint)
+            report = _submit(factory, request, tok, broker, chunk_size)
     if json_out:
-        console.print_json(orjson.dumps({**report.as_dict(), "fingerprint_error": fp_error})
-                           .decode())
+        console.print_json(render.json_text({**report.as_dict(),
+                                             "fingerprint_error": fp_error}))
     else:
         render.submit_report(report, fp_error)
-    if report.refused:
+    if report.refused or report.run is None:
         raise typer.Exit(2)
+    if fail_on_bad_lines and (report.bad or report.rejected):
+        raise typer.Exit(render.BAD_LINES_EXIT)
 
 
-@app.command()
+def _submit(factory: sessionmaker[Session], request: Any, tokenizer: Any,
+            broker: str | None, chunk_size: int | None) -> Any:
+    """Stream the file into the store, publishing each batch to the queue of the run's model
+    and canvas; a file of only bad lines leaves no run behind."""
+    from app.engine import settings_to_dict
+    from app.producer import submit_job
+    from app.publish import make_publisher, make_sender
+    from app.store.admin import discard_empty_run
+    from workers.constants import queue_of_run
+
+    settings = request.settings
+    with make_sender(broker) as sender:
+        publisher = make_publisher(sender, chunk_size, run_name=request.run_name,
+                                   queue=queue_of_run(settings_to_dict(settings)))
+        report = submit_job(request, factory, tokenizer, publisher=publisher)
+    discard_empty_run(factory, report)
+    return report
+
+
+@app.command(rich_help_panel=INSPECT)
 def runs(json_out: JsonOpt = False, database: DatabaseOpt = None) -> None:
     """List the runs with their settings and decision counts by status."""
+    from app.store.views import list_runs
+
     with cli_errors(), _session(database) as session:
         overview = list_runs(session)
     if json_out:
-        console.print_json(orjson.dumps([o.as_dict() for o in overview]).decode())
+        console.print_json(render.json_text([o.as_dict() for o in overview]))
+    elif not overview:
+        console.print("no runs in this database yet: `dreads run FILE` or `dreads submit FILE "
+                      "--run NAME` starts one", highlight=False, markup=False)
     else:
         console.print(render.runs_table(overview))
 
 
-@app.command()
+@app.command(rich_help_panel=INSPECT)
 def status(
     run: RunArg,
     json_out: JsonOpt = False,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until done (Ctrl-C stops).")]
     = False,
-    interval_s: Annotated[float, typer.Option("--interval", min=0.2, help="Watch period (s).")]
-    = 2.0,
+    interval_s: Annotated[float, typer.Option(
+        "--interval", min=0.2, metavar="SECONDS", help="Watch period.")] = 2.0,
     database: DatabaseOpt = None,
 ) -> None:
-    """Counts by status, per-cell unanswered / failures / diagnostics, rate and ETA (SQL only)."""
+    """Counts by status, per cell what went wrong, why, and the rate and ETA (SQL only)."""
     with cli_errors(), opened_store(database_url(database)) as factory:
         report = _status(factory, run)
         if json_out:
-            console.print_json(orjson.dumps(report.as_dict()).decode())
+            console.print_json(render.json_text(report.as_dict()))
         elif watch:
             _watch(factory, run, interval_s)
         else:
             console.print(render.status_view(report))
 
 
-def _status(factory: sessionmaker[Session], name: str) -> Any:
+def _status(factory: sessionmaker[Session], name: str) -> RunStatusReport:
+    from app.store.db import session_scope
+    from app.store.runs import require_run
+    from app.store.views import run_status
+
     with session_scope(factory) as session:
         return run_status(session, require_run(session, name))
 
 
 def _watch(factory: sessionmaker[Session], name: str, interval_s: float) -> None:
+    from rich.live import Live
+
     report = _status(factory, name)
     try:
         with Live(render.status_view(report), console=console, auto_refresh=False) as live:
@@ -185,13 +216,13 @@ def _watch(factory: sessionmaker[Session], name: str, interval_s: float) -> None
         err_console.print("stopped watching; the run goes on")
 
 
-@app.command()
+@app.command(rich_help_panel=RUN_JOBS)
 def resume(
     run: RunArg,
     retry_failed: Annotated[bool, typer.Option(
         "--retry-failed", help="Put failed decisions back to pending first.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be done.")]
-    = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only say what would be done; change nothing.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Continue against a server whose model or canvas differs.")] = False,
     model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
@@ -208,28 +239,38 @@ def resume(
 ) -> None:
     """Continue a run: check settings and server, sweep, (retry failed,) publish what is left.
 
-    On a SQLite store (the embedded mode) the decisions are run here, in this process.
+    The server checked is --upstream, else DREADS_UPSTREAM if set, else the run's own. On a
+    SQLite store (the embedded mode) the decisions are run here, in this process.
     """
+    from app.config import get_settings
+    from app.embedded import load_run
+    from app.engine import AnswerBy
+    from app.producer import check_resume_settings, check_server, resume_run
+    from app.publish import make_sender
+    from app.sweeper import sweep_for
+    from app.upstream.tokenizer import load_tokenizer
+
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
                            draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
                            constrained=constrained, endpoint=endpoint, seed=seed,
                            answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
                            answer_concurrency=answer_concurrency)
-    from app.upstream.tokenizer import load_tokenizer
-
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
-        info = _take_budget(factory, info, settings)
+        info = info if dry_run else _take_budget(factory, info, settings)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
+        server = upstream_url(upstream, info)
         note = None if settings.answer_by is not AnswerBy.READS else check_server(
-            factory, info, _resume_upstream(upstream, info), settings, force=force,
-            engine=choice, tokenizer=load_tokenizer(settings.tokenizer))
+            factory, info, server, settings, force=force, engine=choice,
+            tokenizer=load_tokenizer(settings.tokenizer), dry_run=dry_run)
         if url.startswith("sqlite") and not dry_run:
+            from app.cli.run import resume_embedded
+
             resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
-                            upstream=upstream, engine=choice)
+                            upstream=server, engine=choice)
             return
         with make_sender(broker) as sender:
             report = resume_run(factory, info,
@@ -238,7 +279,7 @@ def resume(
                                 requeue_after_s=get_settings().requeue_after_s)
         report.server_note = note
     if json_out:
-        console.print_json(orjson.dumps(report.as_dict()).decode())
+        console.print_json(render.json_text(report.as_dict()))
     else:
         render.resume_report(report)
 
@@ -246,6 +287,10 @@ def resume(
 def _take_budget(factory: sessionmaker[Session], info: RunInfo,
                  settings: ReadSettings) -> RunInfo:
     """The run with the endpoint budget given to resume (the only change resume takes)."""
+    from app.engine import settings_to_dict
+    from app.store.db import session_scope
+    from app.store.runs import record_settings, require_run
+
     wanted = settings_to_dict(settings)
     if wanted == dict(info.settings):
         return info
@@ -254,19 +299,70 @@ def _take_budget(factory: sessionmaker[Session], info: RunInfo,
         return require_run(session, info.name)
 
 
-def _resume_upstream(given: str | None, info: RunInfo) -> str:
-    """The upstream whose fingerprint is checked: the given one, else the run's."""
-    return given or info.upstream
+@app.command(rich_help_panel=RUN_JOBS)
+def cancel(run: RunArg, json_out: JsonOpt = False, database: DatabaseOpt = None) -> None:
+    """Cancel a run: no worker starts its decisions; those in flight finish."""
+    from app.store.admin import cancel_not_started
+    from app.store.runs import require_run
 
-
-@app.command()
-def cancel(run: RunArg, database: DatabaseOpt = None) -> None:
-    """Cancel a run: workers skip it and its unfinished decisions become cancelled."""
     with cli_errors(), _session(database) as session:
         info = require_run(session, run)
-        n = cancel_run(session, info.id)
-    console.print(f"run {run!r} cancelled; {n} unfinished decision(s) marked cancelled",
-                  highlight=False)
+        outcome = cancel_not_started(session, info.id)
+    if json_out:
+        console.print_json(render.json_text({"run": run, **outcome.as_dict()}))
+        return
+    console.print(f"run {run!r} cancelled: {outcome.cancelled} decision(s) not started are "
+                  "cancelled", highlight=False, markup=False)
+    if outcome.in_flight:
+        console.print(f"{outcome.in_flight} decision(s) were in flight on workers: they finish "
+                      f"and keep their answers (`dreads status {run}` shows them)",
+                      highlight=False, markup=False)
+
+
+@app.command(rich_help_panel=RUN_JOBS)
+def delete(
+    run: RunArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+    = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Delete even while workers hold some of its decisions.")] = False,
+    database: DatabaseOpt = None,
+) -> None:
+    """Delete a run with its decisions, answers, draws and attempts (asks first)."""
+    from app.store.admin import delete_run, run_contents
+    from app.store.db import session_scope
+    from app.store.runs import require_run
+
+    with cli_errors(), opened_store(database_url(database)) as factory:
+        with session_scope(factory) as session:
+            info = require_run(session, run)
+            contents = run_contents(session, info.id)
+        _check_deletable(run, contents.in_flight, force=force)
+        what = (f"run {run!r}: {contents.decisions} decision(s), {contents.answers} "
+                f"answer(s), {contents.draws} draw(s), {contents.attempts} attempt(s)")
+        _confirm(f"delete {what}? This cannot be undone.", yes=yes)
+        with session_scope(factory) as session:
+            delete_run(session, info.id)
+    console.print(f"deleted {what}", highlight=False, markup=False)
+
+
+def _check_deletable(run: str, in_flight: int, *, force: bool) -> None:
+    if in_flight and not force:
+        raise InputError(f"{in_flight} decision(s) of run {run!r} are in flight on workers; "
+                         f"`dreads cancel {run}`, let them finish, then delete (or pass "
+                         "--force)")
+
+
+def _confirm(question: str, *, yes: bool) -> None:
+    """Ask ``question`` on a terminal; refuse to guess when no one can answer."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InputError("not deleting without confirmation: pass --yes to delete from a "
+                         "script")
+    if not typer.confirm(question, default=False, err=True):
+        err_console.print("nothing deleted")
+        raise typer.Exit(1)
 
 
 class ExportFormat(StrEnum):
@@ -275,64 +371,77 @@ class ExportFormat(StrEnum):
     OPENAI_BATCH = "openai-batch"
 
 
-@app.command()
+@app.command(rich_help_panel=INSPECT)
 def export(
     run: RunArg,
     fmt: Annotated[ExportFormat, typer.Option(
         "--format", help="jsonl, csv, or openai-batch (OpenAI's Batch output lines, each "
         "body a Decision with dreads' diagnostics).")]
     = ExportFormat.JSONL,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="File (default stdout).")]
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", metavar="FILE",
+        help="Write to FILE (replaced only once the export succeeded); default stdout.")]
     = None,
     database: DatabaseOpt = None,
 ) -> None:
     """One line per decision with every answer and diagnostic (streamed from SQL)."""
-    with cli_errors(), _session(database) as session, _open_out(output) as out:
-        info = require_run(session, run)
-        if fmt is ExportFormat.JSONL:
-            n = _write_jsonl(out, iter_export(session, info.id))
-        elif fmt is ExportFormat.OPENAI_BATCH:
-            from app.store.openai_export import iter_openai_batch
+    from app.store.runs import require_run
 
-            model = str(info.settings.get("model", ""))
-            n = _write_jsonl(out, iter_openai_batch(session, info.id, model))
-        else:
-            n = _write_csv(out, question_ids(session, info.id), iter_export(session, info.id))
-    if output is not None:
+    with cli_errors():
+        if output is not None:
+            check_output_path(output)
+        with _session(database) as session:
+            info = require_run(session, run)
+            with atomic_output(output, newline="") as out:
+                n = _write_export(out, session, info, fmt)
+    if output is not None and str(output) != "-":
         err_console.print(f"exported {n} decision(s) of run {run!r} to {output}",
-                          highlight=False)
+                          highlight=False, markup=False)
+
+
+def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat) -> int:
+    """Write the run in ``fmt``; the number of decisions written."""
+    from app.store.views import iter_export, question_ids
+
+    if fmt is ExportFormat.JSONL:
+        return _write_jsonl(out, iter_export(session, info.id))
+    if fmt is ExportFormat.OPENAI_BATCH:
+        from app.store.openai_export import iter_openai_batch
+
+        model = str(info.settings.get("model", ""))
+        return _write_jsonl(out, iter_openai_batch(session, info.id, model))
+    return _write_csv(out, question_ids(session, info.id), iter_export(session, info.id))
 
 
 @contextmanager
 def _session(database: str | None) -> Iterator[Session]:
+    from app.store.db import session_scope
+
     with opened_store(database_url(database)) as factory, session_scope(factory) as session:
         yield session
 
 
-@contextmanager
-def _open_out(output: Path | None) -> Iterator[IO[str]]:
-    if output is None:
-        yield sys.stdout
-        return
-    with output.open("w", encoding="utf-8", newline="") as handle:
-        yield handle
-
-
 def _write_jsonl(out: IO[str], records: Iterator[dict[str, Any]]) -> int:
+    import orjson
+
     n = 0
     for record in records:
-        out.write(orjson.dumps(record).decode() + "\n")
+        out.write(orjson.dumps(record, default=str).decode() + "\n")
         n += 1
     return n
 
 
 def _csv_columns(qids: list[str]) -> list[str]:
+    from app.store.views import ANSWER_FIELDS
+
     per_question = [*ANSWER_FIELDS, "expected"]
     return ["id", "cell", "replicate", "status", "error_kind", "error",
             *(f"{qid}.{name}" for qid in qids for name in per_question)]
 
 
 def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
+    import orjson
+
     row = {k: record[k] for k in ("id", "cell", "replicate", "status", "error_kind", "error")}
     for qid, answer in record["answers"].items():
         for name, value in answer.items():

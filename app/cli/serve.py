@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from app.cli._app import app
+from app.cli._app import SERVERS, app
 from app.cli._wiring import resolve_engine
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    DEFAULT_WAIT_S,
     BrokerOpt,
     CanvasOpt,
     CanvasStepOpt,
@@ -30,13 +30,13 @@ from app.cli.options import (
     StepsOpt,
     ThresholdOpt,
     TokenizerOpt,
+    WaitOpt,
     base_read_settings,
     cli_errors,
     database_url,
     err_console,
     read_overrides,
 )
-from app.config import get_settings
 from app.errors import ConfigError
 
 __all__ = ["serve"]
@@ -77,7 +77,23 @@ def _executor(choice: Executor, db_url: str) -> str:
     return choice.value
 
 
-@app.command("serve")
+def _check_store(url: str) -> None:
+    """Open the store once before the server starts, so that a bad --database-url is one line
+    here rather than a traceback from the server's startup."""
+    from app.cli.run import embedded_store
+    from app.store.db import disposing
+    from app.store.migrate import open_store
+    from app.store.urls import sqlite_path
+
+    path = sqlite_path(url)
+    if path is None:
+        with disposing(open_store(url)):
+            return
+    with embedded_store(path):
+        return
+
+
+@app.command("serve", rich_help_panel=SERVERS)
 def serve(
     host: Annotated[str | None, typer.Option(help="Interface (DREADS_API_HOST, 127.0.0.1).",
                                              rich_help_panel=_API)] = None,
@@ -101,9 +117,7 @@ def serve(
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Allow no DREADS_API_KEY on a non-loopback host, or a placeholder "
         "key.", rich_help_panel=_API)] = False,
-    wait: Annotated[float, typer.Option(
-        min=0.0, help="Seconds to wait for the upstream's model list when --model is not set.")]
-    = 300.0,
+    wait: WaitOpt = DEFAULT_WAIT_S,
     model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
     canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
     policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
@@ -120,10 +134,13 @@ def serve(
     DREADS_METRICS_MAX_RUNS most recent runs). A live page per run at /runs/NAME (with a key:
     log in once at /login).
     """
+    import asyncio
+
     import uvicorn
 
     from app.api import ServeConfig, create_app
     from app.cli.upstream import wait_served_settings
+    from app.config import get_settings
 
     env = get_settings()
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
@@ -156,6 +173,7 @@ def serve(
             max_concurrent=max_concurrent or env.api_max_concurrent,
             chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
             metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs)
+        _check_store(db_url)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     where = f"http://{host or env.api_host}:{port or env.api_port}"
     err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli._app import app
+from app.cli._app import SERVERS, app
 
 __all__ = ["sim"]
 
@@ -32,7 +32,7 @@ def _configure_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
-@app.command("sim")
+@app.command("sim", rich_help_panel=SERVERS)
 def sim(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 8001,
@@ -87,7 +87,7 @@ def sim(
         "this text.", rich_help_panel=_FAULTS)] = None,
     engine: Annotated[str, typer.Option(
         help="'sim' (synthetic answers) or 'transformers': answer with the DiffusionGemma "
-        "checkpoint --model names (pip install -e .[engine]).", rich_help_panel=_ANSWERS)]
+        "checkpoint --model names (pip install -e '.\\[engine]').", rich_help_panel=_ANSWERS)]
     = "sim",
     device: Annotated[str, typer.Option(help="--engine transformers: cpu or cuda.",
                                         rich_help_panel=_ANSWERS)] = "cpu",

@@ -6,21 +6,22 @@ template, bad option).
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from app.cli._app import app
+from app.cli._app import SERVERS, app
 from app.cli._wiring import resolve_engine
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
+    DEFAULT_WAIT_S,
     CanvasOpt,
     DrawsOpt,
     EndpointOpt,
@@ -34,6 +35,7 @@ from app.cli.options import (
     ThresholdOpt,
     TokenizerOpt,
     UpstreamOpt,
+    WaitOpt,
     base_read_settings,
     console,
     err_console,
@@ -41,8 +43,6 @@ from app.cli.options import (
     read_overrides,
     served_fields_missing,
 )
-from app.config import get_settings
-from app.decide import answer_decision
 from app.engine import (
     Answer,
     Decision,
@@ -53,18 +53,21 @@ from app.engine import (
     parse_decision,
 )
 from app.errors import ConfigError, DreadsError, InputError, UpstreamError, UpstreamUnavailable
-from app.upstream.base import Upstream
-from app.upstream.factory import UpstreamConfig
+
+if TYPE_CHECKING:
+    from app.jobfile import NumberedLine
+    from app.upstream.base import Upstream
+    from app.upstream.factory import UpstreamConfig
 
 __all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_decisions",
            "wait_served_settings"]
 
-_WAIT_HELP = "Seconds to wait for the upstream to be ready."
 
 
 def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> Upstream:
     from dataclasses import replace
 
+    from app.config import get_settings
     from app.upstream.factory import make_upstream
 
     env = get_settings()
@@ -76,6 +79,8 @@ def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> 
 
 def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> str:
     """The URL to read from, or the model the transformers engine loads in this process."""
+    from app.config import get_settings
+
     if choice.engine != "transformers":
         return url or get_settings().upstream
     if url:
@@ -103,6 +108,8 @@ class _Check:
 async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
                   choice: UpstreamConfig, timeout_s: float) -> ReadSettings:
     """Model and tokenizer set nowhere: wait for the model list, then take the served ones."""
+    import asyncio
+
     if choice.engine == "transformers" or not served_fields_missing(overrides):
         return settings
     deadline = time.monotonic() + timeout_s
@@ -154,12 +161,13 @@ def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table
     return table
 
 
-@app.command("check-upstream")
+@app.command("check-upstream", rich_help_panel=SERVERS)
 def check_upstream(
     url: Annotated[str | None, typer.Argument(
-        help="vLLM (or dreads sim) base URL, or 'sim' (default DREADS_UPSTREAM; none with "
-        "--engine transformers).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.0, help=_WAIT_HELP)] = 60.0,
+        metavar="URL", show_default=False,
+        help="vLLM (or dreads sim) base URL (default DREADS_UPSTREAM; none with --engine "
+        "transformers).")] = None,
+    timeout: WaitOpt = DEFAULT_WAIT_S,
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     canvas: CanvasOpt = None,
@@ -167,6 +175,8 @@ def check_upstream(
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
+    import asyncio
+
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas)
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
@@ -194,10 +204,10 @@ def _not_ready(url: str | None, exc: DreadsError, json_out: bool) -> None:
     if json_out:
         typer.echo(orjson.dumps({"ready": False, "kind": exc.kind, "error": exc.message}).decode())
         return
-    err_console.print(f"[red]not ready:[/red] {url}: {exc.message}", highlight=False)
-    err_console.print("check: the URL and port, that vLLM finished loading (GET /v1/models), "
+    err_console.print(f"[red]not ready:[/red] {escape(str(url))}: {escape(exc.message)}; "
+                      "check: the URL and port, that vLLM finished loading (GET /v1/models), "
                       "the served model name (--model), the canvas (--canvas) and the "
-                      "tokenizer (--tokenizer)", highlight=False)
+                      "tokenizer (--tokenizer)", highlight=False, soft_wrap=True)
 
 
 # -- decide -----------------------------------------------------------------------------------
@@ -215,11 +225,15 @@ class DecideOutcome:
 
 def load_decisions(lines: Sequence[str]) -> list[Decision | DecideOutcome]:
     """Parse JSONL lines; a bad line becomes a ``bad_line`` outcome with its line number."""
+    return _load_numbered((n, line) for n, line in enumerate(lines, start=1) if line.strip())
+
+
+def _load_numbered(lines: Iterable[NumberedLine]) -> list[Decision | DecideOutcome]:
     out: list[Decision | DecideOutcome] = []
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for line_no, line in lines:
         try:
+            if isinstance(line, InputError):  # a line that is not UTF-8
+                raise line
             out.append(parse_decision(orjson.loads(line), line_no=line_no))
         except orjson.JSONDecodeError as exc:
             out.append(DecideOutcome(line_no, None, "bad_line", error=f"line {line_no}: not "
@@ -232,6 +246,8 @@ def load_decisions(lines: Sequence[str]) -> list[Decision | DecideOutcome]:
 
 async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
                       tokenizer: TextTokenizer, upstream: Upstream) -> DecideOutcome:
+    from app.decide import answer_decision
+
     try:
         decided = await answer_decision(decision, settings, tokenizer, upstream)
     except InputError as exc:
@@ -244,6 +260,8 @@ async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
 async def decide_all(items: Sequence[Decision | DecideOutcome], settings: ReadSettings,
                      tokenizer: TextTokenizer, upstream: Upstream) -> list[DecideOutcome]:
     """Answer every decision concurrently (bad lines pass through), in input order."""
+    import asyncio
+
     async def _one(index: int, item: Decision | DecideOutcome) -> DecideOutcome:
         if isinstance(item, DecideOutcome):
             return item
@@ -283,11 +301,9 @@ def _items(file: Path | None, state: str | None, question: str | None, qtype: st
     if file is not None and (state is not None or question is not None):
         raise InputError("give a FILE or --state with --question, not both")
     if file is not None:
-        try:
-            lines = file.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise InputError(f"cannot read {file}: {exc.strerror}") from exc
-        return list(load_decisions(lines))
+        from app.jobfile import read_job_file
+
+        return _load_numbered(read_job_file(file))
     if state is None or question is None:
         raise InputError("give a JSONL FILE, or --state TEXT and --question TEXT")
     return [_single(state, question, qtype, options)]
@@ -307,7 +323,7 @@ def _answers_table(outcome: DecideOutcome) -> Table:
     for a in outcome.answers:
         prob = a.p_yes if a.p_yes is not None else a.top_prob
         mass = f"{a.label_mass:.2f}, {a.min_label_mass:.2f}"
-        table.add_row(a.question_id, f"{a.option} ({a.label})", _fmt(prob), mass,
+        table.add_row(escape(a.question_id), escape(f"{a.option} ({a.label})"), _fmt(prob), mass,
                       "yes" if a.argmax_is_label else "[red]no[/red]", _fmt(a.entropy, 2),
                       _fmt(a.stderr), _fmt(a.agreement, 2), str(a.draws), str(a.stop_reason))
     return table
@@ -323,7 +339,8 @@ def _print_outcomes(outcomes: list[DecideOutcome], fingerprint: ServerFingerprin
         else:
             where = f"line {outcome.line_no}" + (f" ({outcome.decision_id})"
                                                  if outcome.decision_id else "")
-            err_console.print(f"[red]{outcome.status}[/red] {where}: {outcome.error}",
+            err_console.print(f"[red]{outcome.status}[/red] {escape(where)}: "
+                              f"{escape(outcome.error or '')}",
                               highlight=False)
 
 
@@ -340,9 +357,11 @@ def _exit_code(outcomes: list[DecideOutcome]) -> int:
     return 2 if statuses & {"rejected", "bad_line"} else 0
 
 
-@app.command("decide")
+@app.command("decide", rich_help_panel=SERVERS)
 def decide(
-    file: Annotated[Path | None, typer.Argument(help="JSONL decisions (one per line).")] = None,
+    file: Annotated[Path | None, typer.Argument(
+        metavar="FILE", show_default=False, readable=False,
+        help="JSONL decisions (one per line).")] = None,
     state: Annotated[str | None, typer.Option(help="The state (document) of one decision.")]
     = None,
     question: Annotated[str | None, typer.Option(help="The question's instructions.")] = None,
@@ -362,13 +381,18 @@ def decide(
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     canvas: CanvasOpt = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.0, help=_WAIT_HELP)] = 30.0,
+    timeout: WaitOpt = DEFAULT_WAIT_S,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
-    """Answer a few decisions directly against an upstream (no database): answers, label mass,
-    draws and why they stopped. With --draws 1 (and the default layout and seed) a decision's
-    answer is the one vLLM's own /v1/systemone gives on the same server."""
+    """Answer a few decisions straight from an upstream, no database: answers and diagnostics.
+
+    Per question: the answer, P, label mass, argmax-is-label, entropy, stderr, agreement, draws
+    used and why the draws stopped. With --draws 1 (and the default layout and seed) a
+    decision's answer is the one vLLM's own /v1/systemone gives on the same server.
+    """
+    import asyncio
+
     if qtype not in ("noul", "choice", "score"):
         err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
         raise typer.Exit(2)

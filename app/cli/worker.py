@@ -5,7 +5,7 @@ child (it consumes the queue of the model and canvas its upstream serves): a wor
 on its own (Celery/kombu can exit with "Unrecoverable
 error" when the broker connection drops at the wrong moment) is started again, with backoff;
 a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
-``--database`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
+``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
 ``DREADS_BROKER_URL`` for this worker and its pool processes. ``--metrics-port``
 (``DREADS_METRICS_PORT``) serves Prometheus metrics of the worker and its pool children.
 """
@@ -23,10 +23,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli._app import app
+from app.cli._app import SERVERS, app
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
-from app.cli.options import err_console
-from app.config import get_settings
+from app.cli.options import DatabaseOpt, database_url, err_console, exit_error
 from app.errors import DreadsError
 
 __all__ = ["supervise", "worker", "worker_argv"]
@@ -85,6 +84,8 @@ def _apply_overrides(upstream: str | None, database: str | None, broker: str | N
                      engine: str | None = None, device: str | None = None,
                      dtype: str | None = None) -> None:
     """Flags win over the environment; pool children inherit it."""
+    from app.config import get_settings
+
     for name, value in (("DREADS_UPSTREAM", upstream), ("DREADS_DATABASE_URL", database),
                         ("DREADS_BROKER_URL", broker), ("DREADS_ENGINE", engine),
                         ("DREADS_DEVICE", device), ("DREADS_DTYPE", dtype)):
@@ -94,19 +95,17 @@ def _apply_overrides(upstream: str | None, database: str | None, broker: str | N
 
 
 def _check_database(url: str) -> None:
-    from app.store.db import make_engine
-    from app.store.migrate import check_schema
+    from app.store.db import disposing
+    from app.store.migrate import open_store
 
-    engine = make_engine(url)
-    try:
-        check_schema(engine)
-    finally:
-        engine.dispose()
+    with disposing(open_store(url)):
+        pass
 
 
 @app.command(
     "worker",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    rich_help_panel=SERVERS,
 )
 def worker(
     ctx: typer.Context,
@@ -119,8 +118,7 @@ def worker(
     hostname: Annotated[str, typer.Option("--hostname", "-n")] = "dreads@%h",
     upstream: Annotated[str | None, typer.Option(
         help="Model server URL. Default: DREADS_UPSTREAM.", show_default=False)] = None,
-    database: Annotated[str | None, typer.Option(
-        help="SQLAlchemy URL. Default: DREADS_DATABASE_URL.", show_default=False)] = None,
+    database: DatabaseOpt = None,
     broker: Annotated[str | None, typer.Option(
         help="Broker URL. Default: DREADS_BROKER_URL.", show_default=False)] = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
@@ -137,20 +135,25 @@ def worker(
         "pod's GPU workers never take this work. Each run's endpoint budget is split among "
         "this worker's pool processes; the endpoint's key is DREADS_ANSWER_API_KEY.")] = False,
 ) -> None:
-    """Start a worker: it waits for its upstream, then runs chunks from the queue of the model
-    and canvas it serves, and sweeps lost work (with --answers: the runs answered by decision
-    endpoints). Extra Celery worker options are passed through."""
+    """Start a Celery worker: it waits for its upstream, then runs chunks and sweeps lost work.
+
+    It takes chunks from the queue of the model and canvas its upstream serves (with --answers:
+    the runs answered by decision endpoints); extra Celery worker options are passed through.
+    A worker that dies on its own is started again.
+    """
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(2)
+    from app.config import get_settings
+
     if answers:
         os.environ["DREADS_WORKER_ANSWERS"] = "1"
-    _apply_overrides(upstream, database, broker, engine, device, dtype)
+    _apply_overrides(upstream, database_url(database) if database else None, broker, engine,
+                     device, dtype)
     try:
         _check_database(get_settings().database_url)
     except DreadsError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(2) from exc
+        exit_error(exc, 2)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname, extra=list(ctx.args))
     with _metrics_dir(metrics_port, metrics_host):
@@ -162,6 +165,7 @@ def worker(
 def _metrics_dir(port: int | None, host: str | None) -> Iterator[None]:
     """With metrics on: ``PROMETHEUS_MULTIPROC_DIR`` set up for Celery and its pool children
     (emptied, or a temporary one removed at exit)."""
+    from app.config import get_settings
     from app.metrics.exporter import prepare_multiprocess_dir, remove_multiprocess_dir
 
     for name, value in (("DREADS_METRICS_PORT", port), ("DREADS_METRICS_HOST", host)):

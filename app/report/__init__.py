@@ -12,15 +12,26 @@
 
 from __future__ import annotations
 
-from app.report.calibration import (
-    Calibration,
-    CalibrationMethod,
-    fit_calibration,
-    load_calibration,
-)
-from app.report.document import build_report, calibrate_rows, report_from_rows, summarize_run
-from app.report.figures import Params
-from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
+from importlib import import_module
+from typing import Any
+
+#: public name -> the module defining it; imported on first use, so that importing one part
+#: (``app.report.tables`` for the CLI's status view) does not load scikit-learn, scipy and
+#: matplotlib.
+_WHERE = {
+    "Calibration": "calibration", "CalibrationMethod": "calibration",
+    "fit_calibration": "calibration", "load_calibration": "calibration",
+    "build_report": "document", "calibrate_rows": "document", "report_from_rows": "document",
+    "summarize_run": "document", "Params": "figures", "QuestionRow": "load",
+    "RunRows": "load", "load_run_rows": "load", "resolve_run": "load",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'app.report' has no attribute {name!r}")
+    return getattr(import_module(f"app.report.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "Calibration",

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from app.errors import InputError
+from app.report.methods import CalibrationMethod
 
 __all__ = [
     "EPSILON",
@@ -53,11 +53,6 @@ _CLIP = 1e-6  #: logit domain for Platt scaling
 MIN_PER_QUESTION = 20  #: fewer labelled answers (or one class only): the global map applies
 
 FloatArray = NDArray[np.float64]
-
-
-class CalibrationMethod(StrEnum):
-    ISOTONIC = "isotonic"  #: non-parametric monotone step map (scikit-learn IsotonicRegression)
-    PLATT = "platt"  #: logistic regression on logit(p)
 
 
 def fit_map(y: ArrayLike, s: ArrayLike, method: CalibrationMethod) -> dict[str, Any]:

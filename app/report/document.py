@@ -6,7 +6,8 @@ embedded ``dreads run`` summary.
 
 The document (``"format": "dreads.report/1"``; keys are always present, absent parts null)::
 
-    run          {id, name, upstream, engine, replicates, status, settings_hash}
+    run          {id, name, upstream, engine, replicates, status, settings_hash, settings,
+                  fingerprint, created, simulator (answers came from ``dreads sim``)}
     params       thresholds: threshold_recall, threshold_fp, top_share, band_low/high, n_bins
     labelled     {questions, with_expected, noul, choice, score}: counts of questions
     raw          {noul, choice, score: {overall: BLOCK, cells: {cell: BLOCK}},
@@ -17,6 +18,7 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
                   rate, others_rate, p_value}]}
     against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
                   cells: {cell: PAIR}}}; PAIR = {a: BLOCK, b: BLOCK, diff: {figure: a - b}}
+    reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
 
     BLOCK        {replicates, figures: {name: value}, std: {name: sd}} (figures.py)
     CALIBRATION  {overall, questions: {qid: {n, positives, auc, ece, brier, reliability}}}
@@ -52,6 +54,7 @@ from app.report.figures import (
 )
 from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
 from app.store.models import Run
+from app.store.views import failure_reasons
 
 __all__ = ["FORMAT", "build_report", "calibrate_rows", "report_from_rows", "summarize_run"]
 
@@ -72,9 +75,13 @@ def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> lis
 
 
 def _run_info(run: Run) -> dict[str, Any]:
+    fingerprint = dict(run.fingerprint or {})
     return {"id": run.id, "name": run.name, "upstream": run.upstream, "engine": run.engine,
             "replicates": run.replicates, "status": run.status,
-            "settings_hash": run.settings_hash}
+            "settings_hash": run.settings_hash, "settings": dict(run.settings or {}),
+            "fingerprint": fingerprint or None,
+            "created": run.created_at.isoformat() if run.created_at else None,
+            "simulator": run.upstream == "sim" or fingerprint.get("engine") == "sim"}
 
 
 def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
@@ -121,6 +128,7 @@ def report_from_rows(
         "raw": _typed_sections(data.rows, p),
         "calibrated": None, "calibration_source": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
+        "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
     }
     if calibration is not None:
         doc["calibrated"] = _typed_sections(calibrate_rows(data.rows, calibration), p)
@@ -156,7 +164,7 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
     accuracy for choice and score, counts and flagged cells (for ``dreads run``'s summary)."""
     run = session.get(Run, run_id)
     if run is None:
-        raise InputError(f"no run with id {run_id}; list runs with `dreads status`")
+        raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
     data = load_run_rows(session, run)
     p = Params()
     noul = figure_block(typed_rows(data.rows, "noul"), noul_figures, p)["figures"]
@@ -169,7 +177,11 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         "answered": diag["overall"]["answered"],
         "unanswered": diag["overall"]["unanswered"],
         "noul": {k: noul[k] for k in ("n", "positives", "negatives", "auc", "recall",
-                                       "fp_count", "fp_per_1000_neg")},
+                                       "recall_hits", "top_share", "top_share_hits",
+                                       "rank_median_pct", "rank_worst_pct", "fp_count",
+                                       "fp_per_1000_neg", "fp_per_100_states",
+                                       "referral_band")},
+        "params": asdict(p),
         "choice": {k: choice[k] for k in ("n", "accuracy")},
         "score": {k: score[k] for k in ("n", "accuracy", "mae_level")},
         "flagged_cells": diag["flagged"],

@@ -20,15 +20,15 @@ from matplotlib.figure import Figure
 
 from app.report import metrics as m
 from app.report.figures import noul_arrays, typed_rows
-from app.report.load import QuestionRow
-from app.report.tables import (
+from app.report.labels import (
     CHOICE_COLUMNS,
     NOUL_COLUMNS,
     SCORE_COLUMNS,
     column_titles,
-    fmt,
-    pct,
+    run_identity,
 )
+from app.report.load import QuestionRow
+from app.report.tables import fmt, pct
 
 __all__ = ["render_html"]
 
@@ -41,6 +41,7 @@ th{background:#f3f3f3;white-space:normal}td:first-child,th:first-child{text-alig
 tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
 .flags{color:#b00;font-weight:bold}.plots img{max-width:620px;margin:4px}
 .note{color:#555;font-size:13px}
+.sim{background:#fff3cd;border:2px solid #c90;padding:8px 12px;font-weight:bold}
 """
 
 
@@ -146,7 +147,7 @@ def _per_question_curves(rows: Sequence[QuestionRow]) -> dict[str, tuple[np.ndar
 def _calibration_table(doc: Mapping[str, Any]) -> str:
     raw = doc["raw"]["calibration"]
     cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
-    head = ["question", "n", "pos", "AUC", "ECE", "Brier",
+    head = ["question", "n", "yes", "AUC", "ECE", "Brier",
             *(["ECE calibrated", "Brier calibrated"] if cal else [])]
     parts = ["<table>", _head(head)]
     for qid, c in [*raw["questions"].items(), ("overall", raw["overall"])]:
@@ -252,6 +253,31 @@ def _against_section(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _identity(doc: Mapping[str, Any]) -> list[str]:
+    run = doc["run"]
+    out = []
+    if run.get("simulator"):
+        out.append('<p class="sim">SIMULATOR: these answers come from dreads sim (synthetic '
+                   "logprobs), not from a model; the figures test the pipeline, not a model."
+                   "</p>")
+    summary = (f"{doc['labelled']['questions']} question(s), "
+               f"{doc['labelled']['with_expected']} with an expected label"
+               + ("; figures are mean ± sd across replicates" if run["replicates"] > 1
+                  else ""))
+    lines = [*run_identity(run), summary]
+    out.append('<p class="note">' + "<br>".join(escape(line) for line in lines) + "</p>")
+    return out
+
+
+def _reasons(doc: Mapping[str, Any]) -> list[str]:
+    if not doc.get("reasons"):
+        return []
+    parts = ["<h2>why decisions failed or were rejected</h2><table>",
+             _head(["kind", "decisions", "reason (an example)"])]
+    parts += [_row([r["kind"], str(r["count"]), r["example"]]) for r in doc["reasons"]]
+    return ["".join(parts) + "</table>"]
+
+
 def _disagreement_html(dis: Mapping[str, Any]) -> list[str]:
     def cell_row(cell: str, t: Mapping[str, Any]) -> str:
         return (f"<tr><td>{escape(cell)}</td><td>{t['both_answered']}</td>"
@@ -286,15 +312,12 @@ def render_html(
         for f in doc["diagnostics"]["flagged"])
     body = [
         f"<h1>dreads report: {escape(run['name'])}</h1>",
-        f'<p class="note">upstream {escape(str(run["upstream"]))}; {run["replicates"]} '
-        f"replicate(s); {doc['labelled']['questions']} question(s), "
-        f"{doc['labelled']['with_expected']} with an expected label"
-        + ("; figures are mean ± sd across replicates" if run["replicates"] > 1 else "")
-        + "</p>",
+        *_identity(doc),
         _plots(rows, calibrated),
         *_figure_sections(doc, flags),
         "<h2>diagnostics per cell</h2>", _diag_table(doc["diagnostics"]),
         f'<ul class="flags">{flagged}</ul>' if flagged else "",
+        *_reasons(doc),
         *(_against_section(doc) if doc["against"] else []),
     ]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"

@@ -101,8 +101,9 @@ def resolve_run(session: Session, ref: str) -> Run:
         run = session.get(Run, int(ref))
     if run is None:
         raise InputError(
-            f"no run named {ref!r} in this database; check the name with `dreads status` "
-            "and that DREADS_DATABASE_URL (or --db) points at the database the run was written to"
+            f"no run named {ref!r} in this database; `dreads runs` lists them (check that "
+            "--database-url / DREADS_DATABASE_URL points at the database the run was written "
+            "to)"
         )
     return run
 

@@ -6,38 +6,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from app.report.labels import (
+    CHOICE_COLUMNS,
+    NOUL_COLUMNS,
+    NOUL_RANK_COLUMNS,
+    NOUL_THRESHOLD_COLUMNS,
+    SCORE_COLUMNS,
+    column_titles,
+    run_identity,
+)
+
 __all__ = [
-    "CHOICE_COLUMNS",
-    "NOUL_COLUMNS",
-    "NOUL_RANK_COLUMNS",
-    "NOUL_THRESHOLD_COLUMNS",
-    "SCORE_COLUMNS",
-    "column_titles",
     "diagnostics_tables",
     "fmt",
     "pct",
+    "reasons_table",
     "report_view",
 ]
-
-#: figure name -> column title, in display order; the yes/no figures print as two tables
-NOUL_RANK_COLUMNS: dict[str, str] = {
-    "n": "n", "positives": "pos", "negatives": "neg", "auc": "AUC",
-    "top_share": "top {t}", "rank_median_pct": "median rank %", "rank_worst_pct": "worst rank %",
-}
-NOUL_THRESHOLD_COLUMNS: dict[str, str] = {
-    "recall": "recall >{r}", "fp_count": "FP >{f}", "fp_per_1000_neg": "FP/1k neg",
-    "fp_per_100_states": "FP/100 states", "referral_band": "band {r}-{f}", "ece": "ECE",
-    "brier": "Brier",
-}
-NOUL_COLUMNS = {**NOUL_RANK_COLUMNS, **NOUL_THRESHOLD_COLUMNS, "unanswered": "unanswered"}
-CHOICE_COLUMNS = {"n": "n", "accuracy": "accuracy", "log_loss": "log loss",
-                  "unanswered": "unans."}
-SCORE_COLUMNS = {"n": "n", "mae_level": "MAE level", "accuracy": "top-level acc.",
-                 "unanswered": "unans."}
-
 
 def fmt(value: Any, std: Any = None) -> str:
     """A figure as text: ints plain, floats to 4 significant digits, ``± std`` when given."""
@@ -51,12 +40,6 @@ def fmt(value: Any, std: Any = None) -> str:
         text = f"{value:.4g}"
     # A spread of exactly 0 (counts, or figures every replicate agrees on) is left out.
     return f"{text} ± {std:.2g}" if isinstance(std, float) and std != 0.0 else text
-
-
-def column_titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
-    """The column titles with the thresholds of ``params`` filled in."""
-    return [t.format(r=params["threshold_recall"], f=params["threshold_fp"],
-                     t=f"{params['top_share']:.0%}") for t in columns.values()]
 
 
 #: shares shown with their counts, as the field report does ("0.842 (64/76)")
@@ -85,7 +68,7 @@ def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str
     names = list(columns)
     for cell, block in section["cells"].items():
         mark = " [red]⚑[/red]" if flags and flags.get(cell) else ""
-        table.add_row(cell + mark, *_block_cells(block, names))
+        table.add_row(escape(cell) + mark, *_block_cells(block, names))
     table.add_row(Text("overall", style="bold"), *_block_cells(section["overall"], names))
     return table
 
@@ -111,7 +94,7 @@ def _calibration_table(doc: Mapping[str, Any]) -> Table:
     raw = doc["raw"]["calibration"]
     cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
     table = Table(title="calibration per question (yes/no)", title_justify="left")
-    names = ["question", "n", "pos", "ECE", "Brier", *(["ECE cal", "Brier cal"] if cal else [])]
+    names = ["question", "n", "yes", "ECE", "Brier", *(["ECE cal", "Brier cal"] if cal else [])]
     for name in names:
         table.add_column(name, justify="left" if name == "question" else "right")
     items = [*raw["questions"].items(), ("overall", raw["overall"])]
@@ -120,7 +103,8 @@ def _calibration_table(doc: Mapping[str, Any]) -> Table:
         if cal:
             cq = cal["overall"] if q == "overall" else cal["questions"][q]
             extra = [fmt(cq["ece"]), fmt(cq["brier"])]
-        table.add_row(q, fmt(c["n"]), fmt(c["positives"]), fmt(c["ece"]), fmt(c["brier"]),
+        table.add_row(escape(q), fmt(c["n"]), fmt(c["positives"]), fmt(c["ece"]),
+                      fmt(c["brier"]),
                       *extra)
     return table
 
@@ -144,11 +128,11 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
     for cell, d in rows:
         failures = ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"
         flags = ", ".join(d["flags"])
-        lost.add_row(cell, fmt(d["questions"]),
+        lost.add_row(escape(cell), fmt(d["questions"]),
                      f"{d['unanswered']} ({pct(d['unanswered_rate'])})", fmt(d["in_flight"]),
                      f"{d['failed_attempts']}/{d['attempts']}: {failures}",
                      Text(flags, style="bold red") if flags else "")
-        reads.add_row(cell, fmt(d["reads"]), pct(d["low_mass_share"]),
+        reads.add_row(escape(cell), fmt(d["reads"]), pct(d["low_mass_share"]),
                       pct(d["argmax_not_label_share"]), fmt(d["draws_mean"]),
                       ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
                       fmt(d["stderr"]["p50"]), fmt(d["stderr"]["p90"]))
@@ -160,9 +144,9 @@ def _confusion(conf: Mapping[str, Any]) -> Table:
                   caption="rows expected, columns answered", caption_justify="left")
     table.add_column("")
     for label in conf["labels"]:
-        table.add_column(label, justify="right")
+        table.add_column(escape(label), justify="right")
     for label, row in zip(conf["labels"], conf["matrix"], strict=True):
-        table.add_row(label, *(str(v) for v in row))
+        table.add_row(escape(label), *(str(v) for v in row))
     return table
 
 
@@ -255,19 +239,40 @@ def _compare_cells(kind: str, section: Mapping[str, Any], columns: Mapping[str, 
     for title in column_titles({n: columns[n] for n in names}, params):
         table.add_column(title, justify="right")
     for cell, pair in [*section["cells"].items(), ("overall", section["overall"])]:
-        table.add_row(cell, *(
+        table.add_row(escape(cell), *(
             f"{fmt(pair['a']['figures'].get(n))} | {fmt(pair['b']['figures'].get(n))} | "
             f"{fmt(pair['diff'].get(n))}" for n in names))
+    return table
+
+
+def _identity(doc: Mapping[str, Any]) -> list[RenderableType]:
+    run = doc["run"]
+    head = Text(f"run {run['name']}: {doc['labelled']['questions']} question(s), "
+                f"{doc['labelled']['with_expected']} with an expected label", style="bold")
+    parts: list[RenderableType] = [head]
+    if run.get("simulator"):
+        parts.append(Text("SIMULATOR: these answers come from dreads sim (synthetic logprobs), "
+                          "not from a model; the figures test the pipeline, not a model",
+                          style="bold yellow"))
+    parts += [Text(line) for line in run_identity(run)]
+    return parts
+
+
+def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> Table:
+    """Why decisions failed or were rejected, grouped and counted, with an example each."""
+    table = Table(title="why decisions failed or were rejected", title_justify="left")
+    table.add_column("kind")
+    table.add_column("decisions", justify="right")
+    table.add_column("reason (an example)", overflow="fold")
+    for r in reasons:
+        table.add_row(escape(r["kind"]), str(r["count"]), escape(r["example"]))
     return table
 
 
 def report_view(doc: Mapping[str, Any]) -> Group:
     """Everything ``dreads report`` prints without ``--json``."""
     run, params = doc["run"], doc["params"]
-    head = Text(f"run {run['name']} (upstream {run['upstream']}, {run['replicates']} "
-                f"replicate(s)): {doc['labelled']['questions']} question(s), "
-                f"{doc['labelled']['with_expected']} with an expected label", style="bold")
-    parts: list[RenderableType] = [head]
+    parts = _identity(doc)
     if run["replicates"] > 1:
         parts.append(Text("figures are mean ± standard deviation across replicates"))
     if not doc["labelled"]["with_expected"]:
@@ -276,6 +281,8 @@ def report_view(doc: Mapping[str, Any]) -> Group:
     flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
     parts += _typed_tables(doc, params, flags)
     parts += diagnostics_tables(doc["diagnostics"])
+    if doc.get("reasons"):
+        parts.append(reasons_table(doc["reasons"]))
     parts += _flag_lines(doc["diagnostics"])
     if doc["against"]:
         parts += _against_tables(doc, params)

@@ -1,53 +1,112 @@
-"""Run and check Alembic migrations from code (``dreads db upgrade``)."""
+"""Run and check Alembic migrations from code (``dreads db upgrade``).
+
+Checking the schema is on every command's path (``open_store``), so it does not load Alembic:
+the head revision is read from the migration files' ``revision`` / ``down_revision`` lines and
+the current one from ``alembic_version`` with one SELECT. Alembic itself is imported only to
+upgrade, or when the files do not show a single head.
+"""
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.errors import SchemaNotReady
-from app.store.db import make_engine, make_sessionmaker
+from app.errors import SchemaNotReady, StoreError
+from app.store.db import check_supported, make_engine, make_sessionmaker, opening_errors
+from app.store.urls import database_url, redacted, sqlite_path
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = ["alembic_config", "check_schema", "current_revision", "head_revision", "open_store",
-           "upgrade"]
+           "require_sqlite_file", "upgrade"]
 
 _MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*['\"]?([\w-]+|None)['\"]?",
+                       re.MULTILINE)
 
 
 def alembic_config(url: str) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 
-def head_revision(url: str) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+def head_revision(url: str | None = None) -> str | None:
+    """The revision the code needs (``url`` is not used: the migrations are the code's)."""
+    return _files_head() or _alembic_head()
+
+
+@lru_cache(maxsize=1)
+def _files_head() -> str | None:
+    """The single head of the migration files, or None when they do not show exactly one."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (_MIGRATIONS / "versions").glob("*.py"):
+        found = dict((k, v) for k, v in _REVISION.findall(path.read_text(encoding="utf-8")))
+        if "revision" not in found:
+            return None
+        revisions.add(found["revision"])
+        parents.add(found.get("down_revision", "None"))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _alembic_head() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The schema revision recorded in the database (None: no dreads schema)."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        try:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except DBAPIError:
+            if not _has_version_table(conn):
+                return None
+            raise
+
+
+def _has_version_table(conn: object) -> bool:
+    from sqlalchemy import inspect
+
+    return bool(inspect(conn).has_table("alembic_version"))
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    """Create the schema or bring it to ``revision``.
+
+    Raises:
+        StoreError: the database cannot be opened (one line saying what to check).
+    """
+    from alembic import command
+
+    url = database_url(url)
+    check_supported(url)
+    with opening_errors(url):
+        command.upgrade(alembic_config(url), revision)
 
 
 def check_schema(engine: Engine) -> None:
     """Raise SchemaNotReady with the command to run when the schema is missing or behind."""
-    url = engine.url.render_as_string(hide_password=False)
-    head = head_revision(url)
+    url = engine.url.render_as_string(hide_password=True)
+    head = head_revision()
     current = current_revision(engine)
     if current is None:
         raise SchemaNotReady(
-            f"the database at {engine.url!r} has no dreads schema; "
+            f"the database at {url} has no dreads schema; "
             "run `dreads db upgrade` (same DREADS_DATABASE_URL) first"
         )
     if current != head:
@@ -58,15 +117,39 @@ def check_schema(engine: Engine) -> None:
 
 
 def open_store(url: str) -> sessionmaker[Session]:
-    """A session factory on ``url`` once its schema is at head.
+    """A session factory on ``url`` once its schema is at head. A SQLite file that does not
+    exist is not created (a typo in a path must not leave an empty database behind).
 
     Raises:
         SchemaNotReady: the schema is missing or behind (its engine is disposed).
+        StoreError: the database cannot be opened; the message says what to check.
     """
+    url = database_url(url)
+    require_sqlite_file(url)
     engine = make_engine(url)
     try:
-        check_schema(engine)
-    except SchemaNotReady:
+        with opening_errors(url):
+            check_schema(engine)
+    except StoreError:
         engine.dispose()
         raise
     return make_sessionmaker(engine)
+
+
+def require_sqlite_file(url: str) -> None:
+    """Refuse a SQLite URL whose file does not exist (rather than create an empty one).
+
+    Raises:
+        SchemaNotReady: the file, or its directory, does not exist.
+    """
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return
+    if path.parent.is_dir():
+        raise SchemaNotReady(
+            f"no dreads database at {str(path)!r} (the file does not exist): `dreads db "
+            "upgrade` creates one (`dreads run FILE` does it for you), or point --database-url "
+            "/ DREADS_DATABASE_URL at yours")
+    raise SchemaNotReady(f"no dreads database at {str(path)!r}: the directory "
+                         f"{str(path.parent)!r} does not exist; check --database-url / "
+                         f"DREADS_DATABASE_URL ({redacted(url)})")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,8 +28,10 @@ from app.store.runs import ACTIVE, RunInfo, run_info
 __all__ = [
     "ANSWER_FIELDS",
     "CellStats",
+    "ReasonGroup",
     "RunOverview",
     "RunStatusReport",
+    "failure_reasons",
     "iter_export",
     "list_runs",
     "question_ids",
@@ -91,12 +94,32 @@ class CellStats:
 
 
 @dataclass(frozen=True)
+class ReasonGroup:
+    """Decisions that failed or were rejected for one reason (numbers aside), with an example.
+
+    ``prompt of 2,949,288 tokens, max context 8192`` and ``prompt of 10,007 tokens, max context
+    8192`` are one group: the reasons are compared with their numbers blanked out."""
+
+    kind: str
+    count: int
+    example: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "count": self.count, "example": self.example}
+
+
+@dataclass(frozen=True)
 class RunStatusReport:
     run: RunInfo
     counts: dict[str, int]
     cells: list[CellStats]
     finished_1m: int
     finished_5m: int
+    #: seconds of each window the run was working in (shorter than the window when the run
+    #: started or resumed within it), for the rate
+    active_1m_s: float = 60.0
+    active_5m_s: float = 300.0
+    reasons: list[ReasonGroup] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -108,8 +131,9 @@ class RunStatusReport:
 
     @property
     def rate_per_s(self) -> float:
-        """Decisions finished per second over the last 5 minutes (1 minute when busier)."""
-        return max(self.finished_1m / 60.0, self.finished_5m / 300.0)
+        """Decisions finished per second of work over the last 5 minutes (the last minute when
+        busier); a run that started 10 s ago is measured over those 10 s, not over 60."""
+        return max(self.finished_1m / self.active_1m_s, self.finished_5m / self.active_5m_s)
 
     @property
     def eta_s(self) -> float | None:
@@ -122,7 +146,8 @@ class RunStatusReport:
                 "counts": dict(sorted(self.counts.items())), "remaining": self.remaining,
                 "finished_last_1m": self.finished_1m, "finished_last_5m": self.finished_5m,
                 "rate_per_s": round(self.rate_per_s, 3), "eta_s": self.eta_s,
-                "cells": [c.as_dict() for c in self.cells]}
+                "cells": [c.as_dict() for c in self.cells],
+                "reasons": [r.as_dict() for r in self.reasons]}
 
 
 def _cell_key(cell: str | None) -> str:
@@ -142,10 +167,13 @@ def run_status(session: Session, run: RunInfo, *, now: datetime | None = None) -
     _fill_failures(session, run.id, cell)
     finished_1m, finished_5m = _finished_since(
         session, run.id, now - timedelta(minutes=1), now - timedelta(minutes=5))
+    active_1m, active_5m = _active_spans(session, run.id, now, (60.0, 300.0))
     return RunStatusReport(
         run=run, counts=status_counts(session, run.id),
         cells=[cells[k] for k in sorted(cells)],
         finished_1m=finished_1m, finished_5m=finished_5m,
+        active_1m_s=active_1m, active_5m_s=active_5m,
+        reasons=failure_reasons(session, run.id),
     )
 
 
@@ -189,6 +217,57 @@ def _finished_since(session: Session, run_id: int, *since: datetime) -> tuple[in
     stmt = select(*(func.sum(case((Decision.finished_at >= t, 1), else_=0)) for t in since)
                   ).where(Decision.run_id == run_id, Decision.status == DecisionStatus.DONE)
     return tuple(int(n or 0) for n in session.execute(stmt).one())
+
+
+#: the shortest span a rate is measured over (a first burst of answers is not a rate)
+_MIN_SPAN_S = 1.0
+
+
+def _active_spans(session: Session, run_id: int, now: datetime,
+                  windows: Sequence[float]) -> tuple[float, ...]:
+    """For each window (seconds back from ``now``): how long the run has been working in it,
+    from the start of the earliest attempt that ended in the window (the window itself when
+    the run worked all through it)."""
+    began = func.coalesce(Attempt.started_at, Attempt.ended_at)
+    since = [now - timedelta(seconds=w) for w in windows]
+    stmt = select(*(func.min(case((Attempt.ended_at >= t, began), else_=None)) for t in since)
+                  ).where(Attempt.run_id == run_id)
+    spans = []
+    for window, first in zip(windows, session.execute(stmt).one(), strict=True):
+        start = _aware(first)
+        span = window if start is None else min(window, (now - start).total_seconds())
+        spans.append(max(span, _MIN_SPAN_S))
+    return tuple(spans)
+
+
+def _aware(value: Any) -> datetime | None:
+    """A timestamp read back from SQL as an aware UTC datetime (SQLite returns naive ones, or
+    text from an aggregate)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+_NUMBER = re.compile(r"\d[\d,._]*")
+
+
+def failure_reasons(session: Session, run_id: int, *, limit: int = 10) -> list[ReasonGroup]:
+    """Why decisions ended failed or rejected, grouped by kind and reason (numbers blanked),
+    most frequent first, each with one example message."""
+    stmt = (select(Decision.last_error_kind, Decision.last_error, func.count())
+            .where(Decision.run_id == run_id,
+                   Decision.status.in_((DecisionStatus.FAILED, DecisionStatus.REJECTED)))
+            .group_by(Decision.last_error_kind, Decision.last_error))
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for kind, error, n in session.execute(stmt):
+        text = (error or "no reason recorded").strip()
+        key = (kind or "unknown", _NUMBER.sub("#", text))
+        group = groups.setdefault(key, [0, text])
+        group[0] += int(n)
+    ranked = sorted(groups.items(), key=lambda item: (-item[1][0], item[0]))
+    return [ReasonGroup(kind, count, example) for (kind, _), (count, example) in ranked[:limit]]
 
 
 @dataclass(frozen=True)

@@ -149,9 +149,39 @@ def test_a_body_that_is_not_json_lines_is_refused_with_what_to_send(local: Serve
                           headers={"content-type": "application/xml"})
     assert response.status_code == 415
     assert "application/x-ndjson" in response.json()["detail"]["message"]
-    latin = submit(local, '{"id": "caf\u00e9"}\n'.encode("latin-1"), run="latin")
-    assert latin.status_code == 400
-    assert "not UTF-8" in latin.json()["detail"]["message"]
+    empty = submit(local, b"\n  \n", run="empty")
+    assert empty.status_code == 400 and "no decisions" in empty.json()["detail"]["message"]
+    assert httpx.get(f"{local.url}/v1/runs/empty").status_code == 404
+
+
+def test_a_line_that_is_not_utf8_is_a_bad_line_and_the_good_lines_run(
+        local: ServeProcess) -> None:
+    lines = SMALL.read_bytes().splitlines(keepends=True)
+    latin = '{"id": "caf\u00e9", "state": "x"}\n'.encode("latin-1")
+    body = b"".join(lines[:2]) + latin + b"".join(lines[2:])
+    response = submit(local, body, run="latin")
+    assert response.status_code == 201, response.text
+    report = response.json()
+    assert report["valid"] == 5 and report["inserted"] == 5
+    [bad] = report["bad_lines"]
+    assert bad["line"] == 3 and "not UTF-8" in bad["reason"]
+    assert f"offset {len(lines[0]) + len(lines[1]) + 11} of the file" in bad["reason"]
+    only_bad = submit(local, latin, run="all-bad")
+    assert only_bad.status_code == 400
+    assert only_bad.json()["detail"]["report"]["bad_lines"][0]["line"] == 1
+    assert httpx.get(f"{local.url}/v1/runs/all-bad").status_code == 404
+
+
+def test_delete_removes_a_run_and_cancel_says_what_was_in_flight(local: ServeProcess) -> None:
+    assert submit(local, SMALL.read_bytes(), run="gone").status_code == 201
+    wait_finished(local, "gone")
+    cancelled = httpx.post(f"{local.url}/v1/runs/gone/cancel", timeout=10.0).json()
+    assert cancelled == {"run": "gone", "cancelled": 0, "in_flight": 0}
+    deleted = httpx.delete(f"{local.url}/v1/runs/gone", timeout=10.0)
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json()["deleted"]["decisions"] == 5
+    assert httpx.get(f"{local.url}/v1/runs/gone").status_code == 404
+    assert httpx.delete(f"{local.url}/v1/runs/gone").status_code == 404
 
 
 # -- durability: a killed server, then resume ------------------------------------------------

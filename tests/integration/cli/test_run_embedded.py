@@ -28,7 +28,7 @@ def test_run_small_example_with_sim(dreads: Dreads, tmp_path: Path) -> None:
     assert result.code == 0, result.stderr
     assert "SIMULATOR" in result.stderr and "small.key.jsonl" in result.stderr
     assert "done 5" in result.stdout and "headline figures" in result.stdout
-    assert "auc" in result.stdout
+    assert "AUC" in result.stdout and "recall >0.30" in result.stdout
     assert sqlite_rows(db, BY_STATUS) == [("done", 5)]
     again = dreads("run", str(ROOT / "examples" / "small.jsonl"), "--upstream", "sim",
                    "--db", str(db), "--json")

@@ -115,7 +115,7 @@ def test_cancel(dreads: Dreads, cli_pg: str, cli_redis: RedisServer, tmp_path: P
     assert dreads("submit", str(path), "--run", "cx", "--database-url", cli_pg,
                   "--broker", cli_redis.url).code == 0
     result = dreads("cancel", "cx", "--database-url", cli_pg)
-    assert result.code == 0 and "2 unfinished" in result.stdout
+    assert result.code == 0 and "2 decision(s) not started are cancelled" in result.stdout
     doc = dreads("status", "cx", "--json", "--database-url", cli_pg).json()
     assert doc["status"] == "cancelled" and doc["counts"] == {"cancelled": 2}
     again = dreads("resume", "cx", "--database-url", cli_pg, "--broker", cli_redis.url)

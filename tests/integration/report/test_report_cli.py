@@ -104,8 +104,9 @@ def test_rich_output_shows_figures_cells_and_flags(report_db: DB) -> None:
         _squashed_run(session, "flagged", seed=4, n=600, outlier=25)
     code, out = _cli(url, "report", "flagged")
     assert code == 0, out
-    for text in ("yes/no per cell", "wording-a", "wording-b", "AUC", "recall >0.3",
-                 "unanswered and failures per cell", "calibration per question", "FP >0.7"):
+    for text in ("yes/no per cell", "wording-a", "wording-b", "AUC", "recall >0.30",
+                 "unanswered and failures per cell", "calibration per question",
+                 "false pos. >0.70"):
         assert text in out, text
     assert re.search(r"⚑ cell 'wording-b': unanswered 25/300", out)
     assert "wording-a'" not in out  # the cell doing better than the rest is not flagged
@@ -196,5 +197,5 @@ def test_run_without_expected_labels_still_reports_diagnostics(report_db: DB) ->
 def test_unreachable_database_says_what_to_check(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"
     code, out = _cli(url, "report", "r")
-    assert code == 1
+    assert code == 2  # a database that is not there is the user's to fix
     assert "check --database-url / DREADS_DATABASE_URL" in " ".join(out.split())

@@ -1,0 +1,125 @@
+"""Run administration: cancel what has not started (saying what is still in flight), delete a
+run with everything it recorded, and drop the run a file of only bad lines created.
+
+Repositories flush, never commit: the caller's ``session_scope`` owns the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, Run, RunStatus
+
+__all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "delete_run",
+           "discard_empty_run", "run_contents"]
+
+_NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What ``cancel`` did: decisions cancelled, and those a worker holds now (they finish
+    and keep their answers, or are left pending if their worker fails)."""
+
+    cancelled: int
+    in_flight: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _live_lease(now: datetime) -> Any:
+    return and_(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at >= now)
+
+
+def cancel_not_started(session: Session, run_id: int, *, now: datetime | None = None
+                       ) -> CancelOutcome:
+    """Mark the run cancelled (workers take none of its decisions from now on) and cancel its
+    decisions no worker holds: pending, queued, and leased with an expired lease."""
+    now = now or datetime.now(UTC)
+    session.execute(update(Run).where(Run.id == run_id).values(status=RunStatus.CANCELLED))
+    dead_lease = and_(Decision.status == DecisionStatus.LEASED,
+                      Decision.lease_expires_at < now)
+    result = session.execute(
+        update(Decision)
+        .where(Decision.run_id == run_id,
+               or_(Decision.status.in_(_NOT_STARTED), dead_lease))
+        .values(status=DecisionStatus.CANCELLED, lease_owner=None, lease_token=None,
+                lease_expires_at=None, finished_at=now)
+        .execution_options(synchronize_session=False))
+    in_flight = session.scalar(select(func.count()).where(Decision.run_id == run_id,
+                                                          _live_lease(now)))
+    return CancelOutcome(cancelled=int(getattr(result, "rowcount", 0) or 0),
+                         in_flight=int(in_flight or 0))
+
+
+@dataclass(frozen=True)
+class RunContents:
+    """What deleting a run removes, and what is still running."""
+
+    decisions: int
+    answers: int
+    attempts: int
+    draws: int
+    in_flight: int  #: decisions a worker holds now (a live lease)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _count(session: Session, model: Any, run_id: int) -> int:
+    if model is Draw:
+        stmt = select(func.count(Draw.id)).join(Decision, Decision.id == Draw.decision_id)
+        return int(session.scalar(stmt.where(Decision.run_id == run_id)) or 0)
+    return int(session.scalar(select(func.count()).where(model.run_id == run_id)) or 0)
+
+
+def run_contents(session: Session, run_id: int, *, now: datetime | None = None) -> RunContents:
+    """Counts of what the run holds (for the confirmation before ``delete_run``)."""
+    now = now or datetime.now(UTC)
+    in_flight = session.scalar(select(func.count()).where(Decision.run_id == run_id,
+                                                          _live_lease(now)))
+    return RunContents(decisions=_count(session, Decision, run_id),
+                       answers=_count(session, Answer, run_id),
+                       attempts=_count(session, Attempt, run_id),
+                       draws=_count(session, Draw, run_id), in_flight=int(in_flight or 0))
+
+
+def delete_run(session: Session, run_id: int) -> None:
+    """Delete the run and everything it recorded (answers, draws, attempts, decisions)."""
+    decisions = select(Decision.id).where(Decision.run_id == run_id).scalar_subquery()
+    session.execute(delete(Answer).where(Answer.run_id == run_id))
+    session.execute(delete(Draw).where(Draw.decision_id.in_(decisions)))
+    session.execute(delete(Attempt).where(Attempt.run_id == run_id))
+    session.execute(delete(Decision).where(Decision.run_id == run_id))
+    session.execute(delete(Run).where(Run.id == run_id))
+
+
+class _Submitted(Protocol):
+    """What ``discard_empty_run`` reads of a submit report (``app.producer.SubmitReport``)."""
+
+    run: Any
+    created: bool
+    inserted: int
+
+
+def discard_empty_run(factory: sessionmaker[Session], report: _Submitted) -> bool:
+    """A file of only bad lines creates no run: delete the run this submission created if it
+    holds no decision (submit streams, so the run exists before the first line is read), and
+    say so in ``report`` (its run None). True when it was discarded."""
+    if not report.created or report.run is None or report.inserted:
+        return False
+    from app.store.db import session_scope
+
+    with session_scope(factory) as session:
+        left = session.scalar(select(func.count()).where(Decision.run_id == report.run.id))
+        if left:
+            return False
+        delete_run(session, report.run.id)
+    report.run, report.created = None, False
+    return True

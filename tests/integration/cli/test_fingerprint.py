@@ -1,0 +1,88 @@
+"""The server fingerprint of a run: recorded at the first contact with a server when ``submit``
+could not reach it (or the run came over HTTP), never by ``resume --dry-run``; and ``resume``
+checks the server the user points it at (``--upstream``, else ``DREADS_UPSTREAM``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from app.engine import ReadSettings, settings_hash, settings_to_dict
+from app.runner import run_chunk
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.models import Run
+from app.store.runs import DecisionRow, ensure_run, insert_decisions
+from app.upstream.tokenizer import load_tokenizer
+from app.upstream.vllm import VllmUpstream
+from tests.fixtures.runs_cli import CliResult, job_line, sqlite_rows, write_jobs
+from tests.fixtures.services import RedisServer, free_port
+
+Dreads = Callable[..., CliResult]
+
+
+def _fingerprint(db: Path, run: str) -> Any:
+    import orjson
+
+    (raw,) = sqlite_rows(db, f"SELECT fingerprint FROM runs WHERE name = '{run}'")[0]
+    return orjson.loads(raw) if isinstance(raw, str) else raw
+
+
+async def test_the_first_chunk_records_the_fingerprint_of_a_run_without_one(
+        make_database: Callable[..., str], make_sim: Callable[..., Any]) -> None:
+    sim = make_sim()
+    engine = make_engine(make_database("sqlite"))
+    factory = make_sessionmaker(engine)
+    settings = ReadSettings()
+    payload = {"state": "s", "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
+    with session_scope(factory) as session:
+        run, _ = ensure_run(session, name="http", settings=settings_to_dict(settings),
+                            settings_hash=settings_hash(settings), upstream=sim.url,
+                            engine="vllm", source=None, replicates=1, fingerprint=None)
+        ids = [rid for rid, _ in insert_decisions(session, run.id, [DecisionRow(
+            key="d", replicate=0, cell=None, line_no=1, payload=payload, n_questions=1)])]
+    upstream = VllmUpstream(sim.url, model="dgemma", canvas_length=320, retries=0)
+    try:
+        result = await run_chunk(run_id=run.id, decision_ids=ids, session_factory=factory,
+                                 upstream=upstream, tokenizer=load_tokenizer("standin"),
+                                 owner="test", lease_s=30, max_in_flight=4)
+    finally:
+        await upstream.aclose()
+    with session_scope(factory) as session:
+        fingerprint = session.scalar(select(Run.fingerprint).where(Run.id == run.id))
+    engine.dispose()
+    assert result.done == 1
+    assert fingerprint is not None
+    assert (fingerprint["engine"], fingerprint["model_id"], fingerprint["canvas_length"]) == \
+        ("sim", "dgemma", 320)
+
+
+def test_resume_dry_run_changes_nothing_and_resume_checks_dreads_upstream(
+        dreads: Dreads, make_sim: Callable[..., Any], cli_redis: RedisServer,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "fp.db"
+    path = write_jobs(tmp_path / "j.jsonl", [job_line(f"f{i}") for i in range(3)])
+    assert dreads("db", "upgrade", "--database-url", str(db)).code == 0
+    gone = f"http://127.0.0.1:{free_port()}"  # the server the run was submitted against
+    submitted = dreads("submit", str(path), "--run", "moved", "--upstream", gone,
+                       "--database-url", str(db), "--broker", cli_redis.url)
+    assert submitted.code == 0, submitted.stderr
+    assert "fingerprint is recorded at the first worker contact" in " ".join(
+        submitted.stderr.split())
+    assert _fingerprint(db, "moved") is None
+
+    sim = make_sim()  # the server moved: a restarted pod has a new address
+    monkeypatch.setenv("DREADS_UPSTREAM", sim.url)
+    dry = dreads("resume", "moved", "--dry-run", "--database-url", str(db))
+    assert dry.code == 0, dry.stderr
+    assert "would be recorded: dgemma" in dry.stdout and "nothing changed" in dry.stdout
+    assert _fingerprint(db, "moved") is None  # a dry run writes nothing
+
+    resumed = dreads("resume", "moved", "--database-url", str(db))
+    assert resumed.code == 0, resumed.stderr
+    assert (_fingerprint(db, "moved") or {}).get("engine") == "sim"
+    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == \
+        [("done", 3)]

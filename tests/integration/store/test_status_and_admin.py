@@ -1,0 +1,130 @@
+"""What ``status``, ``cancel`` and ``delete`` tell a user, on real PostgreSQL and SQLite: the
+rate over the time the run has actually worked, the reasons decisions failed, what a cancel
+left in flight, and a delete that removes everything of one run and nothing of another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.engine import ReadSettings, settings_hash, settings_to_dict
+from app.store.admin import cancel_not_started, delete_run, run_contents
+from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.models import Attempt, Decision, Run
+from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions, require_run
+from app.store.views import failure_reasons, run_status
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def factory(request: pytest.FixtureRequest,
+            make_database: Callable[..., str]) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(make_database(request.param))
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+def _run(factory: sessionmaker[Session], name: str, n: int) -> tuple[RunInfo, list[int]]:
+    settings = ReadSettings()
+    payload = {"state": "s", "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
+    with session_scope(factory) as session:
+        run, _ = ensure_run(session, name=name, settings=settings_to_dict(settings),
+                            settings_hash=settings_hash(settings), upstream="http://x",
+                            engine="vllm", source=None, replicates=1, fingerprint=None)
+        rows = [DecisionRow(key=f"{name}{i}", replicate=0, cell="c", line_no=i + 1,
+                            payload=payload, n_questions=1) for i in range(n)]
+        ids = sorted(rid for rid, _ in insert_decisions(session, run.id, rows))
+    return run, ids
+
+
+def _finish(factory: sessionmaker[Session], run: RunInfo, ids: list[int], *,
+            started: datetime, spread_s: float) -> None:
+    """Each decision done, its attempt started at ``started`` + i * spread / n."""
+    with session_scope(factory) as session:
+        for i, did in enumerate(ids):
+            at = started + timedelta(seconds=spread_s * (i + 1) / len(ids))
+            session.execute(insert(Attempt).values(
+                run_id=run.id, decision_id=did, outcome="ok", won=True, n_reads=1,
+                started_at=at - timedelta(seconds=0.1), ended_at=at))
+            session.execute(update(Decision).where(Decision.id == did)
+                            .values(status="done", finished_at=at))
+
+
+@pytest.mark.parametrize(("total", "done", "ran_s", "finished", "rate", "eta_s"), [
+    # 100 decisions in the 10 s a young run has run: 10/s, not 100 / 60 s = 1.67/s
+    (600, 100, 10.0, (100, 100), 10.0, 50.0),
+    # a run busy for 10 minutes is measured over the whole window
+    (700, 600, 600.5, (60, 300), 1.0, 100.0),
+])
+def test_the_rate_counts_the_seconds_the_run_has_worked(
+        factory: sessionmaker[Session], total: int, done: int, ran_s: float,
+        finished: tuple[int, int], rate: float, eta_s: float) -> None:
+    run, ids = _run(factory, "r", total)
+    _finish(factory, run, ids[:done], started=NOW - timedelta(seconds=ran_s),
+            spread_s=round(ran_s))
+    with session_scope(factory) as session:
+        report = run_status(session, require_run(session, "r"), now=NOW)
+    assert (report.finished_1m, report.finished_5m) == finished
+    assert report.rate_per_s == pytest.approx(rate, rel=0.05)
+    assert report.eta_s == pytest.approx(eta_s, rel=0.05)
+
+
+def test_failure_reasons_are_grouped_with_their_numbers_aside(
+        factory: sessionmaker[Session]) -> None:
+    run, ids = _run(factory, "why", 6)
+    reasons = ["prompt of 2,949,288 tokens, max context 8192",
+               "prompt of 10,007 tokens, max context 8192",
+               "prompt of 9,000 tokens, max context 8192",
+               "label 'maybe' is 2 tokens"]
+    with session_scope(factory) as session:
+        for did, reason in zip(ids, reasons, strict=False):
+            session.execute(update(Decision).where(Decision.id == did).values(
+                status="rejected", last_error_kind="bad_request", last_error=reason))
+        session.execute(update(Decision).where(Decision.id == ids[4]).values(
+            status="failed", last_error_kind="timeout", last_error="no answer in 60 s"))
+        groups = failure_reasons(session, run.id)
+        report = run_status(session, require_run(session, "why"), now=NOW)
+    assert [(g.kind, g.count) for g in groups] == [("bad_request", 3), ("bad_request", 1),
+                                                   ("timeout", 1)]
+    assert groups[0].example in reasons[:3]
+    assert report.as_dict()["reasons"][0]["count"] == 3
+
+
+def test_cancel_says_what_it_cancelled_and_what_was_in_flight(
+        factory: sessionmaker[Session]) -> None:
+    run, ids = _run(factory, "stop", 10)
+    with session_scope(factory) as session:
+        session.execute(update(Decision).where(Decision.id.in_(ids[:3])).values(
+            status="leased", lease_token="t", lease_expires_at=datetime.now(UTC)
+            + timedelta(minutes=2)))
+        session.execute(update(Decision).where(Decision.id == ids[3]).values(
+            status="leased", lease_token="t", lease_expires_at=datetime.now(UTC)
+            - timedelta(minutes=2)))  # its worker is gone: nobody will finish it
+        session.execute(update(Decision).where(Decision.id == ids[4]).values(status="done"))
+        outcome = cancel_not_started(session, run.id)
+    assert (outcome.cancelled, outcome.in_flight) == (6, 3)
+    with session_scope(factory) as session:
+        report = run_status(session, require_run(session, "stop"), now=NOW)
+    assert report.counts == {"cancelled": 6, "leased": 3, "done": 1}
+    assert report.run.status == "cancelled"
+
+
+def test_delete_removes_one_run_and_everything_it_recorded(
+        factory: sessionmaker[Session]) -> None:
+    gone, gone_ids = _run(factory, "gone", 5)
+    kept, kept_ids = _run(factory, "kept", 4)
+    _finish(factory, gone, gone_ids, started=NOW, spread_s=5)
+    _finish(factory, kept, kept_ids, started=NOW, spread_s=5)
+    with session_scope(factory) as session:
+        contents = run_contents(session, gone.id)
+        delete_run(session, gone.id)
+    assert (contents.decisions, contents.attempts, contents.in_flight) == (5, 5, 0)
+    with session_scope(factory) as session:
+        assert session.scalars(select(Run.name)).all() == ["kept"]
+        assert session.scalar(select(func.count()).select_from(Decision)) == 4
+        assert session.scalar(select(func.count()).select_from(Attempt)) == 4
