@@ -46,7 +46,7 @@ from app.store.db import disposing, make_engine, make_sessionmaker, session_scop
 from app.store.migrate import upgrade
 from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
 from app.store.queue import claimable, sweep, utcnow
-from app.store.runs import RunInfo, require_run
+from app.store.runs import RunInfo
 from app.upstream.base import Upstream
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
     "draws_used",
     "embedded_lock",
     "execute_run",
-    "load_run",
     "open_sqlite",
     "reclaim_dead_leases",
     "release_own_leases",
@@ -364,6 +363,3 @@ def draws_used(session: Session, run_id: int) -> dict[str, Any]:
     return {"draw_rows": int(reads), "mean_draws_per_answer": float(mean or 0.0)}
 
 
-def load_run(factory: sessionmaker[Session], name: str) -> RunInfo:
-    with session_scope(factory) as session:
-        return require_run(session, name)

@@ -547,13 +547,17 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
                    timeout_s=env.read_timeout_s, retries=env.read_retries)
 
 
+#: The run's tokenizer, or what loads it: loaded only once the server answered.
+ProbeTokenizer = TextTokenizer | Callable[[], TextTokenizer]
+
+
 def fetch_fingerprint(
     url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None,
-    tokenizer: TextTokenizer | None = None,
+    tokenizer: ProbeTokenizer | None = None,
 ) -> tuple[ServerFingerprint | None, str | None]:
     """The upstream's fingerprint, or (None, why) when it cannot be reached now. With the run's
-    ``tokenizer``, one probe read at the run's full canvas width proves the served canvas
-    (``/v1/models`` does not report it).
+    ``tokenizer`` (or a loader of it, called only when the server answered), one probe read at
+    the run's full canvas width proves the served canvas (``/v1/models`` does not report it).
 
     Raises:
         UpstreamRejected: it answers but serves another model than ``settings.model``.
@@ -566,7 +570,8 @@ def fetch_fingerprint(
         try:
             fingerprint = await asyncio.wait_for(upstream.fingerprint(), timeout_s)
             if tokenizer is not None:
-                await _probe_canvas(upstream, settings, tokenizer, timeout_s)
+                loaded = tokenizer() if callable(tokenizer) else tokenizer
+                await _probe_canvas(upstream, settings, loaded, timeout_s)
             return fingerprint
         finally:
             await upstream.aclose()
@@ -650,7 +655,7 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
 
 def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
                  settings: ReadSettings, *, force: bool, engine: Any = None,
-                 tokenizer: TextTokenizer | None = None, dry_run: bool = False) -> str | None:
+                 tokenizer: ProbeTokenizer | None = None, dry_run: bool = False) -> str | None:
     """Refuse a server whose model or canvas differs from the run's, or that refuses a read at
     the run's canvas width (with ``tokenizer``, the run's), unless ``force`` (a run whose reads
     are narrower than its canvas may go on); record the fingerprint when the run has none yet

@@ -119,10 +119,10 @@ def run(
     command again after Ctrl-C or a crash and it continues where it stopped. Then: [bold]dreads
     report RUN --html report.html[/bold].
     """
-    from app.embedded import load_run
     from app.jobfile import check_job_file
     from app.producer import SubmitRequest, submit_job
     from app.store.admin import discard_empty_run
+    from app.store.runs import load_run
 
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
                            canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,

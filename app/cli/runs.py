@@ -243,10 +243,10 @@ def resume(
     SQLite store (the embedded mode) the decisions are run here, in this process.
     """
     from app.config import get_settings
-    from app.embedded import load_run
     from app.engine import AnswerBy
-    from app.producer import check_resume_settings, check_server, resume_run
+    from app.producer import ResumeReport, check_resume_settings, check_server, resume_run
     from app.publish import make_sender
+    from app.store.runs import load_run
     from app.sweeper import sweep_for
     from app.upstream.tokenizer import load_tokenizer
 
@@ -261,11 +261,17 @@ def resume(
         info = load_run(factory, run)
         settings = check_resume_settings(info, given)
         info = info if dry_run else _take_budget(factory, info, settings)
+        if _settled(factory, info, retry_failed):  # nothing to publish, repair or check
+            report = ResumeReport(run=info.name, dry_run=dry_run, before=dict.fromkeys(
+                ("expired_leases", "failed", "pending", "stale_queued"), 0),
+                server_note="every decision is settled: nothing to resume")
+            _print_resume(report, json_out)
+            return
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
         server = upstream_url(upstream, info)
         note = None if settings.answer_by is not AnswerBy.READS else check_server(
             factory, info, server, settings, force=force, engine=choice,
-            tokenizer=load_tokenizer(settings.tokenizer), dry_run=dry_run)
+            tokenizer=lambda: load_tokenizer(settings.tokenizer), dry_run=dry_run)
         if url.startswith("sqlite") and not dry_run:
             from app.cli.run import resume_embedded
 
@@ -278,10 +284,22 @@ def resume(
                                 retry_failed=retry_failed, dry_run=dry_run,
                                 requeue_after_s=get_settings().requeue_after_s)
         report.server_note = note
+    _print_resume(report, json_out)
+
+
+def _print_resume(report: Any, json_out: bool) -> None:
     if json_out:
         console.print_json(render.json_text(report.as_dict()))
     else:
         render.resume_report(report)
+
+
+def _settled(factory: sessionmaker[Session], info: RunInfo, retry_failed: bool) -> bool:
+    from app.store.db import session_scope
+    from app.store.views import is_settled
+
+    with session_scope(factory) as session:
+        return is_settled(session, info.id, count_failed=retry_failed)
 
 
 def _take_budget(factory: sessionmaker[Session], info: RunInfo,

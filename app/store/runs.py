@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from sqlalchemy import insert, select, update
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ServerFingerprint
 from app.errors import InputError, RunSettingsMismatch
@@ -32,6 +32,7 @@ __all__ = [
     "existing_lines",
     "find_run",
     "insert_decisions",
+    "load_run",
     "open_runs",
     "pending_ids",
     "record_fingerprint",
@@ -90,6 +91,14 @@ def _run_named(session: Session, name: str) -> Run | None:
 def find_run(session: Session, name: str) -> RunInfo | None:
     run = _run_named(session, name)
     return run_info(run) if run is not None else None
+
+
+def load_run(factory: sessionmaker[Session], name: str) -> RunInfo:
+    """``require_run`` in a transaction of its own."""
+    from app.store.db import session_scope
+
+    with session_scope(factory) as session:
+        return require_run(session, name)
 
 
 def require_run(session: Session, name: str) -> RunInfo:

@@ -32,6 +32,7 @@ __all__ = [
     "RunOverview",
     "RunStatusReport",
     "failure_reasons",
+    "is_settled",
     "iter_export",
     "list_runs",
     "question_ids",
@@ -343,6 +344,16 @@ def _export_record(rows: Sequence[Any]) -> dict[str, Any]:
     return {"id": first.key, "cell": first.cell, "replicate": first.replicate,
             "status": first.status, "error_kind": first.last_error_kind,
             "error": first.last_error, "answers": answers}
+
+
+def is_settled(session: Session, run_id: int, *, count_failed: bool) -> bool:
+    """No decision of the run is pending, queued or leased (nor failed, with
+    ``count_failed``): resume has nothing to publish or repair. One probe of the open-rows
+    index."""
+    statuses = _OPEN if count_failed else ACTIVE
+    stmt = select(Decision.id).where(Decision.run_id == run_id,
+                                     Decision.status.in_(statuses)).limit(1)
+    return session.execute(stmt).first() is None
 
 
 def resume_preview(
