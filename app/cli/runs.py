@@ -247,7 +247,7 @@ def resume(
     from app.producer import ResumeReport, check_resume_settings, check_server, resume_run
     from app.publish import make_sender
     from app.store.runs import load_run
-    from app.sweeper import sweep_for
+    from app.sweeper import SweepReport, sweep_for
     from app.upstream.tokenizer import load_tokenizer
 
     given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
@@ -264,6 +264,7 @@ def resume(
         if _settled(factory, info, retry_failed):  # nothing to publish, repair or check
             report = ResumeReport(run=info.name, dry_run=dry_run, before=dict.fromkeys(
                 ("expired_leases", "failed", "pending", "stale_queued"), 0),
+                sweep=None if dry_run else SweepReport(),
                 server_note="every decision is settled: nothing to resume")
             _print_resume(report, json_out)
             return

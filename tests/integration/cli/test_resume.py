@@ -63,6 +63,19 @@ def done_run(dreads: Dreads, cli_pg: str, cli_redis: RedisServer, served: SimHan
     return "fin"
 
 
+@pytest.fixture(scope="module")
+def open_run(dreads: Dreads, cli_pg: str, served: SimHandle,
+             tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run with work left: submitted while the broker was down (its decisions pending)."""
+    path = write_jobs(tmp_path_factory.mktemp("o") / "o.jsonl",
+                      [job_line(f"o{i}") for i in range(4)])
+    result = dreads("submit", str(path), "--run", "open", "--database-url", cli_pg, "--broker",
+                    f"redis://127.0.0.1:{free_port()}/0", "--upstream", served.url)
+    assert result.code == 0, result.stderr
+    assert _counts(cli_pg, "open") == {"pending": 4}
+    return "open"
+
+
 def _resume(dreads: Dreads, db: str, redis: RedisServer, run: str, *extra: str) -> CliResult:
     return dreads("resume", run, "--database-url", db, "--broker", redis.url, *extra)
 
@@ -80,6 +93,16 @@ def test_finished_run_publishes_nothing(dreads: Dreads, cli_pg: str, cli_redis: 
     assert _counts(cli_pg, done_run) == {"done": 6}
 
 
+def test_a_settled_run_needs_no_server(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
+                                       done_run: str) -> None:
+    """Nothing will be sent, so no server is asked: resume of a finished run is quick (no
+    tokenizer, no probe) and works while the pod is gone."""
+    gone = f"http://127.0.0.1:{free_port()}"
+    result = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", gone)
+    assert result.code == 0, result.stderr
+    assert "every decision is settled: nothing to resume" in result.stdout
+
+
 def test_changed_setting_refused(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
                                  done_run: str, served: SimHandle) -> None:
     result = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", served.url,
@@ -95,12 +118,12 @@ def test_changed_setting_refused(dreads: Dreads, cli_pg: str, cli_redis: RedisSe
     ({"canvas_length": 256}, "refused a read at the run's canvas width 320"),
 ])
 def test_other_server_refused_unless_forced(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
-                                            done_run: str, options: dict, needle: str) -> None:
+                                            open_run: str, options: dict, needle: str) -> None:
     with start_sim_thread(SimOptions(**options)) as other:
-        refused = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", other.url)
+        refused = _resume(dreads, cli_pg, cli_redis, open_run, "--upstream", other.url)
         assert refused.code in (1, 2)
         assert needle in refused.stderr
-        forced = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", other.url,
+        forced = _resume(dreads, cli_pg, cli_redis, open_run, "--upstream", other.url,
                          "--force")
         assert forced.code == 0, forced.stderr
         assert "--force" in forced.stdout
