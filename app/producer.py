@@ -241,7 +241,7 @@ def _parse_line(line_no: int, text: str | BadLine) -> Decision:
 
 def check_templates(
     decisions: Iterable[tuple[int, Decision]], settings: ReadSettings, tokenizer: TextTokenizer,
-    *, cache: dict[bytes, str | None] | None = None,
+    *, cache: dict[Any, str | None] | None = None,
 ) -> dict[str, LineProblem]:
     """Plan every decision with the run's tokenizer; decision id -> problem for those that
     cannot be read (multi-token label, template wider than the canvas, ...). A plan depends
@@ -250,9 +250,9 @@ def check_templates(
     problems: dict[str, LineProblem] = {}
     if settings.answer_by is not AnswerBy.READS:  # a decision endpoint plans its own reads
         return problems
-    memo: dict[bytes, str | None] = {} if cache is None else cache
+    memo: dict[Any, str | None] = {} if cache is None else cache
     for line_no, decision in decisions:
-        key = orjson.dumps(decision_payload(decision).get("questions"))
+        key = decision.questions  # frozen values: equal questions, equal plan
         if key not in memo:
             memo[key] = _template_problem(decision, settings, tokenizer)
         reason = memo[key]
@@ -316,7 +316,7 @@ class _Writer:
         self.report = report
         self.publishing = publishing
         self.first_id: int | None = None  #: lowest id this submission inserted
-        self.templates: dict[bytes, str | None] = {}
+        self.templates: dict[Any, str | None] = {}
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
     def write(self, session: Session, batch: ParsedJob) -> list[int]:
