@@ -17,10 +17,13 @@
     │   └── RunSettingsMismatch   resume under different settings / model / canvas
     └── ConfigError           a bad setting or combination of settings
 
-Each error carries ``kind``: the attempt outcome kind of design.md it is recorded as.
+Each error class names its ``kind``: the ``OutcomeKind`` an attempt that fails with it is
+recorded as (the enum below; the attempts table stores its value).
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 __all__ = [
     "BadLine",
@@ -29,6 +32,7 @@ __all__ = [
     "InputError",
     "MalformedResponse",
     "ModelNotServed",
+    "OutcomeKind",
     "RunSettingsMismatch",
     "SchemaNotReady",
     "StoreError",
@@ -40,10 +44,37 @@ __all__ = [
 ]
 
 
+class OutcomeKind(StrEnum):
+    """How an attempt at a decision ended (``attempts.outcome``), and each error's ``kind``."""
+
+    OK = "ok"  #: answered
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"  #: refused/reset connection (transient)
+    TIMEOUT = "timeout"  #: no answer in time (transient)
+    SERVER_ERROR = "server_error"  #: 5xx (transient)
+    BAD_REQUEST = "bad_request"  #: the server answered 4xx: permanent
+    MALFORMED_RESPONSE = "malformed_response"  #: a missing row or label logprob
+    WORKER_LOST = "worker_lost"  #: the lease expired without a result (the sweeper's record)
+    DB_ERROR = "db_error"  #: the store failed
+    POISON = "poison"  #: stopped at the attempt cap
+    CANCELLED = "cancelled"  #: interrupted, or its run cancelled
+    REJECTED = "rejected"  #: a permanent input problem (``InputError``)
+    NOT_SERVED = "not_served"  #: the worker's upstream does not serve the run's model: not charged
+    UNAUTHORIZED = "unauthorized"  #: the upstream refused the worker's API key: not charged
+    #: a decision endpoint declined one question (one row per refused question, written with
+    #: the attempt that won; the decision is done, that question unanswered)
+    REFUSED = "refused"
+    #: a decision endpoint kept answering 429/529 (rate limited) past the retry deadline
+    THROTTLED = "throttled"
+    #: not an attempt outcome: the kind of errors that never end an attempt (configuration)
+    ERROR = "error"
+    #: not an attempt outcome: the broker did not take a message (rows stay in SQL)
+    PUBLISH_ERROR = "publish_error"
+
+
 class DreadsError(Exception):
     """Base of every error dreads raises on purpose."""
 
-    kind: str = "error"
+    kind: OutcomeKind = OutcomeKind.ERROR
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -53,7 +84,7 @@ class DreadsError(Exception):
 class InputError(DreadsError):
     """A problem in what the user gave: fix the input, retrying cannot help."""
 
-    kind = "rejected"
+    kind = OutcomeKind.REJECTED
 
 
 class BadLine(InputError):
@@ -76,17 +107,18 @@ class UpstreamError(DreadsError):
 class UpstreamUnavailable(UpstreamError):
     """Transient: retry later. ``kind`` is upstream_unreachable, timeout or server_error."""
 
-    def __init__(self, message: str, *, kind: str = "upstream_unreachable",
+    def __init__(self, message: str, *,
+                 kind: OutcomeKind | str = OutcomeKind.UPSTREAM_UNREACHABLE,
                  status: int | None = None) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = OutcomeKind(kind)
         self.status = status
 
 
 class UpstreamRejected(UpstreamError):
     """Permanent: the server answered 4xx; the same request will always fail."""
 
-    kind = "bad_request"
+    kind = OutcomeKind.BAD_REQUEST
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
@@ -99,7 +131,7 @@ class ModelNotServed(UpstreamRejected):
     worker's upstream serves another model. Permanent for this worker, but not a fault of the
     decision: a worker re-queues it uncharged and stops taking that queue's work."""
 
-    kind = "not_served"
+    kind = OutcomeKind.NOT_SERVED
 
 
 class UpstreamUnauthorized(UpstreamRejected):
@@ -107,7 +139,7 @@ class UpstreamUnauthorized(UpstreamRejected):
     retried, and never a decision's failure: a worker puts the decision back uncharged and
     stops taking work, since every read would be refused the same way."""
 
-    kind = "unauthorized"
+    kind = OutcomeKind.UNAUTHORIZED
 
     @classmethod
     def answered(cls, status: int, detail: str) -> UpstreamUnauthorized:
@@ -120,13 +152,13 @@ class UpstreamUnauthorized(UpstreamRejected):
 class MalformedResponse(UpstreamError):
     """The server answered 200 but a row or a label logprob is missing."""
 
-    kind = "malformed_response"
+    kind = OutcomeKind.MALFORMED_RESPONSE
 
 
 class StoreError(DreadsError):
     """The SQL store failed or is not in the state a command needs."""
 
-    kind = "db_error"
+    kind = OutcomeKind.DB_ERROR
 
 
 class SchemaNotReady(StoreError):
@@ -139,3 +171,5 @@ class RunSettingsMismatch(StoreError):
 
 class ConfigError(DreadsError):
     """A setting, or a combination of settings, is invalid."""
+
+    kind = OutcomeKind.ERROR

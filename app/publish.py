@@ -4,7 +4,7 @@ Used by the producer (after its insert commits) and by the sweeper. Messages car
 the worker re-reads everything from SQL. Publishing never imports ``workers.tasks``: the task is
 addressed by name, so the producer and the API need no worker code.
 
-A run's chunks go to the queue of its served identity (``workers.constants.queue_for``: model
+A run's chunks go to the queue of its served identity (``app.queues.queue_for``: model
 and canvas), which only workers whose upstream serves them consume. The broker's epoch
 (``broker_epoch``) tells a sweeper that the broker lost its data since a decision was stamped
 queued.
@@ -20,8 +20,8 @@ from itertools import islice
 from typing import Any, Protocol
 
 from app.config import get_settings
-from app.errors import DreadsError
-from workers.constants import (
+from app.errors import DreadsError, OutcomeKind
+from app.queues import (
     BROKER_EPOCH_KEY,
     BROKER_RECOVERED_KEY,
     QUEUE,
@@ -39,7 +39,7 @@ log = logging.getLogger("dreads.publish")
 class PublishError(DreadsError):
     """The broker did not take a message: rows stay pending/queued for the sweeper."""
 
-    kind = "publish_error"
+    kind = OutcomeKind.PUBLISH_ERROR
 
 
 class Sender(Protocol):
@@ -182,10 +182,11 @@ def mark_recovered(celery_app: Any, epoch: BrokerEpoch) -> None:
 
 @contextmanager
 def make_sender(broker: str | None) -> Iterator[Any]:
-    """The Celery app publishing to ``broker`` (default ``DREADS_BROKER_URL``), closed after."""
-    from workers.celery_app import make_celery
+    """The send-only Celery client publishing to ``broker`` (default ``DREADS_BROKER_URL``),
+    closed after."""
+    from app.broker import make_client
 
-    celery = make_celery(broker_url=broker or get_settings().broker_url)
+    celery = make_client(get_settings(), broker_url=broker)
     try:
         yield celery
     finally:

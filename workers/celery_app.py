@@ -34,77 +34,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Queue
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
+from app.broker import MAX_TASKS_PER_CHILD, SOFT_SHUTDOWN_S, celery_config, time_limits
 from app.config import Settings, get_settings
-from app.errors import ConfigError
-from workers.constants import QUEUE, TASK_RUN_CHUNK
+from app.queues import QUEUE
+from app.store.types import Engine, SessionFactory
 
-__all__ = ["ProcessState", "app", "celery_config", "make_celery", "process_state"]
+__all__ = ["MAX_TASKS_PER_CHILD", "SOFT_SHUTDOWN_S", "ProcessState", "celery_config",
+           "get_app", "make_celery", "process_state", "time_limits"]
 
 log = logging.getLogger("dreads.worker")
 
-#: Seconds of warm phase before a cold shutdown, so running chunks can finish or be restored.
-SOFT_SHUTDOWN_S = 30.0
-#: Recycle pool children after this many chunks (contains leaks).
-MAX_TASKS_PER_CHILD = 200
-
-
-def time_limits(settings: Settings) -> tuple[int, int, int]:
-    """(soft, hard, visibility) in seconds; refuses an order other than soft < hard < vis."""
-    hard = settings.task_time_limit_s
-    soft = max(1, hard - max(1, min(60, hard // 10)))
-    visibility = settings.visibility_timeout_s
-    if not soft < hard < visibility:
-        raise ConfigError(
-            f"the Celery visibility timeout ({visibility} s) must exceed the task time limit "
-            f"({hard} s), or Redis re-delivers running chunks; set DREADS_VISIBILITY_TIMEOUT_S "
-            f"above DREADS_TASK_TIME_LIMIT_S (e.g. twice as large)"
-        )
-    return soft, hard, visibility
-
-
-def celery_config(settings: Settings) -> dict[str, Any]:
-    """The Celery configuration for ``settings`` (see the research notes, section 1)."""
-    soft, hard, visibility = time_limits(settings)
-    transport = {"visibility_timeout": visibility, "unacked_restore_throttle": 1,
-                 "unacked_restore_interval": 10}
-    return {
-        "broker_url": settings.broker_url,
-        "broker_transport_options": transport,
-        "result_backend_transport_options": {"visibility_timeout": visibility},
-        "visibility_timeout": visibility,
-        "broker_connection_retry_on_startup": True,
-        "broker_connection_max_retries": None,
-        "result_backend": None,
-        "task_ignore_result": True,
-        "task_acks_late": True,
-        "task_reject_on_worker_lost": True,
-        "task_acks_on_failure_or_timeout": True,
-        "worker_prefetch_multiplier": 1,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
-        "task_soft_time_limit": soft,
-        "task_time_limit": hard,
-        "worker_soft_shutdown_timeout": SOFT_SHUTDOWN_S,
-        "worker_max_tasks_per_child": MAX_TASKS_PER_CHILD,
-        "worker_proc_alive_timeout": 120,
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
-        "task_serializer": "json",
-        "accept_content": ["json"],
-        "task_default_queue": QUEUE,
-        "task_queues": (Queue(QUEUE, routing_key=QUEUE),),
-        "task_routes": {TASK_RUN_CHUNK: {"queue": QUEUE, "routing_key": QUEUE}},
-        "task_create_missing_queues": True,
-        "worker_hijack_root_logger": False,
-    }
-
 
 def make_celery(*, broker_url: str | None = None, settings: Settings | None = None) -> Celery:
-    """A configured ``Celery("dreads")``; ``broker_url`` overrides the settings' broker. The
-    producer and the sweeper publish with it (by task name: no task module needed)."""
+    """The worker's ``Celery("dreads")``: ``app.broker.celery_config`` plus the task module
+    (``workers.tasks``); ``broker_url`` overrides the settings' broker. Publishers use the
+    send-only ``app.broker.make_client`` instead."""
     settings = settings or get_settings()
     celery = Celery("dreads", include=["workers.tasks"])
     config = celery_config(settings)
@@ -114,8 +59,23 @@ def make_celery(*, broker_url: str | None = None, settings: Settings | None = No
     return celery
 
 
-#: The app of ``celery -A workers.celery_app worker`` (settings read at this entry point).
-app = make_celery()
+_app: Celery | None = None
+
+
+def get_app() -> Celery:
+    """The app of ``celery -A workers.celery_app worker``, built on first use (settings read
+    at this entry point), never at import."""
+    global _app
+    if _app is None:
+        _app = make_celery()
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A workers.celery_app`` looks up ``app``: build it then, not at import.
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -124,7 +84,7 @@ class ProcessState:
 
     settings: Settings
     engine: Engine
-    session_factory: sessionmaker[Session]
+    session_factory: SessionFactory
     loop: asyncio.AbstractEventLoop
     upstream: Any  #: app.upstream.base.Upstream (None in an answers worker)
     tokenizer: Any  #: app.engine.TextTokenizer
@@ -226,7 +186,7 @@ def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> No
 def _start_sweeper(sender: Any = None, **_: Any) -> None:
     from workers.resources import start_sweeper
 
-    start_sweeper(app, get_settings())
+    start_sweeper(getattr(sender, "app", None) or get_app(), get_settings())
 
 
 @signals.worker_shutdown.connect

@@ -48,7 +48,7 @@ def make_upstream_for(settings: Settings) -> Upstream:
 
 def served_queue(settings: Settings) -> str:
     """The queue of the runs this worker's upstream can read: its model and canvas."""
-    from workers.constants import queue_for
+    from app.queues import queue_for
 
     return queue_for(settings.model, settings.canvas)
 
@@ -58,7 +58,7 @@ def answers_worker_setup(processes: int | None) -> str:
     forks: no model server to wait for; its pool size goes into the environment so each
     process takes its share of a run's endpoint budget. Returns the queue to consume."""
     from app.config import get_settings
-    from workers.constants import ANSWERS_QUEUE
+    from app.queues import ANSWERS_QUEUE
 
     os.environ["DREADS_WORKER_PROCESSES"] = str(max(1, processes or 1))
     get_settings.cache_clear()

@@ -6,12 +6,14 @@ import logging
 import os
 from typing import Any
 
+from celery import shared_task
+
 from app.errors import StoreError
 from app.metrics import set_upstream_ready
+from app.queues import TASK_RUN_CHUNK
 from app.runner import BeforeDecision, run_chunk
 from app.store.queue import Claimed
-from workers.celery_app import app, process_state
-from workers.constants import TASK_RUN_CHUNK
+from workers.celery_app import process_state
 
 __all__ = ["reads_run_chunk"]
 
@@ -21,7 +23,9 @@ log = logging.getLogger("dreads.worker")
 RECOVER_WAIT_S = 60.0
 
 
-@app.task(name=TASK_RUN_CHUNK, bind=True, autoretry_for=(StoreError,), retry_backoff=2,
+# ``shared_task``: registered on the app that loads this module (the worker's), so importing
+# it builds no Celery app.
+@shared_task(name=TASK_RUN_CHUNK, bind=True, autoretry_for=(StoreError,), retry_backoff=2,
           retry_backoff_max=30, retry_jitter=True, max_retries=30)
 def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str, Any]:
     """Claim and run one chunk; a chunk already done or held elsewhere is a no-op. A database
@@ -53,7 +57,7 @@ def _stop_consuming(task: Any, why: str) -> None:
     log.error("worker %s stops consuming %s: %s; fix %s and restart it",
               task.request.hostname, queue, why, fix)
     if queue and task.request.hostname:
-        app.control.cancel_consumer(queue, destination=[task.request.hostname], reply=False)
+        task.app.control.cancel_consumer(queue, destination=[task.request.hostname], reply=False)
 
 
 def _test_poison_hook() -> BeforeDecision | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.embedded import EmbeddedConfig, execute_run
+from app.queues import queue_for
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.runs import require_run
 from app.store.views import status_counts
@@ -17,7 +18,6 @@ from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer, free_port
-from workers.constants import queue_for
 
 Dreads = Callable[..., CliResult]
 

@@ -10,9 +10,9 @@ import orjson
 import pytest
 from sqlalchemy import create_engine, text
 
+from app.queues import queue_for
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer, free_port
-from workers.constants import queue_for
 
 Dreads = Callable[..., CliResult]
 

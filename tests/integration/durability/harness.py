@@ -25,12 +25,12 @@ from app.engine import (
     settings_to_dict,
 )
 from app.publish import publish_chunks
+from app.queues import queue_of_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision, DecisionStatus
 from app.store.queue import database_now
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
 from tests.fixtures.services import ROOT, VENV_BIN, free_port, wait_until
-from workers.constants import queue_of_run
 
 __all__ = ["Sim", "Stack", "check_invariant", "job_lines", "outcome_counts", "worker_env"]
 

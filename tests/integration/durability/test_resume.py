@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
+from app.queues import queue_for
 from tests.fixtures.services import ROOT, VENV_BIN, RedisServer, WorkerProcess
 from tests.integration.durability.harness import Stack, check_invariant
-from workers.constants import queue_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

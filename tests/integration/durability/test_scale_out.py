@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from app.engine import ReadSettings
 from app.producer import SubmitRequest, submit_job
 from app.publish import make_publisher
+from app.queues import queue_for
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Attempt, Decision
 from app.store.queue import claim_decisions
@@ -23,7 +24,6 @@ from app.upstream.tokenizer import load_tokenizer
 from tests.fixtures.services import RedisServer, WorkerProcess, wait_until
 from tests.integration.durability.harness import Sim, Stack, check_invariant, job_lines
 from workers.celery_app import make_celery
-from workers.constants import queue_for
 
 StartWorker = Callable[..., WorkerProcess]
 

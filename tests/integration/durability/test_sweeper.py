@@ -11,13 +11,13 @@ import pytest
 from sqlalchemy import select
 
 from app.publish import PublishError, chunk_ids, publish_chunks
+from app.queues import TASK_RUN_CHUNK, queue_for
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, Run
 from app.store.queue import claim_decisions, mark_queued, utcnow
 from app.sweeper import sweep_once
 from tests.fixtures.services import RedisServer, free_port
 from workers.celery_app import make_celery
-from workers.constants import TASK_RUN_CHUNK, queue_for
 
 QUEUE = queue_for("dgemma", 320)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.broker import celery_config, make_client, time_limits
 from app.cli.worker import worker_argv
 from app.config import Settings
 from app.errors import ConfigError
-from workers.celery_app import celery_config, make_celery, time_limits
-from workers.constants import QUEUE, TASK_RUN_CHUNK, queue_for
+from app.queues import QUEUE, TASK_RUN_CHUNK, queue_for
+from workers.celery_app import make_celery
 from workers.resources import served_queue
 
 
@@ -62,3 +63,12 @@ def test_a_run_queue_names_its_model_and_canvas() -> None:
     assert queue_for("dgemma", 320) == "dreads.reads:dgemma@320"
     assert queue_for("org/model-FP8", 256) != queue_for("org/model-FP8", 320)
     assert served_queue(Settings(model="m", canvas=256)) == queue_for("m", 256)
+
+
+def test_the_send_only_client_knows_no_task_code() -> None:
+    client = make_client(Settings(broker_url="redis://127.0.0.1:1/3"),
+                         broker_url="redis://127.0.0.1:1/9")
+    assert client.conf.broker_url == "redis://127.0.0.1:1/9"
+    assert client.conf.task_acks_late is True
+    assert not client.conf.include
+    client.close()
