@@ -24,12 +24,8 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
-
-from sqlalchemy import case, func, insert, select, update
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import (
     AnswerBy,
@@ -38,15 +34,30 @@ from app.engine import (
     build_probe_request,
     settings_from_dict,
 )
-from app.errors import InputError, ModelNotServed, UpstreamRejected, UpstreamUnauthorized
+from app.errors import (
+    InputError,
+    ModelNotServed,
+    OutcomeKind,
+    UpstreamRejected,
+    UpstreamUnauthorized,
+)
 from app.producer import upstream_config
 from app.runner import ChunkResult, run_chunk
 from app.sources import EndpointPool
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
+from app.store.local import (
+    claimable_ids as _claimable_ids,
+)
+from app.store.local import (
+    draws_used,
+    expire_leases_of,
+    release_leases_of,
+    settled_count,
+)
 from app.store.migrate import upgrade
-from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
-from app.store.queue import claimable, sweep, utcnow
+from app.store.queue import sweep, utcnow
 from app.store.runs import RunInfo
+from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
 
 __all__ = [
@@ -73,8 +84,6 @@ log = logging.getLogger("dreads.embedded")
 #: The upstream name that starts the simulator in this process.
 SIM = "sim"
 OWNER_PREFIX = "embedded:"
-_SETTLED = (DecisionStatus.DONE, DecisionStatus.FAILED, DecisionStatus.REJECTED,
-            DecisionStatus.CANCELLED)
 Progress = Callable[[int, int], None]
 
 
@@ -113,7 +122,7 @@ def sqlite_url(db_path: Path) -> str:
     return f"sqlite:///{db_path.resolve()}"
 
 
-def open_sqlite(db_path: Path) -> sessionmaker[Session]:
+def open_sqlite(db_path: Path) -> SessionFactory:
     """The SQLite store at ``db_path``, created or upgraded through Alembic."""
     db_path.parent.mkdir(parents=True, exist_ok=True)
     url = sqlite_url(db_path)
@@ -122,7 +131,7 @@ def open_sqlite(db_path: Path) -> sessionmaker[Session]:
 
 
 @contextmanager
-def sqlite_store(db_path: Path) -> Iterator[sessionmaker[Session]]:
+def sqlite_store(db_path: Path) -> Iterator[SessionFactory]:
     """``open_sqlite`` whose engine is disposed on exit."""
     with disposing(open_sqlite(db_path)) as factory:
         yield factory
@@ -169,60 +178,28 @@ def start_upstream(upstream: str, settings: ReadSettings, key: Path | None) -> t
     return handle.url, handle
 
 
-def reclaim_dead_leases(
-    factory: sessionmaker[Session], run_id: int, *, max_attempts: int
-) -> int:
+def reclaim_dead_leases(factory: SessionFactory, run_id: int, *, max_attempts: int) -> int:
     """Expire every ``embedded:`` lease of the run (call only while holding the lock), then
     sweep: each becomes a ``worker_lost`` attempt and goes back to pending."""
     now = utcnow()
     with session_scope(factory) as session:
-        session.execute(
-            update(Decision)
-            .where(Decision.run_id == run_id, Decision.status == DecisionStatus.LEASED,
-                   Decision.lease_owner.startswith(OWNER_PREFIX))
-            .values(lease_expires_at=now - timedelta(seconds=1))
-            .execution_options(synchronize_session=False))
+        expire_leases_of(session, run_id, owner_prefix=OWNER_PREFIX, now=now)
         result = sweep(session, now=now, max_attempts=max_attempts, run_id=run_id,
                        republish_queued=False)
     return result.lost + result.poisoned
 
 
-def release_own_leases(factory: sessionmaker[Session], run_id: int) -> int:
+def release_own_leases(factory: SessionFactory, run_id: int) -> int:
     """After Ctrl-C: this process's leases go back to pending with a ``cancelled`` attempt
     each, and the interrupted claim does not count against the attempt cap."""
-    owner = _owner()
     with session_scope(factory) as session:
-        rows = session.execute(
-            update(Decision)
-            .where(Decision.run_id == run_id, Decision.status == DecisionStatus.LEASED,
-                   Decision.lease_owner == owner)
-            .values(status=DecisionStatus.PENDING, lease_token=None, lease_expires_at=None,
-                    attempts=func.max(Decision.attempts - 1, 0)
-                    if session.get_bind().dialect.name == "sqlite"
-                    else func.greatest(Decision.attempts - 1, 0))
-            .returning(Decision.id, Decision.lease_token)
-            .execution_options(synchronize_session=False)).all()
-        if rows:
-            session.execute(insert(Attempt), [
-                {"run_id": run_id, "decision_id": did, "outcome": OutcomeKind.CANCELLED,
-                 "detail": "interrupted (Ctrl-C) before a result", "worker": owner,
-                 "lease_token": token, "n_reads": 0} for did, token in rows])
-    return len(rows)
+        return release_leases_of(session, run_id, owner=_owner(),
+                                 detail="interrupted (Ctrl-C) before a result")
 
 
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[int]:
     """Decisions a claim could win now (pending, queued, expired lease, under the cap)."""
-    stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable(utcnow()),
-                                      Decision.attempts < max_attempts)
-            .order_by(Decision.id))
-    return list(session.scalars(stmt))
-
-
-def settled_count(session: Session, run_id: int) -> tuple[int, int]:
-    """(settled, total) decisions of the run."""
-    settled = func.sum(case((Decision.status.in_(_SETTLED), 1), else_=0))
-    row = session.execute(select(settled, func.count()).where(Decision.run_id == run_id)).one()
-    return int(row[0] or 0), int(row[1])
+    return _claimable_ids(session, run_id, max_attempts=max_attempts, now=utcnow())
 
 
 def _owner() -> str:
@@ -230,7 +207,7 @@ def _owner() -> str:
 
 
 async def execute_run(
-    factory: sessionmaker[Session],
+    factory: SessionFactory,
     run: RunInfo,
     *,
     upstream_url: str,
@@ -273,7 +250,7 @@ async def execute_run(
     return stats
 
 
-async def _execute_reads(factory: sessionmaker[Session], run: RunInfo, settings: ReadSettings,
+async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,
                          upstream_url: str, tokenizer: TextTokenizer, config: EmbeddedConfig,
                          stats: ExecutorStats, *, engine: Any,
                          upstream: Upstream | None) -> None:
@@ -290,7 +267,7 @@ async def _execute_reads(factory: sessionmaker[Session], run: RunInfo, settings:
             await reader.aclose()
 
 
-async def _rounds(factory: sessionmaker[Session], run: RunInfo, upstream: Upstream | None,
+async def _rounds(factory: SessionFactory, run: RunInfo, upstream: Upstream | None,
                   tokenizer: TextTokenizer, config: EmbeddedConfig,
                   stats: ExecutorStats, endpoints: EndpointPool | None) -> None:
     for _ in range(config.max_rounds):
@@ -308,13 +285,13 @@ async def _rounds(factory: sessionmaker[Session], run: RunInfo, upstream: Upstre
             raise stats.stopped
 
 
-def _claimable(factory: sessionmaker[Session], run_id: int, max_attempts: int) -> list[int]:
+def _claimable(factory: SessionFactory, run_id: int, max_attempts: int) -> list[int]:
     with session_scope(factory) as session:
         sweep(session, max_attempts=max_attempts, run_id=run_id, republish_queued=False)
         return claimable_ids(session, run_id, max_attempts=max_attempts)
 
 
-async def _slot(queue: asyncio.Queue[Sequence[int]], factory: sessionmaker[Session],
+async def _slot(queue: asyncio.Queue[Sequence[int]], factory: SessionFactory,
                 run_id: int, upstream: Upstream | None, tokenizer: TextTokenizer,
                 config: EmbeddedConfig, stats: ExecutorStats,
                 endpoints: EndpointPool | None) -> None:
@@ -333,7 +310,7 @@ async def _slot(queue: asyncio.Queue[Sequence[int]], factory: sessionmaker[Sessi
                              else ModelNotServed)(result.not_served)
 
 
-async def _poll(factory: sessionmaker[Session], run_id: int, period_s: float,
+async def _poll(factory: SessionFactory, run_id: int, period_s: float,
                 progress: Progress | None) -> None:
     if progress is None:
         return
@@ -342,7 +319,7 @@ async def _poll(factory: sessionmaker[Session], run_id: int, period_s: float,
         await asyncio.sleep(period_s)
 
 
-async def _report_progress(factory: sessionmaker[Session], run_id: int,
+async def _report_progress(factory: SessionFactory, run_id: int,
                            progress: Progress | None) -> None:
     if progress is None:
         return
@@ -350,16 +327,6 @@ async def _report_progress(factory: sessionmaker[Session], run_id: int,
     progress(settled, total)
 
 
-def _settled(factory: sessionmaker[Session], run_id: int) -> tuple[int, int]:
+def _settled(factory: SessionFactory, run_id: int) -> tuple[int, int]:
     with session_scope(factory) as session:
         return settled_count(session, run_id)
-
-
-def draws_used(session: Session, run_id: int) -> dict[str, Any]:
-    """Reads spent: draw rows, and the mean draws per answered question."""
-    reads = session.scalar(select(func.count(Draw.id)).join(
-        Decision, Decision.id == Draw.decision_id).where(Decision.run_id == run_id)) or 0
-    mean = session.scalar(select(func.avg(Answer.draws)).where(Answer.run_id == run_id))
-    return {"draw_rows": int(reads), "mean_draws_per_answer": float(mean or 0.0)}
-
-

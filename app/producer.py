@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.engine import (
@@ -76,6 +75,7 @@ from app.store.runs import (
     record_fingerprint,
     reset_failed,
 )
+from app.store.types import Session, SessionFactory
 from app.store.views import resume_preview
 
 __all__ = [
@@ -306,7 +306,7 @@ def _batches(lines: Iterable[NumberedLine], size: int) -> Iterator[ParsedJob]:
 class _Writer:
     """Writes the batches of one submission and hands their readable ids to the publisher."""
 
-    def __init__(self, request: SubmitRequest, factory: sessionmaker[Session],
+    def __init__(self, request: SubmitRequest, factory: SessionFactory,
                  tokenizer: TextTokenizer, report: SubmitReport,
                  publishing: _PublishThread | None, *, queue_rows: bool) -> None:
         self.request = request
@@ -373,7 +373,7 @@ class _Writer:
 
 def submit_job(
     request: SubmitRequest,
-    factory: sessionmaker[Session],
+    factory: SessionFactory,
     tokenizer: TextTokenizer,
     *,
     lines: Iterable[NumberedLine] | None = None,
@@ -451,7 +451,7 @@ def _ensure(session: Session, request: SubmitRequest) -> tuple[RunInfo, bool]:
     )
 
 
-def _start_publishing(factory: sessionmaker[Session], publisher: Publisher | None,
+def _start_publishing(factory: SessionFactory, publisher: Publisher | None,
                       run: RunInfo, now_s: float) -> _PublishThread | None:
     """The publishing thread of a streaming submission (None without a publisher). A broker
     that cannot be reached now makes every row ``pending``, with the reason in the report."""
@@ -467,7 +467,7 @@ def _start_publishing(factory: sessionmaker[Session], publisher: Publisher | Non
     return publishing
 
 
-def _publish_all(factory: sessionmaker[Session], publisher: Publisher, report: SubmitReport,
+def _publish_all(factory: SessionFactory, publisher: Publisher, report: SubmitReport,
                  ids: Sequence[int], now_s: float) -> PublishOutcome:
     """--strict: publish the committed rows slab by slab (they are queued already)."""
     assert report.run is not None
@@ -485,7 +485,7 @@ class _PublishThread(threading.Thread):
     """Publishes committed batches while the next ones are written. After a broker failure
     it puts every id it is given back to ``pending`` (the sweeper publishes them)."""
 
-    def __init__(self, factory: sessionmaker[Session], publisher: Publisher,
+    def __init__(self, factory: SessionFactory, publisher: Publisher,
                  run_id: int) -> None:
         super().__init__(name="dreads-submit-publish", daemon=True)
         self.factory = factory
@@ -653,7 +653,7 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
     return wanted  # a new endpoint budget (--answer-rps, --answer-concurrency) is taken
 
 
-def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
+def check_server(factory: SessionFactory, run: RunInfo, url: str,
                  settings: ReadSettings, *, force: bool, engine: Any = None,
                  tokenizer: ProbeTokenizer | None = None, dry_run: bool = False) -> str | None:
     """Refuse a server whose model or canvas differs from the run's, or that refuses a read at
@@ -693,7 +693,7 @@ def check_server(factory: sessionmaker[Session], run: RunInfo, url: str,
     return None
 
 
-def resume_run(factory: sessionmaker[Session], run: RunInfo, *, sweep: Callable[[], Any],
+def resume_run(factory: SessionFactory, run: RunInfo, *, sweep: Callable[[], Any],
                retry_failed: bool, dry_run: bool, requeue_after_s: float) -> ResumeReport:
     """Sweep the run once (expired leases back to pending, then publish every pending and
     stale queued decision), after putting failed ones back with ``retry_failed``.

@@ -34,9 +34,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, text
-from sqlalchemy.orm import Session, sessionmaker
-
 from app.engine import (
     AnswerBy,
     ReadRequest,
@@ -51,6 +48,7 @@ from app.errors import (
     ConfigError,
     InputError,
     ModelNotServed,
+    OutcomeKind,
     StoreError,
     UpstreamError,
     UpstreamRejected,
@@ -66,8 +64,10 @@ from app.metrics.worker import (
 )
 from app.sources import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.store.db import session_scope
+from app.store.dialects import ping
 from app.store.fingerprints import record_first_fingerprint
-from app.store.models import OutcomeKind, Run
+from app.store.lookups import run_header
+from app.store.models import DecisionStatus
 from app.store.queue import (
     AttemptInfo,
     Claimed,
@@ -79,13 +79,16 @@ from app.store.queue import (
     translate_db_errors,
     utcnow,
 )
+from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
 
 __all__ = ["ChunkResult", "run_chunk"]
 
 log = logging.getLogger("dreads.runner")
 
-SessionFactory = sessionmaker[Session]
+#: Outcomes of an upstream that is down (rather than of a decision).
+_UPSTREAM_DOWN = (OutcomeKind.UPSTREAM_UNREACHABLE, OutcomeKind.TIMEOUT,
+                  OutcomeKind.SERVER_ERROR)
 #: Called with each claimed decision before it runs (test hooks, progress).
 BeforeDecision = Callable[[Claimed], None]
 
@@ -111,7 +114,7 @@ class ChunkResult:
 
     @property
     def upstream_down(self) -> bool:
-        return any(k in self.failed for k in ("upstream_unreachable", "timeout", "server_error"))
+        return any(k in self.failed for k in _UPSTREAM_DOWN)
 
     def as_dict(self) -> dict[str, Any]:
         return {"claimed": self.claimed, "done": self.done, "won": self.won,
@@ -141,14 +144,14 @@ class _Chunk:
         assert self.upstream is not None, "a run answered by reads needs an upstream"
         async with self.in_flight:
             t0 = time.perf_counter()
-            outcome = "ok"
+            outcome: str = OutcomeKind.OK
             try:
                 return await self.upstream.read(request)
             except UpstreamError as exc:
                 outcome = exc.kind
                 raise
             except BaseException:
-                outcome = "error"
+                outcome = OutcomeKind.ERROR
                 raise
             finally:
                 record_read(self.run_name, outcome, time.perf_counter() - t0)
@@ -243,10 +246,9 @@ def _claim_chunk(session: Session, run_id: int, **claim: Any
     claims = claim_decisions(session, **claim)
     if not claims:
         return claims, None, None
-    name, data, fingerprint = session.execute(
-        select(Run.name, Run.settings, Run.fingerprint).where(Run.id == run_id)).one()
+    name, data, fingerprint = run_header(session, run_id)
     limit = (fingerprint or {}).get("max_model_len")
-    return (claims, (name, settings_from_dict(dict(data)), bool(fingerprint)),
+    return (claims, (name, settings_from_dict(data), bool(fingerprint)),
             limit if isinstance(limit, int) else None)
 
 
@@ -361,7 +363,7 @@ async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str,
                     kind, claim.id, exc.message)
         chunk.result.left_for_sweeper += 1
         return
-    if status == "rejected":
+    if status == DecisionStatus.REJECTED:
         chunk.result.rejected += 1
     chunk.result.count(kind)
     record_attempt(chunk.run_name, kind)
@@ -388,16 +390,12 @@ async def _wait_db(factory: SessionFactory, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            await asyncio.to_thread(_in_transaction, factory, _ping)
+            await asyncio.to_thread(_in_transaction, factory, ping)
             return True
         except StoreError:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-
-
-def _ping(session: Session) -> None:
-    session.execute(text("SELECT 1"))
 
 
 async def _wait_upstream(upstream: Upstream, timeout_s: float, probe: ReadRequest | None

@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-from sqlalchemy import text
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.errors import DreadsError
@@ -45,7 +41,9 @@ from app.publish import (
     publish_chunks,
     queue_backlog,
 )
+from app.queues import SWEEP_LOCK_ID, queue_of_run
 from app.store.db import session_scope
+from app.store.dialects import advisory_lock
 from app.store.models import DecisionStatus, OutcomeKind
 from app.store.queue import (
     database_now,
@@ -55,7 +53,7 @@ from app.store.queue import (
     translate_db_errors,
 )
 from app.store.runs import RunInfo, open_runs
-from workers.constants import SWEEP_LOCK_ID, queue_of_run
+from app.store.types import SessionFactory
 
 __all__ = ["SweepReport", "SweeperThread", "run_queue", "sweep_for", "sweep_once"]
 
@@ -89,11 +87,11 @@ class _Tally:
 
 def run_queue(run: RunInfo) -> str:
     """The queue of ``run``'s chunks: its model and canvas, or the answers queue for a run
-    answered by a decision endpoint (``workers.constants.queue_of_run``)."""
+    answered by a decision endpoint (``app.queues.queue_of_run``)."""
     return queue_of_run(run.settings)
 
 
-def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None, *,
+def sweep_once(session_factory: SessionFactory, publisher: Sender | None, *,
                max_attempts: int = 5, requeue_after_s: float = 600.0, chunk_size: int = 32,
                run_id: int | None = None, max_backlog: int = 0,
                wait_lock_s: float = 0.0) -> SweepReport:
@@ -121,30 +119,13 @@ def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None,
     return report
 
 
-@contextmanager
-def _sweep_lock(factory: sessionmaker[Session], wait_s: float) -> Iterator[bool]:
+def _sweep_lock(factory: SessionFactory, wait_s: float) -> AbstractContextManager[bool]:
     """One sweeper at a time on PostgreSQL (a session advisory lock held on its own
     connection across the sweep's transactions); SQLite has a single writer."""
-    engine = factory.kw.get("bind")
-    if engine is None or engine.dialect.name != "postgresql":
-        yield True
-        return
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        deadline = time.monotonic() + wait_s
-        while not (got := bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                                            {"k": SWEEP_LOCK_ID}).scalar())):
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
-        try:
-            yield got
-        finally:
-            if got:
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": SWEEP_LOCK_ID})
+    return advisory_lock(factory, SWEEP_LOCK_ID, wait_s)
 
 
-def _expire(factory: sessionmaker[Session], max_attempts: int,
+def _expire(factory: SessionFactory, max_attempts: int,
             run_id: int | None) -> tuple[int, int]:
     lost = poisoned = 0
     while True:
@@ -156,7 +137,7 @@ def _expire(factory: sessionmaker[Session], max_attempts: int,
             return lost, poisoned
 
 
-def _publish_due(factory: sessionmaker[Session], publisher: Sender, report: SweepReport, *,
+def _publish_due(factory: SessionFactory, publisher: Sender, report: SweepReport, *,
                  chunk_size: int, requeue_after_s: float, run_id: int | None,
                  max_backlog: int) -> SweepReport:
     with session_scope(factory) as session:
@@ -202,7 +183,7 @@ def _queued_cutoff(publisher: Sender, queue: str, epoch: BrokerEpoch, stale: dat
     return max(cutoffs) if cutoffs else None
 
 
-def _publish_run(factory: sessionmaker[Session], publisher: Sender, run: RunInfo, queue: str,
+def _publish_run(factory: SessionFactory, publisher: Sender, run: RunInfo, queue: str,
                  cutoff: datetime | None, chunk_size: int, tally: _Tally) -> str | None:
     """Page through the run's due rows: stamp, commit, publish. The error that stopped it."""
     passes: list[tuple[str, datetime | None]] = [(DecisionStatus.PENDING, None)]
@@ -236,7 +217,7 @@ def _send_page(publisher: Sender, run: RunInfo, queue: str, rows: list[tuple[int
             tally.published += len(ids)
 
 
-def _unmark(factory: sessionmaker[Session], ids: list[int]) -> None:
+def _unmark(factory: SessionFactory, ids: list[int]) -> None:
     try:
         with translate_db_errors("unmark"), session_scope(factory) as session:
             mark_pending(session, ids)
@@ -274,7 +255,7 @@ class SweeperThread(threading.Thread):
 RESUME_LOCK_WAIT_S = 120.0
 
 
-def sweep_for(factory: sessionmaker[Session], sender: Any, run_id: int,
+def sweep_for(factory: SessionFactory, sender: Any, run_id: int,
               chunk_size: int | None) -> Callable[[], Any]:
     """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
     env = get_settings()

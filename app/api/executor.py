@@ -15,20 +15,19 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from sqlalchemy.orm import Session, sessionmaker
-
 from app.config import get_settings
 from app.embedded import EmbeddedConfig, execute_run, reclaim_dead_leases, release_own_leases
 from app.engine import ReadSettings, settings_from_dict, settings_to_dict
 from app.errors import DreadsError
 from app.producer import Publisher, PublishOutcome, resume_run
 from app.publish import make_publisher
+from app.queues import queue_of_run
 from app.store.db import session_scope
 from app.store.runs import RunInfo, reset_failed
+from app.store.types import SessionFactory
 from app.sweeper import sweep_for
 from app.upstream.base import Upstream
 from app.upstream.tokenizer import load_tokenizer
-from workers.constants import queue_of_run
 
 __all__ = ["LocalExecutor", "QueueExecutor", "RunExecutor"]
 
@@ -60,7 +59,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, factory: sessionmaker[Session], upstream: Upstream, upstream_url: str,
+    def __init__(self, factory: SessionFactory, upstream: Upstream, upstream_url: str,
                  *, reclaim: bool) -> None:
         env = get_settings()
         self.factory = factory
@@ -142,12 +141,12 @@ class QueueExecutor:
 
     name = "queue"
 
-    def __init__(self, factory: sessionmaker[Session], broker_url: str, chunk_size: int) -> None:
-        from workers.celery_app import make_celery
+    def __init__(self, factory: SessionFactory, broker_url: str, chunk_size: int) -> None:
+        from app.broker import make_client
 
         self.factory = factory
         self.chunk_size = chunk_size
-        self.sender = make_celery(broker_url=broker_url)
+        self.sender = make_client(get_settings(), broker_url=broker_url)
 
     def publisher(self, run_name: str, settings: ReadSettings) -> Publisher | None:
         return make_publisher(self.sender, self.chunk_size, run_name=run_name,

@@ -8,10 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy.orm import Session
-
 from app.store.live import latest_failures, rejected_decisions
 from app.store.runs import ACTIVE, RunInfo
+from app.store.types import Session
 from app.store.views import run_status, status_by_cell
 
 __all__ = ["LOW_MASS_WARN_SHARE", "live_view"]

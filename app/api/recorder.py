@@ -14,17 +14,15 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
-
 from app.decide import Decided
 from app.engine import Decision, ReadSettings, decision_payload, settings_hash, settings_to_dict
 from app.errors import InputError
 from app.store.db import session_scope
-from app.store.models import Decision as DecisionModel
-from app.store.models import Run, RunStatus
+from app.store.lookups import run_has_key
+from app.store.models import RunStatus
 from app.store.queue import AttemptInfo, claim_decisions, finish_decision, translate_db_errors
 from app.store.runs import DecisionRow, RunInfo, ensure_run, find_run, insert_decisions
+from app.store.types import Session, SessionFactory
 
 __all__ = ["Recorder"]
 
@@ -33,7 +31,7 @@ SOURCE = "POST /v1/systemone"
 
 @dataclass
 class Recorder:
-    factory: sessionmaker[Session]
+    factory: SessionFactory
     settings: ReadSettings
     upstream: str
     engine: str
@@ -59,7 +57,7 @@ class Recorder:
                     self._ensure(session, run)
                     _active(info)
                 self._checked.add(run)
-            if key is not None and _has_key(session, run, key):
+            if key is not None and run_has_key(session, run, key):
                 raise InputError(f"decision id {key!r} is already recorded in run {run!r}; "
                                  "give each recorded request its own id, or leave it out")
 
@@ -100,7 +98,3 @@ def _active(info: RunInfo) -> RunInfo:
     return info
 
 
-def _has_key(session: Session, run: str, key: str) -> bool:
-    stmt = (select(DecisionModel.id).join(Run, Run.id == DecisionModel.run_id)
-            .where(Run.name == run, DecisionModel.key == key).limit(1))
-    return session.scalar(stmt) is not None

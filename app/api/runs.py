@@ -18,7 +18,6 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
 
 from app.api.auth import require_key
@@ -43,6 +42,7 @@ from app.store.admin import cancel_not_started, delete_run, discard_empty_run, r
 from app.store.db import session_scope
 from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, find_run
+from app.store.types import Session
 from app.store.views import iter_export, list_runs, run_status
 from app.upstream.tokenizer import load_tokenizer
 

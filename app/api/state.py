@@ -10,9 +10,6 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
-
 from app.api.config import ServeConfig
 from app.api.errors import OVERLOAD_RETRY_AFTER_S, api_error
 from app.api.executor import LocalExecutor, QueueExecutor, RunExecutor
@@ -23,6 +20,8 @@ from app.errors import UpstreamError
 from app.producer import fingerprint_dict, upstream_config
 from app.store.db import disposing
 from app.store.migrate import open_store
+from app.store.types import SessionFactory
+from app.store.urls import sqlite_path
 from app.upstream.base import Upstream
 from app.upstream.factory import make_upstream
 
@@ -58,7 +57,7 @@ class Limiter:
 class ApiState:
     config: ServeConfig
     settings: ReadSettings
-    factory: sessionmaker[Session]
+    factory: SessionFactory
     upstream: Upstream
     upstream_url: str  #: where reads go (the in-process simulator's URL for "sim")
     tokenizer: TextTokenizer
@@ -93,12 +92,12 @@ class ApiState:
         return self._fingerprint
 
 
-def _store(config: ServeConfig, stack: AsyncExitStack) -> sessionmaker[Session]:
+def _store(config: ServeConfig, stack: AsyncExitStack) -> SessionFactory:
     """The store: SQLite created or upgraded (as ``dreads run`` does) and, run by this process,
     locked against a second executor; any other database checked at head."""
     if not config.sqlite:
         return stack.enter_context(disposing(open_store(config.database_url)))
-    db_path = Path(make_url(config.database_url).database or "dreads.db")
+    db_path = sqlite_path(config.database_url) or Path("dreads.db")
     if config.executor == "local":
         stack.enter_context(embedded_lock(db_path))
     return stack.enter_context(sqlite_store(db_path))
@@ -116,7 +115,7 @@ def _upstream_url(config: ServeConfig, settings: ReadSettings, stack: AsyncExitS
     return str(url)
 
 
-def _executor(config: ServeConfig, factory: sessionmaker[Session], upstream: Upstream,
+def _executor(config: ServeConfig, factory: SessionFactory, upstream: Upstream,
               url: str) -> RunExecutor:
     if config.executor == "queue":
         return QueueExecutor(factory, config.broker_url, config.chunk_size)

@@ -14,9 +14,8 @@ from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, se
 from app.errors import InputError
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
-
     from app.store.runs import RunInfo
+    from app.store.types import SessionFactory
     from app.upstream.factory import UpstreamConfig
 
 __all__ = [
@@ -30,7 +29,7 @@ __all__ = [
 log = logging.getLogger("dreads.cli")
 
 
-def existing_run(factory: sessionmaker[Session], run: str) -> RunInfo | None:
+def existing_run(factory: SessionFactory, run: str) -> RunInfo | None:
     """The run named ``run``, or None for a new run (read once, passed to the resolvers)."""
     from app.store.db import session_scope
     from app.store.runs import find_run

@@ -23,7 +23,7 @@ from app.store.urls import DEFAULT_DATABASE_URL
 from app.store.urls import database_url as _as_url
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
+    from app.store.types import SessionFactory
 
 STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
 #: How long commands wait for an upstream to be ready, unless --wait / DREADS_WAIT_S.
@@ -323,7 +323,7 @@ def database_url(given: str | None) -> str:
     return _as_url(given or os.environ.get("DREADS_DATABASE_URL") or None)
 
 
-def open_store(url: str) -> sessionmaker[Session]:
+def open_store(url: str) -> SessionFactory:
     """``app.store.migrate.open_store`` (SQLAlchemy and the schema check load only here)."""
     from app.store.migrate import open_store as _open
 
@@ -331,7 +331,7 @@ def open_store(url: str) -> sessionmaker[Session]:
 
 
 @contextmanager
-def opened_store(url: str) -> Iterator[sessionmaker[Session]]:
+def opened_store(url: str) -> Iterator[SessionFactory]:
     """``open_store`` whose engine (and its pooled connections) is disposed on exit."""
     from app.store.db import disposing
 

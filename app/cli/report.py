@@ -23,16 +23,15 @@ from app.errors import InputError
 from app.report.methods import CalibrationMethod
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
-
     from app.report.figures import Params
+    from app.store.types import SessionFactory
 
 __all__ = ["calibrate", "report"]
 
 _FIG = "Figures"
 
 
-def _store(database: str | None) -> sessionmaker[Session]:
+def _store(database: str | None) -> SessionFactory:
     """The session factory; a database that cannot be opened is one line saying what to
     check (``app.store.migrate.open_store``)."""
     return open_store(database_url(database))

@@ -53,11 +53,11 @@ from app.errors import InputError, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from rich.table import Table
-    from sqlalchemy.orm import Session, sessionmaker
 
     from app.embedded import EmbeddedConfig, ExecutorStats
     from app.engine import ReadSettings
     from app.store.runs import RunInfo
+    from app.store.types import Session, SessionFactory
     from app.upstream.factory import UpstreamConfig
 
 __all__ = ["embedded_store", "resume_embedded", "run"]
@@ -69,7 +69,7 @@ _TYPES = ("noul", "choice", "score")
 class _Job:
     """One embedded execution: where, what, against which upstream."""
 
-    factory: sessionmaker[Session]
+    factory: SessionFactory
     db_path: Path
     run: RunInfo
     upstream: str  #: "sim" or a URL (the model for the transformers engine)
@@ -193,7 +193,7 @@ def _sqlite_file(database: str | None) -> Path:
 
 
 @contextmanager
-def embedded_store(db: Path) -> Iterator[sessionmaker[Session]]:
+def embedded_store(db: Path) -> Iterator[SessionFactory]:
     """The run lock and the SQLite store at ``db`` (created or upgraded)."""
     from app.embedded import embedded_lock, sqlite_store
 
@@ -215,7 +215,7 @@ def _config(workers: int, concurrency: int, chunk_size: int | None) -> EmbeddedC
                           max_attempts=env.max_attempts)
 
 
-def resume_embedded(factory: sessionmaker[Session], url: str, run: RunInfo, *,
+def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, *,
                     retry_failed: bool, note: str | None, upstream: str | None = None,
                     engine: UpstreamConfig | None = None) -> None:
     """``dreads resume`` on a SQLite store: continue the run here, like ``dreads run``."""
@@ -380,7 +380,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
             raise typer.Exit(130) from None
 
 
-def _summary(factory: sessionmaker[Session], name: str, json_out: bool, db: Path) -> None:
+def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> None:
     from app.embedded import SIM, draws_used
     from app.store.db import session_scope
     from app.store.runs import require_run

@@ -67,10 +67,9 @@ from app.cli.options import (
 from app.errors import InputError
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
-
     from app.engine import ReadSettings
     from app.store.runs import RunInfo
+    from app.store.types import Session, SessionFactory
     from app.store.views import RunStatusReport
 
 __all__ = ["cancel", "delete", "export", "resume", "runs", "status", "submit"]
@@ -137,15 +136,15 @@ def submit(
         raise typer.Exit(render.BAD_LINES_EXIT)
 
 
-def _submit(factory: sessionmaker[Session], request: Any, tokenizer: Any,
+def _submit(factory: SessionFactory, request: Any, tokenizer: Any,
             broker: str | None, chunk_size: int | None) -> Any:
     """Stream the file into the store, publishing each batch to the queue of the run's model
     and canvas; a file of only bad lines leaves no run behind."""
     from app.engine import settings_to_dict
     from app.producer import submit_job
     from app.publish import make_publisher, make_sender
+    from app.queues import queue_of_run
     from app.store.admin import discard_empty_run
-    from workers.constants import queue_of_run
 
     settings = request.settings
     with make_sender(broker) as sender:
@@ -193,7 +192,7 @@ def status(
             console.print(render.status_view(report))
 
 
-def _status(factory: sessionmaker[Session], name: str) -> RunStatusReport:
+def _status(factory: SessionFactory, name: str) -> RunStatusReport:
     from app.store.db import session_scope
     from app.store.runs import require_run
     from app.store.views import run_status
@@ -202,7 +201,7 @@ def _status(factory: sessionmaker[Session], name: str) -> RunStatusReport:
         return run_status(session, require_run(session, name))
 
 
-def _watch(factory: sessionmaker[Session], name: str, interval_s: float) -> None:
+def _watch(factory: SessionFactory, name: str, interval_s: float) -> None:
     from rich.live import Live
 
     report = _status(factory, name)
@@ -295,7 +294,7 @@ def _print_resume(report: Any, json_out: bool) -> None:
         render.resume_report(report)
 
 
-def _settled(factory: sessionmaker[Session], info: RunInfo, retry_failed: bool) -> bool:
+def _settled(factory: SessionFactory, info: RunInfo, retry_failed: bool) -> bool:
     from app.store.db import session_scope
     from app.store.views import is_settled
 
@@ -303,7 +302,7 @@ def _settled(factory: sessionmaker[Session], info: RunInfo, retry_failed: bool) 
         return is_settled(session, info.id, count_failed=retry_failed)
 
 
-def _take_budget(factory: sessionmaker[Session], info: RunInfo,
+def _take_budget(factory: SessionFactory, info: RunInfo,
                  settings: ReadSettings) -> RunInfo:
     """The run with the endpoint budget given to resume (the only change resume takes)."""
     from app.engine import settings_to_dict

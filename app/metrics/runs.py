@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import StoreError
 from app.store.db import session_scope
 from app.store.queue import translate_db_errors
+from app.store.types import SessionFactory
 from app.store.views import RunStatusReport, recent_runs, run_status, status_by_cell
 
 __all__ = ["RunMetrics", "RunSnapshot"]
@@ -39,7 +39,7 @@ class RunSnapshot:
 class RunMetrics:
     """A Prometheus collector of per-run gauges (register it in a ``CollectorRegistry``)."""
 
-    def __init__(self, factory: sessionmaker[Session], *, ttl_s: float = 10.0,
+    def __init__(self, factory: SessionFactory, *, ttl_s: float = 10.0,
                  max_runs: int = 20, clock: Callable[[], float] = time.monotonic) -> None:
         self._factory = factory
         self._ttl_s = ttl_s

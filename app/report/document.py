@@ -35,8 +35,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from app.errors import InputError
 from app.report.calibration import Calibration
 from app.report.compare import compare_rows
@@ -54,6 +52,8 @@ from app.report.figures import (
 )
 from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
 from app.store.models import Run
+from app.store.report_rows import run_by_id
+from app.store.types import Session
 from app.store.views import failure_reasons
 
 __all__ = ["FORMAT", "build_report", "calibrate_rows", "report_from_rows", "summarize_run"]
@@ -162,7 +162,7 @@ def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
 def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
     """Headline figures of a run: AUC / recall / false positives for yes/no questions,
     accuracy for choice and score, counts and flagged cells (for ``dreads run``'s summary)."""
-    run = session.get(Run, run_id)
+    run = run_by_id(session, run_id)
     if run is None:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
     data = load_run_rows(session, run)

@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Row, case, func, select
-from sqlalchemy.orm import Session
-
 from app.engine import decision_from_payload
-from app.errors import InputError
-from app.store.models import Answer, Attempt, Decision, Draw, OutcomeKind, Run
+from app.errors import InputError, OutcomeKind
+from app.store.models import Run
+from app.store.report_rows import (
+    answer_rows,
+    attempt_counts_by_cell,
+    decision_rows,
+    find_run_by_ref,
+    read_counts_by_cell,
+)
+from app.store.types import Session
 
 __all__ = [
     "IN_FLIGHT",
@@ -96,9 +101,7 @@ class RunRows:
 
 def resolve_run(session: Session, ref: str) -> Run:
     """A run by name, or by numeric id; InputError saying how to list runs otherwise."""
-    run = session.scalars(select(Run).where(Run.name == ref)).first()
-    if run is None and ref.isdigit():
-        run = session.get(Run, int(ref))
+    run = find_run_by_ref(session, ref)
     if run is None:
         raise InputError(
             f"no run named {ref!r} in this database; `dreads runs` lists them (check that "
@@ -112,33 +115,19 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
     """Every decision question of ``run`` with its answer, and per-cell read/attempt counts."""
     answers = _answers_by_decision(session, run.id)
     rows: list[QuestionRow] = []
-    query = (
-        select(Decision.id, Decision.key, Decision.replicate, Decision.cell, Decision.payload,
-               Decision.status)
-        .where(Decision.run_id == run.id)
-        .order_by(Decision.id)
-    )
-    for decision in session.execute(query):
+    for decision in decision_rows(session, run.id):
         rows.extend(_decision_rows(decision, answers.get(decision.id, {})))
     return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id))
 
 
-# Plain column rows, not ORM objects: a run has tens of thousands of answers.
-_ANSWER_COLUMNS = (
-    Answer.decision_id, Answer.question_id, Answer.question_type, Answer.label, Answer.p_yes,
-    Answer.probs, Answer.expected_level, Answer.label_mass, Answer.argmax_is_label,
-    Answer.stderr, Answer.draws, Answer.stop_reason, Answer.expected,
-)
-
-
-def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Row[Any]]]:
-    out: dict[int, dict[str, Row[Any]]] = {}
-    for answer in session.execute(select(*_ANSWER_COLUMNS).where(Answer.run_id == run_id)):
+def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for answer in answer_rows(session, run_id):
         out.setdefault(answer.decision_id, {})[answer.question_id] = answer
     return out
 
 
-def _decision_rows(decision: Row[Any], answers: Mapping[str, Row[Any]]) -> Iterator[QuestionRow]:
+def _decision_rows(decision: Any, answers: Mapping[str, Any]) -> Iterator[QuestionRow]:
     payload = decision.payload or {}
     common = {
         "decision_key": decision.key, "replicate": decision.replicate,
@@ -164,7 +153,7 @@ def _decision_rows(decision: Row[Any], answers: Mapping[str, Row[Any]]) -> Itera
 
 
 def _row(common: Mapping[str, Any], qid: str, qtype: str, labels: tuple[str, ...],
-         expected: str | None, answer: Row[Any] | None) -> QuestionRow:
+         expected: str | None, answer: Any | None) -> QuestionRow:
     if answer is None:
         return QuestionRow(**common, question_id=qid, question_type=qtype, labels=labels,
                            expected=expected, answered=False)
@@ -268,38 +257,16 @@ def _cell_counts(session: Session, run_id: int) -> dict[str, CellCounts]:
 
 
 def _read_counts(session: Session, run_id: int) -> dict[str, tuple[int, int, int, int, int]]:
-    query = (
-        select(
-            Decision.cell,
-            func.count(Draw.id),
-            func.sum(case((Draw.label_mass < 0.5, 1), else_=0)),
-            func.sum(case((Draw.argmax_is_label.is_(False), 1), else_=0)),
-            func.count(Draw.label_mass),  # known only: NULL where the source did not say
-            func.count(Draw.argmax_is_label),
-        )
-        .join(Decision, Decision.id == Draw.decision_id)
-        .where(Decision.run_id == run_id)
-        .group_by(Decision.cell)
-    )
-    return {
-        (cell if cell is not None else NO_CELL): (int(n), int(low or 0), int(bad or 0),
-                                                  int(mass), int(label))
-        for cell, n, low, bad, mass, label in session.execute(query)
-    }
+    return {(cell if cell is not None else NO_CELL): (n, low, bad, mass, label)
+            for cell, n, low, bad, mass, label in read_counts_by_cell(session, run_id)}
 
 
 def _attempt_counts(session: Session, run_id: int) -> dict[str, tuple[int, dict[str, int]]]:
-    query = (
-        select(Decision.cell, Attempt.outcome, func.count(Attempt.id))
-        .join(Decision, Decision.id == Attempt.decision_id)
-        .where(Attempt.run_id == run_id)
-        .group_by(Decision.cell, Attempt.outcome)
-    )
     out: dict[str, tuple[int, dict[str, int]]] = {}
-    for cell, outcome, count in session.execute(query):
+    for cell, outcome, count in attempt_counts_by_cell(session, run_id):
         key = cell if cell is not None else NO_CELL
         total, failures = out.get(key, (0, {}))
         if outcome != OutcomeKind.OK:
-            failures[str(outcome)] = int(count)
-        out[key] = (total + int(count), failures)
+            failures[outcome] = count
+        out[key] = (total + count, failures)
     return out

@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.errors import OutcomeKind  # the attempt outcome kinds live with the error tree
+
 __all__ = [
     "OPEN_PREDICATE",
     "Answer",
@@ -65,27 +67,6 @@ class DecisionStatus(StrEnum):
     FAILED = "failed"  #: attempts exhausted on transient errors (resume --retry-failed)
     REJECTED = "rejected"  #: permanent input problem; never retried
     CANCELLED = "cancelled"  #: the run was cancelled before it ran
-
-
-class OutcomeKind(StrEnum):
-    OK = "ok"
-    UPSTREAM_UNREACHABLE = "upstream_unreachable"
-    TIMEOUT = "timeout"
-    SERVER_ERROR = "server_error"
-    BAD_REQUEST = "bad_request"
-    MALFORMED_RESPONSE = "malformed_response"
-    WORKER_LOST = "worker_lost"
-    DB_ERROR = "db_error"
-    POISON = "poison"
-    CANCELLED = "cancelled"
-    REJECTED = "rejected"
-    NOT_SERVED = "not_served"  #: the worker's upstream does not serve the run's model: not charged
-    UNAUTHORIZED = "unauthorized"  #: the upstream refused the worker's API key: not charged
-    #: a decision endpoint declined one question (one row per refused question, written with
-    #: the attempt that won; the decision is done, that question unanswered)
-    REFUSED = "refused"
-    #: a decision endpoint kept answering 429/529 (rate limited) past the retry deadline
-    THROTTLED = "throttled"
 
 
 class Run(Base):

@@ -1,0 +1,94 @@
+"""Where PostgreSQL and SQLite differ: the one place the store asks which database it has.
+
+- clock: PostgreSQL's ``clock_timestamp()``; SQLite has none, this process's clock stands in;
+- advisory locks (one sweeper at a time): PostgreSQL session locks; SQLite has one writer;
+- ``greatest``: PostgreSQL's ``GREATEST``, SQLite's two-argument ``max``;
+- ``INSERT ... ON CONFLICT DO NOTHING``: each dialect's own insert construct;
+- the bulk decision writer (``COPY`` on PostgreSQL) is chosen in ``store.runs`` by ``name``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Table, func, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "greatest", "insert_ignoring",
+           "is_postgresql", "name", "ping"]
+
+POSTGRESQL = "postgresql"
+SQLITE = "sqlite"
+
+
+def name(bind: Session | Engine | Connection) -> str:
+    """The dialect's name (``postgresql`` or ``sqlite``) of a session, engine or connection."""
+    if isinstance(bind, Session):
+        return bind.get_bind().dialect.name
+    return bind.dialect.name
+
+
+def is_postgresql(bind: Session | Engine | Connection) -> bool:
+    return name(bind) == POSTGRESQL
+
+
+def clock_now(session: Session) -> datetime:
+    """The database's clock (PostgreSQL ``clock_timestamp()``; this process's clock on SQLite)."""
+    if not is_postgresql(session):
+        return datetime.now(UTC)
+    return cast(datetime, session.execute(text("SELECT clock_timestamp()")).scalar_one())
+
+
+def greatest(session: Session, *values: Any) -> ColumnElement[Any]:
+    """SQL ``GREATEST(values...)`` (SQLite: the multi-argument ``max``)."""
+    if name(session) == SQLITE:
+        return func.max(*values)
+    return func.greatest(*values)
+
+
+def insert_ignoring(table: Table, index_elements: Sequence[str],
+                    returning: Any = None) -> dict[str, Any]:
+    """``INSERT ... ON CONFLICT (index_elements) DO NOTHING`` for each dialect, by its name
+    (build once, pick per connection: ``stmts[dialects.name(conn)]``)."""
+    stmts: dict[str, Any] = {}
+    for dialect_name, dialect in ((POSTGRESQL, postgresql), (SQLITE, sqlite)):
+        stmt: Any = dialect.insert(table).on_conflict_do_nothing(
+            index_elements=list(index_elements))
+        stmts[dialect_name] = stmt.returning(returning) if returning is not None else stmt
+    return stmts
+
+
+def ping(session: Session) -> None:
+    """One ``SELECT 1``: raises the driver's error when the database does not answer."""
+    session.execute(text("SELECT 1"))
+
+
+@contextmanager
+def advisory_lock(factory: sessionmaker[Session], lock_id: int,
+                  wait_s: float) -> Iterator[bool]:
+    """Hold PostgreSQL session advisory lock ``lock_id`` on a connection of its own (autocommit,
+    across the caller's transactions on ``factory``), waiting up to ``wait_s`` for it; yields
+    whether it is held. Other databases (SQLite: a single writer) always yield True."""
+    engine = factory.kw.get("bind")
+    if engine is None or not is_postgresql(engine):
+        yield True
+        return
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        deadline = time.monotonic() + wait_s
+        while not (got := bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                            {"k": lock_id}).scalar())):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id})
