@@ -18,7 +18,8 @@ BLOCK = 16  #: vLLM's prefix-cache block size
 _TAIL_TOKENS = 6
 _LINE_SLOT = re.compile(r"(?:^|[\n>])[ \t]*(q?\d+):[ \t]?$")
 _INDEXED_SLOT = re.compile(r"(?:^|[\s>])(q\d+)$")
-_TURN = re.compile(r"<(?:start_of_turn|\|turn)>(system|user)\n(.*?)<(?:end_of_turn|turn\|)>", re.S)
+_TURN = re.compile(r"<(?:start_of_turn|\|turn)>(system|user)\n(.*?)<(?:end_of_turn|turn\|)>",
+                   re.DOTALL)
 
 
 class SimTokenizer:
