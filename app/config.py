@@ -1,19 +1,24 @@
 """Settings from flags and ``DREADS_*`` environment variables.
 
-Read only at entry points (CLI callback, Celery process init, API lifespan) through
-``get_settings()`` and passed down as small frozen values.
+Read only at entry points (the CLI commands, the API's ``serve_config``, the worker's main
+process) through ``get_settings()`` or, with flags on top, ``settings_with(**flags)``, and
+passed down as small frozen values. The run-configuration policy built on them is
+``app.run_config``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import Any
 
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.urls import DEFAULT_DATABASE_URL
 
-__all__ = ["Settings", "answer_api_key", "get_settings", "upstream_api_key"]
+__all__ = ["Settings", "answer_api_key", "get_settings", "settings_with", "to_environ",
+           "upstream_api_key"]
 
 
 class Settings(BaseSettings):
@@ -77,7 +82,8 @@ class Settings(BaseSettings):
     task_time_limit_s: int = 1500
     #: Flower basic auth "user:password".
     flower_basic_auth: str | None = None
-    #: Engine for reads: "vllm" (HTTP, also the simulator) or "transformers" (in-process).
+    #: Engine for reads, by name in the registry ``app.upstream.engines``: "vllm" (HTTP, also
+    #: the simulator) or "transformers" (in-process).
     engine: str = "vllm"
     #: Device for the in-process engine.
     device: str = "cpu"
@@ -110,6 +116,28 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def settings_with(**flags: Any) -> Settings:
+    """``DREADS_*`` with the flags given on top (``None``: not given): how the CLI, the API and
+    the workers build their settings from flags. A field given here counts as set
+    (``model_fields_set``), exactly as one from the environment does."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    return Settings(**given) if given else get_settings()
+
+
+def to_environ(flags: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` (an environment) with the flags given (``None``: not given) as their
+    ``DREADS_*`` variables: the environment of a child process (``dreads worker`` starting
+    Celery) that builds the same ``Settings``; this process's own environment is not written."""
+    env = dict(base)
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        if name not in Settings.model_fields:
+            raise ValueError(f"{name!r} is not a setting")
+        env[f"DREADS_{name.upper()}"] = "1" if value is True else str(value)
+    return env
 
 
 def answer_api_key() -> str | None:

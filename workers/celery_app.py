@@ -37,11 +37,12 @@ from celery import Celery, signals
 
 from app.broker import MAX_TASKS_PER_CHILD, SOFT_SHUTDOWN_S, celery_config, time_limits
 from app.config import Settings, get_settings
-from app.queues import QUEUE
+from app.queues import ANSWERS_QUEUE, QUEUE
 from app.store.types import Engine, SessionFactory
 
 __all__ = ["MAX_TASKS_PER_CHILD", "SOFT_SHUTDOWN_S", "ProcessState", "celery_config",
-           "get_app", "make_celery", "process_state", "time_limits"]
+           "get_app", "make_celery", "process_state", "time_limits", "use_settings",
+           "worker_settings"]
 
 log = logging.getLogger("dreads.worker")
 
@@ -110,6 +111,21 @@ class ProcessState:
 
 
 _state: ProcessState | None = None
+#: This worker's settings once its main process resolved them (the served model, its pool
+#: size); forked pool children inherit it. None: ``get_settings()`` (DREADS_*).
+_settings: Settings | None = None
+
+
+def worker_settings() -> Settings:
+    """The settings this worker runs with: the resolved ones, else ``DREADS_*``."""
+    return _settings if _settings is not None else get_settings()
+
+
+def use_settings(settings: Settings) -> Settings:
+    """Keep ``settings`` as this worker's (its pool children inherit them at fork)."""
+    global _settings
+    _settings = settings
+    return settings
 
 
 def build_state(settings: Settings) -> ProcessState:
@@ -134,7 +150,7 @@ def process_state() -> ProcessState:
     """This process's resources (built on first use in pools without a process-init signal)."""
     global _state
     if _state is None or not _state.built_here:
-        _state = build_state(get_settings())
+        _state = build_state(worker_settings())
     return _state
 
 
@@ -164,16 +180,17 @@ def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> No
     from app.metrics import set_upstream_ready, start_exporter
     from workers.resources import answers_worker_setup, served_queue, wait_upstream_ready
 
-    settings = get_settings()
+    settings = worker_settings()
     if settings.metrics_port:
         start_exporter(settings.metrics_host, settings.metrics_port)
     if settings.worker_answers:
-        queue = answers_worker_setup(getattr(instance, "concurrency", None))
+        use_settings(answers_worker_setup(settings, getattr(instance, "concurrency", None)))
+        queue = ANSWERS_QUEUE
     else:
         set_upstream_ready(settings.upstream, False)
-        wait_upstream_ready(settings)
+        settings = use_settings(wait_upstream_ready(settings))
         set_upstream_ready(settings.upstream, True)
-        queue = served_queue(get_settings())
+        queue = served_queue(settings)
     if instance is not None:
         queues = instance.app.amqp.queues
         queues.select_add(queue)
@@ -186,7 +203,7 @@ def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> No
 def _start_sweeper(sender: Any = None, **_: Any) -> None:
     from workers.resources import start_sweeper
 
-    start_sweeper(getattr(sender, "app", None) or get_app(), get_settings())
+    start_sweeper(getattr(sender, "app", None) or get_app(), worker_settings())
 
 
 @signals.worker_shutdown.connect

@@ -53,18 +53,14 @@ def served_queue(settings: Settings) -> str:
     return queue_for(settings.model, settings.canvas)
 
 
-def answers_worker_setup(processes: int | None) -> str:
+def answers_worker_setup(settings: Settings, processes: int | None) -> Settings:
     """An answers worker (``DREADS_WORKER_ANSWERS``), in its main process before the pool
-    forks: no model server to wait for; its pool size goes into the environment so each
-    process takes its share of a run's endpoint budget. Returns the queue to consume."""
-    from app.config import get_settings
-    from app.queues import ANSWERS_QUEUE
-
-    os.environ["DREADS_WORKER_PROCESSES"] = str(max(1, processes or 1))
-    get_settings.cache_clear()
+    forks: no model server to wait for; its pool size goes into the settings the pool
+    processes inherit, so each takes its share of a run's endpoint budget."""
+    settings = settings.model_copy(update={"worker_processes": max(1, processes or 1)})
     log.info("answers worker %s: runs answered by decision endpoints, each run's budget split "
-             "among %s process(es)", os.getpid(), os.environ["DREADS_WORKER_PROCESSES"])
-    return ANSWERS_QUEUE
+             "among %s process(es)", os.getpid(), settings.worker_processes)
+    return settings
 
 
 def make_tokenizer(settings: Settings) -> TextTokenizer:
@@ -79,9 +75,10 @@ def make_probe(settings: Settings, tokenizer: TextTokenizer) -> ReadRequest | No
     return build_probe_request(read, tokenizer)
 
 
-def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) -> None:
+def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) -> Settings:
     """Block until the upstream answers a probe read; log every round. ``max_wait_s`` None
-    waits for as long as it takes (a worker without its model server has nothing to do)."""
+    waits for as long as it takes (a worker without its model server has nothing to do).
+    Returns the settings with the served model and tokenizer where they were not set."""
     started = time.monotonic()
     settings = adopt_served_defaults(settings, max_wait_s=max_wait_s)
     tokenizer = make_tokenizer(settings)
@@ -90,7 +87,7 @@ def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) 
         log.info("worker %s waits for its upstream %s", os.getpid(), settings.upstream)
         try:
             asyncio.run(_wait_once(settings, probe, READY_ROUND_S))
-            return
+            return settings
         except UpstreamRejected as exc:
             raise ConfigError(
                 f"the upstream {settings.upstream} refused the probe read ({exc.message}); "
@@ -105,18 +102,15 @@ def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) 
 
 def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None) -> Settings:
     """``DREADS_MODEL`` / ``DREADS_TOKENIZER`` unset: wait for the server's model list and take
-    its served model (and its tokenizer; the stand-in for the simulator). They go into this
-    process's environment, so the pool children forked after it build the same probe."""
-    from app.config import get_settings
-    from app.upstream.served import served_identity
+    its served model (and its tokenizer; the stand-in for the simulator), as
+    ``app.run_config.with_served_identity`` does for every entry point. The caller keeps the
+    result (``workers.celery_app.use_settings``): pool children forked after it inherit it."""
+    from app.run_config import with_served_identity
 
-    missing = {"model", "tokenizer"} - settings.model_fields_set
-    if not missing or settings.engine == "transformers":
-        return settings
     started = time.monotonic()
     while True:
         try:
-            served = served_identity(settings.upstream)
+            adopted = with_served_identity(settings)
             break
         except ConfigError as exc:
             if max_wait_s is not None and time.monotonic() - started > max_wait_s:
@@ -124,14 +118,10 @@ def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None
             log.info("worker %s waits for its upstream %s to list its model: %s",
                      os.getpid(), settings.upstream, exc.message)
             time.sleep(min(5.0, READY_ROUND_S))
-    model = served.model_id if "model" in missing else settings.model
-    os.environ["DREADS_MODEL"] = model
-    if "tokenizer" in missing:
-        os.environ["DREADS_TOKENIZER"] = "standin" if served.is_sim else model
-    log.info("upstream %s serves %s; tokenizer %s", settings.upstream, model,
-             os.environ.get("DREADS_TOKENIZER", settings.tokenizer))
-    get_settings.cache_clear()
-    return get_settings()
+    if adopted is not settings:
+        log.info("upstream %s serves %s; tokenizer %s", settings.upstream, adopted.model,
+                 adopted.tokenizer)
+    return adopted
 
 
 async def _wait_once(settings: Settings, probe: ReadRequest | None, timeout_s: float) -> None:

@@ -23,6 +23,7 @@ from app.store.migrate import open_store
 from app.store.types import SessionFactory
 from app.store.urls import sqlite_path
 from app.upstream.base import Upstream
+from app.upstream.engines import is_in_process
 from app.upstream.factory import make_upstream
 
 __all__ = ["ApiState", "Limiter", "build_state"]
@@ -105,7 +106,7 @@ def _store(config: ServeConfig, stack: AsyncExitStack) -> SessionFactory:
 
 def _upstream_url(config: ServeConfig, settings: ReadSettings, stack: AsyncExitStack) -> str:
     """Where reads go: the URL, or a simulator started here for "sim"."""
-    if config.engine.engine == "transformers":
+    if is_in_process(config.engine.engine):
         return config.upstream
     key = Path(config.sim_key) if config.sim_key else None
     url, sim = start_upstream(config.upstream, settings, key)

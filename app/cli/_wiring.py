@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.cli.options import base_read_settings, endpoint_read_settings
 from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, settings_from_dict
-from app.errors import InputError
+from app.run_config import base_read_settings, endpoint_read_settings
 
 if TYPE_CHECKING:
     from app.store.runs import RunInfo
@@ -43,7 +42,7 @@ def resolve_settings(
     *, engine: str = "vllm", upstream: str | None = None,
 ) -> tuple[ReadSettings, int, TextTokenizer]:
     """An existing run's own settings (what was given on top, to be checked), or the
-    ``DREADS_*`` defaults for a new run (``engine`` "transformers": the model's tokenizer;
+    ``DREADS_*`` defaults for a new run (an in-process engine: the model's tokenizer;
     model and tokenizer not set at all: the ones served at ``upstream``, see
     ``base_read_settings``); its replicate count; its tokenizer."""
     from app.upstream.tokenizer import load_tokenizer
@@ -52,7 +51,9 @@ def resolve_settings(
         settings = endpoint_read_settings(dict(given), upstream=upstream_url(upstream, None))
         n = replicates or 1
     elif info is None:
-        url = None if engine == "transformers" else upstream_url(upstream, None)
+        from app.upstream.engines import is_in_process
+
+        url = None if is_in_process(engine) else upstream_url(upstream, None)
         settings = base_read_settings(dict(given), engine=engine, upstream=url)
         n = replicates or 1
     else:
@@ -65,44 +66,24 @@ def resolve_settings(
 
 def resolve_engine(info: RunInfo | None, *, engine: str | None,
                    device: str | None, dtype: str | None) -> UpstreamConfig:
-    """The engine choice: the options given, else the run's own engine (an existing run),
-    else ``DREADS_ENGINE``; device and dtype from the options or ``DREADS_DEVICE/DTYPE``."""
-    from app.cli.engine import ENGINES, engine_config
-    from app.config import get_settings
-    from app.upstream.factory import UpstreamConfig
+    """The engine choice (``app.run_config.engine_choice``): the options given, else the
+    run's own engine (an existing run), else ``DREADS_ENGINE``."""
+    from app.run_config import engine_choice
 
-    env = get_settings()
-    recorded = info.engine if info is not None and info.engine in ENGINES else env.engine
-    base = UpstreamConfig(engine=recorded, device=env.device, dtype=env.dtype)
-    return engine_config(base, engine=engine, device=device, dtype=dtype)
+    return engine_choice(info.engine if info is not None else None, engine=engine,
+                         device=device, dtype=dtype)
 
 
 def run_upstream(given: str | None, info: RunInfo | None,
                  choice: UpstreamConfig, settings: ReadSettings) -> str:
-    """What the run records as its upstream: the URL (``upstream_url``) for vLLM; the model
-    read in this process for the transformers engine (no server, no URL).
+    """What the run records as its upstream (``app.run_config.run_upstream``)."""
+    from app.run_config import run_upstream as _run_upstream
 
-    Raises:
-        InputError: ``--upstream`` given together with ``--engine transformers``.
-    """
-    if choice.engine != "transformers":
-        return upstream_url(given, info)
-    if given:
-        raise InputError(f"--upstream {given} is for the vllm engine; with --engine "
-                         "transformers the model (--model DIR or hub id) is read in this "
-                         "process: drop --upstream")
-    return choice.model_path or settings.model
+    return _run_upstream(given, info.upstream if info is not None else None, choice, settings)
 
 
 def upstream_url(given: str | None, info: RunInfo | None) -> str:
-    """The server to read from: ``--upstream``, else ``DREADS_UPSTREAM`` when it is set (the
-    server may have moved since the run started: a restarted pod has a new address), else the
-    run's own recorded upstream, else the default."""
-    from app.config import get_settings
+    """The server to read from (``app.run_config.upstream_url``)."""
+    from app.run_config import upstream_url as _upstream_url
 
-    if given:
-        return given
-    env = get_settings()
-    if "upstream" in env.model_fields_set or info is None:
-        return env.upstream
-    return info.upstream
+    return _upstream_url(given, info.upstream if info is not None else None)

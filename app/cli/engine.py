@@ -5,21 +5,22 @@ tokenizer (tests, demos: ``dreads sim --engine transformers --model OUT_DIR``, o
 ``DREADS_ENGINE=transformers dreads run ... --model OUT_DIR``).
 
 Other commands select the engine with the options below (``EngineOpt``, ``DeviceOpt``,
-``DtypeOpt``) and ``engine_config()``; the model to load is the run's ``--model``.
+``DtypeOpt``) and ``app.run_config.engine_config()``; the engines are the registry
+``app.upstream.engines``; the model to load is the run's ``--model``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from app.cli._app import SETUP, app
 from app.cli._typer import DreadsTyper
-
-if TYPE_CHECKING:
-    from app.upstream.factory import UpstreamConfig
+from app.run_config import engine_config
+from app.upstream.engines import ENGINES as ENGINE_SPECS
+from app.upstream.engines import engine_names
 
 __all__ = ["ENGINES", "DeviceOpt", "DtypeOpt", "EngineOpt", "engine_app", "engine_config",
            "make_tiny"]
@@ -27,8 +28,8 @@ __all__ = ["ENGINES", "DeviceOpt", "DtypeOpt", "EngineOpt", "engine_app", "engin
 _ENGINE = "Engine"
 
 EngineOpt = Annotated[str | None, typer.Option(
-    "--engine", help="vllm (HTTP: vLLM or dreads sim) or transformers (in-process; --model is "
-    "then a checkpoint dir or hub id). Default DREADS_ENGINE or vllm.", rich_help_panel=_ENGINE)]
+    "--engine", help=" or ".join(f"{spec.kind} ({spec.summary})" for spec in ENGINE_SPECS.values())
+    + ". Default DREADS_ENGINE or vllm.", rich_help_panel=_ENGINE)]
 DeviceOpt = Annotated[str | None, typer.Option(
     "--device", help="transformers engine: cuda or cpu (default DREADS_DEVICE or cpu).",
     rich_help_panel=_ENGINE)]
@@ -40,29 +41,7 @@ engine_app = DreadsTyper(help="The in-process transformers engine (pip install -
                          "'.\\[engine]').", no_args_is_help=True)
 app.add_typer(engine_app, name="engine", rich_help_panel=SETUP)
 
-ENGINES = ("vllm", "transformers")
-_DTYPES = ("bfloat16", "float16", "float32")
-
-
-def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | None,
-                  dtype: str | None) -> UpstreamConfig:
-    """``base`` with the options the user gave; checks them.
-
-    Raises:
-        ConfigError: an unknown engine or dtype, the message says what to pass.
-    """
-    from dataclasses import replace
-
-    from app.errors import ConfigError
-
-    chosen = replace(base, engine=engine or base.engine, device=device or base.device,
-                     dtype=dtype or base.dtype)
-    if chosen.engine not in ENGINES:
-        raise ConfigError(f"unknown engine {chosen.engine!r}: pass --engine vllm or "
-                          "--engine transformers")
-    if chosen.dtype not in _DTYPES:
-        raise ConfigError(f"unknown dtype {chosen.dtype!r}: pass one of {', '.join(_DTYPES)}")
-    return chosen
+ENGINES = engine_names()
 
 
 @engine_app.command("make-tiny")

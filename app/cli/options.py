@@ -7,29 +7,39 @@ the options the user actually gave against the run's recorded settings.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 from rich.console import Console
 
-from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode
 from app.errors import DreadsError, InputError, SchemaNotReady
+from app.run_config import (
+    STANDIN,
+    base_read_settings,
+    endpoint_read_settings,
+    read_overrides,
+    served_fields_missing,
+)
 from app.store.urls import DEFAULT_DATABASE_URL
 from app.store.urls import database_url as _as_url
 
 if TYPE_CHECKING:
     from app.store.types import SessionFactory
 
-STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
 #: How long commands wait for an upstream to be ready, unless --wait / DREADS_WAIT_S.
 DEFAULT_WAIT_S = 60.0
 
 __all__ = [
+    "NOT_GIVEN",
+    "STANDIN",
     "AnswerByOpt",
     "AnswerConcurrencyOpt",
     "AnswerRpsOpt",
@@ -50,6 +60,7 @@ __all__ = [
     "ModeOpt",
     "ModelOpt",
     "PolicyOpt",
+    "ReadGiven",
     "ReplicatesOpt",
     "RunArg",
     "SeedOpt",
@@ -69,6 +80,7 @@ __all__ = [
     "opened_store",
     "read_overrides",
     "served_fields_missing",
+    "with_read_options",
 ]
 
 # emoji=False: a user's text (a run name, a reason) is printed as written, never ":x:" -> ❌
@@ -202,119 +214,55 @@ BrokerOpt = Annotated[str | None, typer.Option(
     "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")]
 
 
-def read_overrides(
-    *,
-    model: str | None = None,
-    tokenizer: str | None = None,
-    canvas: int | None = None,
-    canvas_step: int | None = None,
-    layout: Layout | None = None,
-    mode: ReadMode | None = None,
-    policy: PolicyName | None = None,
-    draws: int | None = None,
-    threshold: float | None = None,
-    max_draws: int | None = None,
-    steps: int | None = None,
-    constrained: bool | None = None,
-    endpoint: Endpoint | None = None,
-    seed: int | None = None,
-    answer_by: AnswerBy | None = None,
-    answer_url: str | None = None,
-    answer_rps: float | None = None,
-    answer_concurrency: int | None = None,
-) -> dict[str, Any]:
-    """The ``ReadSettings`` fields the user gave on the command line (None = not given)."""
-    given = {
-        "model": model, "tokenizer": tokenizer, "canvas_length": canvas,
-        "canvas_step": canvas_step, "layout": layout, "read_mode": mode, "policy": policy,
-        "fixed_draws": draws, "threshold": threshold, "max_draws": max_draws, "steps": steps,
-        "constrained": constrained, "endpoint": endpoint, "seed": seed,
-        "answer_by": answer_by, "answer_url": answer_url, "answer_rps": answer_rps,
-        "answer_concurrency": answer_concurrency,
-    }
-    if draws is not None and policy is None:
-        given["policy"] = PolicyName.FIXED
-    return {name: value for name, value in given.items() if value is not None}
+#: The read-setting options, declared once: parameter name -> its Typer option. ``run``,
+#: ``submit``, ``resume`` and ``serve`` take them through ``with_read_options``.
+READ_OPTIONS: dict[str, Any] = {
+    "model": ModelOpt, "tokenizer": TokenizerOpt, "canvas": CanvasOpt,
+    "canvas_step": CanvasStepOpt, "layout": LayoutOpt, "mode": ModeOpt, "policy": PolicyOpt,
+    "draws": DrawsOpt, "threshold": ThresholdOpt, "max_draws": MaxDrawsOpt, "steps": StepsOpt,
+    "constrained": ConstrainedOpt, "endpoint": EndpointOpt, "seed": SeedOpt,
+}
+#: Who answers a run (``run``, ``submit``, ``resume``; not ``serve``).
+ANSWER_OPTIONS: dict[str, Any] = {
+    "answer_by": AnswerByOpt, "answer_url": AnswerUrlOpt, "answer_rps": AnswerRpsOpt,
+    "answer_concurrency": AnswerConcurrencyOpt,
+}
+Command = TypeVar("Command", bound=Callable[..., Any])
+#: What a command decorated with ``with_read_options`` receives: ``read_overrides(...)`` of the
+#: options the user passed (``ReadSettings`` field names).
+ReadGiven = Mapping[str, Any]
+#: The default of a command's ``given`` parameter (always replaced by the decorator).
+NOT_GIVEN: ReadGiven = MappingProxyType({})
 
 
-def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
-                       upstream: str | None = None) -> ReadSettings:
-    """Defaults from ``DREADS_*`` (model, tokenizer, canvas), then the given overrides.
+def with_read_options(*, answers: bool) -> Callable[[Command], Command]:
+    """Give a command the read-setting options (and, with ``answers``, who answers): the
+    command declares ``given: ReadGiven = NOT_GIVEN`` and receives ``read_overrides(...)`` of
+    what the user passed there; Typer sees the options, placed where ``given`` stands."""
+    options = {**READ_OPTIONS, **(ANSWER_OPTIONS if answers else {})}
 
-    Model and tokenizer the user set neither by flag nor by ``DREADS_MODEL`` /
-    ``DREADS_TOKENIZER`` come from the server at ``upstream``: its served model id, whose
-    tokenizer builds the canvases (the stand-in tokenizer for the simulator; ``upstream`` "sim"
-    needs no request). With the in-process ``transformers`` engine the canvases are built with
-    the checkpoint's own tokenizer (the model), unless ``--tokenizer`` was given.
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for param in signature.parameters.values():
+            if param.name != "given":
+                params.append(param)
+                continue
+            params.extend(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                            annotation=option, default=None)
+                          for name, option in options.items())
 
-    Raises:
-        ConfigError: the server must be asked and cannot be reached.
-    """
-    from app.config import get_settings
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = read_overrides(**{name: kwargs.pop(name, None) for name in options})
+            return command(*args, given=given, **kwargs)
 
-    env = get_settings()
-    base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
-    settings = replace(base, **overrides)
-    if engine == "transformers":
-        if "tokenizer" not in overrides:
-            settings = replace(settings, tokenizer=settings.model)
-        return settings
-    return _served_defaults(settings, overrides, env.model_fields_set, upstream)
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return cast(Command, wrapper)
 
-
-def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str) -> ReadSettings:
-    """The settings of a new run answered by a decision endpoint: ``answer_url`` defaults to
-    ``upstream`` (vLLM's own reader on the same pod); the model, when set neither by flag nor
-    by ``DREADS_MODEL``, is the one the endpoint serves (``GET /v1/models`` with
-    ``DREADS_ANSWER_API_KEY``); no canvas is built here, so the tokenizer is the stand-in
-    unless given.
-
-    Raises:
-        ConfigError: the endpoint must be asked for its model and cannot be.
-    """
-    from app.config import get_settings
-
-    env = get_settings()
-    given = dict(overrides)
-    given.setdefault("answer_url", upstream)
-    given.setdefault("tokenizer", STANDIN)
-    settings = replace(ReadSettings(model=env.model, canvas_length=env.canvas), **given)
-    if "model" in given or "model" in env.model_fields_set or settings.answer_url == "sim":
-        return settings
-    from app.config import answer_api_key
-    from app.upstream.served import served_identity
-
-    served = served_identity(settings.answer_url, api_key=answer_api_key() or "")
-    return replace(settings, model=served.model_id)
-
-
-def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:
-    return {name for name in ("model", "tokenizer")
-            if name not in overrides and name not in from_env}
-
-
-def served_fields_missing(overrides: dict[str, Any]) -> bool:
-    """Whether the model or the tokenizer must come from the server (set nowhere else)."""
-    from app.config import get_settings
-
-    return bool(_missing_served(overrides, get_settings().model_fields_set))
-
-
-def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
-                     from_env: set[str], upstream: str | None) -> ReadSettings:
-    missing = _missing_served(overrides, from_env)
-    if not missing or upstream is None:
-        return settings
-    if upstream == "sim":
-        return replace(settings, tokenizer=STANDIN) if "tokenizer" in missing else settings
-    from app.upstream.served import served_identity
-
-    served = served_identity(upstream)
-    if "model" in missing:
-        settings = replace(settings, model=served.model_id)
-    if "tokenizer" in missing:
-        settings = replace(settings, tokenizer=STANDIN if served.is_sim else settings.model)
-    return settings
+    return decorate
 
 
 def database_url(given: str | None) -> str:

@@ -20,34 +20,18 @@ from app.cli._app import RUN_JOBS, app
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
-    AnswerByOpt,
-    AnswerConcurrencyOpt,
-    AnswerRpsOpt,
-    AnswerUrlOpt,
-    CanvasOpt,
-    CanvasStepOpt,
+    NOT_GIVEN,
     ChunkSizeOpt,
-    ConstrainedOpt,
     DatabaseOpt,
-    DrawsOpt,
-    EndpointOpt,
     FailOnBadLinesOpt,
     JobFileArg,
     JsonOpt,
-    LayoutOpt,
-    MaxDrawsOpt,
-    ModelOpt,
-    ModeOpt,
-    PolicyOpt,
-    SeedOpt,
-    StepsOpt,
-    ThresholdOpt,
-    TokenizerOpt,
+    ReadGiven,
     cli_errors,
     console,
     database_url,
     err_console,
-    read_overrides,
+    with_read_options,
 )
 from app.errors import InputError, UpstreamUnavailable
 
@@ -81,11 +65,14 @@ class _Job:
 
     @property
     def in_process(self) -> bool:
-        """Reads answered by the transformers engine in this process (no server)."""
-        return self.engine is not None and self.engine.engine == "transformers"
+        """Reads answered by an in-process engine (no server)."""
+        from app.upstream.engines import is_in_process
+
+        return self.engine is not None and is_in_process(self.engine.engine)
 
 
 @app.command(rich_help_panel=RUN_JOBS)
+@with_read_options(answers=True)
 def run(
     file: JobFileArg,
     upstream: Annotated[str | None, typer.Option(
@@ -94,13 +81,7 @@ def run(
     database: DatabaseOpt = None,
     run_name: Annotated[str | None, typer.Option(
         "--run", help="Run name (default: the file name without extension).")] = None,
-    model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
-    canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
-    policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
-    max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
-    endpoint: EndpointOpt = None, seed: SeedOpt = None,
-    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
-    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     replicates: Annotated[int | None, typer.Option(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
@@ -124,12 +105,6 @@ def run(
     from app.store.admin import discard_empty_run
     from app.store.runs import load_run
 
-    given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
-                           canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
-                           draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed,
-                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
-                           answer_concurrency=answer_concurrency)
     name = run_name or file.stem
     with cli_errors():
         check_job_file(file)
@@ -158,7 +133,7 @@ def run(
         raise typer.Exit(render.BAD_LINES_EXIT)
 
 
-def _settings(existing: RunInfo | None, given: dict[str, Any], replicates: int | None,
+def _settings(existing: RunInfo | None, given: ReadGiven, replicates: int | None,
               engine: str, upstream: str | None) -> tuple[Any, int, Any]:
     """``resolve_settings``; a server that cannot say what it serves suggests the simulator."""
     from app.errors import ConfigError

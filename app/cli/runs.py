@@ -31,38 +31,22 @@ from app.cli._wiring import (
 )
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
-    AnswerByOpt,
-    AnswerConcurrencyOpt,
-    AnswerRpsOpt,
-    AnswerUrlOpt,
+    NOT_GIVEN,
     BrokerOpt,
-    CanvasOpt,
-    CanvasStepOpt,
     ChunkSizeOpt,
-    ConstrainedOpt,
     DatabaseOpt,
-    DrawsOpt,
-    EndpointOpt,
     FailOnBadLinesOpt,
     JobFileArg,
     JsonOpt,
-    LayoutOpt,
-    MaxDrawsOpt,
-    ModelOpt,
-    ModeOpt,
-    PolicyOpt,
+    ReadGiven,
     RunArg,
-    SeedOpt,
-    StepsOpt,
-    ThresholdOpt,
-    TokenizerOpt,
     UpstreamOpt,
     cli_errors,
     console,
     database_url,
     err_console,
     opened_store,
-    read_overrides,
+    with_read_options,
 )
 from app.errors import InputError
 
@@ -76,16 +60,11 @@ __all__ = ["cancel", "delete", "export", "resume", "runs", "status", "submit"]
 
 
 @app.command(rich_help_panel=RUN_JOBS)
+@with_read_options(answers=True)
 def submit(
     file: JobFileArg,
     run: Annotated[str, typer.Option("--run", help="Run name (new or existing).")],
-    model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
-    canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
-    policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
-    max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
-    endpoint: EndpointOpt = None, seed: SeedOpt = None,
-    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
-    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     replicates: Annotated[int | None, typer.Option(
         "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
     strict: Annotated[bool, typer.Option(
@@ -105,12 +84,6 @@ def submit(
     from app.jobfile import check_job_file
     from app.producer import SubmitRequest, fetch_fingerprint
 
-    given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
-                           canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
-                           draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed,
-                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
-                           answer_concurrency=answer_concurrency)
     with cli_errors():
         check_job_file(file)
         with opened_store(database_url(database)) as factory:
@@ -216,6 +189,7 @@ def _watch(factory: SessionFactory, name: str, interval_s: float) -> None:
 
 
 @app.command(rich_help_panel=RUN_JOBS)
+@with_read_options(answers=True)
 def resume(
     run: RunArg,
     retry_failed: Annotated[bool, typer.Option(
@@ -224,13 +198,7 @@ def resume(
         "--dry-run", help="Only say what would be done; change nothing.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Continue against a server whose model or canvas differs.")] = False,
-    model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
-    canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
-    policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
-    max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
-    endpoint: EndpointOpt = None, seed: SeedOpt = None,
-    answer_by: AnswerByOpt = None, answer_url: AnswerUrlOpt = None,
-    answer_rps: AnswerRpsOpt = None, answer_concurrency: AnswerConcurrencyOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
@@ -249,12 +217,6 @@ def resume(
     from app.sweeper import SweepReport, sweep_for
     from app.upstream.tokenizer import load_tokenizer
 
-    given = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
-                           canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
-                           draws=draws, threshold=threshold, max_draws=max_draws, steps=steps,
-                           constrained=constrained, endpoint=endpoint, seed=seed,
-                           answer_by=answer_by, answer_url=answer_url, answer_rps=answer_rps,
-                           answer_concurrency=answer_concurrency)
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from app.cli._app import SERVERS, app
+from app.upstream.engines import is_in_process
 
 __all__ = ["sim"]
 
@@ -22,6 +23,17 @@ class _SimFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         return line if line.startswith("[dreads sim]") else f"[dreads sim] {line}"
+
+
+def _engine_model(engine: str, model: str) -> str | None:
+    """The checkpoint an in-process engine answers with; None for the synthetic 'sim'.
+
+    Raises:
+        ConfigError: neither 'sim' nor a registered engine.
+    """
+    if engine == "sim":
+        return None
+    return model if is_in_process(engine) else None
 
 
 def _configure_logging(level: str) -> None:
@@ -115,18 +127,18 @@ def sim(
     from app.upstream.sim import SimOptions, run_sim_forever
 
     _configure_logging(log_level)
-    options = SimOptions(
-        host=host, port=port, model=model, canvas_length=canvas, max_model_len=max_model_len,
-        tokenizer=tokenizer, vocab=vocab, noise=noise, separation=separation,
-        miscalibration=miscalibration, key_path=key, step_ms=step_ms, max_batch=max_batch,
-        fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
-        low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
-        engine_model=model if engine == "transformers" else None, engine_device=device,
-        engine_dtype=dtype, api_key=api_key, default_temperature=generation_temperature,
-        decision_rps=decision_rps, decision_max_concurrent=decision_max_concurrent,
-        refuse_marker=refuse_marker,
-    )
     try:
+        options = SimOptions(
+            host=host, port=port, model=model, canvas_length=canvas, max_model_len=max_model_len,
+            tokenizer=tokenizer, vocab=vocab, noise=noise, separation=separation,
+            miscalibration=miscalibration, key_path=key, step_ms=step_ms, max_batch=max_batch,
+            fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
+            low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
+            engine_model=_engine_model(engine, model), engine_device=device,
+            engine_dtype=dtype, api_key=api_key, default_temperature=generation_temperature,
+            decision_rps=decision_rps, decision_max_concurrent=decision_max_concurrent,
+            refuse_marker=refuse_marker,
+        )
         run_sim_forever(options)
     except (ConfigError, ValueError, OSError) as exc:
         typer.echo(f"[dreads sim] error: {exc}", err=True)

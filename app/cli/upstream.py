@@ -41,7 +41,6 @@ from app.cli.options import (
     err_console,
     exit_error,
     read_overrides,
-    served_fields_missing,
 )
 from app.engine import (
     Answer,
@@ -52,7 +51,9 @@ from app.engine import (
     build_probe_request,
     parse_decision,
 )
-from app.errors import ConfigError, DreadsError, InputError, UpstreamError, UpstreamUnavailable
+from app.errors import ConfigError, DreadsError, InputError, UpstreamError
+from app.run_config import wait_served_settings
+from app.upstream.engines import is_in_process
 
 if TYPE_CHECKING:
     from app.jobfile import NumberedLine
@@ -81,12 +82,12 @@ def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> 
     """The URL to read from, or the model the transformers engine loads in this process."""
     from app.config import get_settings
 
-    if choice.engine != "transformers":
+    if not is_in_process(choice.engine):
         return url or get_settings().upstream
     if url:
-        raise InputError(f"{url} is an upstream URL, for the vllm engine; with --engine "
-                         "transformers the model (--model DIR or hub id) is read in this "
-                         "process: drop the URL")
+        raise InputError(f"{url} is an upstream URL, for an engine that reads from a server; "
+                         f"with --engine {choice.engine} the model (--model DIR or hub id) is "
+                         "read in this process: drop the URL")
     return choice.model_path or settings.model
 
 
@@ -103,24 +104,6 @@ class _Check:
     read_latency_ms: float
     prompt_tokens: int | None
     waited_s: float
-
-
-async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
-                  choice: UpstreamConfig, timeout_s: float) -> ReadSettings:
-    """Model and tokenizer set nowhere: wait for the model list, then take the served ones."""
-    import asyncio
-
-    if choice.engine == "transformers" or not served_fields_missing(overrides):
-        return settings
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return base_read_settings(overrides, engine=choice.engine, upstream=url)
-        except ConfigError as exc:
-            if time.monotonic() >= deadline:
-                raise UpstreamUnavailable(f"not ready after {timeout_s:g}s: {exc.message}"
-                                          ) from exc
-            await asyncio.sleep(1.0)
 
 
 async def _check(url: str, settings: ReadSettings, timeout_s: float,

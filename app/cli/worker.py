@@ -6,7 +6,8 @@ on its own (Celery/kombu can exit with "Unrecoverable
 error" when the broker connection drops at the wrong moment) is started again, with backoff;
 a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
 ``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
-``DREADS_BROKER_URL`` for this worker and its pool processes. ``--metrics-port``
+``DREADS_BROKER_URL`` for this worker and its pool processes (passed in the Celery child's
+environment; this process's own is not written). ``--metrics-port``
 (``DREADS_METRICS_PORT``) serves Prometheus metrics of the worker and its pool children.
 """
 
@@ -45,7 +46,8 @@ def worker_argv(*, concurrency: int, pool: str, loglevel: str, hostname: str,
 
 
 def supervise(command: list[str], *, max_restarts: int = MAX_RESTARTS,
-              window_s: float = RESTART_WINDOW_S, base_delay_s: float = 2.0) -> int:
+              window_s: float = RESTART_WINDOW_S, base_delay_s: float = 2.0,
+              env: dict[str, str] | None = None) -> int:
     """Run ``command`` (the Celery worker) until it exits after a stop signal or with 0;
     restart it (with backoff) when it dies on its own, at most ``max_restarts`` times within
     ``window_s``. Returns the exit code to exit with."""
@@ -61,7 +63,7 @@ def supervise(command: list[str], *, max_restarts: int = MAX_RESTARTS,
         signal.signal(sig, forward)
     restarts: list[float] = []
     while True:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, env=env)
         code = child.wait()
         if stopping or code == 0:
             return code
@@ -78,20 +80,6 @@ def supervise(command: list[str], *, max_restarts: int = MAX_RESTARTS,
         time.sleep(delay)
         if stopping:
             return code
-
-
-def _apply_overrides(upstream: str | None, database: str | None, broker: str | None,
-                     engine: str | None = None, device: str | None = None,
-                     dtype: str | None = None) -> None:
-    """Flags win over the environment; pool children inherit it."""
-    from app.config import get_settings
-
-    for name, value in (("DREADS_UPSTREAM", upstream), ("DREADS_DATABASE_URL", database),
-                        ("DREADS_BROKER_URL", broker), ("DREADS_ENGINE", engine),
-                        ("DREADS_DEVICE", device), ("DREADS_DTYPE", dtype)):
-        if value:
-            os.environ[name] = value
-    get_settings.cache_clear()
 
 
 def _check_database(url: str) -> None:
@@ -144,38 +132,36 @@ def worker(
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(2)
-    from app.config import get_settings
+    from app.config import settings_with, to_environ
 
-    if answers:
-        os.environ["DREADS_WORKER_ANSWERS"] = "1"
-    _apply_overrides(upstream, database_url(database) if database else None, broker, engine,
-                     device, dtype)
+    # Flags win over the environment: the Celery child (and its pool) gets them as DREADS_*.
+    flags = {"upstream": upstream, "database_url": database_url(database) if database else None,
+             "broker_url": broker, "engine": engine, "device": device, "dtype": dtype,
+             "worker_answers": answers or None, "metrics_port": metrics_port,
+             "metrics_host": metrics_host}
+    settings = settings_with(**flags)
     try:
-        _check_database(get_settings().database_url)
+        _check_database(settings.database_url)
     except DreadsError as exc:
         exit_error(exc, 2)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname, extra=list(ctx.args))
-    with _metrics_dir(metrics_port, metrics_host):
-        code = supervise([sys.executable, "-m", "celery", *argv])
+    env = to_environ(flags, os.environ)
+    with _metrics_dir(settings.metrics_port, env):
+        code = supervise([sys.executable, "-m", "celery", *argv], env=env)
     raise typer.Exit(code)
 
 
 @contextmanager
-def _metrics_dir(port: int | None, host: str | None) -> Iterator[None]:
-    """With metrics on: ``PROMETHEUS_MULTIPROC_DIR`` set up for Celery and its pool children
-    (emptied, or a temporary one removed at exit)."""
-    from app.config import get_settings
+def _metrics_dir(port: int | None, env: dict[str, str]) -> Iterator[None]:
+    """With metrics on: ``PROMETHEUS_MULTIPROC_DIR`` set up in ``env`` (Celery's and its pool
+    children's environment): emptied, or a temporary one removed at exit."""
     from app.metrics.exporter import prepare_multiprocess_dir, remove_multiprocess_dir
 
-    for name, value in (("DREADS_METRICS_PORT", port), ("DREADS_METRICS_HOST", host)):
-        if value:
-            os.environ[name] = str(value)
-    get_settings.cache_clear()
-    if not get_settings().metrics_port:
+    if not port:
         yield
         return
-    path, created = prepare_multiprocess_dir()
+    path, created = prepare_multiprocess_dir(env)
     try:
         yield
     finally:

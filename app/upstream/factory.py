@@ -8,7 +8,7 @@ from typing import Any
 from app.errors import ConfigError
 from app.upstream.base import Upstream
 
-__all__ = ["SIM", "UpstreamConfig", "make_upstream"]
+__all__ = ["SIM", "UpstreamConfig", "make_http_upstream", "make_upstream"]
 
 #: The upstream "URL" that starts an in-process simulator (labelled ``sim`` everywhere).
 SIM = "sim"
@@ -19,7 +19,7 @@ class UpstreamConfig:
     """How to reach the model: a vLLM base URL (or ``"sim"``) or the in-process engine."""
 
     url: str = "http://127.0.0.1:8001"
-    engine: str = "vllm"  #: "vllm" (HTTP: vLLM or dreads sim) or "transformers" (in-process)
+    engine: str = "vllm"  #: an ``app.upstream.engines.EngineKind``
     model: str = "dgemma"
     canvas_length: int = 320
     max_in_flight: int = 256
@@ -36,21 +36,20 @@ class UpstreamConfig:
 
 
 def make_upstream(config: UpstreamConfig) -> Upstream:
-    """The upstream ``config`` names.
-
-    ``url == "sim"`` starts a simulator in a background thread (stopped by ``aclose()``).
+    """The upstream ``config`` names, built by its engine (``app.upstream.engines``).
 
     Raises:
-        ConfigError: an unknown engine or a URL that is not http(s).
+        ConfigError: an unknown engine, or what the engine refuses (a URL that is not
+        http(s), a checkpoint that does not load).
     """
-    if config.engine == "transformers":
-        from app.upstream.transformers_engine import make_transformers_upstream
+    from app.upstream.engines import engine_spec
 
-        return make_transformers_upstream(config)
-    if config.engine != "vllm":
-        raise ConfigError(
-            f"unknown engine {config.engine!r}: use 'vllm' (HTTP, also dreads sim) or "
-            "'transformers' (in-process, needs pip install -e .[engine])")
+    return engine_spec(config.engine).make(config)
+
+
+def make_http_upstream(config: UpstreamConfig) -> Upstream:
+    """The ``vllm`` engine: vLLM (or ``dreads sim``) at ``config.url``; ``url == "sim"`` starts
+    a simulator in a background thread (stopped by ``aclose()``)."""
     if config.url == SIM:
         return _sim_upstream(config)
     if not config.url.startswith(("http://", "https://")):

@@ -72,3 +72,22 @@ def test_the_send_only_client_knows_no_task_code() -> None:
     assert client.conf.task_acks_late is True
     assert not client.conf.include
     client.close()
+
+
+def test_importing_the_modules_builds_no_celery_app() -> None:
+    """A fresh interpreter imports the worker's modules and every publisher: no Celery app
+    exists until one is asked for (``get_app``, ``make_client``), and app/ pulls in no
+    workers/ module."""
+    import subprocess
+    import sys
+
+    code = ("import sys, celery._state as st\n"
+            "import app.api, app.broker, app.producer, app.publish, app.sweeper, app.runner\n"
+            "assert not [m for m in sys.modules if m.startswith('workers')]\n"
+            "import workers.celery_app, workers.resources, workers.tasks\n"
+            "assert not list(st._apps), list(st._apps)\n"
+            "from workers.celery_app import get_app\n"
+            "assert 'reads.run_chunk' in get_app().tasks\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,273 @@
+"""Run configuration as a library: what a new run reads with, which engine reads it, where.
+
+The CLI (``run``, ``submit``, ``resume``, ``serve``, ``decide``, ``check-upstream``), the API
+and the workers build their configuration here, the same way: flags (``None``: not given) on
+top of ``Settings`` (``DREADS_*``, ``app.config``) on top of ``ReadSettings``' defaults; model
+and tokenizer set nowhere come from the server the run reads from. Engines are looked up in
+``app.upstream.engines`` (no engine names are compared here).
+
+Nothing heavy is imported at the top: the CLI imports this module to parse a command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.errors import ConfigError, InputError, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.upstream.factory import UpstreamConfig
+
+__all__ = [
+    "DTYPES",
+    "STANDIN",
+    "base_read_settings",
+    "endpoint_read_settings",
+    "engine_choice",
+    "engine_config",
+    "read_overrides",
+    "run_upstream",
+    "served_fields_missing",
+    "upstream_url",
+    "wait_served_settings",
+    "with_served_identity",
+]
+
+STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
+DTYPES = ("bfloat16", "float16", "float32")  #: of an in-process engine
+
+
+def read_overrides(
+    *,
+    model: str | None = None,
+    tokenizer: str | None = None,
+    canvas: int | None = None,
+    canvas_step: int | None = None,
+    layout: Layout | None = None,
+    mode: ReadMode | None = None,
+    policy: PolicyName | None = None,
+    draws: int | None = None,
+    threshold: float | None = None,
+    max_draws: int | None = None,
+    steps: int | None = None,
+    constrained: bool | None = None,
+    endpoint: Endpoint | None = None,
+    seed: int | None = None,
+    answer_by: AnswerBy | None = None,
+    answer_url: str | None = None,
+    answer_rps: float | None = None,
+    answer_concurrency: int | None = None,
+) -> dict[str, Any]:
+    """The ``ReadSettings`` fields the user gave (None = not given), by their field names."""
+    given = {
+        "model": model, "tokenizer": tokenizer, "canvas_length": canvas,
+        "canvas_step": canvas_step, "layout": layout, "read_mode": mode, "policy": policy,
+        "fixed_draws": draws, "threshold": threshold, "max_draws": max_draws, "steps": steps,
+        "constrained": constrained, "endpoint": endpoint, "seed": seed,
+        "answer_by": answer_by, "answer_url": answer_url, "answer_rps": answer_rps,
+        "answer_concurrency": answer_concurrency,
+    }
+    if draws is not None and policy is None:
+        given["policy"] = PolicyName.FIXED
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _env(env: Settings | None) -> Settings:
+    from app.config import get_settings
+
+    return env if env is not None else get_settings()
+
+
+def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
+                       upstream: str | None = None, env: Settings | None = None
+                       ) -> ReadSettings:
+    """The read settings of a new run: ``DREADS_*`` (model, tokenizer, canvas), then the given
+    overrides.
+
+    Model and tokenizer the user set neither by flag nor by ``DREADS_MODEL`` /
+    ``DREADS_TOKENIZER`` come from the server at ``upstream``: its served model id, whose
+    tokenizer builds the canvases (the stand-in tokenizer for the simulator; ``upstream`` "sim"
+    needs no request). With an in-process engine the canvases are built with the checkpoint's
+    own tokenizer (the model), unless ``--tokenizer`` was given.
+
+    Raises:
+        ConfigError: the server must be asked and cannot be reached.
+    """
+    from app.upstream.engines import is_in_process
+
+    env = _env(env)
+    base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
+    settings = replace(base, **overrides)
+    if is_in_process(engine):
+        if "tokenizer" not in overrides:
+            settings = replace(settings, tokenizer=settings.model)
+        return settings
+    return _served_defaults(settings, overrides, env.model_fields_set, upstream)
+
+
+def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
+                           env: Settings | None = None) -> ReadSettings:
+    """The settings of a new run answered by a decision endpoint: ``answer_url`` defaults to
+    ``upstream`` (vLLM's own reader on the same pod); the model, when set neither by flag nor
+    by ``DREADS_MODEL``, is the one the endpoint serves (``GET /v1/models`` with
+    ``DREADS_ANSWER_API_KEY``); no canvas is built here, so the tokenizer is the stand-in
+    unless given.
+
+    Raises:
+        ConfigError: the endpoint must be asked for its model and cannot be.
+    """
+    env = _env(env)
+    given = dict(overrides)
+    given.setdefault("answer_url", upstream)
+    given.setdefault("tokenizer", STANDIN)
+    settings = replace(ReadSettings(model=env.model, canvas_length=env.canvas), **given)
+    if "model" in given or "model" in env.model_fields_set or settings.answer_url == "sim":
+        return settings
+    from app.upstream.served import served_identity
+
+    key = env.answer_api_key.get_secret_value() if env.answer_api_key is not None else ""
+    served = served_identity(settings.answer_url, api_key=key or "")
+    return replace(settings, model=served.model_id)
+
+
+def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:
+    return {name for name in ("model", "tokenizer")
+            if name not in overrides and name not in from_env}
+
+
+def served_fields_missing(overrides: dict[str, Any], env: Settings | None = None) -> bool:
+    """Whether the model or the tokenizer must come from the server (set nowhere else)."""
+    return bool(_missing_served(overrides, _env(env).model_fields_set))
+
+
+def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
+                     from_env: set[str], upstream: str | None) -> ReadSettings:
+    missing = _missing_served(overrides, from_env)
+    if not missing or upstream is None:
+        return settings
+    if upstream == "sim":
+        return replace(settings, tokenizer=STANDIN) if "tokenizer" in missing else settings
+    from app.upstream.served import served_identity
+
+    served = served_identity(upstream)
+    if "model" in missing:
+        settings = replace(settings, model=served.model_id)
+    if "tokenizer" in missing:
+        settings = replace(settings, tokenizer=STANDIN if served.is_sim else settings.model)
+    return settings
+
+
+async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
+                               choice: UpstreamConfig, timeout_s: float) -> ReadSettings:
+    """Model and tokenizer set nowhere: wait (up to ``timeout_s``) for the model list at
+    ``url``, then take the served ones; ``settings`` as they are otherwise.
+
+    Raises:
+        UpstreamUnavailable: the server did not list its model in time.
+    """
+    import asyncio
+    import time
+
+    from app.upstream.engines import is_in_process
+
+    if is_in_process(choice.engine) or not served_fields_missing(overrides):
+        return settings
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return base_read_settings(overrides, engine=choice.engine, upstream=url)
+        except ConfigError as exc:
+            if time.monotonic() >= deadline:
+                raise UpstreamUnavailable(f"not ready after {timeout_s:g}s: {exc.message}"
+                                          ) from exc
+            await asyncio.sleep(1.0)
+
+
+def with_served_identity(env: Settings) -> Settings:
+    """A worker's settings: ``DREADS_MODEL`` / ``DREADS_TOKENIZER`` unset are taken from the
+    server at ``DREADS_UPSTREAM`` (its served model; its tokenizer, the stand-in for the
+    simulator). A new value: the process keeps it and its pool children inherit it; the
+    environment is not written.
+
+    Raises:
+        ConfigError: the server does not list its model (yet).
+    """
+    from app.upstream.engines import is_in_process
+
+    missing = {"model", "tokenizer"} - env.model_fields_set
+    if not missing or is_in_process(env.engine):
+        return env
+    from app.upstream.served import served_identity
+
+    served = served_identity(env.upstream)
+    model = served.model_id if "model" in missing else env.model
+    update: dict[str, Any] = {"model": model}
+    if "tokenizer" in missing:
+        update["tokenizer"] = STANDIN if served.is_sim else model
+    return env.model_copy(update=update)
+
+
+def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | None,
+                  dtype: str | None) -> UpstreamConfig:
+    """``base`` with the options the user gave; checks them.
+
+    Raises:
+        ConfigError: an unknown engine or dtype, the message says what to pass.
+    """
+    from app.upstream.engines import engine_spec
+
+    chosen = replace(base, engine=engine or base.engine, device=device or base.device,
+                     dtype=dtype or base.dtype)
+    engine_spec(chosen.engine)
+    if chosen.dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {chosen.dtype!r}: pass one of {', '.join(DTYPES)}")
+    return chosen
+
+
+def engine_choice(recorded: str | None, *, engine: str | None, device: str | None,
+                  dtype: str | None, env: Settings | None = None) -> UpstreamConfig:
+    """The engine a command reads with: the options given, else the run's ``recorded`` engine
+    (an existing run), else ``DREADS_ENGINE``; device and dtype from the options or
+    ``DREADS_DEVICE`` / ``DREADS_DTYPE``."""
+    from app.upstream.engines import ENGINES
+    from app.upstream.factory import UpstreamConfig
+
+    env = _env(env)
+    known = {str(kind) for kind in ENGINES}
+    base = UpstreamConfig(engine=recorded if recorded in known else env.engine,
+                          device=env.device, dtype=env.dtype)
+    return engine_config(base, engine=engine, device=device, dtype=dtype)
+
+
+def upstream_url(given: str | None, recorded: str | None, env: Settings | None = None) -> str:
+    """The server to read from: ``--upstream``, else ``DREADS_UPSTREAM`` when it is set (the
+    server may have moved since the run started: a restarted pod has a new address), else the
+    run's ``recorded`` upstream (an existing run), else the default."""
+    if given:
+        return given
+    env = _env(env)
+    if "upstream" in env.model_fields_set or recorded is None:
+        return env.upstream
+    return recorded
+
+
+def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig,
+                 settings: ReadSettings) -> str:
+    """What a run records as its upstream: the URL (``upstream_url``) for an engine that reads
+    from a server; the model read in this process for an in-process engine (no URL).
+
+    Raises:
+        InputError: ``--upstream`` given together with an in-process engine.
+    """
+    from app.upstream.engines import is_in_process
+
+    if not is_in_process(choice.engine):
+        return upstream_url(given, recorded)
+    if given:
+        raise InputError(f"--upstream {given} is for an engine that reads from a server; with "
+                         f"--engine {choice.engine} the model (--model DIR or hub id) is read in "
+                         "this process: drop --upstream")
+    return choice.model_path or settings.model
