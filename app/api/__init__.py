@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.api.app import create_app
+from app.api.app import create_app, create_app_from_env
 from app.api.config import ServeConfig
 
-__all__ = ["ServeConfig", "create_app"]
+__all__ = ["ServeConfig", "create_app", "create_app_from_env"]

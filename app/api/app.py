@@ -28,7 +28,7 @@ from app.api.middleware import BodyGuard, RequestContext
 from app.api.state import build_state
 from app.metrics import RunMetrics
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "create_app_from_env"]
 
 
 def create_app(config: ServeConfig) -> FastAPI:
@@ -56,3 +56,20 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.add_middleware(RequestContext)
     metrics.instrument(app)
     return app
+
+
+def create_app_from_env() -> FastAPI:
+    """The app configured from ``DREADS_*`` alone, built the way ``dreads serve`` builds it
+    (``uvicorn --factory app.api:create_app_from_env``); model and tokenizer set nowhere are
+    asked of the upstream once (a ``ConfigError`` if it does not answer)."""
+    from app.api.config import serve_config, serve_upstream
+    from app.config import get_settings
+    from app.run_config import base_read_settings, engine_choice
+    from app.store.urls import database_url
+
+    env = get_settings()
+    choice = engine_choice(None, engine=None, device=None, dtype=None, env=env)
+    url = serve_upstream(env, choice, None, None)
+    settings = base_read_settings({}, engine=choice.engine, upstream=url, env=env)
+    return create_app(serve_config(env, upstream=url, settings=settings,
+                                   database_url=database_url(env.database_url), engine=choice))

@@ -1,13 +1,25 @@
-"""What ``dreads serve`` runs with, fixed at start (``create_app(ServeConfig(...))``)."""
+"""What ``dreads serve`` runs with, fixed at start (``create_app(ServeConfig(...))``).
+
+``serve_config(env, ...)`` builds it from ``Settings`` (``DREADS_*``) with flags on top (None:
+not given): ``dreads serve`` passes its flags, ``create_app_from_env`` none.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.engine import ReadSettings
+from app.errors import ConfigError
 from app.upstream.factory import UpstreamConfig
 
-__all__ = ["ServeConfig"]
+if TYPE_CHECKING:
+    from app.config import Settings
+
+__all__ = ["EXECUTORS", "ServeConfig", "serve_config", "serve_upstream"]
+
+#: Who runs the runs submitted over HTTP: "auto" is local for SQLite, queue otherwise.
+EXECUTORS = ("auto", "local", "queue")
 
 _MB = 1024 * 1024
 
@@ -43,3 +55,41 @@ class ServeConfig:
     @property
     def sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def serve_upstream(env: Settings, choice: UpstreamConfig, given: str | None,
+                   model: str | None) -> str:
+    """Where the API reads: ``--upstream``, else ``DREADS_UPSTREAM``; for an in-process engine
+    the model it loads (``model_path``, else ``--model``, else ``DREADS_MODEL``)."""
+    from app.upstream.engines import is_in_process
+
+    if is_in_process(choice.engine):
+        return choice.model_path or model or env.model
+    return given or env.upstream
+
+
+def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, database_url: str,
+                 engine: UpstreamConfig, executor: str | None = None,
+                 broker_url: str | None = None, record_run: str | None = None,
+                 max_concurrent: int | None = None, chunk_size: int | None = None,
+                 sim_key: str | None = None) -> ServeConfig:
+    """The API's configuration: the flags given (None: not given) over ``env``.
+
+    Raises:
+        ConfigError: an executor other than auto, local or queue.
+    """
+    if env.api_executor not in EXECUTORS:
+        raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
+                          f"{env.api_executor!r}")
+    chosen = executor if executor is not None and executor != "auto" else env.api_executor
+    if chosen == "auto":
+        chosen = "local" if database_url.startswith("sqlite") else "queue"
+    return ServeConfig(
+        upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
+        broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,
+        record_run=record_run or env.api_record_run,
+        max_body_bytes=int(env.api_max_body_mb * _MB),
+        max_upload_bytes=int(env.api_max_upload_mb * _MB),
+        max_concurrent=max_concurrent or env.api_max_concurrent,
+        chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
+        metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs)

@@ -13,36 +13,23 @@ from app.cli._wiring import resolve_engine
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     DEFAULT_WAIT_S,
+    NOT_GIVEN,
     BrokerOpt,
-    CanvasOpt,
-    CanvasStepOpt,
     ChunkSizeOpt,
-    ConstrainedOpt,
     DatabaseOpt,
-    DrawsOpt,
-    EndpointOpt,
-    LayoutOpt,
-    MaxDrawsOpt,
-    ModelOpt,
-    ModeOpt,
-    PolicyOpt,
-    SeedOpt,
-    StepsOpt,
-    ThresholdOpt,
-    TokenizerOpt,
+    ReadGiven,
     WaitOpt,
     base_read_settings,
     cli_errors,
     database_url,
     err_console,
-    read_overrides,
+    with_read_options,
 )
 from app.errors import ConfigError
 
 __all__ = ["serve"]
 
 _API = "API"
-_MB = 1024 * 1024
 
 
 class Executor(StrEnum):
@@ -71,12 +58,6 @@ def check_exposure(host: str, api_key: str | None, *, insecure: bool) -> None:
                           "key (python3 -c \"import secrets; print(secrets.token_urlsafe(32))\")")
 
 
-def _executor(choice: Executor, db_url: str) -> str:
-    if choice is Executor.AUTO:
-        return "local" if db_url.startswith("sqlite") else "queue"
-    return choice.value
-
-
 def _check_store(url: str) -> None:
     """Open the store once before the server starts, so that a bad --database-url is one line
     here rather than a traceback from the server's startup."""
@@ -94,6 +75,7 @@ def _check_store(url: str) -> None:
 
 
 @app.command("serve", rich_help_panel=SERVERS)
+@with_read_options(answers=False)
 def serve(
     host: Annotated[str | None, typer.Option(help="Interface (DREADS_API_HOST, 127.0.0.1).",
                                              rich_help_panel=_API)] = None,
@@ -118,11 +100,7 @@ def serve(
         "--insecure", help="Allow no DREADS_API_KEY on a non-loopback host, or a placeholder "
         "key.", rich_help_panel=_API)] = False,
     wait: WaitOpt = DEFAULT_WAIT_S,
-    model: ModelOpt = None, tokenizer: TokenizerOpt = None, canvas: CanvasOpt = None,
-    canvas_step: CanvasStepOpt = None, layout: LayoutOpt = None, mode: ModeOpt = None,
-    policy: PolicyOpt = None, draws: DrawsOpt = None, threshold: ThresholdOpt = None,
-    max_draws: MaxDrawsOpt = None, steps: StepsOpt = None, constrained: ConstrainedOpt = None,
-    endpoint: EndpointOpt = None, seed: SeedOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     database: DatabaseOpt = None, broker: BrokerOpt = None, chunk_size: ChunkSizeOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
@@ -138,41 +116,27 @@ def serve(
 
     import uvicorn
 
-    from app.api import ServeConfig, create_app
-    from app.cli.upstream import wait_served_settings
+    from app.api import create_app
+    from app.api.config import serve_config, serve_upstream
     from app.config import get_settings
+    from app.run_config import wait_served_settings
 
     env = get_settings()
-    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas,
-                               canvas_step=canvas_step, layout=layout, mode=mode, policy=policy,
-                               draws=draws, threshold=threshold, max_draws=max_draws,
-                               steps=steps, constrained=constrained, endpoint=endpoint,
-                               seed=seed)
+    overrides = dict(given)
     db_url = database_url(database)
     with cli_errors():
         check_exposure(host or env.api_host, env.api_key, insecure=insecure)
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
-        url = upstream or env.upstream
-        if choice.engine == "transformers":
-            url = choice.model_path or overrides.get("model") or env.model
+        url = serve_upstream(env, choice, upstream, overrides.get("model"))
         settings = base_read_settings(overrides, engine=choice.engine)
         if url != "sim":
             settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, wait))
         elif "tokenizer" not in overrides:
             settings = base_read_settings(overrides, engine=choice.engine, upstream="sim")
-        if env.api_executor not in {e.value for e in Executor}:
-            raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
-                              f"{env.api_executor!r}")
-        chosen = executor if executor is not Executor.AUTO else Executor(env.api_executor)
-        config = ServeConfig(
-            upstream=url, settings=settings, database_url=db_url,
-            executor=_executor(chosen, db_url), broker_url=broker or env.broker_url,
-            engine=choice, api_key=env.api_key, record_run=record or env.api_record_run,
-            max_body_bytes=int(env.api_max_body_mb * _MB),
-            max_upload_bytes=int(env.api_max_upload_mb * _MB),
-            max_concurrent=max_concurrent or env.api_max_concurrent,
-            chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
-            metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs)
+        config = serve_config(
+            env, upstream=url, settings=settings, database_url=db_url, engine=choice,
+            executor=executor.value, broker_url=broker, record_run=record,
+            max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key)
         _check_store(db_url)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     where = f"http://{host or env.api_host}:{port or env.api_port}"
