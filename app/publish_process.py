@@ -14,6 +14,7 @@ messages, or for the broker's error.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 from array import array
@@ -63,10 +64,8 @@ class PublisherProcess:
         return value
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the child is gone already
             self._conn.send(None)
-        except OSError:
-            pass
         self._process.join(_CLOSE_S)
         if self._process.is_alive():
             self._process.terminate()

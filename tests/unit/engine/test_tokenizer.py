@@ -112,7 +112,8 @@ def test_loading_a_bad_tokenizer_says_what_to_pass(tmp_path: Path) -> None:
 
 
 _TEXTS = ("q0: yes", "Clause 5: the supplier delivers within 30 days.",
-          "Straße ¿Qué? 日本語 🎉  two  spaces\n\nlines\ttab", "<turn|> <|channel>thought\n<channel|>")
+          "Straße ¿Qué? 日本語 🎉  two  spaces\n\nlines\ttab",
+          "<turn|> <|channel>thought\n<channel|>")
 _CHAT = ({"role": "system", "content": "Answer with the label."},
          {"role": "user", "content": "State.\n\nQuestion: late?\nyes) it is\nno) it is not"})
 
