@@ -44,7 +44,17 @@ from app.runner import ChunkResult, run_chunk
 from app.sources import EndpointPool
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.migrate import upgrade
-from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, OutcomeKind
+from app.store.models import (
+    NOT_STARTED,
+    Answer,
+    Attempt,
+    Decision,
+    DecisionStatus,
+    Draw,
+    OutcomeKind,
+    Run,
+    RunStatus,
+)
 from app.store.queue import claimable, sweep, utcnow
 from app.store.runs import RunInfo
 from app.upstream.base import Upstream
@@ -211,7 +221,10 @@ def release_own_leases(factory: sessionmaker[Session], run_id: int) -> int:
 
 
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[int]:
-    """Decisions a claim could win now (pending, queued, expired lease, under the cap)."""
+    """Decisions a claim could win now (pending, queued, expired lease, under the cap); none
+    once the run is cancelled."""
+    if session.scalar(select(Run.status).where(Run.id == run_id)) == RunStatus.CANCELLED:
+        return []
     stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable(utcnow()),
                                       Decision.attempts < max_attempts)
             .order_by(Decision.id))
@@ -219,8 +232,11 @@ def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[i
 
 
 def settled_count(session: Session, run_id: int) -> tuple[int, int]:
-    """(settled, total) decisions of the run."""
-    settled = func.sum(case((Decision.status.in_(_SETTLED), 1), else_=0))
+    """(settled, total) decisions of the run (a cancelled run's not started ones are)."""
+    statuses: tuple[str, ...] = _SETTLED
+    if session.scalar(select(Run.status).where(Run.id == run_id)) == RunStatus.CANCELLED:
+        statuses = (*_SETTLED, *NOT_STARTED)
+    settled = func.sum(case((Decision.status.in_(statuses), 1), else_=0))
     row = session.execute(select(settled, func.count()).where(Decision.run_id == run_id)).one()
     return int(row[0] or 0), int(row[1])
 

@@ -45,6 +45,7 @@ from app.publish import (
     publish_chunks,
     queue_backlog,
 )
+from app.store.admin import settle_cancelled
 from app.store.db import session_scope
 from app.store.models import DecisionStatus, OutcomeKind
 from app.store.queue import (
@@ -107,6 +108,7 @@ def sweep_once(session_factory: sessionmaker[Session], publisher: Sender | None,
         if not locked:
             return SweepReport(skipped=True)
         lost, poisoned = _expire(session_factory, max_attempts, run_id)
+        _settle_cancelled(session_factory)
         report = SweepReport(lost=lost, poisoned=poisoned)
         if publisher is not None:
             report = _publish_due(session_factory, publisher, report, chunk_size=chunk_size,
@@ -142,6 +144,15 @@ def _sweep_lock(factory: sessionmaker[Session], wait_s: float) -> Iterator[bool]
         finally:
             if got:
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": SWEEP_LOCK_ID})
+
+
+def _settle_cancelled(factory: sessionmaker[Session]) -> None:
+    """One page of what ``cancel`` left: not-started rows of cancelled runs (a million-row
+    cancel is settled in the background over a hundred sweeps, never in one long UPDATE)."""
+    with session_scope(factory) as session:
+        settled = settle_cancelled(session, limit=PAGE)
+    if settled:
+        log.debug("sweep: %d decision(s) of cancelled runs settled", settled)
 
 
 def _expire(factory: sessionmaker[Session], max_attempts: int,

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.engine import decision_from_payload
 from app.errors import InputError
-from app.store.models import Answer, Attempt, Decision, Draw, OutcomeKind, Run
+from app.store.models import Answer, Attempt, Decision, Draw, OutcomeKind, Run, shown_status
 
 __all__ = [
     "IN_FLIGHT",
@@ -119,7 +119,7 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
         .order_by(Decision.id)
     )
     for decision in session.execute(query):
-        rows.extend(_decision_rows(decision, answers.get(decision.id, {})))
+        rows.extend(_decision_rows(decision, answers.get(decision.id, {}), run.status))
     return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id))
 
 
@@ -138,13 +138,14 @@ def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, R
     return out
 
 
-def _decision_rows(decision: Row[Any], answers: Mapping[str, Row[Any]]) -> Iterator[QuestionRow]:
+def _decision_rows(decision: Row[Any], answers: Mapping[str, Row[Any]],
+                   run_status: str) -> Iterator[QuestionRow]:
     payload = decision.payload or {}
     common = {
         "decision_key": decision.key, "replicate": decision.replicate,
         "cell": decision.cell if decision.cell is not None else NO_CELL,
         "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
-        "status": decision.status,
+        "status": shown_status(decision.status, run_status),
     }
     questions, expected = _parsed(payload)
     for qid, qtype, labels, options in questions:
