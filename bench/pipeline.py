@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psutil
@@ -199,29 +200,37 @@ def rate_rows(tmp: Path, pg: str, n: int, concurrency: int, chunk: int, sim_args
 POD_SIM = ("--step-ms", "200", "--max-batch", "8")
 
 
-def pods_rate(tmp: Path, pg: str, pods: int, per_pod: int, chunk: int) -> float:
-    """End-to-end decisions/s of ``pods`` pods (a simulator of fixed capacity and a 2-process
-    worker each, one shared PostgreSQL and Redis), ``per_pod`` decisions per pod."""
-    redis = RedisServer(tmp / f"redis-pods-{pods}", appendonly=False)
+@dataclass
+class Pods:
+    """Pods sharing one PostgreSQL and Redis: a simulator of fixed capacity (``POD_SIM``) and
+    a 2-process ``dreads worker`` each."""
+
+    stack: Stack
+    sims: list[Sim]
+    workers: list[WorkerProcess]
+
+
+@contextmanager
+def pods(tmp: Path, pg: str, n: int, label: str, **timing: Any) -> Iterator[Pods]:
+    """Start ``n`` pods (workers with ``timing`` overrides of the harness's settings), wait
+    for every pool, and stop them all after."""
+    redis = RedisServer(tmp / f"redis-{label}", appendonly=False)
     redis.start()
-    url = create_pg_database(pg, "pods")
-    sims = [Sim(tmp / f"sim-{pods}-{i}.log", *POD_SIM) for i in range(pods)]
+    url = create_pg_database(pg, label)
+    sims = [Sim(tmp / f"sim-{label}-{i}.log", *POD_SIM) for i in range(n)]
     workers: list[WorkerProcess] = []
     try:
         with Stack.open(url, redis.url, sims[0].url) as stack:
             for i, sim in enumerate(sims):
-                env = {**os.environ, **stack.env(upstream=sim.url), "PYTHONUNBUFFERED": "1"}
+                env = {**os.environ, **stack.env(upstream=sim.url, **timing),
+                       "PYTHONUNBUFFERED": "1"}
                 workers.append(WorkerProcess(
                     [str(VENV_BIN / "dreads"), "worker", "-c", "2", "-n", f"pod{i}@%h",
                      "--loglevel", "WARNING", "--without-mingle", "--without-gossip"],
-                    env, tmp / f"pod-{pods}-{i}.log"))
+                    env, tmp / f"{label}-{i}.log"))
             for w in workers:
                 wait_until(lambda w=w: len(_tree(w.pid)) >= 4, timeout_s=120, what="a pod")
-            time.sleep(3)
-            t0 = time.perf_counter()
-            stack.submit(pods * per_pod, name=f"pods{pods}", chunk_size=chunk)
-            stack.wait_settled(1800)
-            return pods * per_pod / (time.perf_counter() - t0)
+            yield Pods(stack, sims, workers)
     finally:
         for w in workers:
             w.stop()
@@ -229,6 +238,16 @@ def pods_rate(tmp: Path, pg: str, pods: int, per_pod: int, chunk: int) -> float:
             sim.stop()
         redis.kill()
         drop_pg_database(url)
+
+
+def pods_rate(tmp: Path, pg: str, n: int, per_pod: int, chunk: int) -> float:
+    """End-to-end decisions/s of ``n`` pods, ``per_pod`` decisions per pod."""
+    with pods(tmp, pg, n, f"pods{n}") as group:
+        time.sleep(3)
+        t0 = time.perf_counter()
+        group.stack.submit(n * per_pod, name=f"pods{n}", chunk_size=chunk)
+        group.stack.wait_settled(1800)
+        return n * per_pod / (time.perf_counter() - t0)
 
 
 def pods_rows(tmp: Path, pg: str, per_pod: int, chunk: int) -> list[Row]:
@@ -264,47 +283,27 @@ def _held(stack: Stack, owners: set[str]) -> set[int]:
 
 def pod_loss(tmp: Path, pg: str, n: int, chunk: int) -> list[Row]:
     """Two pods; one dies holding leases. Seconds from its death until none of its leases is
-    still held by it (each taken over by the survivor), then the run settles."""
-    redis = RedisServer(tmp / "redis-loss", appendonly=False)
-    redis.start()
-    url = create_pg_database(pg, "loss")
-    sims = [Sim(tmp / f"sim-loss-{i}.log", *POD_SIM) for i in range(2)]
-    workers: list[WorkerProcess] = []
-    try:
-        with Stack.open(url, redis.url, sims[0].url) as stack:
-            for i, sim in enumerate(sims):
-                env = {**os.environ, **stack.env(upstream=sim.url, **DEFAULT_TIMING),
-                       "PYTHONUNBUFFERED": "1"}
-                workers.append(WorkerProcess(
-                    [str(VENV_BIN / "dreads"), "worker", "-c", "2", "-n", f"pod{i}@%h",
-                     "--loglevel", "WARNING", "--without-mingle", "--without-gossip"],
-                    env, tmp / f"loss-{i}.log"))
-            for w in workers:
-                wait_until(lambda w=w: len(_tree(w.pid)) >= 4, timeout_s=120, what="a pod")
-            doomed = _tree(workers[0].pid)
-            owners = {f"{socket.gethostname()}:{p.pid}" for p in doomed}
-            stack.submit(n, name="loss", chunk_size=chunk)
-            wait_until(lambda: _held(stack, owners), timeout_s=120,
-                       what="the doomed pod to hold leases")
-            time.sleep(2)
-            held = wait_until(lambda: _held(stack, owners), timeout_s=60,
-                              what="the doomed pod to hold leases")
-            for proc in reversed(doomed):
-                proc.kill()
-            sims[0].stop()
-            died = time.perf_counter()
-            wait_until(lambda: not (_held(stack, owners) & held), timeout_s=300,
-                       what="the dead pod's leases to be taken over")
-            taken_over = time.perf_counter() - died
-            stack.wait_settled(1800)
-            done, counts = stack.done(), stack.counts()
-    finally:
-        for w in workers:
-            w.stop()
-        for sim in sims:
-            sim.stop()
-        redis.kill()
-        drop_pg_database(url)
+    still held by it (each expired and re-published by the survivor's sweeper), then the run
+    settles with every decision done once."""
+    with pods(tmp, pg, 2, "loss", **DEFAULT_TIMING) as group:
+        stack = group.stack
+        doomed = _tree(group.workers[0].pid)
+        owners = {f"{socket.gethostname()}:{p.pid}" for p in doomed}
+        stack.submit(n, name="loss", chunk_size=chunk)
+        wait_until(lambda: _held(stack, owners), timeout_s=120,
+                   what="the doomed pod to hold leases")
+        time.sleep(2)
+        held = wait_until(lambda: _held(stack, owners), timeout_s=60,
+                          what="the doomed pod to hold leases")
+        for proc in reversed(doomed):
+            proc.kill()
+        group.sims[0].stop()
+        died = time.perf_counter()
+        wait_until(lambda: not (_held(stack, owners) & held), timeout_s=300,
+                   what="the dead pod's leases to be taken over")
+        taken_over = time.perf_counter() - died
+        stack.wait_settled(1800)
+        done, counts = stack.done(), stack.counts()
     assert done == n, counts
     return [Row("pod lost holding leases: until the survivor has them", f"{taken_over:.1f} s",
                 f"{len(held)} decisions held; lease 15 s, sweep 3 s; {done:,}/{n:,} done once "
