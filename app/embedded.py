@@ -198,7 +198,8 @@ def release_own_leases(factory: SessionFactory, run_id: int) -> int:
 
 
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int) -> list[int]:
-    """Decisions a claim could win now (pending, queued, expired lease, under the cap)."""
+    """Decisions a claim could win now (pending, queued, expired lease, under the cap); none
+    once the run is cancelled."""
     return _claimable_ids(session, run_id, max_attempts=max_attempts, now=utcnow())
 
 

@@ -37,8 +37,10 @@ from app.config import get_settings
 from app.engine import (
     AnswerBy,
     Decision,
+    QuestionsMemo,
     ReadSettings,
     ServerFingerprint,
+    SpecsMemo,
     TextTokenizer,
     build_probe_request,
     decision_payload,
@@ -106,6 +108,16 @@ log = logging.getLogger("dreads.producer")
 SUBMIT_BATCH = 5000
 #: Batches written but not yet published, at most (bounds memory when the broker is slow).
 _PUBLISH_BACKLOG = 4
+#: Distinct question sets remembered while a file is read (parsed, planned, stored specs): a
+#: file asks a few sets of many states; one asking a new set on every line stays flat.
+_MEMO_SETS = 4096
+
+
+def _bounded(memo: dict[Any, Any]) -> dict[Any, Any]:
+    """``memo``, emptied once it holds ``_MEMO_SETS`` entries (memory stays flat)."""
+    if len(memo) >= _MEMO_SETS:
+        memo.clear()
+    return memo
 
 
 class Publisher(Protocol):
@@ -189,9 +201,10 @@ def iter_job_lines(lines: Iterable[NumberedLine]
                    ) -> Iterator[tuple[int, Decision | LineProblem]]:
     """Parse line by line: (line number, decision or the problem of a bad line). Duplicate
     ids are found where the decisions are written (``submit_job``), not here."""
+    memo: QuestionsMemo = {}
     for line_no, text in lines:
         try:
-            yield line_no, _parse_line(line_no, text)
+            yield line_no, _parse_line(line_no, text, _bounded(memo))
         except BadLine as exc:
             yield line_no, LineProblem(line_no, None, exc.reason)
 
@@ -222,7 +235,7 @@ def _duplicate(key: str, first_line: int | None) -> str:
     return f"duplicate id {key!r} (first on line {first_line})"
 
 
-def _parse_line(line_no: int, text: str | BadLine) -> Decision:
+def _parse_line(line_no: int, text: str | BadLine, memo: QuestionsMemo) -> Decision:
     if isinstance(text, BadLine):  # not UTF-8 (app.jobfile.decode_lines)
         raise text
     try:
@@ -232,7 +245,7 @@ def _parse_line(line_no: int, text: str | BadLine) -> Decision:
     if not isinstance(obj, dict):
         raise BadLine(f"a line must be a JSON object, got {type(obj).__name__}", line_no=line_no)
     try:
-        return parse_decision(obj, line_no=line_no)
+        return parse_decision(obj, line_no=line_no, memo=memo)
     except BadLine:
         raise
     except InputError as exc:
@@ -252,6 +265,7 @@ def check_templates(
         return problems
     memo: dict[Any, str | None] = {} if cache is None else cache
     for line_no, decision in decisions:
+        _bounded(memo)
         key = decision.questions  # frozen values: equal questions, equal plan
         if key not in memo:
             memo[key] = _template_problem(decision, settings, tokenizer)
@@ -280,10 +294,10 @@ def fingerprint_dict(fingerprint: ServerFingerprint | None) -> dict[str, Any] | 
 
 
 def _rows(decisions: Sequence[tuple[int, Decision]], rejected: Mapping[str, LineProblem],
-          replicates: int) -> Iterator[DecisionRow]:
+          replicates: int, specs: SpecsMemo) -> Iterator[DecisionRow]:
     for line_no, decision in decisions:
         problem = rejected.get(decision.id)
-        payload = decision_payload(decision)
+        payload = decision_payload(decision, memo=_bounded(specs))
         for replicate in range(replicates):
             yield DecisionRow(key=decision.id, replicate=replicate, cell=decision.cell,
                               line_no=line_no, payload=payload,
@@ -317,6 +331,7 @@ class _Writer:
         self.publishing = publishing
         self.first_id: int | None = None  #: lowest id this submission inserted
         self.templates: dict[Any, str | None] = {}
+        self.specs: SpecsMemo = {}
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
     def write(self, session: Session, batch: ParsedJob) -> list[int]:
@@ -328,7 +343,7 @@ class _Writer:
                                    cache=self.templates)
         report.rejected += sorted(rejected.values(), key=lambda p: p.line_no)
         status = DecisionStatus.QUEUED if self._queue_now() else DecisionStatus.PENDING
-        rows = list(_rows(batch.decisions, rejected, self.request.replicates))
+        rows = list(_rows(batch.decisions, rejected, self.request.replicates, self.specs))
         inserted = insert_decisions(session, run.id, rows, batch_size=len(rows) or 1,
                                     status=status)
         if inserted:

@@ -42,6 +42,7 @@ from app.publish import (
     queue_backlog,
 )
 from app.queues import SWEEP_LOCK_ID, queue_of_run
+from app.store.admin import settle_cancelled
 from app.store.db import session_scope
 from app.store.dialects import advisory_lock
 from app.store.models import DecisionStatus, OutcomeKind
@@ -105,6 +106,7 @@ def sweep_once(session_factory: SessionFactory, publisher: Sender | None, *,
         if not locked:
             return SweepReport(skipped=True)
         lost, poisoned = _expire(session_factory, max_attempts, run_id)
+        _settle_cancelled(session_factory)
         report = SweepReport(lost=lost, poisoned=poisoned)
         if publisher is not None:
             report = _publish_due(session_factory, publisher, report, chunk_size=chunk_size,
@@ -123,6 +125,15 @@ def _sweep_lock(factory: SessionFactory, wait_s: float) -> AbstractContextManage
     """One sweeper at a time on PostgreSQL (a session advisory lock held on its own
     connection across the sweep's transactions); SQLite has a single writer."""
     return advisory_lock(factory, SWEEP_LOCK_ID, wait_s)
+
+
+def _settle_cancelled(factory: SessionFactory) -> None:
+    """One page of what ``cancel`` left: not-started rows of cancelled runs (a million-row
+    cancel is settled in the background over a hundred sweeps, never in one long UPDATE)."""
+    with session_scope(factory) as session:
+        settled = settle_cancelled(session, limit=PAGE)
+    if settled:
+        log.debug("sweep: %d decision(s) of cancelled runs settled", settled)
 
 
 def _expire(factory: SessionFactory, max_attempts: int,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -45,16 +44,20 @@ from workers.constants import queue_for  # noqa: E402
 
 
 def dreads(args: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB of the child) of one ``dreads`` command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(wall seconds, peak RSS MiB) of one ``dreads`` command: the rusage of that process
+    alone (with its publishing child), from ``wait4``, not the maximum over every child this
+    script ever had."""
     t0 = time.perf_counter()
-    done = subprocess.run([str(VENV_BIN / "dreads"), *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise RuntimeError(f"dreads {args[0]} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak, before) / 1024
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([str(VENV_BIN / "dreads"), *args], env=env, cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            out.seek(0)
+            raise RuntimeError(f"dreads {args[0]} failed: {out.read()[-4000:].decode()}")
+    return wall, usage.ru_maxrss / 1024
 
 
 def write_job(path: Path, n: int, prefix: str) -> None:

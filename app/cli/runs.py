@@ -109,20 +109,31 @@ def submit(
         raise typer.Exit(render.BAD_LINES_EXIT)
 
 
+def _streaming_gc() -> None:
+    """A submit keeps what it loaded (modules, tables, the tokenizer) until it ends, and makes
+    each batch's objects by the hundred thousand, nearly all freed by reference counting: the
+    cyclic collector leaves the former out for good and runs a tenth as often (a quarter of
+    the time parsing and writing a large file took)."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+
+
 def _submit(factory: SessionFactory, request: Any, tokenizer: Any,
             broker: str | None, chunk_size: int | None) -> Any:
     """Stream the file into the store, publishing each batch to the queue of the run's model
     and canvas; a file of only bad lines leaves no run behind."""
     from app.engine import settings_to_dict
     from app.producer import submit_job
-    from app.publish import make_publisher, make_sender
+    from app.publish_process import PublisherProcess
     from app.queues import queue_of_run
     from app.store.admin import discard_empty_run
 
     settings = request.settings
-    with make_sender(broker) as sender:
-        publisher = make_publisher(sender, chunk_size, run_name=request.run_name,
-                                   queue=queue_of_run(settings_to_dict(settings)))
+    _streaming_gc()
+    with PublisherProcess(broker, chunk_size, run_name=request.run_name,
+                          queue=queue_of_run(settings_to_dict(settings))) as publisher:
         report = submit_job(request, factory, tokenizer, publisher=publisher)
     discard_empty_run(factory, report)
     return report

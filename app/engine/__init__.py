@@ -18,6 +18,8 @@ from app.engine.prompt import (
     serialize_state,
 )
 from app.engine.questions import (
+    QuestionsMemo,
+    SpecsMemo,
     decision_from_payload,
     decision_payload,
     parse_decision,
@@ -74,6 +76,7 @@ __all__ = [
     "PromptParts",
     "Question",
     "QuestionType",
+    "QuestionsMemo",
     "ReadMode",
     "ReadRequest",
     "ReadResult",
@@ -84,6 +87,7 @@ __all__ = [
     "SlotRead",
     "SlotRow",
     "SlotSpec",
+    "SpecsMemo",
     "StopReason",
     "TextTokenizer",
     "TokenizerInfo",

@@ -21,16 +21,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from app.engine.prompt import serialize_state
 from app.engine.types import Decision, Question, QuestionType
 from app.errors import BadLine, InputError
 
 __all__ = [
+    "QuestionsMemo",
+    "SpecsMemo",
     "build_decision",
     "decision_from_payload",
     "decision_payload",
     "parse_decision",
     "parse_question",
+    "questions_spec",
 ]
 
 MAX_LABELS = 26
@@ -202,10 +207,21 @@ def normalize_expected(question: Question, value: Any) -> str:
     return label
 
 
-def _parse_questions(raw: Any) -> tuple[Question, ...]:
+#: Parsed question sets by their JSON text: a job file asks the same few question sets of
+#: many states, and a set's parse depends on its JSON alone. The caller owns the memo.
+QuestionsMemo = dict[bytes, tuple[Question, ...]]
+
+
+def _parse_questions(raw: Any, memo: QuestionsMemo | None = None) -> tuple[Question, ...]:
     if not isinstance(raw, Mapping) or not raw:
         raise InputError("'questions' must be a non-empty object {question id: spec}")
-    return tuple(parse_question(qid, spec) for qid, spec in raw.items())
+    if memo is None:
+        return tuple(parse_question(qid, spec) for qid, spec in raw.items())
+    key = orjson.dumps(raw)  # key order kept: the questions' order is part of the set
+    parsed = memo.get(key)
+    if parsed is None:
+        parsed = memo[key] = tuple(parse_question(qid, spec) for qid, spec in raw.items())
+    return parsed
 
 
 def _parse_expected(raw: Any, questions: tuple[Question, ...]) -> dict[str, str]:
@@ -234,14 +250,15 @@ def build_decision(did: Any, state: Any, questions: Any, cell: Any = None,
     return _build(did, state, questions, cell, expected)
 
 
-def _build(did: Any, state: Any, questions: Any, cell: Any, expected: Any) -> Decision:
+def _build(did: Any, state: Any, questions: Any, cell: Any, expected: Any,
+           memo: QuestionsMemo | None = None) -> Decision:
     did = _check_id("decision", did)
     try:
         if state is None:
             raise InputError("missing 'state' (a string or any JSON value)")
         if cell is not None and not isinstance(cell, str):
             raise InputError(f"'cell' must be a string, got {type(cell).__name__}")
-        parsed = _parse_questions(questions)
+        parsed = _parse_questions(questions, memo)
         return Decision(id=did, state=state, questions=parsed, cell=cell,
                         expected=_parse_expected(expected, parsed))
     except InputError as exc:
@@ -255,28 +272,32 @@ def _pick(key: str, *sources: Any) -> Any:
     return None
 
 
-def _from_line(obj: Mapping[str, Any], line_no: int | None) -> Decision:
+def _from_line(obj: Mapping[str, Any], line_no: int | None,
+               memo: QuestionsMemo | None) -> Decision:
     if not isinstance(obj, Mapping):
         raise InputError("a line must be a JSON object")
-    from app.engine.openai_decisions import is_decisions_line, parse_decisions_line
+    if "url" in obj or "body" in obj or "input" in obj:  # maybe OpenAI's Decisions shape
+        from app.engine.openai_decisions import is_decisions_line, parse_decisions_line
 
-    if is_decisions_line(obj):
-        return parse_decisions_line(obj, line_no=line_no)
+        if is_decisions_line(obj):
+            return parse_decisions_line(obj, line_no=line_no)
     if "custom_id" in obj or "body" in obj:
         body = obj.get("body")
         if not isinstance(body, Mapping):
             raise InputError("an OpenAI-batch line needs 'body': {\"state\", \"questions\"}")
         sources = (obj, body, obj.get("metadata"), body.get("metadata"))
         return _build(obj.get("custom_id"), body.get("state"), body.get("questions"),
-                      _pick("cell", *sources), _pick("expected", *sources))
+                      _pick("cell", *sources), _pick("expected", *sources), memo)
     if "id" not in obj:
         raise InputError("missing 'id' (or 'custom_id' for an OpenAI-batch line)")
     return _build(obj["id"], obj.get("state"), obj.get("questions"), obj.get("cell"),
-                  obj.get("expected"))
+                  obj.get("expected"), memo)
 
 
-def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None) -> Decision:
-    """Parse one job line (dreads or OpenAI-batch shape) into a Decision.
+def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None,
+                   memo: QuestionsMemo | None = None) -> Decision:
+    """Parse one job line (dreads or OpenAI-batch shape) into a Decision. With ``memo`` (one
+    per job file), each distinct question set is parsed and checked once.
 
     Example::
 
@@ -288,7 +309,7 @@ def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None) -> Dec
             decision and question and says what is wrong.
     """
     try:
-        return _from_line(obj, line_no)
+        return _from_line(obj, line_no, memo)
     except InputError as exc:
         if line_no is None:
             raise
@@ -308,15 +329,30 @@ def _spec_of(question: Question) -> dict[str, Any]:
     return spec
 
 
-def decision_payload(decision: Decision) -> dict[str, Any]:
+#: Question sets' stored specs, by the (frozen) questions; the caller owns the memo.
+SpecsMemo = dict[tuple[Question, ...], dict[str, Any]]
+
+
+def questions_spec(questions: tuple[Question, ...]) -> dict[str, Any]:
+    """``{question id: spec}`` as stored and as sent to a decision endpoint."""
+    return {q.id: _spec_of(q) for q in questions}
+
+
+def decision_payload(decision: Decision, *, memo: SpecsMemo | None = None) -> dict[str, Any]:
     """JSON-able payload for storage: ``{"state", "questions", "expected"}``, and ``"openai"``
-    for a decision asked in OpenAI's Decisions shape.
+    for a decision asked in OpenAI's Decisions shape. With ``memo``, decisions asking the
+    same questions share one (unmodified) spec object.
 
     ``decision_from_payload(decision.id, decision.cell, payload)`` gives the decision back.
     """
+    specs = memo.get(decision.questions) if memo is not None else None
+    if specs is None:
+        specs = questions_spec(decision.questions)
+        if memo is not None:
+            memo[decision.questions] = specs
     payload = {
         "state": decision.state,
-        "questions": {q.id: _spec_of(q) for q in decision.questions},
+        "questions": specs,
         "expected": dict(decision.expected),
     }
     if decision.openai is not None:

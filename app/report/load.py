@@ -16,7 +16,7 @@ from typing import Any
 
 from app.engine import decision_from_payload
 from app.errors import InputError, OutcomeKind
-from app.store.models import Run
+from app.store.models import Run, shown_status
 from app.store.report_rows import (
     answer_rows,
     attempt_counts_by_cell,
@@ -116,7 +116,7 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
     answers = _answers_by_decision(session, run.id)
     rows: list[QuestionRow] = []
     for decision in decision_rows(session, run.id):
-        rows.extend(_decision_rows(decision, answers.get(decision.id, {})))
+        rows.extend(_decision_rows(decision, answers.get(decision.id, {}), run.status))
     return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id))
 
 
@@ -127,13 +127,14 @@ def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, A
     return out
 
 
-def _decision_rows(decision: Any, answers: Mapping[str, Any]) -> Iterator[QuestionRow]:
+def _decision_rows(decision: Any, answers: Mapping[str, Any],
+                   run_status: str) -> Iterator[QuestionRow]:
     payload = decision.payload or {}
     common = {
         "decision_key": decision.key, "replicate": decision.replicate,
         "cell": decision.cell if decision.cell is not None else NO_CELL,
         "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
-        "status": decision.status,
+        "status": shown_status(decision.status, run_status),
     }
     questions, expected = _parsed(payload)
     for qid, qtype, labels, options in questions:

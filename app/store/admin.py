@@ -10,15 +10,22 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw, Run, RunStatus
+from app.store.models import (
+    NOT_STARTED,
+    Answer,
+    Attempt,
+    Decision,
+    DecisionStatus,
+    Draw,
+    Run,
+    RunStatus,
+)
 
 __all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "delete_run",
-           "discard_empty_run", "run_contents"]
-
-_NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
+           "discard_empty_run", "run_contents", "settle_cancelled"]
 
 
 @dataclass(frozen=True)
@@ -39,23 +46,50 @@ def _live_lease(now: datetime) -> Any:
 
 def cancel_not_started(session: Session, run_id: int, *, now: datetime | None = None
                        ) -> CancelOutcome:
-    """Mark the run cancelled (workers take none of its decisions from now on) and cancel its
-    decisions no worker holds: pending, queued, and leased with an expired lease."""
+    """Mark the run cancelled and cancel its decisions no worker holds: pending, queued, and
+    leased with an expired lease.
+
+    Marking the run is what stops the work: no worker claims a decision of a cancelled run,
+    and its rows not started are cancelled as far as every view is concerned
+    (``shown_status``). Rewriting them is left to the sweeper (``settle_cancelled``, a page
+    per sweep): a single UPDATE of a million rows took 12 s, the count over the open-rows
+    index takes a fraction of one. Expired leases (few) are settled here.
+    """
     now = now or datetime.now(UTC)
     session.execute(update(Run).where(Run.id == run_id).values(status=RunStatus.CANCELLED))
     dead_lease = and_(Decision.status == DecisionStatus.LEASED,
                       Decision.lease_expires_at < now)
     result = session.execute(
-        update(Decision)
-        .where(Decision.run_id == run_id,
-               or_(Decision.status.in_(_NOT_STARTED), dead_lease))
+        update(Decision).where(Decision.run_id == run_id, dead_lease)
         .values(status=DecisionStatus.CANCELLED, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=now)
         .execution_options(synchronize_session=False))
+    not_started = session.scalar(select(func.count()).where(
+        Decision.run_id == run_id, Decision.status.in_(NOT_STARTED)))
     in_flight = session.scalar(select(func.count()).where(Decision.run_id == run_id,
                                                           _live_lease(now)))
-    return CancelOutcome(cancelled=int(getattr(result, "rowcount", 0) or 0),
-                         in_flight=int(in_flight or 0))
+    cancelled = int(getattr(result, "rowcount", 0) or 0) + int(not_started or 0)
+    return CancelOutcome(cancelled=cancelled, in_flight=int(in_flight or 0))
+
+
+def settle_cancelled(session: Session, *, limit: int, now: datetime | None = None) -> int:
+    """Rewrite up to ``limit`` not-started rows of cancelled runs as ``cancelled`` (what
+    ``cancel`` left for later); the number rewritten. Rows another transaction holds are
+    skipped, for the next call. Each run is two probes of the open-rows index."""
+    now = now or datetime.now(UTC)
+    settled = 0
+    for run_id in session.scalars(select(Run.id).where(Run.status == RunStatus.CANCELLED)):
+        page = (select(Decision.id)
+                .where(Decision.run_id == run_id, Decision.status.in_(NOT_STARTED))
+                .limit(limit - settled).with_for_update(skip_locked=True, of=Decision))
+        result = session.execute(
+            update(Decision).where(Decision.id.in_(page.scalar_subquery()))
+            .values(status=DecisionStatus.CANCELLED, finished_at=now)
+            .execution_options(synchronize_session=False))
+        settled += int(getattr(result, "rowcount", 0) or 0)
+        if settled >= limit:
+            break
+    return settled
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import StoreError
+from app.store import dialects
 from app.store.urls import database_url, normalize_url, redacted, sqlite_path
 
 __all__ = ["check_supported", "disposing", "make_engine", "make_sessionmaker", "normalize_url",
@@ -53,20 +53,7 @@ def check_supported(url: str) -> None:
 
 
 def _create(url: str, pool_size: int) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
-
-
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()
+    return dialects.create_engine_for(url, pool_size=pool_size)
 
 
 @contextmanager

@@ -1,10 +1,12 @@
 """Where PostgreSQL and SQLite differ: the one place the store asks which database it has.
 
+- the engine: SQLite's busy timeout, thread sharing and pragmas (WAL); PostgreSQL's pool;
 - clock: PostgreSQL's ``clock_timestamp()``; SQLite has none, this process's clock stands in;
 - advisory locks (one sweeper at a time): PostgreSQL session locks; SQLite has one writer;
 - ``greatest``: PostgreSQL's ``GREATEST``, SQLite's two-argument ``max``;
 - ``INSERT ... ON CONFLICT DO NOTHING``: each dialect's own insert construct;
-- the bulk decision writer (``COPY`` on PostgreSQL) is chosen in ``store.runs`` by ``name``.
+- the bulk decision writer: ``COPY`` on PostgreSQL, an insert-ignoring on SQLite (chosen in
+  ``store.runs`` by ``name``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,34 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Table, func, text
+from sqlalchemy import ColumnElement, Table, create_engine, event, func, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "greatest", "insert_ignoring",
-           "is_postgresql", "name", "ping"]
+__all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "create_engine_for", "greatest",
+           "insert_ignoring", "is_postgresql", "name", "ping"]
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
+
+
+def create_engine_for(url: str, *, pool_size: int) -> Engine:
+    """A SQLAlchemy engine for ``url`` with its database's options."""
+    if url.startswith(SQLITE):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
 
 
 def name(bind: Session | Engine | Connection) -> str:
@@ -52,15 +72,17 @@ def greatest(session: Session, *values: Any) -> ColumnElement[Any]:
     return func.greatest(*values)
 
 
-def insert_ignoring(table: Table, index_elements: Sequence[str],
+def insert_ignoring(table: Table | type[Any], index_elements: Sequence[str],
                     returning: Any = None) -> dict[str, Any]:
-    """``INSERT ... ON CONFLICT (index_elements) DO NOTHING`` for each dialect, by its name
-    (build once, pick per connection: ``stmts[dialects.name(conn)]``)."""
+    """``INSERT ... ON CONFLICT (index_elements) DO NOTHING [RETURNING returning]`` for each
+    dialect, by its name (build once, pick per connection: ``stmts[dialects.name(conn)]``);
+    ``returning`` is a column or a tuple of columns."""
+    columns = returning if isinstance(returning, tuple) else (returning,)
     stmts: dict[str, Any] = {}
     for dialect_name, dialect in ((POSTGRESQL, postgresql), (SQLITE, sqlite)):
         stmt: Any = dialect.insert(table).on_conflict_do_nothing(
             index_elements=list(index_elements))
-        stmts[dialect_name] = stmt.returning(returning) if returning is not None else stmt
+        stmts[dialect_name] = stmt.returning(*columns) if returning is not None else stmt
     return stmts
 
 

@@ -11,7 +11,16 @@ from sqlalchemy.orm import Session
 
 from app.errors import OutcomeKind
 from app.store import dialects
-from app.store.models import Answer, Attempt, Decision, DecisionStatus, Draw
+from app.store.models import (
+    NOT_STARTED,
+    Answer,
+    Attempt,
+    Decision,
+    DecisionStatus,
+    Draw,
+    Run,
+    RunStatus,
+)
 from app.store.queue import claimable
 
 __all__ = ["SETTLED", "claimable_ids", "draws_used", "expire_leases_of", "release_leases_of",
@@ -53,9 +62,16 @@ def release_leases_of(session: Session, run_id: int, *, owner: str, detail: str)
     return len(rows)
 
 
+def _cancelled(session: Session, run_id: int) -> bool:
+    return session.scalar(select(Run.status).where(Run.id == run_id)) == RunStatus.CANCELLED
+
+
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int,
                   now: datetime) -> list[int]:
-    """Decisions a claim could win at ``now`` (pending, queued, expired lease, under the cap)."""
+    """Decisions a claim could win at ``now`` (pending, queued, expired lease, under the cap);
+    none once the run is cancelled."""
+    if _cancelled(session, run_id):
+        return []
     stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable(now),
                                       Decision.attempts < max_attempts)
             .order_by(Decision.id))
@@ -63,8 +79,11 @@ def claimable_ids(session: Session, run_id: int, *, max_attempts: int,
 
 
 def settled_count(session: Session, run_id: int) -> tuple[int, int]:
-    """(settled, total) decisions of the run."""
-    settled = func.sum(case((Decision.status.in_(SETTLED), 1), else_=0))
+    """(settled, total) decisions of the run (a cancelled run's not started ones are)."""
+    statuses: tuple[str, ...] = SETTLED
+    if _cancelled(session, run_id):
+        statuses = (*SETTLED, *NOT_STARTED)
+    settled = func.sum(case((Decision.status.in_(statuses), 1), else_=0))
     row = session.execute(select(settled, func.count()).where(Decision.run_id == run_id)).one()
     return int(row[0] or 0), int(row[1])
 

@@ -31,6 +31,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from app.errors import OutcomeKind  # the attempt outcome kinds live with the error tree
 
 __all__ = [
+    "NOT_STARTED",
     "OPEN_PREDICATE",
     "Answer",
     "Attempt",
@@ -41,6 +42,7 @@ __all__ = [
     "OutcomeKind",
     "Run",
     "RunStatus",
+    "shown_status",
 ]
 
 #: The statuses of ``ix_decisions_open`` (what is not settled yet, and failed for --retry-failed).
@@ -67,6 +69,19 @@ class DecisionStatus(StrEnum):
     FAILED = "failed"  #: attempts exhausted on transient errors (resume --retry-failed)
     REJECTED = "rejected"  #: permanent input problem; never retried
     CANCELLED = "cancelled"  #: the run was cancelled before it ran
+
+
+#: What no worker has started: cancelling a run cancels these.
+NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
+
+
+def shown_status(status: str, run_status: str) -> str:
+    """A decision's status as a user sees it. ``cancel`` marks the run at once (no worker
+    takes its decisions from then on) and leaves the rows no worker started to the sweeper,
+    which settles them a page at a time: they are cancelled already, whatever the row says."""
+    if run_status == RunStatus.CANCELLED and status in NOT_STARTED:
+        return DecisionStatus.CANCELLED.value  # plain text, as read from SQL
+    return status
 
 
 class Run(Base):

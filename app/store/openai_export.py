@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from app.engine import Decision, decision_from_payload
 from app.engine.openai_decisions import openai_answer, openai_questions
 from app.errors import InputError
-from app.store.models import Answer, Attempt, DecisionStatus, Draw
+from app.store.models import Answer, Attempt, DecisionStatus, Draw, Run, shown_status
 from app.store.models import Decision as DecisionRow
 from app.store.views import ANSWER_FIELDS
 
@@ -139,14 +139,15 @@ def _body(decision: Decision, rows: Sequence[Any], model: str,
                        "questions": diagnostics}}
 
 
-def _line(run_id: int, rows: Sequence[Any], model: str, units: Sequence[Any]
-          ) -> dict[str, Any]:
+def _line(run_id: int, rows: Sequence[Any], model: str, units: Sequence[Any],
+          run_status: str) -> dict[str, Any]:
     first = rows[0]
     line: dict[str, Any] = {"id": f"batch_req_{run_id}_{first.id}", "custom_id": first.key,
                             "response": None, "error": None}
     decision = _parsed(first.payload)
-    if first.status != DecisionStatus.DONE:
-        line["error"] = _error(first.status, first.last_error_kind, first.last_error)
+    status = shown_status(first.status, run_status)
+    if status != DecisionStatus.DONE:
+        line["error"] = _error(status, first.last_error_kind, first.last_error)
     elif decision is None:
         line["error"] = {"code": "unreadable_payload", "message": "the stored decision could "
                          "not be read back as questions"}
@@ -158,7 +159,8 @@ def _line(run_id: int, rows: Sequence[Any], model: str, units: Sequence[Any]
 
 def iter_openai_batch(session: Session, run_id: int, model: str) -> Iterator[dict[str, Any]]:
     """One OpenAI Batch output line per decision of the run, in decision order."""
+    run_status = str(session.scalar(select(Run.status).where(Run.id == run_id)))
     usage = _UsageCursor(iter(session.execute(_usage_stmt(run_id))))
     for decision_id, group in groupby(session.execute(_answers_stmt(run_id)),
                                       key=lambda r: r.id):
-        yield _line(run_id, list(group), model, usage.take(decision_id))
+        yield _line(run_id, list(group), model, usage.take(decision_id), run_status)

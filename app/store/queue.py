@@ -31,14 +31,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, exists, func, insert, or_, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Table, and_, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.engine.types import Answer as EngineAnswer
 from app.engine.types import DrawRecord, Refusal
 from app.errors import StoreError
+from app.store import dialects
 from app.store.models import (
     Answer,
     Attempt,
@@ -206,11 +206,8 @@ _ANSWERS = cast(Table, Answer.__table__)
 #: Prebuilt Core statements of the hot path (compiled once, no ORM bookkeeping per call).
 _INSERT_ATTEMPT = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id)
 _INSERT_DRAWS = insert(cast(Table, Draw.__table__))
-_ANSWERS_IGNORE = {
-    name: dialect.insert(_ANSWERS).on_conflict_do_nothing(
-        index_elements=["decision_id", "question_id"]).returning(_ANSWERS.c.id)
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
-}
+_ANSWERS_IGNORE = dialects.insert_ignoring(_ANSWERS, ["decision_id", "question_id"],
+                                           returning=_ANSWERS.c.id)
 _ATTEMPT_LOST_RACE = (update(_ATTEMPTS).where(_ATTEMPTS.c.id == bindparam("attempt_id"))
                       .values(won=False))
 _DECISION_DONE = (
@@ -293,7 +290,7 @@ def finish_decision(session: Session, *, claim: Claimed, answers: Sequence[Engin
                                      for d in draws])
     if answers:
         rows = [_answer_row(claim, attempt_id, a, expected or {}) for a in answers]
-        won = bool(conn.execute(_ANSWERS_IGNORE[conn.dialect.name], rows).all())
+        won = bool(conn.execute(_ANSWERS_IGNORE[dialects.name(conn)], rows).all())
     else:  # every question refused: the first to settle the decision wins
         won = conn.execute(_FIRST_DONE, {"decision_id": claim.id, "now": now}).first() is not None
     if not won:
@@ -373,9 +370,7 @@ def mark_pending(session: Session, ids: Sequence[int], *, now: datetime | None =
 def database_now(session: Session) -> datetime:
     """The database's clock (PostgreSQL ``clock_timestamp()``; this process's clock on SQLite):
     the one clock ``enqueued_at`` stamps and the broker's epoch are compared on."""
-    if session.get_bind().dialect.name != "postgresql":
-        return utcnow()
-    return cast(datetime, session.execute(text("SELECT clock_timestamp()")).scalar_one())
+    return dialects.clock_now(session)
 
 
 def stamp_page(session: Session, *, run_id: int, status: str, after_id: int, limit: int,

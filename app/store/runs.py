@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 from sqlalchemy import insert, select, update
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ServerFingerprint
 from app.errors import InputError, RunSettingsMismatch
+from app.store import dialects
 from app.store.models import Attempt, Decision, DecisionStatus, OutcomeKind, Run, RunStatus
 
 __all__ = [
@@ -235,10 +235,10 @@ def existing_lines(session: Session, run_id: int,
 
 
 def _batch_writer(session: Session) -> BatchWriter:
-    name = session.get_bind().dialect.name
-    if name == "postgresql":
+    name = dialects.name(session)
+    if name == dialects.POSTGRESQL:
         return _copy_batch
-    if name == "sqlite":
+    if name == dialects.SQLITE:
         return _insert_batch
     raise InputError(f"dreads stores runs in PostgreSQL or SQLite, not {name}")
 
@@ -257,9 +257,9 @@ def _write_batch(session: Session, writer: BatchWriter, run_id: int,
 
 def _insert_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
                   status: str) -> list[tuple[int, str, int]]:
-    stmt = (sqlite.insert(Decision)
-            .on_conflict_do_nothing(index_elements=["run_id", "key", "replicate"])
-            .returning(Decision.id, Decision.key, Decision.replicate))
+    stmt = dialects.insert_ignoring(
+        Decision, ["run_id", "key", "replicate"],
+        returning=(Decision.id, Decision.key, Decision.replicate))[dialects.SQLITE]
     now = datetime.now(UTC)
     values = [_row_values(run_id, row, status) for row in batch]
     for value in values:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
@@ -22,6 +22,7 @@ from app.store.models import (
     OutcomeKind,
     Run,
     RunStatus,
+    shown_status,
 )
 from app.store.runs import ACTIVE, RunInfo, run_info
 
@@ -55,16 +56,36 @@ LOW_MASS = 0.5
 
 
 def status_counts(session: Session, run_id: int) -> dict[str, int]:
+    """Decisions of the run by status, as a user sees them (``shown_status``)."""
     stmt = (select(Decision.status, func.count()).where(Decision.run_id == run_id)
             .group_by(Decision.status))
-    return {status: int(n) for status, n in session.execute(stmt)}
+    return _shown_counts(session.execute(stmt), _run_status(session, run_id))
 
 
 def status_by_cell(session: Session, run_id: int) -> dict[tuple[str, str], int]:
     """Decisions of the run by (cell, status); a decision without a cell is in cell "-"."""
     stmt = (select(Decision.cell, Decision.status, func.count()).where(Decision.run_id == run_id)
             .group_by(Decision.cell, Decision.status))
-    return {(_cell_key(cell), status): int(n) for cell, status, n in session.execute(stmt)}
+    run_status = _run_status(session, run_id)
+    counts: dict[tuple[str, str], int] = {}
+    for cell, status, n in session.execute(stmt):
+        key = (_cell_key(cell), shown_status(status, run_status))
+        counts[key] = counts.get(key, 0) + int(n)
+    return counts
+
+
+def _run_status(session: Session, run_id: int) -> str:
+    return str(session.scalar(select(Run.status).where(Run.id == run_id)) or RunStatus.ACTIVE)
+
+
+def _shown_counts(rows: Iterable[Any], run_status: str) -> dict[str, int]:
+    """``(status, count)`` rows as a user sees them: a cancelled run's not started rows are
+    counted cancelled (``shown_status``)."""
+    counts: dict[str, int] = {}
+    for status, n in rows:
+        shown = shown_status(status, run_status)
+        counts[shown] = counts.get(shown, 0) + int(n)
+    return counts
 
 
 def recent_runs(session: Session, limit: int) -> list[RunInfo]:
@@ -290,10 +311,10 @@ def list_runs(session: Session) -> list[RunOverview]:
     runs = [run_info(r) for r in session.scalars(select(Run).order_by(Run.id))]
     stmt = select(Decision.run_id, Decision.status, func.count()).group_by(
         Decision.run_id, Decision.status)
-    counts: dict[int, dict[str, int]] = {}
+    rows: dict[int, list[tuple[str, int]]] = {}
     for run_id, status, n in session.execute(stmt):
-        counts.setdefault(run_id, {})[status] = int(n)
-    return [RunOverview(run=r, counts=counts.get(r.id, {})) for r in runs]
+        rows.setdefault(run_id, []).append((status, n))
+    return [RunOverview(run=r, counts=_shown_counts(rows.get(r.id, []), r.status)) for r in runs]
 
 
 def question_ids(session: Session, run_id: int) -> list[str]:
@@ -324,12 +345,13 @@ def _export_stmt(run_id: int) -> Select[Any]:
 def iter_export(session: Session, run_id: int) -> Iterator[dict[str, Any]]:
     """One dict per decision, streamed: its identity, status and per question the answer
     with every diagnostic and the expected label (None where unanswered)."""
+    run_status = _run_status(session, run_id)
     rows = session.execute(_export_stmt(run_id))
     for _, group in groupby(rows, key=lambda r: r.id):
-        yield _export_record(list(group))
+        yield _export_record(list(group), run_status)
 
 
-def _export_record(rows: Sequence[Any]) -> dict[str, Any]:
+def _export_record(rows: Sequence[Any], run_status: str) -> dict[str, Any]:
     first = rows[0]
     expected = first.payload.get("expected") or {}
     answers: dict[str, Any] = {
@@ -342,7 +364,8 @@ def _export_record(rows: Sequence[Any]) -> dict[str, Any]:
             exp = row.expected if row.expected is not None else expected.get(row.question_id)
             answers[row.question_id] = {"answered": True, **answer, "expected": exp}
     return {"id": first.key, "cell": first.cell, "replicate": first.replicate,
-            "status": first.status, "error_kind": first.last_error_kind,
+            "status": shown_status(first.status, run_status),
+            "error_kind": first.last_error_kind,
             "error": first.last_error, "answers": answers}
 
 

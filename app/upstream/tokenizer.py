@@ -155,9 +155,17 @@ def standin_path() -> str:
 def _load_hf(source: str) -> Any:
     # Only tokenizers are needed here: silence transformers' advice that torch is missing.
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    from transformers import AutoTokenizer
-
     try:
+        if (Path(source) / "tokenizer.json").is_file():
+            # A local tokenizer.json is the whole tokenizer: the generic fast class loads it
+            # with its chat template and special tokens, without AutoTokenizer's model-config
+            # machinery, which imports torch where it is installed (seconds of every submit).
+            # The ids are the model class's (tests/unit/engine/test_tokenizer.py).
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(source)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError, KeyError, ImportError) as exc:
         raise ConfigError(

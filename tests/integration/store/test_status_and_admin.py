@@ -6,17 +6,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ReadSettings, settings_hash, settings_to_dict
-from app.store.admin import cancel_not_started, delete_run, run_contents
+from app.store.admin import cancel_not_started, delete_run, run_contents, settle_cancelled
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Attempt, Decision, Run
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions, require_run
-from app.store.views import failure_reasons, run_status
+from app.store.views import (
+    failure_reasons,
+    iter_export,
+    list_runs,
+    run_status,
+    status_by_cell,
+    status_counts,
+)
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -112,6 +120,41 @@ def test_cancel_says_what_it_cancelled_and_what_was_in_flight(
         report = run_status(session, require_run(session, "stop"), now=NOW)
     assert report.counts == {"cancelled": 6, "leased": 3, "done": 1}
     assert report.run.status == "cancelled"
+
+
+def test_a_cancelled_run_is_cancelled_in_every_view_before_its_rows_are_settled(
+        factory: sessionmaker[Session]) -> None:
+    """cancel marks the run and leaves its not-started rows to the sweeper's pages: status,
+    the per-cell counts, the run list and the export say cancelled from the first moment,
+    and settling (a page at a time) changes none of what they say."""
+    run, ids = _run(factory, "big", 25)
+    _run(factory, "other", 3)
+    with session_scope(factory) as session:
+        session.execute(update(Decision).where(Decision.id.in_(ids[:5])).values(status="queued"))
+        assert cancel_not_started(session, run.id).cancelled == 25
+
+    def seen() -> tuple[Any, ...]:
+        with session_scope(factory) as session:
+            return (status_counts(session, run.id), status_by_cell(session, run.id),
+                    {o.run.name: o.counts for o in list_runs(session)},
+                    {r["status"] for r in iter_export(session, run.id)})
+
+    before = seen()
+    assert before == ({"cancelled": 25}, {("c", "cancelled"): 25},
+                      {"big": {"cancelled": 25}, "other": {"pending": 3}}, {"cancelled"})
+    with session_scope(factory) as session:
+        raw = session.scalar(select(func.count()).where(Decision.run_id == run.id,
+                                                        Decision.status == "cancelled"))
+        assert raw == 0  # nothing rewritten yet
+        assert settle_cancelled(session, limit=10) == 10
+    with session_scope(factory) as session:
+        assert settle_cancelled(session, limit=100) == 15
+        assert settle_cancelled(session, limit=100) == 0  # the other run is untouched
+        rows = session.execute(select(Decision.status, Decision.finished_at)
+                               .where(Decision.run_id == run.id)).all()
+    assert {status for status, _ in rows} == {"cancelled"}
+    assert all(finished is not None for _, finished in rows)
+    assert seen() == before
 
 
 def test_delete_removes_one_run_and_everything_it_recorded(

@@ -109,3 +109,28 @@ def test_loading_a_bad_tokenizer_says_what_to_pass(tmp_path: Path) -> None:
     assert "'standin' for the bundled offline stand-in" in err.value.message
     with pytest.raises(ConfigError, match="no tokenizer given"):
         load_tokenizer("")
+
+
+_TEXTS = ("q0: yes", "Clause 5: the supplier delivers within 30 days.",
+          "Straße ¿Qué? 日本語 🎉  two  spaces\n\nlines\ttab",
+          "<turn|> <|channel>thought\n<channel|>")
+_CHAT = ({"role": "system", "content": "Answer with the label."},
+         {"role": "user", "content": "State.\n\nQuestion: late?\nyes) it is\nno) it is not"})
+
+
+@pytest.mark.parametrize("which", ["standin", "approx"])
+def test_the_light_load_reads_ids_as_the_model_class_does(
+        which: str, request: pytest.FixtureRequest) -> None:
+    """A directory with tokenizer.json loads without AutoTokenizer (no model config, no torch
+    import): every id the engine reads is the model tokenizer class's."""
+    from transformers import AutoTokenizer
+
+    light: HFTextTokenizer = request.getfixturevalue(f"{which}_tokenizer")
+    source = standin_path() if which == "standin" else light.name
+    model_class = HFTextTokenizer(AutoTokenizer.from_pretrained(source), light.name)
+    assert type(model_class.hf).__name__ == "GemmaTokenizer"
+    assert light.info == model_class.info
+    assert [light.encode(t) for t in _TEXTS] == [model_class.encode(t) for t in _TEXTS]
+    assert light.chat_prompt_ids(_CHAT) == model_class.chat_prompt_ids(_CHAT)
+    assert (light.chat_prompt_ids(_CHAT, prefill="q0:")
+            == model_class.chat_prompt_ids(_CHAT, prefill="q0:"))

@@ -21,7 +21,7 @@ def test_reliability_settings_are_on() -> None:
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "broker_connection_retry_on_startup": True, "broker_connection_max_retries": None,
         "task_ignore_result": True, "result_backend": None,
-        "worker_send_task_events": True, "task_send_sent_event": True,
+        "worker_send_task_events": True, "task_send_sent_event": False,
     }
     assert {k: conf[k] for k in expected} == expected
     assert conf["worker_soft_shutdown_timeout"] > 0 and conf["worker_max_tasks_per_child"] > 0

@@ -1,0 +1,119 @@
+"""A run's publisher in a process of its own, for ``dreads submit``.
+
+A million-decision submit publishes 15,625 chunk messages. Celery and kombu spend about a
+millisecond of Python on each, and in the submitting process that time would share one
+interpreter lock with parsing the file and writing the rows: the two would take turns instead
+of running side by side. ``PublisherProcess`` is the same ``app.producer.Publisher`` as
+``app.publish.RunPublisher``, running in a child process: the producer's publishing thread
+sends it a committed batch's ids over a pipe and waits (without the lock) for the number of
+messages, or for the broker's error.
+
+    with PublisherProcess(broker, chunk_size, run_name="r1", queue=queue) as publisher:
+        submit_job(request, factory, tokenizer, publisher=publisher)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import signal
+from array import array
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any
+
+from app.errors import DreadsError
+from app.publish import PublishError, make_publisher, make_sender
+
+__all__ = ["PublisherProcess"]
+
+#: How long closing waits for the child to finish its last message before it is stopped.
+_CLOSE_S = 30.0
+
+
+class PublisherProcess:
+    """``RunPublisher(make_sender(broker), chunk_size, ...)`` in a spawned child process."""
+
+    def __init__(self, broker: str | None, chunk_size: int | None, *, run_name: str,
+                 queue: str) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded parent
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve, args=(child, broker, chunk_size, run_name, queue),
+            name="dreads-publish", daemon=True)
+        self._process.start()
+        child.close()
+
+    def start(self, now_s: float) -> None:
+        self._ask(("start", now_s))
+
+    def __call__(self, run_id: int, decision_ids: Sequence[int]) -> int:
+        return int(self._ask(("publish", run_id, array("q", decision_ids).tobytes())))
+
+    def _ask(self, request: tuple[Any, ...]) -> Any:
+        try:
+            self._conn.send(request)
+            kind, value = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise PublishError(
+                "the publishing process ended unexpectedly; the decisions stay in SQL and the "
+                "sweeper (or `dreads resume`) publishes them") from exc
+        if kind == "error":
+            raise PublishError(value)
+        return value
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # the child is gone already
+            self._conn.send(None)
+        self._process.join(_CLOSE_S)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join()
+        self._conn.close()
+
+    def __enter__(self) -> PublisherProcess:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _serve(conn: Connection, broker: str | None, chunk_size: int | None, run_name: str,
+           queue: str) -> None:
+    """The child: answer each request with ("ok", value) or ("error", message) until None.
+    Ctrl-C is the parent's to handle: it closes the pipe, and the child ends with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _publish_requests(conn, broker, chunk_size, run_name, queue)
+    except Exception as exc:  # never a traceback: the parent reports it, rows stay in SQL
+        message = f"the publishing process failed ({type(exc).__name__}: {exc})"
+        while _receive(conn) is not None:
+            conn.send(("error", message))
+    conn.close()
+
+
+def _publish_requests(conn: Connection, broker: str | None, chunk_size: int | None,
+                      run_name: str, queue: str) -> None:
+    with make_sender(broker) as sender:
+        publisher = make_publisher(sender, chunk_size, run_name=run_name, queue=queue)
+        while (request := _receive(conn)) is not None:
+            try:
+                if request[0] == "start":
+                    publisher.start(request[1])
+                    conn.send(("ok", None))
+                else:
+                    ids = array("q")
+                    ids.frombytes(request[2])
+                    conn.send(("ok", publisher(request[1], ids)))
+            except DreadsError as exc:
+                conn.send(("error", exc.message))
+
+
+def _receive(conn: Connection) -> tuple[Any, ...] | None:
+    try:
+        request: tuple[Any, ...] | None = conn.recv()
+    except EOFError:  # the parent is gone
+        return None
+    return request
