@@ -21,6 +21,11 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
+from app.upstream.transformers_engine.packed import (
+    READ_ATTENTION,
+    PackedBatch,
+    register_read_attention,
+)
 
 __all__ = [
     "SOFTCAP_DEFAULT",
@@ -79,10 +84,20 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> Re
 
 
 class ReadModel:
-    """A DiffusionGemma model in eval mode, with the two forwards a read needs."""
+    """A DiffusionGemma model in eval mode, with the two forwards a read needs.
 
-    def __init__(self, model: DiffusionGemmaForBlockDiffusion) -> None:
+    ``packed`` (default): the decoder reads through ``PackedBatch`` (one key buffer per state,
+    block-diagonal mask, no per-layer cache concatenation or per-head key expansion); False:
+    through transformers' own cache path (a collated ``DynamicCache`` and a padding mask), kept
+    as the reference the packed path is tested against.
+    """
+
+    def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True) -> None:
+        register_read_attention()
+        if model.config._attn_implementation in ("sdpa", "eager", None):
+            model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
         self.model = model.eval()
+        self.packed = packed
         self.config = model.config
         self.text_config = model.config.get_text_config(decoder=True)
         self.vocab_size: int = int(self.text_config.vocab_size)
@@ -124,10 +139,14 @@ class ReadModel:
             ids[row, : len(job.ids)] = torch.tensor(job.ids, dtype=torch.long)
         starts = torch.tensor([p.length for p in prefixes], dtype=torch.long)
         positions = starts[:, None] + torch.arange(width)[None, :]
-        mask = self._padding_mask([p.length for p in prefixes], total, lengths)
+        mask: torch.Tensor | None = None
+        if total:  # right after a collated prefix: mask its left padding
+            mask = self._padding_mask([p.length for p in prefixes], total, lengths).long()
+        # else the rows are right-padded and causal: no real token sees a pad, so no mask (SDPA
+        # then runs its fused causal kernels without per-head key copies)
         self.model.model.encoder(
             input_ids=ids.to(self.device),
-            attention_mask=mask.long(),
+            attention_mask=mask,
             position_ids=positions.to(self.device),
             cache=cache,
         )
@@ -141,6 +160,28 @@ class ReadModel:
     @torch.inference_mode()
     def decode(self, rows: Sequence[DecodeRow]) -> list[SlotLogprobs]:
         """One read-only decoder step over every row's canvas (all the same width)."""
+        if not self.packed:
+            return self.decode_collated(rows)
+        width = len(rows[0].canvas)
+        batch = PackedBatch(self.kinds, [r.entry for r in rows], width,
+                            query_heads=int(self.text_config.num_attention_heads),
+                            device=self.device, dtype=self.model.dtype)
+        canvas = torch.tensor([r.canvas for r in rows], dtype=torch.long, device=self.device)
+        positions = (torch.tensor([r.entry.length for r in rows])[:, None]
+                     + torch.arange(width)[None, :]).to(self.device)
+        masks: dict[str, torch.Tensor | None] = dict.fromkeys(self.text_config.layer_types)
+        hidden = self.model.model.decoder(
+            decoder_input_ids=canvas,
+            cache=batch.empty_cache(int(self.text_config.num_hidden_layers)),
+            decoder_attention_mask=masks,
+            decoder_position_ids=positions,
+            read_batch=batch,
+        ).last_hidden_state
+        return self._logprobs(rows, hidden)
+
+    @torch.inference_mode()
+    def decode_collated(self, rows: Sequence[DecodeRow]) -> list[SlotLogprobs]:
+        """The same step through transformers' cache path (the reference)."""
         cache, total = self.collate([r.entry for r in rows])
         lengths = [r.entry.length for r in rows]
         width = len(rows[0].canvas)
@@ -156,6 +197,9 @@ class ReadModel:
             decoder_attention_mask=mask,
             decoder_position_ids=positions,
         ).last_hidden_state
+        return self._logprobs(rows, hidden)
+
+    def _logprobs(self, rows: Sequence[DecodeRow], hidden: torch.Tensor) -> list[SlotLogprobs]:
         row_idx = torch.tensor([i for i, r in enumerate(rows) for _ in r.slots], device=self.device)
         slot_idx = torch.tensor([s for r in rows for s in r.slots], device=self.device)
         logits = self.slot_logits(hidden[row_idx, slot_idx])
