@@ -113,6 +113,9 @@ class BatchExecutor:
         self.min_shared_prefix = min_shared_prefix
         self.shared_share = shared_share
         self.last = BatchStats(0, 0, 0, 0, 0)
+        #: when a list: every forward's shape is appended, ("prefill", rows, padded width) or
+        #: ("decode", rows, longest prompt, canvas width, slots per row) (benchmarks)
+        self.trace: list[tuple[str | int, ...]] | None = None
         self.totals: Counter[str] = Counter()  #: BatchStats summed over every batch
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
         self._encoder_s = self._decoder_s = 0.0
@@ -131,6 +134,9 @@ class BatchExecutor:
         for group in _by_width(jobs):
             for chunk in self._decode_chunks(group, jobs, entries):
                 rows = [_decode_row(jobs[i], entries[jobs[i].prompt]) for i in chunk]
+                if self.trace is not None:
+                    self.trace.append(("decode", len(rows), max(r.entry.length for r in rows),
+                                       len(rows[0].canvas), len(rows[0].slots)))
                 self._decoder_calls += 1
                 started = time.perf_counter()
                 results = self.model.decode(rows)
@@ -146,8 +152,16 @@ class BatchExecutor:
 
     def _decode_chunks(self, group: list[int], jobs: Sequence[ReadJob],
                        entries: dict[Prompt, KVEntry]) -> Iterator[list[int]]:
-        """At most ``decode_batch`` rows and ``decode_token_budget`` rows x longest prompt."""
-        group = sorted(group, key=lambda i: entries[jobs[i].prompt].length)
+        """At most ``decode_batch`` rows and ``decode_token_budget`` rows x longest prompt;
+        rows whose prompts share a root entry (a state's document) stay next to each other, so a
+        packed decoder call reads that root once for all of them."""
+        def order(i: int) -> tuple[int, int, int]:
+            entry = entries[jobs[i].prompt]
+            root = entry.root
+            return (root.length, roots.setdefault(id(root), len(roots)), entry.length)
+
+        roots: dict[int, int] = {}
+        group = sorted(group, key=order)
         chunk: list[int] = []
         for i in group:
             longest = entries[jobs[i].prompt].length
@@ -212,6 +226,8 @@ class BatchExecutor:
         for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch):
             self._encoder_calls += 1
             self._prefilled += sum(len(j.ids) for _, j in chunk)
+            if self.trace is not None:
+                self.trace.append(("prefill", len(chunk), max(len(j.ids) for _, j in chunk)))
             started = time.perf_counter()
             entries = self.model.prefill([j for _, j in chunk])
             self._encoder_s += time.perf_counter() - started

@@ -98,7 +98,7 @@ class PackedBatch:
         roots: dict[int, KVEntry] = {}
         members: dict[int, list[int]] = {}
         for row, entry in enumerate(entries):
-            root = _root(entry)
+            root = entry.root
             roots.setdefault(id(root), root)
             members.setdefault(id(root), []).append(row)
         self.groups = list(members.values())
@@ -211,13 +211,6 @@ class PackedBatch:
         out = out.view(groups, kv_heads, q_per_kv, self.rows_max, width, dim).permute(
             0, 3, 4, 1, 2, 5).reshape(groups * self.rows_max, width, heads, dim)
         return out.index_select(0, self.flat)
-
-
-def _root(entry: KVEntry) -> KVEntry:
-    node = entry
-    while node.parent is not None:
-        node = node.parent
-    return node
 
 
 def _place_own(keys: torch.Tensor, values: torch.Tensor, entry: KVEntry, root: KVEntry,
