@@ -133,7 +133,7 @@ def _state(base: str, clauses: list[str], target: int, tokenizer: HFTextTokenize
 def field_decisions(n: int, tokenizer: HFTextTokenizer, *, seed: int = 0,
                     prompt_min: int = 150, prompt_max: int = 800) -> list[Decision]:
     """The field report's shape: contracts.jsonl's states (cycled), one question each,
-    lengthened to prompts of ``prompt_min``-``prompt_max`` tokens (about 110 of them are the
+    lengthened to prompts of ``prompt_min``-``prompt_max`` tokens (about 50 of them are the
     rendered template, system text and question)."""
     rng = random.Random(seed)
     clauses = _clauses()
@@ -142,7 +142,7 @@ def field_decisions(n: int, tokenizer: HFTextTokenizer, *, seed: int = 0,
     out = []
     for i in range(n):
         line = lines[i % len(lines)]
-        target = max(0, rng.randint(prompt_min, prompt_max) - 110)
+        target = max(0, rng.randint(prompt_min, prompt_max) - 50)
         state = _state(line["state"], clauses, target, tokenizer, rng)
         out.append(parse_decision({"id": f"f{i}", "state": state,
                                    "questions": line["questions"]}))
@@ -252,7 +252,8 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     sizes = upstream.batcher.batch_sizes
     trace = list(upstream.executor.trace)
     upstream.batcher.executor.shutdown(wait=True)
-    return Figures(scenario, "packed" if model.packed else "collated", draws, len(decisions),
+    path = next(name for name, flags in PATHS.items() if flags == (model.packed, model.kernels))
+    return Figures(scenario, path, draws, len(decisions),
                    qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
                    totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
                    statistics.mean(sizes), peak, trace=trace)
@@ -317,19 +318,32 @@ class Bare:
         return self._time(("dec", rows, length, width, slots), run)
 
     def replay(self, figures: Figures) -> None:
+        """Sum the bare time of every traced call; shapes are rounded up (rows to 8, lengths
+        to 64) so that few distinct shapes are timed: the ceiling is, if anything, low."""
         for item in figures.trace:
+            rows = -(-int(item[1]) // 8) * 8
             if item[0] == "prefill":
-                figures.bare_encoder_s += self.encoder(item[1], item[2])
+                figures.bare_encoder_s += self.encoder(rows, -(-int(item[2]) // 64) * 64)
             else:
-                figures.bare_decoder_s += self.decoder(item[1], item[2], item[3], item[4])
+                figures.bare_decoder_s += self.decoder(rows, int(item[2]), int(item[3]),
+                                                       int(item[4]))
 
 
 # -- correctness ------------------------------------------------------------------------------
 
 
-def check_paths(model: ReadModel, label: str) -> float:
-    """Packed vs collated vs one plain unbatched forward each, on mixed, chained and grouped
-    rows (prompts past the sliding window, question suffixes on a shared document, draws)."""
+PATHS = {"collated": (False, False), "packed": (True, False), "kernels": (True, True)}
+"""path name -> (packed decoder, kernels): ``collated`` is the engine before issue 18."""
+
+
+def use_path(model: ReadModel, path: str) -> None:
+    model.packed, model.kernels = PATHS[path]
+
+
+def check_paths(model: ReadModel, label: str) -> None:
+    """Each engine path vs one plain unbatched transformers forward per read (experts ``eager``:
+    float32 loops, and ``grouped_mm``: transformers' default), on mixed, chained and grouped
+    rows: prompts past the sliding window, question suffixes on a shared document, draws."""
     gen = torch.Generator().manual_seed(99)
 
     def ids(n: int) -> tuple[int, ...]:
@@ -337,37 +351,42 @@ def check_paths(model: ReadModel, label: str) -> float:
 
     window = int(getattr(model.text_config, "sliding_window", 16) or 16)
     doc = ids(window + window // 4)
-    root = model.prefill([PrefillJob(None, doc)])[0]
     suffixes = [ids(n) for n in (3, 17, 40)]
-    questions = model.prefill([PrefillJob(root, s) for s in suffixes])
     lone = [ids(window // 3), ids(2 * window + 5)]
-    alone = model.prefill([PrefillJob(None, p) for p in lone])
-    prompts = [doc + s for s in suffixes] + lone
-    entries = [*questions, *alone]
     canvases = [ids(16) for _ in range(3)]
     slots, labels = (0, 5), ids(4)
-    rows, want = [], []
-    for draw, canvas in enumerate(canvases):
-        for prompt, entry in zip(prompts, entries, strict=True):
-            if draw and entry in alone[1:]:
-                continue
-            rows.append(DecodeRow(entry, canvas, slots, labels))
-            want.append((prompt, canvas))
-    packed = model.decode(rows)
-    collated = model.decode_collated(rows)
-    worst = {"packed-collated": 0.0, "packed-plain": 0.0, "collated-plain": 0.0}
-    for (prompt, canvas), p, c in zip(want, packed, collated, strict=True):
-        plain = _plain_read(model, prompt, canvas, slots, labels)
-        worst["packed-collated"] = max(worst["packed-collated"],
-                                       float((p.logprobs - c.logprobs).abs().max()))
-        worst["packed-plain"] = max(worst["packed-plain"], float((p.logprobs - plain).abs().max()))
-        worst["collated-plain"] = max(worst["collated-plain"],
-                                      float((c.logprobs - plain).abs().max()))
+    plan = [(k, c) for c in range(3) for k in range(5) if not (c and k == 4)]
+    prompts = [doc + s for s in suffixes] + lone
+
+    def engine() -> list[torch.Tensor]:
+        root = model.prefill([PrefillJob(None, doc)])[0]
+        entries = [*model.prefill([PrefillJob(root, s) for s in suffixes]),
+                   *model.prefill([PrefillJob(None, p) for p in lone])]
+        rows = [DecodeRow(entries[k], canvases[c], slots, labels) for k, c in plan]
+        return [r.logprobs for r in model.decode(rows)]
+
+    def plain(experts: str) -> list[torch.Tensor]:
+        use_path(model, "collated")
+        model.model.set_experts_implementation(experts)
+        out = [_plain_read(model, prompts[k], canvases[c], slots, labels) for k, c in plan]
+        model.model.set_experts_implementation("grouped_mm")
+        return out
+
+    got = {"plain-eager": plain("eager"), "plain-grouped": plain("grouped_mm")}
+    for path in PATHS:
+        use_path(model, path)
+        got[path] = engine()
+
+    def diff(a: str, b: str) -> str:
+        worst = max(float((x - y).abs().max()) for x, y in zip(got[a], got[b], strict=True))
+        return f"{a} vs {b} {worst:.1e}"
+
     print(f"check {label} {model.model.dtype} {model.text_config.num_hidden_layers} layers, "
-          f"{len(rows)} rows (3 questions on a shared {len(doc)}-token document, prompts "
-          f"{len(lone[0])}/{len(lone[1])}, 3 draws): max |dlogprob| "
-          + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
-    return worst["packed-collated"]
+          f"{len(plan)} rows (3 questions on a shared {len(doc)}-token document, prompts "
+          f"{len(lone[0])}/{len(lone[1])}, 3 draws), max |dlogprob|: "
+          + "; ".join([diff("plain-grouped", "plain-eager"), diff("collated", "plain-eager"),
+                       diff("packed", "collated"), diff("kernels", "collated"),
+                       diff("kernels", "plain-eager")]), flush=True)
 
 
 def _plain_read(model: ReadModel, prompt: Sequence[int], canvas: Sequence[int],
@@ -419,10 +438,10 @@ def _profile(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[D
     with profile(activities=activities) as prof:
         figures = measure(model, tokenizer, "field", decisions, draws, args)
     sort = "cuda_time_total" if model.device.type == "cuda" else "cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=60)
+    table = prof.key_averages().table(sort_by=sort, row_limit=70, max_name_column_width=110)
     out.write_text(table)
     print(f"profile of {len(decisions)} field decisions x {draws} draws "
-          f"({'packed' if model.packed else 'collated'}; wall {figures.wall_s:.2f}s under the "
+          f"({figures.path}; wall {figures.wall_s:.2f}s under the "
           f"profiler) -> {out}")
     print("\n".join(table.splitlines()[:28]))
 
@@ -435,7 +454,9 @@ def main() -> None:
                         help="tokenizer dir (default: the real-vocabulary approximation in "
                              "../shared/tokenizers for full, the stand-in for small)")
     parser.add_argument("--scenarios", default="field:1,field:4,iso6:4,joint6:4")
-    parser.add_argument("--paths", default="packed", help="packed and/or collated")
+    parser.add_argument("--paths", default="kernels",
+                        help="comma-separated: collated (the engine before issue 18), packed, "
+                             "kernels (packed + fused norms and experts)")
     parser.add_argument("--states", type=int, default=1056)
     parser.add_argument("--multi-states", type=int, default=64)
     parser.add_argument("--workers", type=int, default=4)
@@ -467,7 +488,8 @@ def main() -> None:
     elif args.check:
         check_paths(build_model("small", args.device, dtype=torch.float32, vocab=vocab), "tiny")
     paths = args.paths.split(",")
-    model = build_model(args.config, args.device, packed=paths[0] == "packed", vocab=vocab)
+    model = build_model(args.config, args.device, vocab=vocab)
+    use_path(model, paths[-1])
     print(f"model {args.config} on {args.device}: "
           f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters; "
           f"built at {time.perf_counter() - began:.1f}s; torch {torch.__version__}; "
@@ -476,7 +498,7 @@ def main() -> None:
     multi = multi_decisions(args.multi_states, tokenizer)
     lengths = [len(tokenizer.encode(d.state)) for d in field[:200]]
     print(f"field: {len(field)} states, state text {min(lengths)}-{max(lengths)} tokens "
-          f"(+ ~110 template); multi: {len(multi)} states x 6 questions", flush=True)
+          f"(+ ~50 template); multi: {len(multi)} states x 6 questions", flush=True)
     measure(model, tokenizer, "field", field[:32], 2, args)  # warm-up
     measure(model, tokenizer, "iso6", multi[:4], 1, args)
     if args.profile:
@@ -484,10 +506,10 @@ def main() -> None:
         _profile(model, tokenizer, field[:128], int(draws or 1), args, Path(where))
     results: list[Figures] = []
     bare = Bare(model)
-    for path in paths:
-        model.packed = path == "packed"
-        for item in args.scenarios.split(","):
-            scenario, _, draws = item.partition(":")
+    for item in args.scenarios.split(","):
+        scenario, _, draws = item.partition(":")
+        for path in paths:
+            use_path(model, path)
             if time.perf_counter() - began > args.time_limit_s:
                 print(f"time limit: skipped {path} {item}")
                 continue

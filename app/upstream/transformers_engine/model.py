@@ -20,6 +20,7 @@ import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
+from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
 from app.upstream.transformers_engine.packed import (
     READ_ATTENTION,
@@ -86,18 +87,22 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> Re
 class ReadModel:
     """A DiffusionGemma model in eval mode, with the two forwards a read needs.
 
+    ``kernels`` (default): fused RMSNorm and leaner grouped experts (``kernels.py``).
     ``packed`` (default): the decoder reads through ``PackedBatch`` (one key buffer per state,
     block-diagonal mask, no per-layer cache concatenation or per-head key expansion); False:
-    through transformers' own cache path (a collated ``DynamicCache`` and a padding mask), kept
-    as the reference the packed path is tested against.
+    through transformers' own cache path (a collated ``DynamicCache`` and a padding mask, also
+    on prefills without a prefix), kept as the reference the packed path is tested against.
     """
 
-    def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True) -> None:
+    def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
+                 kernels: bool = True) -> None:
         register_read_attention()
         if model.config._attn_implementation in ("sdpa", "eager", None):
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
         self.model = model.eval()
         self.packed = packed
+        self._kernels = False
+        self.kernels = kernels
         self.config = model.config
         self.text_config = model.config.get_text_config(decoder=True)
         self.vocab_size: int = int(self.text_config.vocab_size)
@@ -105,6 +110,16 @@ class ReadModel:
         self.softcap: float = float(self.text_config.final_logit_softcapping or SOFTCAP_DEFAULT)
         self.device = next(model.parameters()).device
         self.kinds = LayerKinds(self.text_config)
+
+    @property
+    def kernels(self) -> bool:
+        """Fused RMSNorm and the leaner grouped experts (``kernels.py``) installed."""
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, on: bool) -> None:
+        set_kernels(self.model, on)
+        self._kernels = on
 
     # -- cache plumbing -------------------------------------------------------------------------
 
@@ -140,16 +155,17 @@ class ReadModel:
         starts = torch.tensor([p.length for p in prefixes], dtype=torch.long)
         positions = starts[:, None] + torch.arange(width)[None, :]
         mask: torch.Tensor | None = None
-        if total:  # right after a collated prefix: mask its left padding
+        if total or not self.packed:  # after a collated prefix: mask its left padding
             mask = self._padding_mask([p.length for p in prefixes], total, lengths).long()
         # else the rows are right-padded and causal: no real token sees a pad, so no mask (SDPA
         # then runs its fused causal kernels without per-head key copies)
-        self.model.model.encoder(
-            input_ids=ids.to(self.device),
-            attention_mask=mask,
-            position_ids=positions.to(self.device),
-            cache=cache,
-        )
+        with torch.profiler.record_function("dreads.prefill"):
+            self.model.model.encoder(
+                input_ids=ids.to(self.device),
+                attention_mask=mask,
+                position_ids=positions.to(self.device),
+                cache=cache,
+            )
         entries = self.kinds.cut(cache, prefixes, lengths, total, width)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # so callers can time the call
@@ -170,14 +186,14 @@ class ReadModel:
         positions = (torch.tensor([r.entry.length for r in rows])[:, None]
                      + torch.arange(width)[None, :]).to(self.device)
         masks: dict[str, torch.Tensor | None] = dict.fromkeys(self.text_config.layer_types)
-        hidden = self.model.model.decoder(
-            decoder_input_ids=canvas,
-            cache=batch.empty_cache(int(self.text_config.num_hidden_layers)),
-            decoder_attention_mask=masks,
-            decoder_position_ids=positions,
-            read_batch=batch,
-        ).last_hidden_state
-        return self._logprobs(rows, hidden)
+        with torch.profiler.record_function("dreads.decode"):
+            return self._logprobs(rows, self.model.model.decoder(
+                decoder_input_ids=canvas,
+                cache=batch.empty_cache(int(self.text_config.num_hidden_layers)),
+                decoder_attention_mask=masks,
+                decoder_position_ids=positions,
+                read_batch=batch,
+            ).last_hidden_state)
 
     @torch.inference_mode()
     def decode_collated(self, rows: Sequence[DecodeRow]) -> list[SlotLogprobs]:
