@@ -48,7 +48,10 @@ def default_cache_bytes(device: str) -> int:
     MiB on the CPU. A prompt of 460 tokens holds about 100 MiB of KV at full size in bf16, so
     an H200 (about 90 GiB free after the weights) keeps some 360 prompts."""
     if device.startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        where = torch.device(device)
+        free, _ = torch.cuda.mem_get_info(where)
+        # memory torch's allocator holds but does not use is free for this purpose too
+        free += torch.cuda.memory_reserved(where) - torch.cuda.memory_allocated(where)
         return max(1 << 30, int(free * 0.4))
     return 512 << 20
 

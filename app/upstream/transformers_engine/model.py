@@ -25,6 +25,7 @@ from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, laye
 from app.upstream.transformers_engine.packed import (
     READ_ATTENTION,
     PackedBatch,
+    PackedPrefill,
     register_read_attention,
 )
 
@@ -140,7 +141,39 @@ class ReadModel:
 
     @torch.inference_mode()
     def prefill(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
-        """Encode every job's ids after its prefix in ONE encoder call; one entry per job."""
+        """Encode every job's ids after its prefix; one entry per job. Packed: the jobs without
+        a prefix in one right-padded call, those with one in one ``PackedPrefill`` call (a row
+        per shared prefix); collated: everything in one call over left-padded prefixes."""
+        if not self.packed or all(j.prefix is None or not j.prefix.length for j in jobs):
+            return self._prefill_collated(jobs)
+        extend = [i for i, j in enumerate(jobs) if j.prefix is not None and j.prefix.length]
+        fresh = [i for i in range(len(jobs)) if i not in set(extend)]
+        out: list[KVEntry | None] = [None] * len(jobs)
+        if fresh:
+            for i, entry in zip(fresh, self._prefill_collated([jobs[i] for i in fresh]),
+                                strict=True):
+                out[i] = entry
+        prefixes = [jobs[i].prefix or EMPTY for i in extend]
+        suffixes = [jobs[i].ids for i in extend]
+        packed = PackedPrefill(self.kinds, prefixes, suffixes,
+                               query_heads=int(self.text_config.num_attention_heads),
+                               device=self.device, dtype=self.model.dtype)
+        ids, positions = packed.inputs(suffixes, self.pad_id)
+        with torch.profiler.record_function("dreads.prefill"):
+            self.model.model.encoder(
+                input_ids=ids.to(self.device),
+                attention_mask=dict.fromkeys(self.text_config.layer_types),
+                position_ids=positions.to(self.device),
+                cache=packed,
+                read_batch=packed,
+            )
+        for i, entry in zip(extend, packed.entries(), strict=True):
+            out[i] = entry
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return [e for e in out if e is not None]
+
+    def _prefill_collated(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         prefixes = [j.prefix or EMPTY for j in jobs]
         cache, total = self.collate(prefixes) if any(p.length for p in prefixes) else (
             self.kinds.new_cache(), 0)

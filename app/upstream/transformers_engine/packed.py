@@ -228,3 +228,137 @@ def _place_own(keys: torch.Tensor, values: torch.Tensor, entry: KVEntry, root: K
             keys[:, :, end - take : end] = k[:, :, have - take :]
             values[:, :, end - take : end] = v[:, :, have - take :]
         end, need, node = end - take, need - take, node.parent
+
+
+class PackedPrefill:
+    """One encoder call that extends each shared prefix by all of its suffixes at once.
+
+    Per prefix (a *group*), one row: ``[suffix 1 | suffix 2 | ...]``, each suffix at the
+    positions right after the prefix; its keys are ``[prefix tokens kept | the row's new
+    tokens]``, and a suffix token attends to the prefix (within the sliding window on sliding
+    layers) and causally to its own suffix only: what it sees when its prompt is encoded alone.
+    The object is both the encoder's ``cache`` (``update`` writes a layer's new keys into the
+    row's buffer and returns the buffer) and its ``read_batch`` (``attend``).
+    """
+
+    is_compileable = False
+
+    def __init__(self, kinds: LayerKinds, prefixes: Sequence[KVEntry],
+                 suffixes: Sequence[Sequence[int]], *, query_heads: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        self.layer_kinds = kinds
+        self.query_heads = query_heads
+        order: dict[int, int] = {}
+        self.groups: list[list[int]] = []
+        for job, prefix in enumerate(prefixes):
+            if id(prefix) not in order:
+                order[id(prefix)] = len(self.groups)
+                self.groups.append([])
+            self.groups[order[id(prefix)]].append(job)
+        self.prefixes = [prefixes[g[0]] for g in self.groups]
+        self.lengths = [len(s) for s in suffixes]
+        self.offset = [0] * len(suffixes)  #: where each suffix starts in its row
+        widths = []
+        for group in self.groups:
+            at = 0
+            for job in group:
+                self.offset[job] = at
+                at += self.lengths[job]
+            widths.append(at)
+        self.width = max(widths)
+        self.group_of = {job: g for g, group in enumerate(self.groups) for job in group}
+        self.kind_of: dict[int, tuple[int, int]] = {
+            layer: (kind, j)
+            for kind, ids in enumerate(kinds.layers) for j, layer in enumerate(ids)}
+        self.head: dict[int, int] = {}  #: per kind: the prefix region's width
+        self.kinds = [self._build_kind(kind, device, dtype) for kind in range(len(kinds.layers))]
+
+    def inputs(self, suffixes: Sequence[Sequence[int]], pad_id: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(groups, width) input ids and positions (pads continue the last suffix's)."""
+        ids = torch.full((len(self.groups), self.width), pad_id, dtype=torch.long)
+        positions = torch.zeros((len(self.groups), self.width), dtype=torch.long)
+        for g, group in enumerate(self.groups):
+            base = self.prefixes[g].length
+            end = 0
+            for job in group:
+                at, n = self.offset[job], self.lengths[job]
+                ids[g, at : at + n] = torch.tensor(list(suffixes[job]), dtype=torch.long)
+                positions[g, at : at + n] = base + torch.arange(n)
+                end = at + n
+            positions[g, end:] = base + torch.arange(self.width - end)
+        return ids, positions
+
+    def _build_kind(self, kind: int, device: torch.device, dtype: torch.dtype) -> _Kind:
+        kinds = self.layer_kinds
+        like = next(p for p in self.prefixes if p.length).kinds[kind][0]
+        layers, heads, _, dim = like.shape
+        kept = [kinds.kept(kind, p.length) for p in self.prefixes]
+        head = max(kept)  # the prefix region, right-aligned: [head - kept, head)
+        key_len = -(-(head + self.width) // _ALIGN) * _ALIGN
+        groups = len(self.groups)
+        keys = like.new_zeros((groups, layers, heads, key_len, dim))
+        values = like.new_zeros((groups, layers, heads, key_len, dim))
+        for g, prefix in enumerate(self.prefixes):
+            kinds._place(keys[:, :, :, :head], values[:, :, :, :head], g, prefix, kind, head)
+        window = kinds.window if kinds.sliding[kind] else None
+        allowed = torch.zeros((groups, self.width, key_len), dtype=torch.bool)
+        for g, group in enumerate(self.groups):
+            filled = 0
+            for job in group:
+                at, n = self.offset[job], self.lengths[job]
+                t = torch.arange(n)
+                own = t[None, :] <= t[:, None]  # (query step, key step): causal in the suffix
+                if window:
+                    own &= (t[:, None] - t[None, :]) < window
+                allowed[g, at : at + n, head + at : head + at + n] = own
+                prefix_pos = torch.arange(head) - head  # relative to the suffix's first token
+                ok = prefix_pos[None, :] >= -kept[g]
+                if window:
+                    ok = ok & ((t[:, None] - prefix_pos[None, :]) < window)
+                allowed[g, at : at + n, :head] = ok
+                filled = at + n
+            allowed[g, filled:, :] = True  # padding queries: anywhere (discarded)
+        q_per_kv = self.query_heads // heads
+        full = allowed.to(device)[:, None, None].expand(groups, 1, q_per_kv, self.width, key_len)
+        bias = torch.zeros(full.shape, dtype=dtype, device=device).masked_fill_(
+            ~full, float("-inf")).reshape(groups, 1, -1, key_len)
+        self.head[kind] = head
+        return _Kind(keys, values, bias, torch.empty(0))
+
+    # -- the encoder's view ---------------------------------------------------------------------
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int,
+               **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        kind_id, j = self.kind_of[layer_idx]
+        kind, head = self.kinds[kind_id], self.head[kind_id]
+        keys, values = kind.keys[:, j], kind.values[:, j]
+        keys[:, :, head : head + self.width] = key
+        values[:, :, head : head + self.width] = value
+        return keys, values
+
+    def attend(self, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+               ) -> torch.Tensor:
+        kind = self.kinds[self.kind_of[module.layer_idx][0]]
+        groups, heads, width, dim = query.shape
+        kv_heads = key.shape[1]
+        folded = query.reshape(groups, kv_heads, -1, dim)  # heads of one kv head, then steps
+        out = torch.nn.functional.scaled_dot_product_attention(
+            folded, key, value, attn_mask=kind.bias, scale=module.scaling)
+        return out.view(groups, heads, width, dim).transpose(1, 2)
+
+    def entries(self) -> list[KVEntry]:
+        """One entry per suffix (own memory), under its prefix."""
+        out = []
+        for job, n in enumerate(self.lengths):
+            g, at = self.group_of[job], self.offset[job]
+            prefix = self.prefixes[g]
+            kinds = []
+            for kind_id, kind in enumerate(self.kinds):
+                head = self.head[kind_id]
+                keep = self.layer_kinds.kept(kind_id, n)
+                start = head + at + n - keep
+                kinds.append((kind.keys[g, :, :, start : start + keep].clone(),
+                              kind.values[g, :, :, start : start + keep].clone()))
+            out.append(KVEntry(prefix.length + n, tuple(kinds), prefix))
+        return out

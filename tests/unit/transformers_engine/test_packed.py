@@ -158,3 +158,26 @@ def test_kernels_switch_off_cleanly(model: Any) -> None:
     assert "forward" not in norm.__dict__
     assert model.model.config._experts_implementation == "grouped_mm"
     _new(model)
+
+
+def test_packed_prefill_of_suffixes_equals_the_collated_prefill(model: Any) -> None:
+    """Suffixes of 2, 9, 19 and 30 tokens on a 21-token document (window 16) and on a second,
+    chained prefix, extended in one packed call: each entry equals encoding it alone."""
+    doc = _ids(21, 1)
+    other = _ids(6, 9)
+    suffixes = [_ids(n, 60 + n) for n in (2, 9, 19, 30)]
+    for setup in (_today, _new):
+        setup(model)
+        root = model.prefill([PrefillJob(None, doc)])[0]
+        chained = model.prefill([PrefillJob(root, other)])[0]
+        jobs = [PrefillJob(root, s) for s in suffixes] + [PrefillJob(chained, suffixes[1]),
+                                                          PrefillJob(None, suffixes[2])]
+        if setup is _today:
+            expected = [model.prefill([job])[0] for job in jobs]
+        else:
+            got = model.prefill(jobs)
+    for a, b in zip(got, expected, strict=True):
+        assert a.length == b.length and (a.parent is None) == (b.parent is None)
+        for (ka, va), (kb, vb) in zip(a.kinds, b.kinds, strict=True):
+            assert ka.shape == kb.shape
+            assert torch.allclose(ka, kb, atol=ATOL) and torch.allclose(va, vb, atol=ATOL)
