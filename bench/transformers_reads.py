@@ -280,6 +280,7 @@ class Bare:
             torch.cuda.synchronize()
 
     def _time(self, key: tuple[Any, ...], fn: Any) -> float:
+        key = (*key, self.model.kernels)  # transformers' forwards, or with the fused kernels
         if key not in self.times:
             fn()  # warm
             self._sync()
@@ -376,6 +377,12 @@ def check_paths(model: ReadModel, label: str) -> None:
     for path in PATHS:
         use_path(model, path)
         got[path] = engine()
+    model.model.set_experts_implementation("eager")  # float32 loops, kernels keep them
+    for path in ("collated", "kernels"):
+        use_path(model, path)
+        got[f"{path}/eager-experts"] = engine()
+    use_path(model, "collated")
+    model.model.set_experts_implementation("grouped_mm")
 
     def diff(a: str, b: str) -> str:
         worst = max(float((x - y).abs().max()) for x, y in zip(got[a], got[b], strict=True))
@@ -386,7 +393,34 @@ def check_paths(model: ReadModel, label: str) -> None:
           f"{len(lone[0])}/{len(lone[1])}, 3 draws), max |dlogprob|: "
           + "; ".join([diff("plain-grouped", "plain-eager"), diff("collated", "plain-eager"),
                        diff("packed", "collated"), diff("kernels", "collated"),
-                       diff("kernels", "plain-eager")]), flush=True)
+                       diff("kernels", "plain-eager"),
+                       diff("collated/eager-experts", "plain-eager"),
+                       diff("kernels/eager-experts", "plain-eager"),
+                       diff("kernels/eager-experts", "collated/eager-experts")]), flush=True)
+    check_experts(model)
+
+
+def check_experts(model: ReadModel, tokens: int = 8192) -> None:
+    """One layer's experts on random routed tokens: ``grouped_experts`` and transformers'
+    ``grouped_mm`` against the float32 per-expert loop (relative max error)."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    from app.upstream.transformers_engine.kernels import grouped_experts
+
+    layer = model.model.model.decoder.layers[0]
+    gen = torch.Generator(device=model.device).manual_seed(3)
+    hidden = torch.randn((tokens, model.text_config.hidden_size), generator=gen,
+                         device=model.device, dtype=model.model.dtype)
+    with torch.inference_mode():
+        _, weights, index = layer.router(hidden)
+        experts = layer.experts
+        loop = type(experts).forward.__wrapped__(experts, hidden, index, weights)
+        ours = grouped_experts(experts, hidden, index, weights)
+        theirs = grouped_mm_experts_forward(experts, hidden, index, weights)
+    scale = float(loop.abs().max())
+    print(f"experts {model.model.dtype}, {tokens} tokens, max |x - loop| / max |loop|: "
+          f"grouped_experts {float((ours - loop).abs().max()) / scale:.1e}, transformers "
+          f"grouped_mm {float((theirs - loop).abs().max()) / scale:.1e}", flush=True)
 
 
 def _plain_read(model: ReadModel, prompt: Sequence[int], canvas: Sequence[int],
@@ -404,13 +438,13 @@ def _plain_read(model: ReadModel, prompt: Sequence[int], canvas: Sequence[int],
 
 
 def _print(results: list[Figures]) -> None:
-    print(f"{'scenario':<10}{'path':<10}{'draws':>6}{'decisions':>10}{'q-reads':>8}{'wall s':>8}"
+    print(f"{'scenario':<10}{'path':<14}{'draws':>6}{'decisions':>10}{'q-reads':>8}{'wall s':>8}"
           f"{'dec/s':>8}{'q-reads/s':>10}{'enc s':>7}{'dec s':>7}{'bare enc':>9}{'bare dec':>9}"
           f"{'model%':>7}{'cache%':>7}{'outside%':>9}{'calls e/d':>11}{'batch':>7}{'GiB':>6}")
     for r in results:
         engine = r.encoder_s + r.decoder_s
         bare = r.bare_encoder_s + r.bare_decoder_s
-        print(f"{r.scenario:<10}{r.path:<10}{r.draws:>6}{r.decisions:>10}{r.question_reads:>8}"
+        print(f"{r.scenario:<10}{r.path:<14}{r.draws:>6}{r.decisions:>10}{r.question_reads:>8}"
               f"{r.wall_s:>8.2f}{r.decisions_per_s:>8.1f}{r.qreads_per_s:>10.1f}"
               f"{r.encoder_s:>7.2f}{r.decoder_s:>7.2f}{r.bare_encoder_s:>9.2f}"
               f"{r.bare_decoder_s:>9.2f}{100 * bare / r.wall_s:>7.0f}"
@@ -456,7 +490,8 @@ def main() -> None:
     parser.add_argument("--scenarios", default="field:1,field:4,iso6:4,joint6:4")
     parser.add_argument("--paths", default="kernels",
                         help="comma-separated: collated (the engine before issue 18), packed, "
-                             "kernels (packed + fused norms and experts)")
+                             "kernels (packed + fused norms and experts), each optionally "
+                             "@MAX_BATCH")
     parser.add_argument("--states", type=int, default=1056)
     parser.add_argument("--multi-states", type=int, default=64)
     parser.add_argument("--workers", type=int, default=4)
@@ -489,7 +524,7 @@ def main() -> None:
         check_paths(build_model("small", args.device, dtype=torch.float32, vocab=vocab), "tiny")
     paths = args.paths.split(",")
     model = build_model(args.config, args.device, vocab=vocab)
-    use_path(model, paths[-1])
+    use_path(model, paths[-1].partition("@")[0])
     print(f"model {args.config} on {args.device}: "
           f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters; "
           f"built at {time.perf_counter() - began:.1f}s; torch {torch.__version__}; "
@@ -508,13 +543,17 @@ def main() -> None:
     bare = Bare(model)
     for item in args.scenarios.split(","):
         scenario, _, draws = item.partition(":")
-        for path in paths:
+        for spec in paths:
+            path, _, batch = spec.partition("@")
             use_path(model, path)
             if time.perf_counter() - began > args.time_limit_s:
-                print(f"time limit: skipped {path} {item}")
+                print(f"time limit: skipped {spec} {item}")
                 continue
             decisions = field if scenario == "field" else multi
-            figures = measure(model, tokenizer, scenario, decisions, int(draws or 1), args)
+            figures = measure(model, tokenizer, scenario, decisions, int(draws or 1),
+                              argparse.Namespace(**{**vars(args), "max_batch": int(
+                                  batch or args.max_batch)}))
+            figures.path = spec
             if not args.no_bare:
                 bare.replay(figures)
             results.append(figures)
