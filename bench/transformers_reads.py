@@ -529,6 +529,8 @@ def main() -> None:
           f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters; "
           f"built at {time.perf_counter() - began:.1f}s; torch {torch.__version__}; "
           f"tokenizer {tok_dir} ({tokenizer.info.vocab_size} ids)", flush=True)
+    if args.check:
+        check_experts(model)
     field = field_decisions(args.states, tokenizer)
     multi = multi_decisions(args.multi_states, tokenizer)
     lengths = [len(tokenizer.encode(d.state)) for d in field[:200]]
