@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -239,7 +240,9 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
         prefill_token_budget=args.prefill_budget, flush_ms=args.flush_ms,
         **({"cache_bytes": args.cache_gib << 30} if args.cache_gib else {}))
     upstream.executor.trace = []
+    gc.collect()  # the previous run's prompt cache and buffers
     if model.device.type == "cuda":
+        torch.cuda.empty_cache()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
@@ -252,6 +255,7 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     sizes = upstream.batcher.batch_sizes
     trace = list(upstream.executor.trace)
     upstream.batcher.executor.shutdown(wait=True)
+    upstream.cache.clear()
     path = next(name for name, flags in PATHS.items() if flags == (model.packed, model.kernels))
     return Figures(scenario, path, draws, len(decisions),
                    qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
@@ -397,6 +401,12 @@ def check_paths(model: ReadModel, label: str) -> None:
                        diff("collated/eager-experts", "plain-eager"),
                        diff("kernels/eager-experts", "plain-eager"),
                        diff("kernels/eager-experts", "collated/eager-experts")]), flush=True)
+    noise = []
+    for copies in (1, 8):
+        noise.append(_plain_read(model, lone[1], canvases[0], slots, labels, copies=copies))
+    print(f"noise floor: the plain forward of the {len(lone[1])}-token prompt in a batch of 8 "
+          f"identical rows vs alone, max |dlogprob| {float((noise[0] - noise[1]).abs().max()):.1e}",
+          flush=True)
     check_experts(model)
 
 
@@ -424,13 +434,13 @@ def check_experts(model: ReadModel, tokens: int = 8192) -> None:
 
 
 def _plain_read(model: ReadModel, prompt: Sequence[int], canvas: Sequence[int],
-                slots: Sequence[int], labels: Sequence[int]) -> torch.Tensor:
+                slots: Sequence[int], labels: Sequence[int], copies: int = 1) -> torch.Tensor:
     cache = DynamicCache(config=model.text_config)
     with torch.inference_mode():
-        model.model.model.encoder(input_ids=torch.tensor([list(prompt)], device=model.device),
-                                  cache=cache)
+        model.model.model.encoder(
+            input_ids=torch.tensor([list(prompt)] * copies, device=model.device), cache=cache)
         logits = model.model(cache=cache, decoder_input_ids=torch.tensor(
-            [list(canvas)], device=model.device)).logits
+            [list(canvas)] * copies, device=model.device)).logits
     return torch.log_softmax(logits[0, list(slots)].float(), -1)[:, list(labels)].cpu()
 
 
@@ -552,9 +562,13 @@ def main() -> None:
                 print(f"time limit: skipped {spec} {item}")
                 continue
             decisions = field if scenario == "field" else multi
-            figures = measure(model, tokenizer, scenario, decisions, int(draws or 1),
-                              argparse.Namespace(**{**vars(args), "max_batch": int(
-                                  batch or args.max_batch)}))
+            try:
+                figures = measure(model, tokenizer, scenario, decisions, int(draws or 1),
+                                  argparse.Namespace(**{**vars(args), "max_batch": int(
+                                      batch or args.max_batch)}))
+            except Exception as exc:  # an out-of-memory run is a figure too
+                print(f"  {spec} {item}: failed: {str(exc)[:300]}", flush=True)
+                continue
             figures.path = spec
             if not args.no_bare:
                 bare.replay(figures)

@@ -208,7 +208,7 @@ class PackedBatch:
             0, 2, 3, 1, 4, 5).reshape(groups, kv_heads, -1, dim)
         out = torch.nn.functional.scaled_dot_product_attention(
             folded, keys, values, attn_mask=kind.bias, scale=module.scaling)
-        out = out.view(groups, kv_heads, q_per_kv, self.rows_max, width, dim).permute(
+        out = out.reshape(groups, kv_heads, q_per_kv, self.rows_max, width, dim).permute(
             0, 3, 4, 1, 2, 5).reshape(groups * self.rows_max, width, heads, dim)
         return out.index_select(0, self.flat)
 
@@ -345,7 +345,7 @@ class PackedPrefill:
         folded = query.reshape(groups, kv_heads, -1, dim)  # heads of one kv head, then steps
         out = torch.nn.functional.scaled_dot_product_attention(
             folded, key, value, attn_mask=kind.bias, scale=module.scaling)
-        return out.view(groups, heads, width, dim).transpose(1, 2)
+        return out.reshape(groups, heads, width, dim).transpose(1, 2)
 
     def entries(self) -> list[KVEntry]:
         """One entry per suffix (own memory), under its prefix."""
