@@ -98,10 +98,11 @@ class ReadModel:
     def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
                  kernels: bool = True) -> None:
         register_read_attention()
-        if model.config._attn_implementation in ("sdpa", "eager", None):
+        if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
         self.model = model.eval()
-        self.packed = packed
+        #: another attention (eager, say) keeps transformers' collated path
+        self.packed = packed and model.config._attn_implementation == READ_ATTENTION
         self._kernels = False
         self.kernels = kernels
         self.config = model.config
