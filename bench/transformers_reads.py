@@ -36,7 +36,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from app.engine import (
 )
 from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
+from app.upstream.transformers_engine.kv import layers_of
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
 from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
 
@@ -312,7 +312,7 @@ class Bare:
 
         def run() -> None:
             cache = DynamicCache(config=self.model.text_config)
-            for mine, theirs in zip(cache.layers, base.layers, strict=True):
+            for mine, theirs in zip(layers_of(cache), layers_of(base), strict=True):
                 mine.lazy_initialization(theirs.keys, theirs.values)
                 mine.keys = theirs.keys.expand(rows, *theirs.keys.shape[1:])
                 mine.values = theirs.values.expand(rows, *theirs.values.shape[1:])
@@ -581,4 +581,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
