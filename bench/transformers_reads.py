@@ -1,26 +1,45 @@
-"""Throughput of the in-process transformers engine: isolated reads with and without prefix
-sharing, and joint reads, for 1 to 4 draws.
+"""Throughput of the in-process transformers engine on the product's own path, next to a bare
+forward-pass ceiling on the same batch shapes.
 
 The model is the full-size DiffusionGemma architecture (the released text config) with random
 bf16 weights built straight on the GPU (same cost as the real checkpoint), or a tiny config for a
-CPU smoke run. The workload is the field report's shape: D states (clause pairs of 300-800
-prompt tokens after a shared system text), Q yes/no questions per state; reads go through
-``TransformersUpstream.read`` (micro-batcher, prefill cache, batched decoder) as the runner sends
-them: one draw of every open read per round, all decisions in flight at once.
+CPU smoke run. Decisions are planned by dreads' own planner (``plan_decision``, the ``vllm``
+layout, chat prompts rendered by the tokenizer) and driven by its own loop (``app.decide.drive``)
+through ``TransformersUpstream.read``, scheduled as ``execute_run`` schedules them: ``--workers``
+chunks of ``--chunk`` decisions at once, each chunk's reads under a ``--in-flight`` semaphore, a
+decision's draws back to back (one round per draw), so each prompt is prefilled once. Only the
+store is left out.
 
-    python bench/transformers_reads.py --config full --device cuda     # H200
-    python bench/transformers_reads.py --config small --device cpu     # smoke run
+Scenarios (``--scenarios``, comma-separated ``NAME:DRAWS``):
+
+* ``field``: the field report's shape, one yes/no question per state (``examples/contracts.jsonl``
+  states, each lengthened with other clauses to a prompt of 150-800 tokens), ``--states`` states;
+* ``iso6`` / ``joint6``: ``--multi-states`` states of 6 yes/no questions each, read one question per
+  canvas (isolated) or all six in one canvas (joint).
+
+Every figure comes with its bare ceiling: each encoder and decoder call the engine made is
+replayed as a bare transformers forward of the same batch shape (encoder on uniform rows with no
+mask and no cache bookkeeping; decoder over one prompt's cache expanded to the batch, no mask,
+same slots), so the table says how much of the wall time is model time, how much the cache and
+batching cost, and how much is left outside the forwards.
+
+    python bench/transformers_reads.py --config full --device cuda      # H200
+    python bench/transformers_reads.py --config small --device cpu --states 24 --multi-states 4
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import json
 import os
 import random
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -28,11 +47,25 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import torch
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from app.engine.types import Endpoint, ReadRequest
+from app.decide import drive
+from app.engine import (
+    Decision,
+    DecisionFlow,
+    PolicyName,
+    ReadMode,
+    ReadRequest,
+    ReadResult,
+    ReadSettings,
+    parse_decision,
+    plan_decision,
+)
+from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
+from app.upstream.transformers_engine.kv import layers_of
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
-from app.upstream.transformers_engine.tiny import tiny_config
+from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
 
+ROOT = Path(__file__).resolve().parent.parent
 FULL_TEXT = dict(
     vocab_size=262144, hidden_size=2816, intermediate_size=2112, moe_intermediate_size=704,
     num_hidden_layers=30, num_attention_heads=16, num_key_value_heads=8, head_dim=256,
@@ -44,46 +77,25 @@ FULL_TEXT = dict(
 SMALL_VISION = dict(model_type="gemma4_vision", hidden_size=32, intermediate_size=64,
                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
                     head_dim=16, position_embedding_size=64)
-TURN_CLOSE = 106
-LINE_TOKENS = 4  # "q0", ":", " yes", "\n"
+QUESTIONS6 = (
+    "Do these two clauses contradict each other?",
+    "Does either clause set a deadline?",
+    "Does either clause mention money?",
+    "Is either clause about confidential information?",
+    "Could a court read either clause as unenforceable?",
+    "Do both clauses bind the same party?",
+)
 
 
-@dataclass(frozen=True)
-class Workload:
-    states: int
-    questions: int
-    prompt_min: int
-    prompt_max: int
-    vocab: int
-    seed: int = 0
-
-
-@dataclass
-class Result:
-    mode: str
-    draws: int
-    canvases: int
-    question_reads: int
-    wall_s: float
-    prefilled_tokens: int
-    encoder_calls: int
-    decoder_calls: int
-    encoder_s: float
-    decoder_s: float
-    batch_mean: float
-    batch_max: int
-    peak_gib: float
-
-    @property
-    def qreads_per_s(self) -> float:
-        return self.question_reads / self.wall_s
+# -- model ------------------------------------------------------------------------------------
 
 
 def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16,
-                layers: int = 30) -> ReadModel:
+                layers: int = 30, packed: bool = True, vocab: int = 1024) -> ReadModel:
     if config == "small":
         torch.manual_seed(0)
-        return ReadModel(DiffusionGemmaForBlockDiffusion(tiny_config(1024, layers=3)).eval())
+        model = DiffusionGemmaForBlockDiffusion(tiny_config(vocab, layers=3)).eval()
+        return ReadModel(model.to(device), packed=packed)
     text = dict(FULL_TEXT, num_hidden_layers=layers,
                 layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * (layers // 6))
     cfg = DiffusionGemmaConfig(text_config=text, vision_config=SMALL_VISION, canvas_length=256)
@@ -95,244 +107,478 @@ def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16
             model = DiffusionGemmaForBlockDiffusion(cfg)
     finally:
         torch.set_default_dtype(previous)
-    if dtype == torch.float64:  # grouped_mm has no float64 kernel
-        model.set_experts_implementation("eager")
-    return ReadModel(model.eval())
+    return ReadModel(model.eval(), packed=packed)
 
 
-class _Ids:
-    """Deterministic random token ids (never the special ids below 200)."""
-
-    def __init__(self, vocab: int, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.vocab = vocab
-
-    def take(self, n: int) -> list[int]:
-        return [self.rng.randrange(200, self.vocab) for _ in range(n)]
+# -- workloads --------------------------------------------------------------------------------
 
 
-def _prompts(work: Workload) -> tuple[list[list[int]], list[list[list[int]]], list[list[int]]]:
-    """Per state: the document prompt (system + state), the question blocks, the label ids."""
-    ids = _Ids(work.vocab, work.seed)
-    system = [2, *ids.take(40)]
-    docs, blocks, labels = [], [], []
-    for _ in range(work.states):
-        n = ids.rng.randrange(work.prompt_min, work.prompt_max + 1)
-        docs.append(system + ids.take(n))
-        blocks.append([ids.take(ids.rng.randrange(18, 40)) for _ in range(work.questions)])
-        labels.append(ids.take(2))  # "yes", "no"
-    return docs, blocks, labels
+def _clauses() -> list[str]:
+    out: list[str] = []
+    for line in (ROOT / "examples" / "contracts.jsonl").read_text().splitlines():
+        state = json.loads(line)["state"]
+        for part in state.split("Clause ")[1:]:
+            out.append("Clause " + part.strip())
+    return sorted(set(out))
 
 
-def _canvas(n_questions: int, noise: list[int], line: list[int]) -> tuple[list[int], list[int]]:
-    """One answer line per question, slot = the label position, turn close, pad to 16."""
-    canvas: list[int] = []
-    slots = []
-    for k in range(n_questions):
-        slots.append(len(canvas) + 2)
-        canvas += [line[0] + k, line[1], noise[k], line[2]]
-    canvas.append(TURN_CLOSE)
-    width = -(-len(canvas) // 16) * 16
-    return canvas + [0] * (width - len(canvas)), slots
+def _state(base: str, clauses: list[str], target: int, tokenizer: HFTextTokenizer,
+           rng: random.Random) -> str:
+    """``base`` lengthened with random clauses to about ``target`` tokens."""
+    state = base
+    while len(tokenizer.encode(state)) < target:
+        state += " " + rng.choice(clauses)
+    return state
 
 
-def _request(prompt: list[int], canvas: list[int], slots: list[int], labels: list[int]
-             ) -> ReadRequest:
-    body = {
-        "model": "bench", "prompt": prompt, "max_tokens": len(canvas), "logprobs": 0,
-        "logprob_token_ids": sorted(labels), "return_tokens_as_token_ids": True,
-        "vllm_xargs": {"diffusion_seed_canvas": canvas, "diffusion_canvas_length": len(canvas),
-                       "diffusion_max_steps": 1, "diffusion_read_only": True},
-    }
-    return ReadRequest(unit=0, draw=0, seed=0, endpoint=Endpoint.COMPLETIONS, body=body,
-                       slots=tuple(slots), logprob_ids=tuple(sorted(labels)))
-
-
-def round_requests(work: Workload, joint: bool, draw: int) -> list[tuple[int, ReadRequest]]:
-    """One draw of every read unit: (questions answered, request)."""
-    docs, blocks, labels = _prompts(work)
-    noise = _Ids(work.vocab, 1000 + draw)
-    line = [300, 301, 302]
+def field_decisions(n: int, tokenizer: HFTextTokenizer, *, seed: int = 0,
+                    prompt_min: int = 150, prompt_max: int = 800) -> list[Decision]:
+    """The field report's shape: contracts.jsonl's states (cycled), one question each,
+    lengthened to prompts of ``prompt_min``-``prompt_max`` tokens (about 50 of them are the
+    rendered template, system text and question)."""
+    rng = random.Random(seed)
+    clauses = _clauses()
+    lines = [json.loads(x) for x in
+             (ROOT / "examples" / "contracts.jsonl").read_text().splitlines()]
     out = []
-    for doc, qblocks, lab in zip(docs, blocks, labels, strict=True):
-        if joint:
-            prompt = doc + [t for b in qblocks for t in b]
-            canvas, slots = _canvas(len(qblocks), noise.take(len(qblocks)), line)
-            out.append((len(qblocks), _request(prompt, canvas, slots, lab)))
-            continue
-        for block in qblocks:
-            canvas, slots = _canvas(1, noise.take(1), line)
-            out.append((1, _request(doc + block, canvas, slots, lab)))
+    for i in range(n):
+        line = lines[i % len(lines)]
+        target = max(0, rng.randint(prompt_min, prompt_max) - 50)
+        state = _state(line["state"], clauses, target, tokenizer, rng)
+        out.append(parse_decision({"id": f"f{i}", "state": state,
+                                   "questions": line["questions"]}))
     return out
 
 
-async def _run_rounds(upstream: TransformersUpstream, work: Workload, joint: bool,
-                      draws: int) -> tuple[int, int]:
-    canvases = qreads = 0
-    for draw in range(draws):
-        batch = round_requests(work, joint, draw)
-        await asyncio.gather(*(upstream.read(r) for _, r in batch))
-        canvases += len(batch)
-        qreads += sum(n for n, _ in batch)
-    return canvases, qreads
+def multi_decisions(n: int, tokenizer: HFTextTokenizer, *, seed: int = 1,
+                    prompt_min: int = 300, prompt_max: int = 800) -> list[Decision]:
+    """States of 6 yes/no questions each (documents of ``prompt_min``-``prompt_max`` tokens)."""
+    rng = random.Random(seed)
+    clauses = _clauses()
+    out = []
+    for i in range(n):
+        state = _state(rng.choice(clauses), clauses, rng.randint(prompt_min, prompt_max) - 150,
+                       tokenizer, rng)
+        questions = {f"q{k}": {"type": "noul", "instructions": text}
+                     for k, text in enumerate(QUESTIONS6)}
+        out.append(parse_decision({"id": f"m{i}", "state": state, "questions": questions}))
+    return out
 
 
-def measure(model: ReadModel, work: Workload, mode: str, draws: int, args: Any,
-            max_batch: int) -> Result:
-    share = mode != "isolated-no-sharing"
-    cache_bytes = (args.cache_gib << 30) if share else 0
+# -- the product's schedule -------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    scenario: str
+    path: str
+    draws: int
+    decisions: int
+    question_reads: int
+    canvases: int
+    wall_s: float
+    encoder_s: float
+    decoder_s: float
+    encoder_calls: int
+    decoder_calls: int
+    prefilled_tokens: int
+    batch_mean: float
+    peak_gib: float
+    bare_encoder_s: float = 0.0
+    bare_decoder_s: float = 0.0
+    trace: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
+
+    @property
+    def decisions_per_s(self) -> float:
+        return self.decisions / self.wall_s
+
+    @property
+    def qreads_per_s(self) -> float:
+        return self.question_reads / self.wall_s
+
+
+async def _run_decisions(upstream: TransformersUpstream, decisions: Sequence[Decision],
+                         settings: ReadSettings, tokenizer: HFTextTokenizer, *, workers: int,
+                         chunk: int, in_flight: int) -> tuple[int, int]:
+    """execute_run's schedule: ``workers`` slots take chunks of ``chunk`` decisions; a chunk's
+    decisions run at once, its reads under one semaphore of ``in_flight``."""
+    queue: asyncio.Queue[Sequence[Decision]] = asyncio.Queue()
+    for start in range(0, len(decisions), chunk):
+        queue.put_nowait(decisions[start:start + chunk])
+    counts = [0, 0]  # question reads, canvases
+
+    async def one(decision: Decision, gate: asyncio.Semaphore) -> None:
+        plan = plan_decision(decision, settings, tokenizer, max_model_len=upstream.max_model_len)
+        flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
+
+        async def read(request: ReadRequest) -> ReadResult:
+            async with gate:
+                result = await upstream.read(request)
+            counts[0] += len(plan.units[request.unit].question_indices)
+            counts[1] += 1
+            return result
+
+        await drive(flow, read)
+
+    async def slot() -> None:
+        while not queue.empty():
+            part = queue.get_nowait()
+            gate = asyncio.Semaphore(in_flight)
+            await asyncio.gather(*(one(d, gate) for d in part))
+
+    await asyncio.gather(*(slot() for _ in range(workers)))
+    return counts[0], counts[1]
+
+
+def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
+            decisions: Sequence[Decision], draws: int, args: Any) -> Figures:
+    mode = ReadMode.JOINT if scenario.startswith("joint") else ReadMode.ISOLATED
+    settings = ReadSettings(policy=PolicyName.FIXED, fixed_draws=draws, read_mode=mode,
+                            canvas_length=int(model.config.canvas_length or 256))
     upstream = TransformersUpstream.from_model(
-        model, tokenizer=None, name="bench", max_batch=max_batch,  # type: ignore[arg-type]
-        prefill_token_budget=args.prefill_budget, cache_bytes=cache_bytes, flush_ms=args.flush_ms)
-    if not share:
-        upstream.executor.min_shared_prefix = 1 << 30
+        model, tokenizer=tokenizer, name="bench", max_batch=args.max_batch,
+        prefill_token_budget=args.prefill_budget, flush_ms=args.flush_ms,
+        **({"cache_bytes": args.cache_gib << 30} if args.cache_gib else {}))
+    upstream.executor.trace = []
+    gc.collect()  # the previous run's prompt cache and buffers
     if model.device.type == "cuda":
+        torch.cuda.empty_cache()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    canvases, qreads = asyncio.run(_run_rounds(upstream, work, mode == "joint", draws))
+    qreads, canvases = asyncio.run(_run_decisions(
+        upstream, decisions, settings, tokenizer, workers=args.workers, chunk=args.chunk,
+        in_flight=args.in_flight))
     wall = time.perf_counter() - started
     peak = torch.cuda.max_memory_allocated() / 2**30 if model.device.type == "cuda" else 0.0
-    sizes = upstream.batcher.batch_sizes
     totals = upstream.executor.totals
+    sizes = upstream.batcher.batch_sizes
+    trace = list(upstream.executor.trace)
     upstream.batcher.executor.shutdown(wait=True)
-    return Result(f"{mode}@{max_batch}", draws, canvases, qreads, wall, totals["prefilled_tokens"],
-                  totals["encoder_calls"], totals["decoder_calls"], totals["encoder_s"],
-                  totals["decoder_s"], statistics.mean(sizes),
-                  max(sizes), peak)
+    upstream.cache.clear()
+    path = next(name for name, flags in PATHS.items() if flags == (model.packed, model.kernels))
+    return Figures(scenario, path, draws, len(decisions),
+                   qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
+                   totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
+                   statistics.mean(sizes), peak, trace=trace)
 
 
-def check_against_plain_forward(model: ReadModel) -> None:
-    """Batched, mixed-length, prefix-chained reads vs one unbatched plain forward each."""
-    ids = _Ids(model.vocab_size, 99)
-    prompts = [ids.take(n) for n in (300, 700, 1300)]  # 1300 > the 1024 sliding window
-    prompts.append(prompts[2][:1200] + ids.take(40))  # shares a 1200-token prefix
-    canvas, slots = _canvas(3, ids.take(3), [300, 301, 302])
-    labels = ids.take(4)
-    single = model.decode([DecodeRow(model.prefill([PrefillJob(None, tuple(prompts[0]))])[0],
-                                     tuple(canvas), tuple(slots), tuple(labels))])
-    entries = model.prefill([PrefillJob(None, tuple(p)) for p in prompts[:3]])
-    prefix = model.prefill([PrefillJob(None, tuple(prompts[2][:1200]))])[0]
-    entries.append(model.prefill([PrefillJob(prefix, tuple(prompts[3][1200:]))])[0])
-    rows = [DecodeRow(e, tuple(canvas), tuple(slots), tuple(labels)) for e in entries]
-    batched = model.decode(rows)
-    references = [_plain_read(model, p, canvas, slots, labels) for p in prompts]
-    for name, pairs in (("single row", zip(references[:1], single, strict=True)),
-                        ("batched+chained", zip(references, batched, strict=True))):
-        dlp, dprob = [], []
-        for reference, result in pairs:
-            dlp.append(float((reference - result.logprobs).abs().max()))
-            dprob.append(float((reference.softmax(-1) - result.logprobs.softmax(-1))
-                               .abs().max()))
-        print(f"check {model.model.dtype} {model.text_config.num_hidden_layers} layers, "
-              f"{name} vs plain unbatched forward, per row (prompts 300/700/1300/1200+40): "
-              f"max |dlogprob| {', '.join(f'{x:.1e}' for x in dlp)}; max |dp| over the labels "
-              f"{', '.join(f'{x:.1e}' for x in dprob)}")
+# -- the bare ceiling -------------------------------------------------------------------------
 
 
-def _plain_read(model: ReadModel, prompt: list[int], canvas: list[int], slots: list[int],
-                labels: list[int], copies: int = 1) -> torch.Tensor:
+class Bare:
+    """Bare transformers forwards of given shapes, timed once per shape (memoised)."""
+
+    def __init__(self, model: ReadModel) -> None:
+        self.model = model
+        self.times: dict[tuple[Any, ...], float] = {}
+        self.caches: dict[int, DynamicCache] = {}
+        self.rng = torch.Generator().manual_seed(5)
+
+    def _ids(self, rows: int, n: int) -> torch.Tensor:
+        return torch.randint(200, self.model.vocab_size, (rows, n), generator=self.rng).to(
+            self.model.device)
+
+    def _sync(self) -> None:
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _time(self, key: tuple[Any, ...], fn: Any) -> float:
+        key = (*key, self.model.kernels)  # transformers' forwards, or with the fused kernels
+        if key not in self.times:
+            fn()  # warm
+            self._sync()
+            started = time.perf_counter()
+            fn()
+            self._sync()
+            self.times[key] = time.perf_counter() - started
+        return self.times[key]
+
+    @torch.inference_mode()
+    def encoder(self, rows: int, width: int) -> float:
+        ids = self._ids(rows, width)
+        return self._time(("enc", rows, width), lambda: self.model.model.model.encoder(
+            input_ids=ids, cache=DynamicCache(config=self.model.text_config)))
+
+    @torch.inference_mode()
+    def decoder(self, rows: int, length: int, width: int, slots: int) -> float:
+        length = -(-length // 64) * 64
+        if length not in self.caches:
+            cache = DynamicCache(config=self.model.text_config)
+            self.model.model.model.encoder(input_ids=self._ids(1, length), cache=cache)
+            self.caches[length] = cache
+        base = self.caches[length]
+        canvas = self._ids(rows, width)
+
+        def run() -> None:
+            cache = DynamicCache(config=self.model.text_config)
+            for mine, theirs in zip(layers_of(cache), layers_of(base), strict=True):
+                mine.lazy_initialization(theirs.keys, theirs.values)
+                mine.keys = theirs.keys.expand(rows, *theirs.keys.shape[1:])
+                mine.values = theirs.values.expand(rows, *theirs.values.shape[1:])
+            hidden = self.model.model.model.decoder(decoder_input_ids=canvas,
+                                                    cache=cache).last_hidden_state
+            self.model.slot_logits(hidden[:, :slots].reshape(-1, hidden.shape[-1])).cpu()
+
+        return self._time(("dec", rows, length, width, slots), run)
+
+    def replay(self, figures: Figures) -> None:
+        """Sum the bare time of every traced call; shapes are rounded up (rows to 8, lengths
+        to 64) so that few distinct shapes are timed: the ceiling is, if anything, low."""
+        for item in figures.trace:
+            rows = -(-int(item[1]) // 8) * 8
+            if item[0] == "prefill":
+                figures.bare_encoder_s += self.encoder(rows, -(-int(item[2]) // 64) * 64)
+            else:
+                figures.bare_decoder_s += self.decoder(rows, int(item[2]), int(item[3]),
+                                                       int(item[4]))
+
+
+# -- correctness ------------------------------------------------------------------------------
+
+
+PATHS = {"collated": (False, False), "packed": (True, False), "kernels": (True, True)}
+"""path name -> (packed decoder, kernels): ``collated`` is the engine before issue 18."""
+
+
+def use_path(model: ReadModel, path: str) -> None:
+    model.packed, model.kernels = PATHS[path]
+
+
+def check_paths(model: ReadModel, label: str) -> None:
+    """Each engine path vs one plain unbatched transformers forward per read (experts ``eager``:
+    float32 loops, and ``grouped_mm``: transformers' default), on mixed, chained and grouped
+    rows: prompts past the sliding window, question suffixes on a shared document, draws."""
+    gen = torch.Generator().manual_seed(99)
+
+    def ids(n: int) -> tuple[int, ...]:
+        return tuple(torch.randint(200, model.vocab_size, (n,), generator=gen).tolist())
+
+    window = int(getattr(model.text_config, "sliding_window", 16) or 16)
+    doc = ids(window + window // 4)
+    suffixes = [ids(n) for n in (3, 17, 40)]
+    lone = [ids(window // 3), ids(2 * window + 5)]
+    canvases = [ids(16) for _ in range(3)]
+    slots, labels = (0, 5), ids(4)
+    plan = [(k, c) for c in range(3) for k in range(5) if not (c and k == 4)]
+    prompts = [doc + s for s in suffixes] + lone
+
+    def engine() -> list[torch.Tensor]:
+        root = model.prefill([PrefillJob(None, doc)])[0]
+        entries = [*model.prefill([PrefillJob(root, s) for s in suffixes]),
+                   *model.prefill([PrefillJob(None, p) for p in lone])]
+        rows = [DecodeRow(entries[k], canvases[c], slots, labels) for k, c in plan]
+        return [r.logprobs for r in model.decode(rows)]
+
+    def plain(experts: str) -> list[torch.Tensor]:
+        use_path(model, "collated")
+        model.model.set_experts_implementation(experts)
+        out = [_plain_read(model, prompts[k], canvases[c], slots, labels) for k, c in plan]
+        model.model.set_experts_implementation("grouped_mm")
+        return out
+
+    got = {"plain-eager": plain("eager"), "plain-grouped": plain("grouped_mm")}
+    for path in PATHS:
+        use_path(model, path)
+        got[path] = engine()
+    model.model.set_experts_implementation("eager")  # float32 loops, kernels keep them
+    for path in ("collated", "kernels"):
+        use_path(model, path)
+        got[f"{path}/eager-experts"] = engine()
+    use_path(model, "collated")
+    model.model.set_experts_implementation("grouped_mm")
+
+    def diff(a: str, b: str) -> str:
+        worst = max(float((x - y).abs().max()) for x, y in zip(got[a], got[b], strict=True))
+        return f"{a} vs {b} {worst:.1e}"
+
+    print(f"check {label} {model.model.dtype} {model.text_config.num_hidden_layers} layers, "
+          f"{len(plan)} rows (3 questions on a shared {len(doc)}-token document, prompts "
+          f"{len(lone[0])}/{len(lone[1])}, 3 draws), max |dlogprob|: "
+          + "; ".join([diff("plain-grouped", "plain-eager"), diff("collated", "plain-eager"),
+                       diff("packed", "collated"), diff("kernels", "collated"),
+                       diff("kernels", "plain-eager"),
+                       diff("collated/eager-experts", "plain-eager"),
+                       diff("kernels/eager-experts", "plain-eager"),
+                       diff("kernels/eager-experts", "collated/eager-experts")]), flush=True)
+    noise = []
+    for copies in (1, 8):
+        noise.append(_plain_read(model, lone[1], canvases[0], slots, labels, copies=copies))
+    print(f"noise floor: the plain forward of the {len(lone[1])}-token prompt in a batch of 8 "
+          f"identical rows vs alone, max |dlogprob| {float((noise[0] - noise[1]).abs().max()):.1e}",
+          flush=True)
+    check_experts(model)
+
+
+def check_experts(model: ReadModel, tokens: int = 8192) -> None:
+    """One layer's experts on random routed tokens: ``grouped_experts`` and transformers'
+    ``grouped_mm`` against the float32 per-expert loop (relative max error)."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    from app.upstream.transformers_engine.kernels import grouped_experts
+
+    layer = model.model.model.decoder.layers[0]
+    gen = torch.Generator(device=model.device).manual_seed(3)
+    hidden = torch.randn((tokens, model.text_config.hidden_size), generator=gen,
+                         device=model.device, dtype=model.model.dtype)
+    with torch.inference_mode():
+        _, weights, index = layer.router(hidden)
+        experts = layer.experts
+        loop = type(experts).forward.__wrapped__(experts, hidden, index, weights)
+        ours = grouped_experts(experts, hidden, index, weights)
+        theirs = grouped_mm_experts_forward(experts, hidden, index, weights)
+    scale = float(loop.abs().max())
+    print(f"experts {model.model.dtype}, {tokens} tokens, max |x - loop| / max |loop|: "
+          f"grouped_experts {float((ours - loop).abs().max()) / scale:.1e}, transformers "
+          f"grouped_mm {float((theirs - loop).abs().max()) / scale:.1e}", flush=True)
+
+
+def _plain_read(model: ReadModel, prompt: Sequence[int], canvas: Sequence[int],
+                slots: Sequence[int], labels: Sequence[int], copies: int = 1) -> torch.Tensor:
     cache = DynamicCache(config=model.text_config)
     with torch.inference_mode():
         model.model.model.encoder(
-            input_ids=torch.tensor([prompt] * copies, device=model.device), cache=cache)
+            input_ids=torch.tensor([list(prompt)] * copies, device=model.device), cache=cache)
         logits = model.model(cache=cache, decoder_input_ids=torch.tensor(
-            [canvas] * copies, device=model.device)).logits
-    return torch.log_softmax(logits[0, slots].float(), -1)[:, labels].cpu()
+            [list(canvas)] * copies, device=model.device)).logits
+    return torch.log_softmax(logits[0, list(slots)].float(), -1)[:, list(labels)].cpu()
 
 
-def noise_floor(model: ReadModel) -> None:
-    """transformers alone: the same read in a batch of 8 identical rows vs alone."""
-    ids = _Ids(model.vocab_size, 98)
-    canvas, slots = _canvas(3, ids.take(3), [300, 301, 302])
-    labels = ids.take(4)
-    for n in (300, 1300):
-        prompt = ids.take(n)
-        alone = _plain_read(model, prompt, canvas, slots, labels)
-        batch = _plain_read(model, prompt, canvas, slots, labels, copies=8)
-        dp = float((alone.softmax(-1) - batch.softmax(-1)).abs().max())
-        print(f"noise floor {model.model.dtype}: plain forward, batch of 8 vs 1, prompt {n}: "
-              f"max |dlogprob| {float((alone - batch).abs().max()):.1e}, max |dp| {dp:.1e}")
+# -- report -----------------------------------------------------------------------------------
 
 
-def _print(results: list[Result]) -> None:
-    head = (f"{'mode@max_batch':<26}{'draws':>6}{'canvases':>9}{'q-reads':>8}{'wall s':>8}"
-            f"{'canv/s':>8}{'q-reads/s':>10}{'prefill tok':>12}{'enc n/s':>11}{'dec n/s':>11}"
-            f"{'batch avg/max':>15}{'peak GiB':>9}")
-    print(head)
+def _print(results: list[Figures]) -> None:
+    print(f"{'scenario':<10}{'path':<14}{'draws':>6}{'decisions':>10}{'q-reads':>8}{'wall s':>8}"
+          f"{'dec/s':>8}{'q-reads/s':>10}{'enc s':>7}{'dec s':>7}{'bare enc':>9}{'bare dec':>9}"
+          f"{'model%':>7}{'cache%':>7}{'outside%':>9}{'calls e/d':>11}{'batch':>7}{'GiB':>6}")
     for r in results:
-        print(f"{r.mode:<26}{r.draws:>6}{r.canvases:>9}{r.question_reads:>8}{r.wall_s:>8.2f}"
-              f"{r.canvases / r.wall_s:>8.1f}{r.qreads_per_s:>10.1f}{r.prefilled_tokens:>12}"
-              f"{r.encoder_calls:>4}/{r.encoder_s:<6.2f}{r.decoder_calls:>4}/{r.decoder_s:<6.2f}"
-              f"{r.batch_mean:>9.1f}/{r.batch_max:<5}"
-              f"{r.peak_gib:>9.1f}")
-    print()
-    for draws, batch in sorted({(r.draws, r.mode.split("@")[1]) for r in results}):
-        by = {r.mode.split("@")[0]: r for r in results
-              if r.draws == draws and r.mode.endswith(f"@{batch}")}
-        where = f"draws={draws} max_batch={batch}"
-        if "isolated-sharing" in by and "joint" in by:
-            ratio = by["isolated-sharing"].qreads_per_s / by["joint"].qreads_per_s
-            print(f"{where}: isolated-with-sharing / joint (question reads/s) = {ratio:.2f}")
-        if "isolated-sharing" in by and "isolated-no-sharing" in by:
-            gain = by["isolated-sharing"].qreads_per_s / by["isolated-no-sharing"].qreads_per_s
-            print(f"{where}: isolated sharing / no sharing = {gain:.2f}")
+        engine = r.encoder_s + r.decoder_s
+        bare = r.bare_encoder_s + r.bare_decoder_s
+        print(f"{r.scenario:<10}{r.path:<14}{r.draws:>6}{r.decisions:>10}{r.question_reads:>8}"
+              f"{r.wall_s:>8.2f}{r.decisions_per_s:>8.1f}{r.qreads_per_s:>10.1f}"
+              f"{r.encoder_s:>7.2f}{r.decoder_s:>7.2f}{r.bare_encoder_s:>9.2f}"
+              f"{r.bare_decoder_s:>9.2f}{100 * bare / r.wall_s:>7.0f}"
+              f"{100 * (engine - bare) / r.wall_s:>7.0f}"
+              f"{100 * (r.wall_s - engine) / r.wall_s:>9.0f}"
+              f"{r.encoder_calls:>6}/{r.decoder_calls:<4}{r.batch_mean:>7.1f}{r.peak_gib:>6.1f}")
+    print("model%: bare forwards of the same shapes / wall; cache%: the engine's forwards minus "
+          "the bare ones (collation, masks, cutting entries) / wall; outside%: wall minus the "
+          "engine's forwards (batching waits, planning, the event loop) / wall")
+    for r in results:
+        if r.scenario.startswith("iso"):
+            joint = next((j for j in results if j.scenario.startswith("joint")
+                          and j.draws == r.draws and j.path == r.path), None)
+            if joint is not None:
+                print(f"{r.path} draws={r.draws}: isolated / joint (question reads/s) = "
+                      f"{r.qreads_per_s / joint.qreads_per_s:.2f}")
+
+
+def _profile(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[Decision],
+             draws: int, args: Any, out: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        figures = measure(model, tokenizer, "field", decisions, draws, args)
+    sort = "cuda_time_total" if model.device.type == "cuda" else "cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=70, max_name_column_width=110)
+    out.write_text(table)
+    print(f"profile of {len(decisions)} field decisions x {draws} draws "
+          f"({figures.path}; wall {figures.wall_s:.2f}s under the "
+          f"profiler) -> {out}")
+    print("\n".join(table.splitlines()[:28]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=("full", "small"), default="full")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--states", type=int, default=32)
-    parser.add_argument("--questions", type=int, default=6)
-    parser.add_argument("--prompt-min", type=int, default=300)
-    parser.add_argument("--prompt-max", type=int, default=800)
-    parser.add_argument("--draws", default="1,2,4")
-    parser.add_argument("--modes", default="isolated-no-sharing,isolated-sharing,joint")
-    parser.add_argument("--max-batch", default="64", help="comma-separated values to compare")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer dir (default: the real-vocabulary approximation in "
+                             "../shared/tokenizers for full, the stand-in for small)")
+    parser.add_argument("--scenarios", default="field:1,field:4,iso6:4,joint6:4")
+    parser.add_argument("--paths", default="kernels",
+                        help="comma-separated: collated (the engine before issue 18), packed, "
+                             "kernels (packed + fused norms and experts), each optionally "
+                             "@MAX_BATCH")
+    parser.add_argument("--states", type=int, default=1056)
+    parser.add_argument("--multi-states", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--prefill-budget", type=int, default=16384)
-    parser.add_argument("--cache-gib", type=int, default=16)
+    parser.add_argument("--cache-gib", type=int, default=0, help="0: the engine's default")
     parser.add_argument("--flush-ms", type=float, default=3.0)
-    parser.add_argument("--time-limit-s", type=float, default=420.0)
-    parser.add_argument("--check-dtypes", default="float32",
-                        help="dtypes of the 6-layer full-width correctness check")
-    parser.add_argument("--check-only", action="store_true")
+    parser.add_argument("--no-bare", action="store_true")
+    parser.add_argument("--check", default="float32", help="dtypes of the 6-layer check, or ''")
+    parser.add_argument("--profile", default="", help="write a torch profile of 128 field "
+                        "decisions x DRAWS here (e.g. $OUT/profile.txt:1)")
+    parser.add_argument("--time-limit-s", type=float, default=480.0)
     args = parser.parse_args()
     began = time.perf_counter()
-    if args.config == "full":
-        for name in args.check_dtypes.split(","):
+    tok_dir = args.tokenizer or (str(ROOT.parent / "shared" / "tokenizers" /
+                                     "diffusiongemma-approx") if args.config == "full"
+                                 else "standin")
+    tokenizer = load_tokenizer(tok_dir)
+    vocab = rounded_vocab(tokenizer.info.vocab_size)
+    if args.config == "full" and args.check:
+        for name in args.check.split(","):
             small = build_model("full", args.device, dtype=getattr(torch, name), layers=6)
-            check_against_plain_forward(small)
-            noise_floor(small)
+            check_paths(small, "6-layer full-width")
             del small
-            torch.cuda.empty_cache()
-    if args.check_only:
-        return
-    model = build_model(args.config, args.device)
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    elif args.check:
+        check_paths(build_model("small", args.device, dtype=torch.float32, vocab=vocab), "tiny")
+    paths = args.paths.split(",")
+    model = build_model(args.config, args.device, vocab=vocab)
+    use_path(model, paths[-1].partition("@")[0])
     print(f"model {args.config} on {args.device}: "
-          f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters, "
-          f"built in {time.perf_counter() - began:.1f}s; torch {torch.__version__}")
-    work = Workload(args.states, args.questions, args.prompt_min, args.prompt_max,
-                    model.vocab_size)
-    print(f"workload: {work}; max_batch {args.max_batch}, prefill budget "
-          f"{args.prefill_budget} tokens, flush {args.flush_ms} ms")
-    if args.config == "full":
-        check_against_plain_forward(model)
-    warm = Workload(2, 2, 64, 96, model.vocab_size, seed=7)
-    batches = [int(b) for b in args.max_batch.split(",")]
-    for mode in ("isolated-sharing", "joint"):
-        measure(model, warm, mode, 2, args, batches[0])
-    results: list[Result] = []
-    for max_batch in batches:
-        for draws in (int(d) for d in args.draws.split(",")):
-            for mode in args.modes.split(","):
-                if time.perf_counter() - began > args.time_limit_s:
-                    print(f"time limit: skipped {mode}@{max_batch} draws={draws}")
-                    continue
-                results.append(measure(model, work, mode, draws, args, max_batch))
-                print(f"  done {results[-1].mode} draws={draws} in {results[-1].wall_s:.2f}s",
-                      flush=True)
+          f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters; "
+          f"built at {time.perf_counter() - began:.1f}s; torch {torch.__version__}; "
+          f"tokenizer {tok_dir} ({tokenizer.info.vocab_size} ids)", flush=True)
+    if args.check:
+        check_experts(model)
+    field = field_decisions(args.states, tokenizer)
+    multi = multi_decisions(args.multi_states, tokenizer)
+    lengths = [len(tokenizer.encode(d.state)) for d in field[:200]]
+    print(f"field: {len(field)} states, state text {min(lengths)}-{max(lengths)} tokens "
+          f"(+ ~50 template); multi: {len(multi)} states x 6 questions", flush=True)
+    measure(model, tokenizer, "field", field[:32], 2, args)  # warm-up
+    measure(model, tokenizer, "iso6", multi[:4], 1, args)
+    if args.profile:
+        where, _, draws = args.profile.partition(":")
+        _profile(model, tokenizer, field[:128], int(draws or 1), args, Path(where))
+    results: list[Figures] = []
+    bare = Bare(model)
+    for item in args.scenarios.split(","):
+        scenario, _, draws = item.partition(":")
+        for spec in paths:
+            path, _, batch = spec.partition("@")
+            use_path(model, path)
+            if time.perf_counter() - began > args.time_limit_s:
+                print(f"time limit: skipped {spec} {item}")
+                continue
+            decisions = field if scenario == "field" else multi
+            try:
+                figures = measure(model, tokenizer, scenario, decisions, int(draws or 1),
+                                  argparse.Namespace(**{**vars(args), "max_batch": int(
+                                      batch or args.max_batch)}))
+            except Exception as exc:  # an out-of-memory run is a figure too
+                print(f"  {spec} {item}: failed: {str(exc)[:300]}", flush=True)
+                continue
+            figures.path = spec
+            if not args.no_bare:
+                bare.replay(figures)
+            results.append(figures)
+            print(f"  {path} {item}: {figures.wall_s:.2f}s, {figures.decisions_per_s:.1f} "
+                  f"decisions/s, enc {figures.encoder_s:.2f}s dec {figures.decoder_s:.2f}s, "
+                  f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s "
+                  f"[{time.perf_counter() - began:.0f}s]", flush=True)
     _print(results)
+
 
 if __name__ == "__main__":
     main()

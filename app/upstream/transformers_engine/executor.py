@@ -113,6 +113,9 @@ class BatchExecutor:
         self.min_shared_prefix = min_shared_prefix
         self.shared_share = shared_share
         self.last = BatchStats(0, 0, 0, 0, 0)
+        #: when a list: every forward's shape is appended, ("prefill", rows, padded width) or
+        #: ("decode", rows, longest prompt, canvas width, slots per row) (benchmarks)
+        self.trace: list[tuple[str | int, ...]] | None = None
         self.totals: Counter[str] = Counter()  #: BatchStats summed over every batch
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
         self._encoder_s = self._decoder_s = 0.0
@@ -131,6 +134,9 @@ class BatchExecutor:
         for group in _by_width(jobs):
             for chunk in self._decode_chunks(group, jobs, entries):
                 rows = [_decode_row(jobs[i], entries[jobs[i].prompt]) for i in chunk]
+                if self.trace is not None:
+                    self.trace.append(("decode", len(rows), max(r.entry.length for r in rows),
+                                       len(rows[0].canvas), len(rows[0].slots)))
                 self._decoder_calls += 1
                 started = time.perf_counter()
                 results = self.model.decode(rows)
@@ -146,18 +152,44 @@ class BatchExecutor:
 
     def _decode_chunks(self, group: list[int], jobs: Sequence[ReadJob],
                        entries: dict[Prompt, KVEntry]) -> Iterator[list[int]]:
-        """At most ``decode_batch`` rows and ``decode_token_budget`` rows x longest prompt."""
-        group = sorted(group, key=lambda i: entries[jobs[i].prompt].length)
+        """At most ``decode_batch`` rows and ``decode_token_budget`` rows x longest prompt;
+        rows whose prompts share a root entry (a state's document) stay next to each other, so a
+        packed decoder call reads that root once for all of them."""
+        def order(i: int) -> tuple[int, int, int]:
+            entry = entries[jobs[i].prompt]
+            root = entry.root
+            return (root.length, roots.setdefault(id(root), len(roots)), entry.length)
+
+        roots: dict[int, int] = {}
+        group = sorted(group, key=order)
         chunk: list[int] = []
+        cost = 0
+        seen: set[int] = set()
         for i in group:
-            longest = entries[jobs[i].prompt].length
+            added = self._decode_cost(jobs[i], entries[jobs[i].prompt], seen)
             if chunk and (len(chunk) >= self.decode_batch
-                          or (len(chunk) + 1) * longest > self.decode_token_budget):
+                          or cost + added > self.decode_token_budget):
                 yield chunk
-                chunk = []
+                chunk, cost, seen = [], 0, set()
+                added = self._decode_cost(jobs[i], entries[jobs[i].prompt], seen)
             chunk.append(i)
+            cost += added
         if chunk:
             yield chunk
+
+    def _decode_cost(self, job: ReadJob, entry: KVEntry, seen: set[int]) -> int:
+        """Key tokens a row adds to a decoder call: its canvas, plus its prompt's own tokens
+        and root the first time they appear (the packed path holds each once; the collated
+        path holds every row's whole prompt)."""
+        if not self.model.packed:
+            return entry.length + len(job.canvas)
+        cost = len(job.canvas)
+        root = entry.root
+        for node in (entry, root):
+            if id(node) not in seen:
+                seen.add(id(node))
+                cost += node.length - (root.length if node is not root else 0)
+        return cost
 
     # -- prompt entries -------------------------------------------------------------------------
 
@@ -208,10 +240,21 @@ class BatchExecutor:
 
     def _prefill(self, jobs: list[tuple[Prompt, PrefillJob]]) -> Iterator[tuple[Prompt, KVEntry]]:
         """Run the jobs in encoder calls of at most ``prefill_token_budget`` padded tokens."""
-        jobs = sorted(jobs, key=lambda kj: len(kj[1].ids))
+        prefixes: dict[int, int] = {}
+
+        def order(item: tuple[Prompt, PrefillJob]) -> tuple[int, int]:
+            prefix = item[1].prefix
+            if not self.model.packed or prefix is None:
+                return (0, len(item[1].ids))
+            # packed: a prefix's suffixes in one call (one encoder row for all of them)
+            return (1 + prefixes.setdefault(id(prefix), len(prefixes)), len(item[1].ids))
+
+        jobs = sorted(jobs, key=order)
         for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch):
             self._encoder_calls += 1
             self._prefilled += sum(len(j.ids) for _, j in chunk)
+            if self.trace is not None:
+                self.trace.append(("prefill", len(chunk), max(len(j.ids) for _, j in chunk)))
             started = time.perf_counter()
             entries = self.model.prefill([j for _, j in chunk])
             self._encoder_s += time.perf_counter() - started
@@ -225,14 +268,16 @@ def _common_prefix(a: Prompt, b: Prompt) -> int:
 
 def _budget_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int
                    ) -> Iterator[list[tuple[Prompt, PrefillJob]]]:
-    """Consecutive chunks (jobs sorted by length) whose padded size rows * longest fits."""
+    """Consecutive chunks whose padded size rows * longest fits."""
     chunk: list[tuple[Prompt, PrefillJob]] = []
+    longest = 0
     for item in jobs:
-        longest = len(item[1].ids)  # sorted: the newest is the longest
-        if chunk and ((len(chunk) + 1) * longest > budget or len(chunk) >= max_rows):
+        n = len(item[1].ids)
+        if chunk and ((len(chunk) + 1) * max(longest, n) > budget or len(chunk) >= max_rows):
             yield chunk
-            chunk = []
+            chunk, longest = [], 0
         chunk.append(item)
+        longest = max(longest, n)
     if chunk:
         yield chunk
 

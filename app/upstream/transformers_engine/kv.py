@@ -32,6 +32,14 @@ class KVEntry:
     parent: KVEntry | None = None
 
     @property
+    def root(self) -> KVEntry:
+        """The top of the parent chain (this entry when it has no parent)."""
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    @property
     def nbytes(self) -> int:
         """Bytes of this entry's own tensors (not its parent's)."""
         return sum(k.nbytes + v.nbytes for k, v in self.kinds)

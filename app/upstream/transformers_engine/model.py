@@ -20,7 +20,14 @@ import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
+from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
+from app.upstream.transformers_engine.packed import (
+    READ_ATTENTION,
+    PackedBatch,
+    PackedPrefill,
+    register_read_attention,
+)
 
 __all__ = [
     "SOFTCAP_DEFAULT",
@@ -79,10 +86,25 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> Re
 
 
 class ReadModel:
-    """A DiffusionGemma model in eval mode, with the two forwards a read needs."""
+    """A DiffusionGemma model in eval mode, with the two forwards a read needs.
 
-    def __init__(self, model: DiffusionGemmaForBlockDiffusion) -> None:
+    ``kernels`` (default): fused RMSNorm and leaner grouped experts (``kernels.py``).
+    ``packed`` (default): the decoder reads through ``PackedBatch`` (one key buffer per state,
+    block-diagonal mask, no per-layer cache concatenation or per-head key expansion); False:
+    through transformers' own cache path (a collated ``DynamicCache`` and a padding mask, also
+    on prefills without a prefix), kept as the reference the packed path is tested against.
+    """
+
+    def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
+                 kernels: bool = True) -> None:
+        register_read_attention()
+        if model.config._attn_implementation == "sdpa":
+            model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
         self.model = model.eval()
+        #: another attention (eager, say) keeps transformers' collated path
+        self.packed = packed and model.config._attn_implementation == READ_ATTENTION
+        self._kernels = False
+        self.kernels = kernels
         self.config = model.config
         self.text_config = model.config.get_text_config(decoder=True)
         self.vocab_size: int = int(self.text_config.vocab_size)
@@ -90,6 +112,16 @@ class ReadModel:
         self.softcap: float = float(self.text_config.final_logit_softcapping or SOFTCAP_DEFAULT)
         self.device = next(model.parameters()).device
         self.kinds = LayerKinds(self.text_config)
+
+    @property
+    def kernels(self) -> bool:
+        """Fused RMSNorm and the leaner grouped experts (``kernels.py``) installed."""
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, on: bool) -> None:
+        set_kernels(self.model, on)
+        self._kernels = on
 
     # -- cache plumbing -------------------------------------------------------------------------
 
@@ -110,7 +142,39 @@ class ReadModel:
 
     @torch.inference_mode()
     def prefill(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
-        """Encode every job's ids after its prefix in ONE encoder call; one entry per job."""
+        """Encode every job's ids after its prefix; one entry per job. Packed: the jobs without
+        a prefix in one right-padded call, those with one in one ``PackedPrefill`` call (a row
+        per shared prefix); collated: everything in one call over left-padded prefixes."""
+        if not self.packed or all(j.prefix is None or not j.prefix.length for j in jobs):
+            return self._prefill_collated(jobs)
+        extend = [i for i, j in enumerate(jobs) if j.prefix is not None and j.prefix.length]
+        fresh = [i for i in range(len(jobs)) if i not in set(extend)]
+        out: list[KVEntry | None] = [None] * len(jobs)
+        if fresh:
+            for i, entry in zip(fresh, self._prefill_collated([jobs[i] for i in fresh]),
+                                strict=True):
+                out[i] = entry
+        prefixes = [jobs[i].prefix or EMPTY for i in extend]
+        suffixes = [jobs[i].ids for i in extend]
+        packed = PackedPrefill(self.kinds, prefixes, suffixes,
+                               query_heads=int(self.text_config.num_attention_heads),
+                               device=self.device, dtype=self.model.dtype)
+        ids, positions = packed.inputs(suffixes, self.pad_id)
+        with torch.profiler.record_function("dreads.prefill"):
+            self.model.model.encoder(
+                input_ids=ids.to(self.device),
+                attention_mask=dict.fromkeys(self.text_config.layer_types),
+                position_ids=positions.to(self.device),
+                cache=packed,
+                read_batch=packed,
+            )
+        for i, entry in zip(extend, packed.entries(), strict=True):
+            out[i] = entry
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return [e for e in out if e is not None]
+
+    def _prefill_collated(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         prefixes = [j.prefix or EMPTY for j in jobs]
         cache, total = self.collate(prefixes) if any(p.length for p in prefixes) else (
             self.kinds.new_cache(), 0)
@@ -124,13 +188,18 @@ class ReadModel:
             ids[row, : len(job.ids)] = torch.tensor(job.ids, dtype=torch.long)
         starts = torch.tensor([p.length for p in prefixes], dtype=torch.long)
         positions = starts[:, None] + torch.arange(width)[None, :]
-        mask = self._padding_mask([p.length for p in prefixes], total, lengths)
-        self.model.model.encoder(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.long(),
-            position_ids=positions.to(self.device),
-            cache=cache,
-        )
+        mask: torch.Tensor | None = None
+        if total or not self.packed:  # after a collated prefix: mask its left padding
+            mask = self._padding_mask([p.length for p in prefixes], total, lengths).long()
+        # else the rows are right-padded and causal: no real token sees a pad, so no mask (SDPA
+        # then runs its fused causal kernels without per-head key copies)
+        with torch.profiler.record_function("dreads.prefill"):
+            self.model.model.encoder(
+                input_ids=ids.to(self.device),
+                attention_mask=mask,
+                position_ids=positions.to(self.device),
+                cache=cache,
+            )
         entries = self.kinds.cut(cache, prefixes, lengths, total, width)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # so callers can time the call
@@ -141,6 +210,28 @@ class ReadModel:
     @torch.inference_mode()
     def decode(self, rows: Sequence[DecodeRow]) -> list[SlotLogprobs]:
         """One read-only decoder step over every row's canvas (all the same width)."""
+        if not self.packed:
+            return self.decode_collated(rows)
+        width = len(rows[0].canvas)
+        batch = PackedBatch(self.kinds, [r.entry for r in rows], width,
+                            query_heads=int(self.text_config.num_attention_heads),
+                            device=self.device, dtype=self.model.dtype)
+        canvas = torch.tensor([r.canvas for r in rows], dtype=torch.long, device=self.device)
+        positions = (torch.tensor([r.entry.length for r in rows])[:, None]
+                     + torch.arange(width)[None, :]).to(self.device)
+        masks: dict[str, torch.Tensor | None] = dict.fromkeys(self.text_config.layer_types)
+        with torch.profiler.record_function("dreads.decode"):
+            return self._logprobs(rows, self.model.model.decoder(
+                decoder_input_ids=canvas,
+                cache=batch.empty_cache(int(self.text_config.num_hidden_layers)),
+                decoder_attention_mask=masks,
+                decoder_position_ids=positions,
+                read_batch=batch,
+            ).last_hidden_state)
+
+    @torch.inference_mode()
+    def decode_collated(self, rows: Sequence[DecodeRow]) -> list[SlotLogprobs]:
+        """The same step through transformers' cache path (the reference)."""
         cache, total = self.collate([r.entry for r in rows])
         lengths = [r.entry.length for r in rows]
         width = len(rows[0].canvas)
@@ -156,6 +247,9 @@ class ReadModel:
             decoder_attention_mask=mask,
             decoder_position_ids=positions,
         ).last_hidden_state
+        return self._logprobs(rows, hidden)
+
+    def _logprobs(self, rows: Sequence[DecodeRow], hidden: torch.Tensor) -> list[SlotLogprobs]:
         row_idx = torch.tensor([i for i, r in enumerate(rows) for _ in r.slots], device=self.device)
         slot_idx = torch.tensor([s for r in rows for s in r.slots], device=self.device)
         logits = self.slot_logits(hidden[row_idx, slot_idx])
