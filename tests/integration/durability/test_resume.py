@@ -45,10 +45,14 @@ def test_resume_finished_run_publishes_nothing_and_refuses_changed_settings(
         report = orjson.loads(done.stdout)
         assert report["sweep"]["published"] == 0 and report["sweep"]["messages"] == 0
         assert _queue_length(redis_server) == before
+    # Under load the worker's sweeper may have re-published a chunk whose message was slow to
+    # be taken (a harmless duplicate, acked without work); what matters is that a refused
+    # resume adds nothing to what is there.
+    before = _queue_length(redis_server)
     refused = _dreads(stack, "resume", "durable", "--threshold", "0.3")
     assert refused.returncode != 0
     assert "threshold" in (refused.stdout + refused.stderr)
-    assert _queue_length(redis_server) == 0
+    assert _queue_length(redis_server) == before
 
 
 def test_resume_republishes_what_redis_lost(
