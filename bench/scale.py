@@ -30,6 +30,9 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.broker import make_client  # noqa: E402
+from app.config import get_settings  # noqa: E402
+from app.queues import queue_for  # noqa: E402
 from app.store.db import make_engine, make_sessionmaker  # noqa: E402
 from app.sweeper import sweep_once  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
@@ -39,8 +42,6 @@ from tests.fixtures.services import (  # noqa: E402
     drop_pg_database,
 )
 from tests.integration.durability.harness import job_lines  # noqa: E402
-from workers.celery_app import make_celery  # noqa: E402
-from workers.constants import queue_for  # noqa: E402
 
 
 def dreads(args: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -112,7 +113,7 @@ def run(tmp: Path, n: int, env: dict[str, str], redis: RedisServer, engine: obje
     print(f"  messages in Redis name {queued_in_redis(redis, queue):,} decisions")
 
     redis.wipe()
-    celery = make_celery(broker_url=redis.url)
+    celery = make_client(get_settings(), broker_url=redis.url)
     factory = make_sessionmaker(engine)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     report = sweep_once(factory, celery, chunk_size=64, requeue_after_s=600)
