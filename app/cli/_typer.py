@@ -98,6 +98,15 @@ def _pass_through(params: Sequence[Any]) -> None:
             param.process_value = partial(_process_value, param)
 
 
+def _tidied(params: list[Any], ctx: Any) -> list[Any]:
+    """A command's or group's parameters, passed through unconverted where they can be and
+    with their help tidied."""
+    _pass_through(params)
+    for param in params:
+        _tidy(param, ctx)
+    return params
+
+
 class DreadsCommand(TyperCommand):
     """A command with the hidden option aliases, the tidy help and no needless conversion."""
 
@@ -110,11 +119,7 @@ class DreadsCommand(TyperCommand):
         return super().parse_args(ctx, resolve_aliases(args, known))
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        _pass_through(params)
-        for param in params:
-            _tidy(param, ctx)
-        return params
+        return _tidied(super().get_params(ctx), ctx)
 
 
 class DreadsGroup(TyperGroup):
@@ -125,11 +130,7 @@ class DreadsGroup(TyperGroup):
         super().__init__(**kwargs)
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        _pass_through(params)
-        for param in params:
-            _tidy(param, ctx)
-        return params
+        return _tidied(super().get_params(ctx), ctx)
 
 
 def _invoked(argv: Sequence[str]) -> str | None:

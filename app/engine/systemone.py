@@ -4,7 +4,7 @@ Pure: no I/O. (``app.api.jev`` is the other direction: dreads serving that shape
     Decision --systemone_request--> {"model", "state", "questions"}   (one request, all questions)
     response --read_systemone-----> EndpointAnswers (one draw per question, refusals, usage)
 
-The request's questions are the decision's own Jev specs (``decision_payload``). Answers are
+The request's questions are the decision's own Jev specs (``questions_spec``). Answers are
 read by question id: noul ``noul`` = P(yes) (or ``probabilities`` yes/no); choice
 ``probabilities`` by option name; score ``probabilities`` by 0-indexed level. An endpoint that
 gives only the chosen option (or level) puts probability 1 on it. Diagnostics: ``confidence``
@@ -26,7 +26,7 @@ from app.engine.endpoint import (
     refusal_of,
     usage_of,
 )
-from app.engine.questions import decision_payload
+from app.engine.questions import questions_spec
 from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
 from app.errors import MalformedResponse
 
@@ -36,7 +36,7 @@ __all__ = ["read_systemone", "systemone_request"]
 def systemone_request(decision: Decision, model: str) -> dict[str, Any]:
     """The ``POST /v1/systemone`` body that asks every question of ``decision`` at once."""
     return {"model": model, "state": decision.state,
-            "questions": decision_payload(decision)["questions"]}
+            "questions": questions_spec(decision.questions)}
 
 
 def _one_hot(question: Question, index: int) -> list[float]:

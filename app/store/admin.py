@@ -64,23 +64,30 @@ def cancel_not_started(session: Session, run_id: int, *, now: datetime | None = 
         .values(status=DecisionStatus.CANCELLED, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=now)
         .execution_options(synchronize_session=False))
-    not_started = session.scalar(select(func.count()).where(
-        Decision.run_id == run_id, Decision.status.in_(NOT_STARTED)))
+    not_started = session.scalar(
+        select(func.count()).select_from(_not_started(run_id).subquery()))
     in_flight = session.scalar(select(func.count()).where(Decision.run_id == run_id,
                                                           _live_lease(now)))
     cancelled = int(getattr(result, "rowcount", 0) or 0) + int(not_started or 0)
     return CancelOutcome(cancelled=cancelled, in_flight=int(in_flight or 0))
 
 
+def _not_started(run_id: Any) -> Any:
+    """The ids of the run's decisions no worker started (over the open-rows index)."""
+    return select(Decision.id).where(Decision.run_id == run_id,
+                                     Decision.status.in_(NOT_STARTED))
+
+
 def settle_cancelled(session: Session, *, limit: int, now: datetime | None = None) -> int:
     """Rewrite up to ``limit`` not-started rows of cancelled runs as ``cancelled`` (what
     ``cancel`` left for later); the number rewritten. Rows another transaction holds are
-    skipped, for the next call. Each run is two probes of the open-rows index."""
+    skipped, for the next call. Only cancelled runs with rows left are visited (a probe of
+    the open-rows index each): a sweep after everything is settled writes nothing."""
     now = now or datetime.now(UTC)
     settled = 0
-    for run_id in session.scalars(select(Run.id).where(Run.status == RunStatus.CANCELLED)):
-        page = (select(Decision.id)
-                .where(Decision.run_id == run_id, Decision.status.in_(NOT_STARTED))
+    for run_id in session.scalars(select(Run.id).where(Run.status == RunStatus.CANCELLED,
+                                                       _not_started(Run.id).exists())):
+        page = (_not_started(run_id)
                 .limit(limit - settled).with_for_update(skip_locked=True, of=Decision))
         result = session.execute(
             update(Decision).where(Decision.id.in_(page.scalar_subquery()))

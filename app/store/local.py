@@ -21,7 +21,7 @@ from app.store.models import (
     Run,
     RunStatus,
 )
-from app.store.queue import claimable
+from app.store.queue import claimable, run_active
 
 __all__ = ["SETTLED", "claimable_ids", "draws_used", "expire_leases_of", "release_leases_of",
            "settled_count"]
@@ -70,10 +70,8 @@ def claimable_ids(session: Session, run_id: int, *, max_attempts: int,
                   now: datetime) -> list[int]:
     """Decisions a claim could win at ``now`` (pending, queued, expired lease, under the cap);
     none once the run is cancelled."""
-    if _cancelled(session, run_id):
-        return []
     stmt = (select(Decision.id).where(Decision.run_id == run_id, claimable(now),
-                                      Decision.attempts < max_attempts)
+                                      Decision.attempts < max_attempts, run_active())
             .order_by(Decision.id))
     return list(session.scalars(stmt))
 

@@ -64,6 +64,7 @@ __all__ = [
     "mark_queued",
     "release_unserved",
     "renew_leases",
+    "run_active",
     "stamp_page",
     "sweep",
     "translate_db_errors",
@@ -131,7 +132,8 @@ def translate_db_errors(what: str) -> Iterator[None]:
                          f"{str(exc.orig).strip()[:300]}); it is retried when it is back") from exc
 
 
-def _run_active() -> Any:
+def run_active() -> Any:
+    """The decision's run is not cancelled (no claim takes a cancelled run's decisions)."""
     return ~exists().where(Run.id == Decision.run_id, Run.status == RunStatus.CANCELLED)
 
 
@@ -156,7 +158,7 @@ def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str
     won = (
         select(Decision.id)
         .where(Decision.id.in_(list(decision_ids)), claimable(now),
-               Decision.attempts < max_attempts, _run_active())
+               Decision.attempts < max_attempts, run_active())
         .order_by(Decision.id)
         .with_for_update(skip_locked=True, of=Decision)
     )
@@ -494,7 +496,7 @@ def _collect_unpublished(session: Session, *, now: datetime, requeue_after_s: fl
                             or_(Decision.enqueued_at.is_(None), Decision.enqueued_at < stale)))
     stmt = _scope(
         select(Decision.id, Decision.run_id, Decision.last_error_kind)
-        .where(due, _run_active()).order_by(Decision.id).limit(limit)
+        .where(due, run_active()).order_by(Decision.id).limit(limit)
         .with_for_update(skip_locked=True, of=Decision),
         run_id,
     )
