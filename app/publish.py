@@ -23,7 +23,9 @@ from app.config import get_settings
 from app.errors import DreadsError, OutcomeKind
 from app.queues import (
     BROKER_EPOCH_KEY,
+    BROKER_RECOVERED_AT_KEY,
     BROKER_RECOVERED_KEY,
+    BROKER_RECOVERY_PREFIX,
     QUEUE,
     TASK_RUN_CHUNK,
     queue_for,
@@ -31,7 +33,7 @@ from app.queues import (
 
 __all__ = ["BrokerEpoch", "PublishError", "RunPublisher", "Sender", "broker_epoch", "chunk_ids",
            "make_publisher", "make_sender", "mark_recovered", "publish_chunks", "queue_backlog",
-           "queue_for"]
+           "queue_for", "record_recovery_progress", "recovery_progress"]
 
 log = logging.getLogger("dreads.publish")
 
@@ -141,15 +143,22 @@ def queue_backlog(celery_app: Any, queue: str = QUEUE) -> int | None:
 
 @dataclass(frozen=True)
 class BrokerEpoch:
-    """When the broker's current data began (database clock, epoch seconds), and the epoch
-    whose lost messages were all re-published (None: not yet)."""
+    """When the broker's current data began (database clock, epoch seconds), the epoch whose
+    lost messages were all re-published (None: not yet), and when that recovery ended."""
 
     since: float
     recovered: float | None
+    recovered_at: float | None = None
 
     @property
     def needs_recovery(self) -> bool:
         return self.recovered != self.since
+
+    def recovered_after(self, moment: float) -> bool:
+        """This epoch's lost decisions were re-published at or after ``moment`` (or are being
+        re-published now)."""
+        return self.needs_recovery or (self.recovered_at is not None
+                                       and self.recovered_at >= moment)
 
 
 def broker_epoch(celery_app: Any, now_s: float) -> BrokerEpoch:
@@ -162,22 +171,66 @@ def broker_epoch(celery_app: Any, now_s: float) -> BrokerEpoch:
         with celery_app.connection_for_write() as conn:
             client = conn.default_channel.client
             client.set(BROKER_EPOCH_KEY, repr(now_s), nx=True)
-            since, recovered = client.mget(BROKER_EPOCH_KEY, BROKER_RECOVERED_KEY)
+            since, recovered, recovered_at = client.mget(
+                BROKER_EPOCH_KEY, BROKER_RECOVERED_KEY, BROKER_RECOVERED_AT_KEY)
     except Exception as exc:  # redis/kombu errors are foreign: translated here
         raise _unreachable(exc) from exc
-    return BrokerEpoch(float(since), float(recovered) if recovered is not None else None)
+    return BrokerEpoch(float(since), _float_or_none(recovered), _float_or_none(recovered_at))
 
 
-def mark_recovered(celery_app: Any, epoch: BrokerEpoch) -> None:
-    """Record that every decision queued before ``epoch.since`` was published again (only
-    while that epoch is still the broker's: a newer loss keeps its own recovery due)."""
+def _float_or_none(raw: bytes | None) -> float | None:
+    return float(raw) if raw is not None else None
+
+
+def mark_recovered(celery_app: Any, epoch: BrokerEpoch, now_s: float) -> None:
+    """Record that every decision queued before ``epoch.since`` was published again, at
+    ``now_s`` (only while that epoch is still the broker's: a newer loss keeps its own
+    recovery due)."""
     try:
         with celery_app.connection_for_write() as conn:
             client = conn.default_channel.client
             if client.get(BROKER_EPOCH_KEY) == repr(epoch.since).encode():
-                client.set(BROKER_RECOVERED_KEY, repr(epoch.since))
+                client.mset({BROKER_RECOVERED_KEY: repr(epoch.since),
+                             BROKER_RECOVERED_AT_KEY: repr(now_s)})
     except Exception:  # the next sweep redoes the (idempotent) recovery
         log.warning("could not record the broker recovery", exc_info=True)
+
+
+#: How long a run's recovery progress is kept in the broker (a recovery takes seconds; the
+#: key only has to outlive a sweeper that was cut short).
+RECOVERY_PROGRESS_TTL_S = 7 * 24 * 3600
+
+
+def _progress_key(epoch: BrokerEpoch, run_id: int) -> str:
+    return f"{BROKER_RECOVERY_PREFIX}{epoch.since!r}:{run_id}"
+
+
+def recovery_progress(celery_app: Any, epoch: BrokerEpoch, run_id: int) -> int:
+    """The last decision id of run ``run_id`` re-published for ``epoch`` (0: none yet).
+
+    Raises PublishError when the broker is unreachable.
+    """
+    try:
+        with celery_app.connection_for_read() as conn:
+            raw = conn.default_channel.client.get(_progress_key(epoch, run_id))
+    except Exception as exc:
+        raise _unreachable(exc) from exc
+    return int(raw) if raw is not None else 0
+
+
+def record_recovery_progress(celery_app: Any, epoch: BrokerEpoch, run_id: int,
+                             through_id: int) -> None:
+    """Every decision of run ``run_id`` up to ``through_id`` lost with the broker before
+    ``epoch`` was published again.
+
+    Raises PublishError when the broker is unreachable.
+    """
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.default_channel.client.set(_progress_key(epoch, run_id), str(through_id),
+                                            ex=RECOVERY_PROGRESS_TTL_S)
+    except Exception as exc:
+        raise _unreachable(exc) from exc
 
 
 @contextmanager

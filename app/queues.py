@@ -12,7 +12,9 @@ from typing import Any
 __all__ = [
     "ANSWERS_QUEUE",
     "BROKER_EPOCH_KEY",
+    "BROKER_RECOVERED_AT_KEY",
     "BROKER_RECOVERED_KEY",
+    "BROKER_RECOVERY_PREFIX",
     "QUEUE",
     "QUEUE_PREFIX",
     "SWEEP_LOCK_ID",
@@ -43,6 +45,13 @@ SWEEP_LOCK_KEY = "dreads:sweeper:lock"
 BROKER_EPOCH_KEY = "dreads:broker:epoch"
 #: The epoch whose lost messages a sweeper has re-published in full.
 BROKER_RECOVERED_KEY = "dreads:broker:recovered"
+#: When that recovery ended (database time, epoch seconds): the decisions it re-published
+#: count as queued from then on (their rows are not rewritten).
+BROKER_RECOVERED_AT_KEY = "dreads:broker:recovered_at"
+#: ``{prefix}{epoch}:{run id}`` -> the last decision id of the run re-published for the epoch
+#: that began at ``epoch``. It lives in the broker, so a new loss takes it along with the
+#: messages it stands for, and a recovery cut short goes on from there.
+BROKER_RECOVERY_PREFIX = "dreads:broker:recovery:"
 
 
 def queue_for(model: str, canvas_length: int) -> str:

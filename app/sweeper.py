@@ -5,15 +5,19 @@ workers; rows ``FOR UPDATE SKIP LOCKED``):
 
 - leased decisions whose lease expired get a ``worker_lost`` attempt and go back to pending
   (or ``failed`` with a ``poison`` attempt at the attempt cap: no redelivery loop);
-- then, run by run, page by page through the whole run (no cap), due rows are stamped queued,
-  committed, and their chunk messages published to the run's queue (a decision lost with a
-  worker goes alone in its message, so a decision that kills its worker only takes itself
-  down). Due: every pending decision (never published, publish failed, transient failure,
-  lost lease); every queued decision stamped before the broker's epoch began (the broker lost
-  its data: a FLUSHDB or a Redis restarted without persistence, noticed at the next sweep);
-  and, once the run's queue is drained, queued decisions older than ``requeue_after_s`` (a
-  message lost some other way: a producer that died between its commit and its publish, the
-  last second of an AOF). A failed publish puts the page back to pending for the next sweep.
+- then, run by run, page by page through the whole run (no cap), due rows are published to
+  the run's queue (a decision lost with a worker goes alone in its message, so a decision
+  that kills its worker only takes itself down). Due:
+  - every pending decision (never published, publish failed, transient failure, lost
+    lease): stamped queued and committed before its message goes out; a failed publish
+    puts the page back to pending for the next sweep;
+  - every queued decision stamped before the broker's epoch began (the broker lost its data:
+    a FLUSHDB or a Redis restarted without persistence, noticed at the next sweep): read and
+    re-sent as it is, the run's progress kept in the broker itself, so a recovery cut short
+    goes on where it stopped and a new loss starts it over;
+  - once the run's queue is drained, queued decisions older than ``requeue_after_s`` (a
+    message lost some other way: a producer that died between its commit and its publish, the
+    last second of an AOF), stamped again as they are re-sent.
 
 ``sweep_once`` is called periodically by ``SweeperThread`` (started in every worker's main
 process) and once by ``dreads resume`` (for its run, waiting for the lock).
@@ -40,6 +44,8 @@ from app.publish import (
     mark_recovered,
     publish_chunks,
     queue_backlog,
+    record_recovery_progress,
+    recovery_progress,
 )
 from app.queues import SWEEP_LOCK_ID, queue_of_run
 from app.store.admin import settle_cancelled
@@ -50,6 +56,7 @@ from app.store.queue import (
     database_now,
     expire_leases,
     mark_pending,
+    queued_page,
     stamp_page,
     translate_db_errors,
 )
@@ -158,17 +165,17 @@ def _publish_due(factory: SessionFactory, publisher: Sender, report: SweepReport
         epoch = broker_epoch(publisher, now.timestamp())
     except PublishError as exc:
         return _replace(report, error=exc.message)
+    stale = now - timedelta(seconds=requeue_after_s)
     tally = _Tally()
     for run in runs:
         queue = run_queue(run)
-        cutoff = _queued_cutoff(publisher, queue, epoch, now - timedelta(seconds=requeue_after_s),
-                                max_backlog, tally)
-        error = _publish_run(factory, publisher, run, queue, cutoff, chunk_size, tally)
+        passes = _passes(publisher, queue, epoch, stale, max_backlog, tally)
+        error = _publish_run(factory, publisher, run, queue, passes, chunk_size, tally)
         if error:
             return _replace(report, published=tally.published, messages=tally.messages,
                             error=error, broker_lost=epoch.needs_recovery)
     if run_id is None and epoch.needs_recovery:
-        mark_recovered(publisher, epoch)
+        mark_recovered(publisher, epoch, now.timestamp())
     backlogs = [b for b in tally.backlogs.values() if b is not None]
     return _replace(report, published=tally.published, messages=tally.messages,
                     backlog=sum(backlogs) if backlogs else None,
@@ -179,42 +186,87 @@ def _replace(report: SweepReport, **changes: Any) -> SweepReport:
     return SweepReport(**{**report.__dict__, **changes})
 
 
-def _queued_cutoff(publisher: Sender, queue: str, epoch: BrokerEpoch, stale: datetime,
-                   max_backlog: int, tally: _Tally) -> datetime | None:
-    """Queued decisions stamped before this have no live message: the broker's epoch when it
-    lost its data, else ``stale`` once the queue is drained (a long backlog is not a loss)."""
-    cutoffs = []
+@dataclass(frozen=True)
+class _Pass:
+    """Which rows of a run one pass publishes."""
+
+    status: str
+    #: queued rows stamped before this (None: every row in ``status``)
+    before: datetime | None = None
+    #: queued rows stamped at or after this (None: no lower bound)
+    since: datetime | None = None
+    #: the broker-loss recovery: rows re-published as they are, progress kept in the broker
+    recovery: BrokerEpoch | None = None
+
+
+def _passes(publisher: Sender, queue: str, epoch: BrokerEpoch, stale: datetime,
+            max_backlog: int, tally: _Tally) -> list[_Pass]:
+    """Pending rows; queued rows stamped before the broker's epoch began, when it lost its
+    data; and, once the queue is drained, queued rows older than the requeue window (a
+    message lost some other way). Rows the recovery re-published within the window are not
+    stale: it re-sends them without stamping them again."""
+    passes = [_Pass(DecisionStatus.PENDING)]
+    since = datetime.fromtimestamp(epoch.since, UTC)
     if epoch.needs_recovery:
-        cutoffs.append(datetime.fromtimestamp(epoch.since, UTC))
+        passes.append(_Pass(DecisionStatus.QUEUED, before=since, recovery=epoch))
     if queue not in tally.backlogs:
         tally.backlogs[queue] = queue_backlog(publisher, queue)
     backlog = tally.backlogs[queue]
     if backlog is not None and backlog <= max_backlog:
-        cutoffs.append(stale)
-    return max(cutoffs) if cutoffs else None
+        recent = epoch.recovered_after(stale.timestamp())
+        passes.append(_Pass(DecisionStatus.QUEUED, before=stale,
+                            since=since if recent else None))
+    return passes
 
 
 def _publish_run(factory: SessionFactory, publisher: Sender, run: RunInfo, queue: str,
-                 cutoff: datetime | None, chunk_size: int, tally: _Tally) -> str | None:
-    """Page through the run's due rows: stamp, commit, publish. The error that stopped it."""
-    passes: list[tuple[str, datetime | None]] = [(DecisionStatus.PENDING, None)]
-    if cutoff is not None:
-        passes.append((DecisionStatus.QUEUED, cutoff))
-    for status, before in passes:
-        after = 0
-        while True:
-            with session_scope(factory) as session:
-                rows = stamp_page(session, run_id=run.id, status=status, after_id=after,
-                                  limit=PAGE, queued_before=before)
-            if not rows:
-                break
-            after = rows[-1][0]
-            try:
-                _send_page(publisher, run, queue, rows, chunk_size, tally)
-            except PublishError as exc:
-                _unmark(factory, [did for did, _ in rows])
-                return exc.message
+                 passes: list[_Pass], chunk_size: int, tally: _Tally) -> str | None:
+    """Page through the run's due rows, pass by pass. The error that stopped it."""
+    for due in passes:
+        try:
+            if due.recovery is not None:
+                _recover(factory, publisher, run, queue, due.recovery, chunk_size, tally)
+            else:
+                _stamp_and_publish(factory, publisher, run, queue, due, chunk_size, tally)
+        except PublishError as exc:
+            return exc.message
     return None
+
+
+def _stamp_and_publish(factory: SessionFactory, publisher: Sender, run: RunInfo, queue: str,
+                       due: _Pass, chunk_size: int, tally: _Tally) -> None:
+    """Stamp a page queued, commit, publish; a failed publish puts the page back to pending."""
+    after = 0
+    while True:
+        with session_scope(factory) as session:
+            rows = stamp_page(session, run_id=run.id, status=due.status, after_id=after,
+                              limit=PAGE, queued_before=due.before, queued_since=due.since)
+        if not rows:
+            return
+        after = rows[-1][0]
+        try:
+            _send_page(publisher, run, queue, rows, chunk_size, tally)
+        except PublishError:
+            _unmark(factory, [did for did, _ in rows])
+            raise
+
+
+def _recover(factory: SessionFactory, publisher: Sender, run: RunInfo, queue: str,
+             epoch: BrokerEpoch, chunk_size: int, tally: _Tally) -> None:
+    """Re-publish the run's queued rows the broker lost, a page at a time from where the last
+    recovery of this epoch stopped. Their rows are read, not rewritten: a million-row run is
+    re-sent at the broker's speed."""
+    before = datetime.fromtimestamp(epoch.since, UTC)
+    after = recovery_progress(publisher, epoch, run.id)
+    while True:
+        with session_scope(factory) as session:
+            rows = queued_page(session, run_id=run.id, after_id=after, limit=PAGE,
+                               queued_before=before)
+        if not rows:
+            return
+        _send_page(publisher, run, queue, rows, chunk_size, tally)
+        after = rows[-1][0]
+        record_recovery_progress(publisher, epoch, run.id, after)
 
 
 def _send_page(publisher: Sender, run: RunInfo, queue: str, rows: list[tuple[int, str | None]],

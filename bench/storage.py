@@ -35,7 +35,7 @@ from app.upstream.tokenizer import load_tokenizer  # noqa: E402
 from tests.fixtures.services import create_pg_database, drop_pg_database  # noqa: E402
 from tests.integration.durability.harness import job_lines  # noqa: E402
 
-TABLES = ("decisions", "attempts", "draws", "answers")
+TABLES = ("decisions", "decision_payloads", "attempts", "draws", "answers")
 
 
 def _sizes(engine: object) -> tuple[dict[str, int], dict[str, int]]:

@@ -2,6 +2,7 @@
 
 runs 1--* decisions 1--* attempts 1--* draws
                     1--* answers (one per decision question; UNIQUE)
+                    1--1 decision_payloads (what was asked: written once, never updated)
 
 Failure counts are derived from the append-only ``attempts`` table, never from counters.
 """
@@ -37,6 +38,7 @@ __all__ = [
     "Attempt",
     "Base",
     "Decision",
+    "DecisionPayload",
     "DecisionStatus",
     "Draw",
     "OutcomeKind",
@@ -120,7 +122,6 @@ class Decision(Base):
     replicate: Mapped[int] = mapped_column(Integer, default=0)  #: noise-seed replicate index
     cell: Mapped[str | None] = mapped_column(String(200), nullable=True)
     line_no: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  #: {"state", "questions", "expected"}
     n_questions: Mapped[int] = mapped_column(Integer, default=1)
     status: Mapped[str] = mapped_column(String(16), default=DecisionStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  #: claims so far
@@ -136,6 +137,21 @@ class Decision(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
     )
+
+
+class DecisionPayload(Base):
+    """What a decision asks, ``{"state", "questions", "expected"}``: written once at submit.
+
+    It lives apart from ``decisions`` because a decision row is rewritten as it is queued,
+    claimed and finished: PostgreSQL writes a whole new row version each time, and the state
+    text (most of a row) would be copied into every one of them.
+    """
+
+    __tablename__ = "decision_payloads"
+
+    decision_id: Mapped[int] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"),
+                                             primary_key=True, autoincrement=False)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 class Attempt(Base):

@@ -31,7 +31,15 @@ from sqlalchemy.orm import Session
 from app.engine import Decision, decision_from_payload
 from app.engine.openai_decisions import openai_answer, openai_questions
 from app.errors import InputError
-from app.store.models import Answer, Attempt, DecisionStatus, Draw, Run, shown_status
+from app.store.models import (
+    Answer,
+    Attempt,
+    DecisionPayload,
+    DecisionStatus,
+    Draw,
+    Run,
+    shown_status,
+)
 from app.store.models import Decision as DecisionRow
 from app.store.views import ANSWER_FIELDS
 
@@ -44,7 +52,8 @@ def _answers_stmt(run_id: int) -> Select[Any]:
     cols = [getattr(Answer, name) for name in ANSWER_FIELDS]
     return (select(DecisionRow.id, DecisionRow.key, DecisionRow.cell, DecisionRow.replicate,
                    DecisionRow.status, DecisionRow.last_error_kind, DecisionRow.last_error,
-                   DecisionRow.payload, Answer.question_id, Answer.expected, *cols)
+                   DecisionPayload.payload, Answer.question_id, Answer.expected, *cols)
+            .join(DecisionPayload, DecisionPayload.decision_id == DecisionRow.id)
             .outerjoin(Answer, Answer.decision_id == DecisionRow.id)
             .where(DecisionRow.run_id == run_id)
             .order_by(DecisionRow.id, Answer.id)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, exists, func, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, exists, func, insert, or_, select, true, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -43,6 +43,7 @@ from app.store.models import (
     Answer,
     Attempt,
     Decision,
+    DecisionPayload,
     DecisionStatus,
     Draw,
     OutcomeKind,
@@ -62,6 +63,7 @@ __all__ = [
     "finish_decision",
     "mark_pending",
     "mark_queued",
+    "queued_page",
     "release_unserved",
     "renew_leases",
     "run_active",
@@ -79,6 +81,12 @@ _ISOLATE_KINDS = (OutcomeKind.WORKER_LOST,)
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+#: A claimed decision's payload, read in the claim's own statement (a correlated subquery in
+#: RETURNING: SQLite does not let an UPDATE ... FROM table into RETURNING).
+_PAYLOAD = (select(DecisionPayload.payload)
+            .where(DecisionPayload.decision_id == Decision.id).scalar_subquery())
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,8 @@ def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str
                 lease_expires_at=now + timedelta(seconds=lease_s),
                 attempts=Decision.attempts + 1, updated_at=now)
         .returning(Decision.id, Decision.run_id, Decision.key, Decision.replicate,
-                   Decision.cell, Decision.payload, Decision.lease_token, Decision.attempts)
+                   Decision.cell, _PAYLOAD, Decision.lease_token,
+                   Decision.attempts)
         .execution_options(synchronize_session=False)
     )
     order = {did: i for i, did in enumerate(decision_ids)}
@@ -376,13 +385,15 @@ def database_now(session: Session) -> datetime:
 
 
 def stamp_page(session: Session, *, run_id: int, status: str, after_id: int, limit: int,
-               queued_before: datetime | None = None) -> list[tuple[int, str | None]]:
+               queued_before: datetime | None = None,
+               queued_since: datetime | None = None) -> list[tuple[int, str | None]]:
     """Stamp ``queued`` the next ``limit`` rows of run ``run_id`` in ``status`` (for queued:
-    stamped before ``queued_before``) with ids above ``after_id``, locked ``SKIP LOCKED``; return
-    (id, last error kind) in id order. The caller publishes them after its commit."""
+    stamped before ``queued_before``, and at or after ``queued_since`` when given) with ids
+    above ``after_id``, locked ``SKIP LOCKED``; return (id, last error kind) in id order. The
+    caller publishes them after its commit."""
     due = and_(Decision.run_id == run_id, Decision.status == status, Decision.id > after_id)
     if status == DecisionStatus.QUEUED:
-        due = and_(due, or_(Decision.enqueued_at.is_(None), Decision.enqueued_at < queued_before))
+        due = and_(due, _stamped_between(queued_since, queued_before))
     page = (select(Decision.id).where(due).order_by(Decision.id).limit(limit)
             .with_for_update(skip_locked=True, of=Decision))
     stmt = (update(Decision).where(Decision.id.in_(page.scalar_subquery()))
@@ -390,6 +401,28 @@ def stamp_page(session: Session, *, run_id: int, status: str, after_id: int, lim
             .returning(Decision.id, Decision.last_error_kind)
             .execution_options(synchronize_session=False))
     return sorted((int(did), kind) for did, kind in session.execute(stmt).all())
+
+
+def queued_page(session: Session, *, run_id: int, after_id: int, limit: int,
+                queued_before: datetime) -> list[tuple[int, str | None]]:
+    """The next ``limit`` queued rows of run ``run_id`` stamped before ``queued_before`` (or
+    never) with ids above ``after_id``, in id order, as (id, last error kind). Read only: the
+    broker-loss recovery re-publishes them as they are (a range scan of ``ix_decisions_open``),
+    where stamping would rewrite every row of the run."""
+    stmt = (select(Decision.id, Decision.last_error_kind)
+            .where(Decision.run_id == run_id, Decision.status == DecisionStatus.QUEUED,
+                   Decision.id > after_id, _stamped_between(None, queued_before))
+            .order_by(Decision.id).limit(limit))
+    return [(int(did), kind) for did, kind in session.execute(stmt).all()]
+
+
+def _stamped_between(since: datetime | None, before: datetime | None) -> Any:
+    """Queued rows stamped in [since, before); a row never stamped counts as the oldest."""
+    before_ok = (or_(Decision.enqueued_at.is_(None), Decision.enqueued_at < before)
+                 if before is not None else true())
+    if since is None:
+        return before_ok
+    return and_(before_ok, Decision.enqueued_at >= since)
 
 
 def release_unserved(session: Session, *, claim: Claimed, detail: str,

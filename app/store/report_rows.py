@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from app.store.models import Answer, Attempt, Decision, Draw, Run
+from app.store.models import Answer, Attempt, Decision, DecisionPayload, Draw, Run
 
 __all__ = ["answer_rows", "attempt_counts_by_cell", "decision_rows", "find_run_by_ref",
            "read_counts_by_cell", "run_by_id"]
@@ -38,8 +38,9 @@ def run_by_id(session: Session, run_id: int) -> Run | None:
 def decision_rows(session: Session, run_id: int) -> Iterator[Any]:
     """(id, key, replicate, cell, payload, status) of every decision of the run, by id."""
     query = (
-        select(Decision.id, Decision.key, Decision.replicate, Decision.cell, Decision.payload,
-               Decision.status)
+        select(Decision.id, Decision.key, Decision.replicate, Decision.cell,
+               DecisionPayload.payload, Decision.status)
+        .join(DecisionPayload, DecisionPayload.decision_id == Decision.id)
         .where(Decision.run_id == run_id)
         .order_by(Decision.id)
     )

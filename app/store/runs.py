@@ -19,7 +19,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.engine import ServerFingerprint
 from app.errors import InputError, RunSettingsMismatch
 from app.store import dialects
-from app.store.models import Attempt, Decision, DecisionStatus, OutcomeKind, Run, RunStatus
+from app.store.models import (
+    Attempt,
+    Decision,
+    DecisionPayload,
+    DecisionStatus,
+    OutcomeKind,
+    Run,
+    RunStatus,
+)
 
 __all__ = [
     "ACTIVE",
@@ -184,19 +192,34 @@ def record_fingerprint(session: Session, run_id: int, fingerprint: Mapping[str, 
     session.execute(update(Run).where(Run.id == run_id).values(fingerprint=dict(fingerprint)))
 
 
-_COLUMNS = ("run_id", "key", "replicate", "cell", "line_no", "payload", "n_questions", "status",
-            "attempts", "last_error_kind", "last_error", "finished_at")
+#: What ``dreads submit`` sends per row (PostgreSQL: COPY into a temporary table); the rest of
+#: a new row is the same for the whole batch and is filled in by the INSERT ... SELECT.
+_COPIED = ("key", "replicate", "cell", "line_no", "payload", "n_questions", "rejected")
 _STAGING = """CREATE TEMP TABLE IF NOT EXISTS dreads_incoming (
-    run_id bigint, key varchar(500), replicate int, cell varchar(200), line_no int,
-    payload json, n_questions int, status varchar(16), attempts int,
-    last_error_kind varchar(32), last_error text, finished_at timestamptz) ON COMMIT DROP"""
-# Queued rows are stamped with the database's clock (compared with the broker's epoch).
-_FROM_STAGING = (f"INSERT INTO decisions ({', '.join(_COLUMNS)}, enqueued_at) "
-                 f"SELECT {', '.join(_COLUMNS)}, "
-                 "CASE WHEN status = 'queued' THEN now() END FROM dreads_incoming "
-                 "ON CONFLICT (run_id, key, replicate) DO NOTHING RETURNING id, key, replicate")
+    key varchar(500), replicate int, cell varchar(200), line_no int, payload json,
+    n_questions int, rejected text) ON COMMIT DROP"""
+# Queued rows are stamped with the database's clock (compared with the broker's epoch). The
+# payloads go to their own table in the same statement, keyed by the ids the insert returns.
+_FROM_STAGING = """
+WITH fresh AS (
+    INSERT INTO decisions (run_id, key, replicate, cell, line_no, n_questions, status, attempts,
+                           last_error_kind, last_error, finished_at, enqueued_at)
+    SELECT %(run_id)s, key, replicate, cell, line_no, n_questions,
+           CASE WHEN rejected IS NULL THEN %(status)s ELSE %(rejected)s END, 0,
+           CASE WHEN rejected IS NOT NULL THEN %(rejected_kind)s END, rejected,
+           CASE WHEN rejected IS NOT NULL THEN now() END,
+           CASE WHEN rejected IS NULL AND %(status)s = %(queued)s THEN now() END
+    FROM dreads_incoming
+    ON CONFLICT (run_id, key, replicate) DO NOTHING
+    RETURNING id, key, replicate
+), payloads AS (
+    INSERT INTO decision_payloads (decision_id, payload)
+    SELECT fresh.id, incoming.payload FROM fresh
+    JOIN dreads_incoming AS incoming USING (key, replicate)
+)
+SELECT id, key, replicate FROM fresh"""
 BatchWriter = Callable[[Session, int, Sequence["DecisionRow"], str],
-                      list[tuple[int, str, int]]]
+                       list[tuple[int, str, int]]]
 
 
 def insert_decisions(
@@ -245,7 +268,11 @@ def _batch_writer(session: Session) -> BatchWriter:
 
 def _write_batch(session: Session, writer: BatchWriter, run_id: int,
                  batch: Sequence[DecisionRow], status: str) -> list[tuple[int, DecisionRow]]:
-    by_key = {(row.key, row.replicate): row for row in batch}
+    by_key: dict[tuple[str, int], DecisionRow] = {}
+    for row in batch:  # the first row of a (key, replicate) repeated within the batch
+        by_key.setdefault((row.key, row.replicate), row)
+    if len(by_key) < len(batch):
+        batch = list(by_key.values())
     won = [(rid, by_key[(key, rep)]) for rid, key, rep in writer(session, run_id, batch, status)]
     rejected = [{"run_id": run_id, "decision_id": rid, "outcome": OutcomeKind.REJECTED,
                  "detail": row.rejected_reason, "worker": "submit", "n_reads": 0}
@@ -261,38 +288,47 @@ def _insert_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
         Decision, ["run_id", "key", "replicate"],
         returning=(Decision.id, Decision.key, Decision.replicate))[dialects.SQLITE]
     now = datetime.now(UTC)
-    values = [_row_values(run_id, row, status) for row in batch]
-    for value in values:
-        value["enqueued_at"] = now if value["status"] == DecisionStatus.QUEUED else None
+    values = [_row_values(run_id, row, status, now) for row in batch]
     # executemany: SQLAlchemy's "insertmanyvalues" batches it with one cached compile
-    return [(r[0], r[1], r[2]) for r in session.connection().execute(stmt, values)]
+    won = [(r[0], r[1], r[2]) for r in session.connection().execute(stmt, values)]
+    by_key = {(row.key, row.replicate): row for row in batch}
+    if won:
+        session.execute(insert(DecisionPayload), [
+            {"decision_id": did, "payload": dict(by_key[(key, rep)].payload)}
+            for did, key, rep in won])
+    return won
 
 
 def _copy_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
                 status: str) -> list[tuple[int, str, int]]:
     raw = session.connection().connection.driver_connection
     assert raw is not None
+    dumps = orjson.dumps
     with raw.cursor() as cur:
         cur.execute(_STAGING)
         cur.execute("TRUNCATE dreads_incoming")
-        with cur.copy(f"COPY dreads_incoming ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+        with cur.copy(f"COPY dreads_incoming ({', '.join(_COPIED)}) FROM STDIN") as copy:
+            write = copy.write_row
             for row in batch:
-                values = _row_values(run_id, row, status)
-                values["payload"] = orjson.dumps(values["payload"]).decode()
-                copy.write_row([values[c] for c in _COLUMNS])
-        cur.execute(_FROM_STAGING)
+                write((row.key, row.replicate, row.cell, row.line_no,
+                       dumps(row.payload).decode(), row.n_questions, row.rejected_reason))
+        cur.execute(_FROM_STAGING, {
+            "run_id": run_id, "status": status, "queued": DecisionStatus.QUEUED.value,
+            "rejected": DecisionStatus.REJECTED.value,
+            "rejected_kind": OutcomeKind.REJECTED.value})
         return [tuple(r) for r in cur.fetchall()]
 
 
-def _row_values(run_id: int, row: DecisionRow, status: str) -> dict[str, Any]:
+def _row_values(run_id: int, row: DecisionRow, status: str, now: datetime) -> dict[str, Any]:
     rejected = row.rejected_reason is not None
     return {
         "run_id": run_id, "key": row.key, "replicate": row.replicate, "cell": row.cell,
-        "line_no": row.line_no, "payload": dict(row.payload), "n_questions": row.n_questions,
+        "line_no": row.line_no, "n_questions": row.n_questions,
         "status": DecisionStatus.REJECTED if rejected else status,
         "attempts": 0, "last_error_kind": OutcomeKind.REJECTED if rejected else None,
         "last_error": row.rejected_reason,
-        "finished_at": datetime.now(UTC) if rejected else None,
+        "finished_at": now if rejected else None,
+        "enqueued_at": now if not rejected and status == DecisionStatus.QUEUED else None,
     }
 
 

@@ -18,6 +18,7 @@ from app.store.models import (
     Answer,
     Attempt,
     Decision,
+    DecisionPayload,
     DecisionStatus,
     OutcomeKind,
     Run,
@@ -320,7 +321,9 @@ def list_runs(session: Session) -> list[RunOverview]:
 def question_ids(session: Session, run_id: int) -> list[str]:
     """Every question id of the run's decisions, in first-seen order (streams payloads)."""
     seen: dict[str, None] = {}
-    stmt = (select(Decision.payload).where(Decision.run_id == run_id, Decision.replicate == 0)
+    stmt = (select(DecisionPayload.payload)
+            .join(Decision, Decision.id == DecisionPayload.decision_id)
+            .where(Decision.run_id == run_id, Decision.replicate == 0)
             .order_by(Decision.id).execution_options(yield_per=1000))
     for payload in session.scalars(stmt):
         seen.update(dict.fromkeys(_payload_questions(payload)))
@@ -335,7 +338,9 @@ def _export_stmt(run_id: int) -> Select[Any]:
     answer_cols = [getattr(Answer, name) for name in ANSWER_FIELDS]
     return (select(Decision.id, Decision.key, Decision.cell, Decision.replicate,
                    Decision.status, Decision.last_error_kind, Decision.last_error,
-                   Decision.payload, Answer.question_id, Answer.expected, *answer_cols)
+                   DecisionPayload.payload, Answer.question_id, Answer.expected,
+                   *answer_cols)
+            .join(DecisionPayload, DecisionPayload.decision_id == Decision.id)
             .outerjoin(Answer, and_(Answer.decision_id == Decision.id))
             .where(Decision.run_id == run_id)
             .order_by(Decision.id, Answer.id)

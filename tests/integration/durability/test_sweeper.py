@@ -13,7 +13,7 @@ from sqlalchemy import select
 from app.publish import PublishError, chunk_ids, publish_chunks
 from app.queues import TASK_RUN_CHUNK, queue_for
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.models import Decision, Run
+from app.store.models import Decision, DecisionPayload, Run
 from app.store.queue import claim_decisions, mark_queued, utcnow
 from app.sweeper import sweep_once
 from tests.fixtures.services import RedisServer, free_port
@@ -35,9 +35,10 @@ def _seed(factory, n: int) -> list[int]:  # type: ignore[no-untyped-def]
                   settings_hash="h", upstream="sim")
         s.add(run)
         s.flush()
-        rows = [Decision(run_id=run.id, key=f"d{i}", payload={}) for i in range(n)]
+        rows = [Decision(run_id=run.id, key=f"d{i}") for i in range(n)]
         s.add_all(rows)
         s.flush()
+        s.add_all(DecisionPayload(decision_id=d.id, payload={}) for d in rows)
         return [d.id for d in rows]
 
 
@@ -111,6 +112,76 @@ def test_broker_loss_is_repaired_at_the_next_sweep_in_full(
     assert sorted(i for chunk in _chunks(redis_server) for i in chunk) == ids
     again = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
     assert again.published == 0 and not again.broker_lost, "repaired once, not every sweep"
+
+
+def _stamps(factory) -> dict[int, tuple[object, object]]:  # type: ignore[no-untyped-def]
+    with session_scope(factory) as s:
+        rows = s.execute(select(Decision.id, Decision.enqueued_at, Decision.updated_at))
+        return {did: (enq, upd) for did, enq, upd in rows}
+
+
+def test_broker_loss_recovery_resends_rows_as_they_are(
+        factory, redis_server: RedisServer) -> None:  # type: ignore[no-untyped-def]
+    """The recovery reads the lost rows and re-sends them: no row is rewritten (a million-row
+    run is re-sent at the broker's speed), and they still count as queued."""
+    celery = make_celery(broker_url=redis_server.url)
+    ids = _seed(factory, 12)
+    sweep_once(factory, celery, requeue_after_s=600, chunk_size=5)
+    before = _stamps(factory)
+    redis_server.wipe()
+    report = sweep_once(factory, celery, requeue_after_s=600, chunk_size=5)
+    assert report.broker_lost and (report.published, report.messages) == (12, 3)
+    assert sorted(i for chunk in _chunks(redis_server) for i in chunk) == ids
+    assert _stamps(factory) == before
+    assert set(_statuses(factory).values()) == {"queued"}
+
+
+class _FailingBroker:
+    """The real Celery app, whose broker goes away after ``ok`` messages (fault injection)."""
+
+    def __init__(self, celery: object, ok: int) -> None:
+        self._celery, self._left = celery, ok
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._celery, name)
+
+    def send_task(self, name: str, args: object = None, **options: object) -> object:
+        if self._left <= 0:
+            raise ConnectionError("broker went away")
+        self._left -= 1
+        return self._celery.send_task(name, args=args, **options)  # type: ignore[attr-defined]
+
+
+def test_a_recovery_cut_short_goes_on_where_it_stopped(
+        factory, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("app.sweeper.PAGE", 8)
+    celery = make_celery(broker_url=redis_server.url)
+    ids = _seed(factory, 40)
+    sweep_once(factory, celery, requeue_after_s=600, chunk_size=4)
+    redis_server.wipe()
+    cut = sweep_once(factory, _FailingBroker(celery, ok=5), requeue_after_s=600, chunk_size=4)
+    assert cut.error and "broker" in cut.error and cut.broker_lost
+    assert cut.published == 16, "two whole pages went out before the broker went away"
+    rest = sweep_once(factory, celery, requeue_after_s=600, chunk_size=4)
+    assert rest.broker_lost and rest.published == 24, "the pages sent are not sent again"
+    sent = sorted(i for chunk in _chunks(redis_server) for i in chunk)
+    assert set(sent) == set(ids)
+    assert len(sent) == 44, "only the message sent in the page that failed goes twice"
+    assert sweep_once(factory, celery, requeue_after_s=600).published == 0
+
+
+def test_rows_the_recovery_resent_are_stale_only_after_the_requeue_window(
+        factory, redis_server: RedisServer) -> None:  # type: ignore[no-untyped-def]
+    celery = make_celery(broker_url=redis_server.url)
+    _seed(factory, 6)
+    sweep_once(factory, celery, requeue_after_s=600, chunk_size=6)
+    redis_server.wipe()
+    assert sweep_once(factory, celery, requeue_after_s=600, chunk_size=6).published == 6
+    redis_server.client().delete(QUEUE)  # the queue drains, the rows still say queued
+    assert sweep_once(factory, celery, requeue_after_s=600).published == 0, (
+        "re-sent by the recovery a moment ago: within the window")
+    late = sweep_once(factory, celery, requeue_after_s=0, chunk_size=6)
+    assert late.published == 6 and not late.broker_lost
 
 
 def test_publish_failure_leaves_rows_for_the_next_sweep(factory) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.engine.types import Answer as EngineAnswer
 from app.engine.types import DrawRecord, QuestionType, SlotRead, StopReason
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.models import Answer, Attempt, Decision, Draw, Run
+from app.store.models import Answer, Attempt, Decision, DecisionPayload, Draw, Run
 from app.store.queue import (
     AttemptInfo,
     claim_decisions,
@@ -43,10 +43,10 @@ def _seed(factory: Factory, n: int = 4, *, run_status: str = "active",
         run = Run(name=name, status=run_status, settings={}, settings_hash="h", upstream="sim")
         s.add(run)
         s.flush()
-        rows = [Decision(run_id=run.id, key=f"d{i}", payload={"state": "s"}, n_questions=2)
-                for i in range(n)]
+        rows = [Decision(run_id=run.id, key=f"d{i}", n_questions=2) for i in range(n)]
         s.add_all(rows)
         s.flush()
+        s.add_all(DecisionPayload(decision_id=d.id, payload={"state": "s"}) for d in rows)
         return [d.id for d in rows]
 
 
