@@ -63,6 +63,7 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.jobfile import NumberedLine, read_job_file
+from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
 from app.store.models import DecisionStatus, RunStatus
 from app.store.queue import database_now, mark_pending, translate_db_errors
@@ -108,6 +109,8 @@ log = logging.getLogger("dreads.producer")
 SUBMIT_BATCH = 5000
 #: Batches written but not yet published, at most (bounds memory when the broker is slow).
 _PUBLISH_BACKLOG = 4
+#: Batches parsed but not yet written, at most (bounds memory when the database is slow).
+_WRITE_BACKLOG = 2
 #: Distinct question sets remembered while a file is read (parsed, planned, stored specs): a
 #: file asks a few sets of many states; one asking a new set on every line stays flat.
 _MEMO_SETS = 4096
@@ -317,6 +320,18 @@ def _batches(lines: Iterable[NumberedLine], size: int) -> Iterator[ParsedJob]:
         yield _split(chunk)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A parsed batch ready to be written: its template problems, rows and their status, and
+    (a run new to this submission, on PostgreSQL) its rows laid out for COPY."""
+
+    batch: ParsedJob
+    rejected: dict[str, LineProblem]
+    rows: list[DecisionRow]
+    status: str
+    laid_out: LaidOut | None
+
+
 class _Writer:
     """Writes the batches of one submission and hands their readable ids to the publisher."""
 
@@ -334,18 +349,32 @@ class _Writer:
         self.specs: SpecsMemo = {}
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
-    def write(self, session: Session, batch: ParsedJob) -> list[int]:
-        """Write one batch in ``session``; return the ids to publish once it commits."""
-        report, run = self.report, self.report.run
+    def prepare(self, batch: ParsedJob) -> _Prepared:
+        """Plan, lay out and (for a run this submission created, on PostgreSQL) draw the ids
+        of one parsed batch: the parsing thread's share of the work."""
+        run = self.report.run
         assert run is not None
-        report.lines += batch.lines
         rejected = check_templates(batch.decisions, self.request.settings, self.tokenizer,
                                    cache=self.templates)
-        report.rejected += sorted(rejected.values(), key=lambda p: p.line_no)
         status = DecisionStatus.QUEUED if self._queue_now() else DecisionStatus.PENDING
         rows = list(_rows(batch.decisions, rejected, self.request.replicates, self.specs))
-        inserted = insert_decisions(session, run.id, rows, batch_size=len(rows) or 1,
-                                    status=status)
+        laid_out = lay_out(self.factory, run.id, rows, status) if self.report.created else None
+        return _Prepared(batch, rejected, rows, status, laid_out)
+
+    def write(self, session: Session, prepared: _Prepared) -> list[int]:
+        """Write one prepared batch in ``session``; return the ids to publish once it
+        commits."""
+        report, run = self.report, self.report.run
+        assert run is not None
+        batch, rejected, rows, status = (prepared.batch, prepared.rejected, prepared.rows,
+                                         prepared.status)
+        report.lines += batch.lines
+        report.rejected += sorted(rejected.values(), key=lambda p: p.line_no)
+        if prepared.laid_out is not None:
+            inserted = write_laid_out(session, prepared.laid_out)
+        else:
+            inserted = insert_decisions(session, run.id, rows, batch_size=len(rows) or 1,
+                                        status=status)
         if inserted:
             low = min(rid for rid, _ in inserted)
             self.first_id = low if self.first_id is None else min(self.first_id, low)
@@ -414,11 +443,15 @@ def submit_job(
     publishing = _start_publishing(factory, publisher, report.run, now_s)
     writer = _Writer(request, factory, tokenizer, report, publishing,
                      queue_rows=publisher is not None)
+    writing = _WriteThread(writer)
+    writing.start()
     try:
         for batch in _batches(source, SUBMIT_BATCH):
-            with translate_db_errors("submit"), session_scope(factory) as session:
-                ids = writer.write(session, batch)
-            writer.hand_over(ids)
+            writing.put(writer.prepare(batch))
+        writing.close()
+    except BaseException:
+        writing.close(abort=True)
+        raise
     finally:
         if publishing is not None:
             report.publish = publishing.close()
@@ -436,7 +469,7 @@ def _write_strict(writer: _Writer, source: Iterable[NumberedLine]) -> float:
             report.run, report.created = _ensure(session, writer.request)
             now_s = database_now(session).timestamp()
             for batch in _batches(source, SUBMIT_BATCH):
-                writer.hand_over(writer.write(session, batch))
+                writer.hand_over(writer.write(session, writer.prepare(batch)))
     except _Refused:
         _count_rest(writer, source)
         report.refused, report.run, report.created = True, None, False
@@ -494,6 +527,50 @@ def _publish_all(factory: SessionFactory, publisher: Publisher, report: SubmitRe
     for start in range(0, len(ids), SUBMIT_BATCH):
         publishing.publish(list(ids[start:start + SUBMIT_BATCH]))
     return publishing.outcome()
+
+
+class _WriteThread(threading.Thread):
+    """Writes each prepared batch in a transaction of its own while the next one is parsed
+    and prepared, so the database's work on a batch overlaps the parsing of the next (this
+    thread mostly waits on the server, without the interpreter lock). The first error ends
+    the writing; ``put`` and ``close`` raise it in the parsing thread, and what was
+    committed before it stays."""
+
+    def __init__(self, writer: _Writer) -> None:
+        super().__init__(name="dreads-submit-write", daemon=True)
+        self.writer = writer
+        self.inbox: queue.Queue[_Prepared | None] = queue.Queue(maxsize=_WRITE_BACKLOG)
+        self.error: BaseException | None = None
+        self.aborted = False
+
+    def put(self, batch: _Prepared) -> None:
+        self._raise_error()
+        self.inbox.put(batch)
+
+    def run(self) -> None:
+        while (batch := self.inbox.get()) is not None:
+            if self.error is not None or self.aborted:
+                continue  # drain: the parsing thread stops at its next put
+            try:
+                with translate_db_errors("submit"), \
+                        session_scope(self.writer.factory) as session:
+                    ids = self.writer.write(session, batch)
+                self.writer.hand_over(ids)
+            except BaseException as exc:
+                self.error = exc
+
+    def close(self, *, abort: bool = False) -> None:
+        """Wait for the batches handed over (``abort``: skip those not started), then raise
+        the writing's error, if any."""
+        self.aborted = abort
+        self.inbox.put(None)
+        self.join()
+        if not abort:
+            self._raise_error()
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 class _PublishThread(threading.Thread):

@@ -70,13 +70,42 @@ def publish_chunks(celery_app_or_sender: Sender, run_id: int, decision_ids: Sequ
     """
     label = run_name or str(run_id)
     sent = 0
-    with _producer(celery_app_or_sender, queue) as producer:
+    with _producer(celery_app_or_sender, queue) as producer, _batched(producer, label):
         for chunk in chunk_ids(decision_ids, chunk_size):
             _send(celery_app_or_sender, producer, run_id, chunk, label, queue)
             sent += 1
     if sent:
         log.debug("published %d chunk(s) of run %s", sent, label)
     return sent
+
+
+#: Messages buffered in one Redis pipeline before it is sent (kombu's ``Producer.batch``).
+PUBLISH_BATCH = 256
+
+
+@contextmanager
+def _batched(producer: Any, label: str) -> Iterator[None]:
+    """Publish through one non-transactional Redis pipeline per ``PUBLISH_BATCH`` messages
+    (kombu's ``Producer.batch``), not one round trip each: half the CPU per message on both
+    sides, for the 15,625 messages of a million-decision run. A transport that cannot batch
+    publishes at once. A pipeline that fails may have delivered part of its messages: the
+    caller treats the whole call as not published (the rows go back to pending, and a message
+    that did go out is a duplicate, which a claim makes harmless)."""
+    batch = getattr(producer, "batch", None)
+    if batch is None or not getattr(producer, "supports_batch_publish", False):
+        yield
+        return
+    try:
+        with batch(max_size=PUBLISH_BATCH):
+            yield
+    except PublishError:
+        raise
+    except Exception as exc:  # kombu's BatchPublishError at a flush, a redis error
+        raise PublishError(
+            f"could not publish the chunks of run {label} to the broker ({type(exc).__name__}: "
+            f"{exc}); the decisions stay in SQL and the sweeper (or `dreads resume`) publishes "
+            "them once the broker is back"
+        ) from exc
 
 
 def _send(sender: Sender, producer: Any, run_id: int, chunk: tuple[int, ...],

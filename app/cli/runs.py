@@ -109,6 +109,12 @@ def submit(
         raise typer.Exit(render.BAD_LINES_EXIT)
 
 
+#: How often the interpreter lock is handed between submit's threads: the thread that parses
+#: holds it nearly all the time, and at the default 5 ms the one that streams rows to the
+#: database (and mostly waits on it) would wait that long each time it has bytes to send.
+_SUBMIT_SWITCH_S = 0.0005
+
+
 def _streaming_gc() -> None:
     """A submit keeps what it loaded (modules, tables, the tokenizer) until it ends, and makes
     each batch's objects by the hundred thousand, nearly all freed by reference counting: the
@@ -118,6 +124,7 @@ def _streaming_gc() -> None:
 
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
+    sys.setswitchinterval(_SUBMIT_SWITCH_S)
 
 
 def _submit(factory: SessionFactory, request: Any, tokenizer: Any,

@@ -54,6 +54,11 @@ def name(bind: Session | Engine | Connection) -> str:
     return bind.dialect.name
 
 
+def engine_name(factory: sessionmaker[Session]) -> str:
+    """The dialect's name of the engine a session factory is bound to."""
+    return name(factory.kw["bind"])
+
+
 def is_postgresql(bind: Session | Engine | Connection) -> bool:
     return name(bind) == POSTGRESQL
 

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+from sqlalchemy import select
 
 from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.errors import RunSettingsMismatch
 from app.producer import SubmitRequest, submit_job
+from app.store.bulk import copy_text, decisions_copy, lay_out, payloads_copy, write_laid_out
 from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.models import Decision, DecisionPayload
 from app.store.runs import DecisionRow, ensure_run, insert_decisions, require_run
 from app.store.views import iter_export, run_status
 from app.upstream.tokenizer import load_tokenizer
@@ -59,6 +62,53 @@ def test_bulk_insert_skips_existing(factory) -> None:  # type: ignore[no-untyped
     assert report.counts == {"pending": 3, "rejected": 1}
     (cell,) = report.cells
     assert cell.failures == {"rejected": 1} and cell.unanswered == 1
+
+
+def test_a_fresh_run_is_copied_straight_in_and_a_repeated_id_still_skipped(factory) -> None:  # type: ignore[no-untyped-def]
+    """A run new to this submission takes its batches straight in (PostgreSQL: COPY, with
+    ids drawn first); a batch holding an id an earlier batch wrote falls back to the insert
+    that skips it and keeps the others, and every row is stored under the id returned."""
+    with session_scope(factory) as session:
+        run, _ = _run(session)
+    tricky = {"state": "tab\there, line\nbreak, back\\slash, quote\" é", "questions": {
+        "q": {"type": "noul", "instructions": "ok?"}}}
+    c = _row("c\tx")._replace(payload=tricky, cell="cell\\1")
+    written = []
+    for rows in ([_row("a"), _row("b"), c], [_row("a"), _row("d", reason="too wide")]):
+        laid_out = lay_out(factory, run.id, rows, "queued")
+        assert (laid_out is None) == (factory.kw["bind"].dialect.name == "sqlite")
+        with session_scope(factory) as session:
+            written += (write_laid_out(session, laid_out) if laid_out is not None
+                        else insert_decisions(session, run.id, rows, status="queued"))
+    assert sorted(r.key for _, r in written) == ["a", "b", "c\tx", "d"]
+    with session_scope(factory) as session:
+        by_key = {line["id"]: line for line in iter_export(session, run.id)}
+        report = run_status(session, require_run(session, "r"))
+        ids = dict(session.execute(select(Decision.key, Decision.id)).all())
+        stored = session.execute(select(Decision.cell, DecisionPayload.payload).join(
+            DecisionPayload, DecisionPayload.decision_id == Decision.id).where(
+            Decision.key == "c\tx")).one()
+    assert ids == {row.key: rid for rid, row in written}
+    assert tuple(stored) == ("cell\\1", tricky)  # COPY's escapes undone exactly
+    assert report.counts == {"queued": 3, "rejected": 1}
+    failures = {cell.cell: cell.failures for cell in report.cells}
+    assert failures["c"] == {"rejected": 1}  # its attempt row is written too
+    assert {key: line["status"] for key, line in by_key.items()} == {
+        "a": "queued", "b": "queued", "c\tx": "queued", "d": "rejected"}
+    assert by_key["d"]["error"] == "too wide"
+    # each payload is stored under its decision's id: the export joins them
+    assert all(list(line["answers"]) == ["q"] for line in by_key.values())
+
+
+def test_copy_text_escapes_what_copy_reads_specially() -> None:
+    assert copy_text(None) == "\\N"
+    assert copy_text(7) == "7"
+    assert copy_text("a\tb\\c\nd\re") == "a\\tb\\\\c\\nd\\re"
+    row = DecisionRow(key="k\t1", replicate=0, cell=None, line_no=None,
+                      payload={"state": "line\nbreak \\ tab\t"}, n_questions=1)
+    assert payloads_copy([row], [5]) == b'5\t{"state":"line\\\\nbreak \\\\\\\\ tab\\\\t"}\n'
+    assert decisions_copy(1, [row], [5], "pending").decode().split("\t")[:7] == [
+        "5", "1", "k\\t1", "0", "\\N", "\\N", "1"]
 
 
 def test_other_settings_refused(factory) -> None:  # type: ignore[no-untyped-def]

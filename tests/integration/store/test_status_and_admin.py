@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.store.admin import cancel_not_started, delete_run, run_contents, settle_cancelled
 from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.models import Attempt, Decision, Run
+from app.store.models import Attempt, Decision, DecisionPayload, Run
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions, require_run
 from app.store.views import (
     failure_reasons,
@@ -171,3 +171,5 @@ def test_delete_removes_one_run_and_everything_it_recorded(
         assert session.scalars(select(Run.name)).all() == ["kept"]
         assert session.scalar(select(func.count()).select_from(Decision)) == 4
         assert session.scalar(select(func.count()).select_from(Attempt)) == 4
+        # payloads have no foreign key (no cascade): delete_run removes them itself
+        assert session.scalars(select(DecisionPayload.decision_id)).all() == sorted(kept_ids)

@@ -1,0 +1,146 @@
+"""A new run's decisions laid out for PostgreSQL's COPY before they are written.
+
+``dreads submit`` of a run it creates knows that the run holds no row but its own, so each
+batch can go straight into ``decisions`` and ``decision_payloads`` with COPY (no staging
+table, no INSERT ... SELECT). The ids are drawn from the table's sequence first, on a
+connection of their own, so the COPY text of both tables is built in the thread that parses
+the file while the writing thread only streams bytes and commits: the database's work on a
+batch overlaps the parsing and laying out of the next.
+
+    batch = lay_out(factory, run_id, rows, status="queued")   # parsing thread (None: SQLite)
+    won = write_laid_out(session, batch)                      # writing thread, in its transaction
+
+A batch holding a row whose (run, key, replicate) is already there (a line repeated in the
+file) is rolled back to its savepoint and written the way that skips such rows
+(``app.store.runs.insert_decisions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.store import dialects
+from app.store.models import DecisionStatus, OutcomeKind
+from app.store.runs import DecisionRow, insert_decisions, record_rejections
+
+__all__ = ["LaidOut", "copy_laid_out", "copy_text", "decisions_copy", "lay_out",
+           "payloads_copy", "write_laid_out"]
+
+#: The columns of ``decisions`` a laid-out batch fills (the rest take their defaults).
+DECISION_COLUMNS = ("id", "run_id", "key", "replicate", "cell", "line_no", "n_questions",
+                    "status", "attempts", "last_error_kind", "last_error", "finished_at",
+                    "enqueued_at")
+_DRAW_IDS = ("SELECT nextval(pg_get_serial_sequence('decisions', 'id')) "
+             "FROM generate_series(1, %s)")
+#: The timestamp input 'now' is read by PostgreSQL as the transaction's start: ``now()``.
+_NOW = "now"
+_NULL = "\\N"
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+@dataclass(frozen=True)
+class LaidOut:
+    """One batch of a run's rows with their ids, and the COPY text of both tables."""
+
+    run_id: int
+    status: str  #: of the readable rows
+    rows: tuple[DecisionRow, ...]
+    ids: tuple[int, ...]
+    decisions: bytes
+    payloads: bytes
+
+
+def copy_text(value: str | int | None) -> str:
+    """One field in COPY's text format: ``\\N`` for NULL, backslash, tab and line ends
+    escaped."""
+    if value is None:
+        return _NULL
+    if isinstance(value, int):
+        return str(value)
+    return value.translate(_ESCAPES)
+
+
+def decisions_copy(run_id: int, rows: Sequence[DecisionRow], ids: Sequence[int],
+                   status: str) -> bytes:
+    """COPY text of ``rows`` (with ``ids``) for ``DECISION_COLUMNS``: readable rows in
+    ``status`` (stamped now when queued), rejected ones rejected with their reason."""
+    stamp = _NOW if status == DecisionStatus.QUEUED else _NULL
+    rejected = f"{DecisionStatus.REJECTED.value}\t0\t{OutcomeKind.REJECTED.value}"
+    lines = []
+    for did, row in zip(ids, rows, strict=True):
+        head = (f"{did}\t{run_id}\t{copy_text(row.key)}\t{row.replicate}\t"
+                f"{copy_text(row.cell)}\t{copy_text(row.line_no)}\t{row.n_questions}")
+        if row.rejected_reason is None:
+            lines.append(f"{head}\t{status}\t0\t{_NULL}\t{_NULL}\t{_NULL}\t{stamp}\n")
+        else:
+            lines.append(f"{head}\t{rejected}\t{copy_text(row.rejected_reason)}\t{_NOW}"
+                         f"\t{_NULL}\n")
+    return "".join(lines).encode()
+
+
+def payloads_copy(rows: Sequence[DecisionRow], ids: Sequence[int]) -> bytes:
+    """COPY text of ``decision_payloads``: the id and the payload as JSON. orjson escapes
+    every control character, so only its backslashes need doubling for COPY."""
+    dumps = orjson.dumps
+    parts = []
+    for did, row in zip(ids, rows, strict=True):
+        data = dumps(row.payload)
+        if b"\\" in data:
+            data = data.replace(b"\\", b"\\\\")
+        parts.append(b"%d\t%b\n" % (did, data))
+    return b"".join(parts)
+
+
+def lay_out(factory: sessionmaker[Session], run_id: int, rows: Sequence[DecisionRow],
+            status: str) -> LaidOut | None:
+    """Draw ids for ``rows`` and lay them out for COPY (None: the store is not PostgreSQL,
+    or there is nothing to write). Repeated (key, replicate) pairs keep their first row.
+    Ids drawn for rows that end up not written are simply never used."""
+    first: dict[tuple[str, int], DecisionRow] = {}
+    for row in rows:
+        first.setdefault((row.key, row.replicate), row)
+    unique = tuple(first.values())
+    if not unique or dialects.engine_name(factory) != dialects.POSTGRESQL:
+        return None
+    with factory() as session:
+        raw = session.connection().connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            ids = tuple(i for (i,) in cur.execute(_DRAW_IDS, (len(unique),)).fetchall())
+        session.commit()  # sequences are not transactional: the ids are ours either way
+    return LaidOut(run_id, status, unique, ids, decisions_copy(run_id, unique, ids, status),
+                   payloads_copy(unique, ids))
+
+
+def write_laid_out(session: Session, batch: LaidOut) -> list[tuple[int, DecisionRow]]:
+    """Write ``batch`` in ``session``'s transaction: (id, row) of the rows written. COPY, or
+    where a row is already there, the insert that skips it (and keeps the others)."""
+    written = copy_laid_out(session, batch)
+    if written is None:
+        return insert_decisions(session, batch.run_id, batch.rows, batch_size=len(batch.rows),
+                                status=batch.status)
+    record_rejections(session, batch.run_id, written)
+    return written
+
+
+def copy_laid_out(session: Session, batch: LaidOut) -> list[tuple[int, DecisionRow]] | None:
+    """COPY ``batch`` into both tables in a savepoint of ``session``'s transaction; (id,
+    row) of every row, or None when one of them is already there (nothing was written)."""
+    from psycopg.errors import UniqueViolation
+
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    try:
+        with raw.transaction(), raw.cursor() as cur:
+            columns = ", ".join(DECISION_COLUMNS)
+            with cur.copy(f"COPY decisions ({columns}) FROM STDIN") as copy:
+                copy.write(batch.decisions)
+            with cur.copy("COPY decision_payloads (decision_id, payload) FROM STDIN") as copy:
+                copy.write(batch.payloads)
+    except UniqueViolation:
+        return None
+    return list(zip(batch.ids, batch.rows, strict=True))
