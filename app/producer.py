@@ -107,6 +107,8 @@ log = logging.getLogger("dreads.producer")
 #: Decisions validated, written and committed together (then published while the next
 #: batch is written).
 SUBMIT_BATCH = 5000
+#: The first batch of a submission is SUBMIT_BATCH / this; each next one doubles.
+_FIRST_BATCH_SHARE = 16
 #: Batches written but not yet published, at most (bounds memory when the broker is slow).
 _PUBLISH_BACKLOG = 4
 #: Batches parsed but not yet written, at most (bounds memory when the database is slow).
@@ -314,10 +316,14 @@ class _Refused(Exception):
 
 def _batches(lines: Iterable[NumberedLine], size: int) -> Iterator[ParsedJob]:
     """The parsed lines, ``size`` at a time (repeated ids within a batch are bad lines here;
-    across batches the database finds them)."""
+    across batches the database finds them). The first batches are smaller (``size`` / 16,
+    then doubling), so the workers start on a large file at once rather than after its
+    first ``size`` lines."""
     items = iter_job_lines(lines)
-    while chunk := list(islice(items, size)):
+    step = max(1, size // _FIRST_BATCH_SHARE)
+    while chunk := list(islice(items, step)):
         yield _split(chunk)
+        step = min(size, step * 2)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """``run_chunk``: claim a chunk of decisions, run them concurrently, commit each as it finishes.
 
     claim (one guarded UPDATE) -> the run's answer source answers each decision
-    -> finish_decision (answers + draws + attempt + status, one transaction) per decision
+    -> finish_decisions (answers + draws + attempt + status) as each finishes, those that
+       finish together in one transaction (group commit)
 
 The answer source (``app.sources``) is the run's: dreads' reads (plan -> DecisionFlow <->
 Upstream.read) or a decision endpoint (one request per decision, its budget shared by every
@@ -71,9 +72,10 @@ from app.store.models import DecisionStatus
 from app.store.queue import (
     AttemptInfo,
     Claimed,
+    Finished,
     claim_decisions,
     fail_decision,
-    finish_decision,
+    finish_decisions,
     release_unserved,
     renew_leases,
     translate_db_errors,
@@ -139,6 +141,18 @@ class _Chunk:
     before_decision: BeforeDecision | None
     open_claims: dict[int, Claimed] = field(default_factory=dict)
     source: AnswerSource | None = None  #: set once the run's settings are known
+    #: ``run_chunk``'s hand-off: called once when no more than ``hand_off_at`` decisions are
+    #: still running (and no upstream failure was met)
+    on_hand_off: Callable[[], None] | None = None
+    hand_off_at: int = 0
+    _committer: _Committer | None = None
+
+    def decision_ended(self, claim: Claimed) -> None:
+        self.open_claims.pop(claim.id, None)
+        if self.on_hand_off is not None and len(self.open_claims) <= self.hand_off_at \
+                and not self.result.upstream_down:
+            hand_off, self.on_hand_off = self.on_hand_off, None
+            hand_off()
 
     async def read(self, request: ReadRequest) -> ReadResult:
         assert self.upstream is not None, "a run answered by reads needs an upstream"
@@ -159,6 +173,76 @@ class _Chunk:
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(_in_transaction, self.session_factory, fn, *args, **kwargs)
 
+    @property
+    def committer(self) -> _Committer:
+        if self._committer is None:
+            self._committer = _Committer(self.session_factory)
+        return self._committer
+
+
+#: Finished decisions written in one transaction, at most.
+COMMIT_BATCH = 64
+
+
+class _Committer:
+    """Group commit of a chunk's finished decisions: the first to finish is written at once,
+    and those that finish while a transaction is being written wait for it and go together
+    in the next one (``finish_decisions``). Nothing waits longer than one transaction, and
+    the busier the worker, the fewer transactions (and WAL flushes) per decision. A group
+    that fails is written again decision by decision, so one bad row fails only itself."""
+
+    def __init__(self, factory: SessionFactory) -> None:
+        self.factory = factory
+        self.waiting: list[tuple[Finished, asyncio.Future[bool]]] = []
+        self.writing: asyncio.Task[None] | None = None
+
+    async def finish(self, item: Finished) -> bool:
+        """Whether ``item``'s answers are the ones kept (raises StoreError)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.waiting.append((item, future))
+        if self.writing is None:
+            self.writing = asyncio.create_task(self._write())
+        return await future
+
+    async def _write(self) -> None:
+        try:
+            while self.waiting:
+                group = self.waiting[:COMMIT_BATCH]
+                del self.waiting[:COMMIT_BATCH]
+                await self._commit(group)
+        finally:
+            self.writing = None
+
+    async def _commit(self, group: list[tuple[Finished, asyncio.Future[bool]]]) -> None:
+        try:
+            won = await asyncio.to_thread(_in_transaction, self.factory, finish_decisions,
+                                          [item for item, _ in group])
+        except StoreError as exc:
+            if len(group) > 1:
+                for one in group:
+                    await self._commit([one])
+                return
+            _settle(group[0][1], exc=exc)
+            return
+        except BaseException as exc:  # a bug: each waiting decision records it itself
+            for _, future in group:
+                _settle(future, exc=exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), result in zip(group, won, strict=True):
+            _settle(future, result=result)
+
+
+def _settle(future: asyncio.Future[bool], *, result: bool = False,
+            exc: BaseException | None = None) -> None:
+    if future.done():  # its decision was cancelled meanwhile
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
 
 def _in_transaction(factory: SessionFactory, fn: Callable[..., Any], *args: Any,
                     **kwargs: Any) -> Any:
@@ -172,9 +256,18 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
                     redelivered: bool = False, commit_wait_s: float = 30.0,
                     recover_wait_s: float = 0.0, probe: ReadRequest | None = None,
                     before_decision: BeforeDecision | None = None,
-                    endpoints: EndpointPool | None = None) -> ChunkResult:
+                    endpoints: EndpointPool | None = None,
+                    on_hand_off: Callable[[], None] | None = None,
+                    hand_off_at: int = 0) -> ChunkResult:
     """Claim ``decision_ids`` of run ``run_id`` and run the ones won. A chunk whose decisions
     are done or held by another worker is a cheap no-op (one UPDATE).
+
+    ``on_hand_off`` is called once, as soon as no more than ``hand_off_at`` of its decisions
+    are still running and none met a failing upstream: the caller may start its next chunk
+    then, so that the reads in flight do not drain at every chunk's end (its slowest
+    decisions, those that draw the most, finish alone). It is not called when the chunk
+    ends first, and never after an upstream failure (the worker waits instead of taking
+    more work).
 
     ``upstream`` and ``tokenizer`` serve a run answered by reads; ``endpoints`` (shared by the
     caller's chunks; default: one for this chunk) a run answered by a decision endpoint.
@@ -197,7 +290,8 @@ async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory
                    lease_s=lease_s, max_attempts=max_attempts, commit_wait_s=commit_wait_s,
                    in_flight=asyncio.Semaphore(max_in_flight), result=result,
                    before_decision=before_decision,
-                   open_claims={c.id: c for c in claims})
+                   open_claims={c.id: c for c in claims},
+                   on_hand_off=on_hand_off, hand_off_at=hand_off_at)
     own_pool = endpoints is None and settings.answer_by is not AnswerBy.READS
     pool = EndpointPool.from_settings() if own_pool else endpoints
     try:
@@ -301,7 +395,7 @@ async def _run_guarded(chunk: _Chunk, claim: Claimed) -> None:
         await _record_failure(chunk, claim, OutcomeKind.WORKER_LOST,
                               f"internal error: {type(exc).__name__}: {exc}", permanent=False)
     finally:
-        chunk.open_claims.pop(claim.id, None)
+        chunk.decision_ended(claim)
 
 
 async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: float) -> None:
@@ -330,10 +424,10 @@ async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, answe
                    latency_ms=(time.perf_counter() - t0) * 1000.0, started_at=started,
                    usage=answered.usage)
     try:
-        won = await chunk.db(finish_decision, claim=claim, answers=answered.answers,
-                             draws=answered.draws, attempt=info,
-                             question_ids=[q.id for q in decision.questions],
-                             expected=decision.expected, refusals=answered.refusals)
+        won = await chunk.committer.finish(Finished(
+            claim=claim, answers=answered.answers, draws=answered.draws, attempt=info,
+            question_ids=[q.id for q in decision.questions], expected=decision.expected,
+            refusals=answered.refusals))
     except StoreError as exc:
         log.warning("commit of decision %s failed: %s", claim.id, exc.message)
         await _record_failure(chunk, claim, OutcomeKind.DB_ERROR, exc.message, permanent=False,

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.decide import answer_decision  # noqa: E402
-from app.engine import Decision, ReadSettings, parse_decision  # noqa: E402
+from app.engine import Decision, ReadSettings, parse_decision, settings_to_dict  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -113,16 +113,46 @@ def pipeline_rate(stack: Stack, tmp: Path, n: int, concurrency: int,
         wait_until(lambda: len(_tree(worker.pid)) >= concurrency + 2, timeout_s=120,
                    what="the worker's pool")
         time.sleep(3)  # children finish their process init
+        submit = product_submit(stack, n, f"bench{time.monotonic_ns()}", chunk)
         cpu0 = _cpu_s(worker.pid)
         t0 = time.perf_counter()
-        stack.submit(n, name=f"bench{time.monotonic_ns()}", chunk_size=chunk)
-        stack.wait_settled(1800)
+        submit()
+        stack.wait_settled(1800, interval_s=0.05)
         elapsed = time.perf_counter() - t0
         cpu = _cpu_s(worker.pid) - cpu0
     finally:
         worker.stop()
     assert stack.done() == n, stack.counts()
     return n / elapsed, cpu * 1000 / n
+
+
+def product_submit(stack: Stack, n: int, name: str, chunk: int) -> Any:
+    """``dreads submit``'s own code (``submit_job`` streaming the lines into the store and
+    publishing each batch to the run's queue) for ``n`` decisions, ready to be called: the
+    tokenizer and the broker client are made before the clock starts, as the bare client's
+    are."""
+    from app.broker import make_client
+    from app.config import get_settings
+    from app.producer import SubmitRequest, submit_job
+    from app.publish import make_publisher
+    from app.queues import queue_of_run
+    from app.upstream.tokenizer import load_tokenizer
+
+    settings = ReadSettings()
+    tokenizer = load_tokenizer(settings.tokenizer)
+    celery = make_client(get_settings(), broker_url=stack.broker_url)
+    publisher = make_publisher(celery, chunk, run_name=name,
+                               queue=queue_of_run(settings_to_dict(settings)))
+    request = SubmitRequest(path=Path("job.jsonl"), run_name=name, settings=settings,
+                            upstream=stack.upstream)
+    lines = job_lines(n)
+
+    def submit() -> None:
+        report = submit_job(request, stack.factory, tokenizer, lines=lines, publisher=publisher)
+        assert report.run is not None and report.publish.published == n, report.as_dict()
+        stack.run_id = report.run.id
+
+    return submit
 
 
 def plain_rate(sim_url: str, n: int, in_flight: int) -> float:

@@ -6,8 +6,12 @@ the sweeper (a thread in each worker's main process, one active at a time) re-pu
 whatever Redis lost. Time limits: soft < hard < visibility timeout.
 
 Per process (never across a fork): the SQLAlchemy engine, one event loop kept for the
-process's life, the upstream client and the tokenizer, built in ``worker_process_init`` (or on
-first use in a pool without children) and closed at shutdown. Before a worker consumes, its
+process's life and run in a thread of its own, the upstream client and the tokenizer, built in
+``worker_process_init`` (or on first use in a pool without children) and closed at shutdown.
+A chunk task runs its chunk on that loop and returns once its last decisions are left running
+(``app.runner.run_chunk``'s hand-off): the next chunk starts beside them, so the model server
+is never left with only a chunk's slowest decisions. The leases of those decisions are still
+held and renewed; at shutdown the process waits for them. Before a worker consumes, its
 main process waits for the upstream to answer a probe read (``celeryd_after_setup``).
 
 Routing: a run's chunks go to the queue of its model and canvas (``queue_for``); once its
@@ -27,11 +31,14 @@ Metrics (``app.metrics``): with ``DREADS_METRICS_PORT`` set, the main process se
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import socket
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from celery import Celery, signals
 
@@ -45,6 +52,7 @@ __all__ = ["MAX_TASKS_PER_CHILD", "SOFT_SHUTDOWN_S", "ProcessState", "celery_con
            "worker_settings"]
 
 log = logging.getLogger("dreads.worker")
+T = TypeVar("T")
 
 
 def make_celery(*, broker_url: str | None = None, settings: Settings | None = None) -> Celery:
@@ -93,21 +101,40 @@ class ProcessState:
     owner: str
     endpoints: Any = None  #: app.sources.EndpointPool: the decision endpoints of its runs
 
+    thread: threading.Thread | None = None  #: runs ``loop``
+    #: chunks handed off by their task and still running on the loop
+    running: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+
     @property
     def built_here(self) -> bool:
         """Built in this process (not inherited across a fork): ``owner`` ends with our pid."""
         return self.owner.endswith(f":{os.getpid()}")
 
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on this process's loop; its future (kept until done)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self.running.add(future)
+        future.add_done_callback(self.running.discard)
+        return future
+
     def close(self) -> None:
+        pending = list(self.running)
+        if pending:  # decisions left running by handed-off chunks: let them finish
+            log.info("waiting for %d chunk(s) still running", len(pending))
+            concurrent.futures.wait(pending, timeout=SOFT_SHUTDOWN_S)
         try:
             if self.upstream is not None:
-                self.loop.run_until_complete(self.upstream.aclose())
+                self.submit(self.upstream.aclose()).result(timeout=10)
             if self.endpoints is not None:
-                self.loop.run_until_complete(self.endpoints.aclose())
+                self.submit(self.endpoints.aclose()).result(timeout=10)
         except Exception:  # shutting down: log, never raise
             log.warning("closing the upstream failed", exc_info=True)
         self.engine.dispose()
-        self.loop.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+        if not self.loop.is_running():
+            self.loop.close()
 
 
 _state: ProcessState | None = None
@@ -135,7 +162,8 @@ def build_state(settings: Settings) -> ProcessState:
 
     engine = make_engine(settings.database_url)
     loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+    thread = threading.Thread(target=loop.run_forever, name="dreads-loop", daemon=True)
+    thread.start()
     tokenizer = make_tokenizer(settings)
     answers = settings.worker_answers
     return ProcessState(settings=settings, engine=engine, session_factory=make_sessionmaker(engine),
@@ -143,7 +171,8 @@ def build_state(settings: Settings) -> ProcessState:
                         tokenizer=tokenizer,
                         probe=None if answers else make_probe(settings, tokenizer),
                         owner=f"{socket.gethostname()}:{os.getpid()}",
-                        endpoints=EndpointPool.from_settings(share=settings.worker_processes))
+                        endpoints=EndpointPool.from_settings(share=settings.worker_processes),
+                        thread=thread)
 
 
 def process_state() -> ProcessState:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 from celery import shared_task
@@ -33,18 +35,43 @@ def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str
     state = process_state()
     s = state.settings
     delivery = self.request.delivery_info or {}
-    result = state.loop.run_until_complete(run_chunk(
+    handed_off = threading.Event()
+    future = state.submit(run_chunk(
         run_id=run_id, decision_ids=decision_ids, session_factory=state.session_factory,
         upstream=state.upstream, tokenizer=state.tokenizer, owner=state.owner,
         lease_s=s.lease_s, max_in_flight=s.max_in_flight, max_attempts=s.max_attempts,
         task_id=self.request.id, redelivered=bool(delivery.get("redelivered")),
         recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook(),
-        endpoints=state.endpoints))
+        endpoints=state.endpoints, on_hand_off=handed_off.set,
+        hand_off_at=_hand_off_at(len(decision_ids))))
+    future.add_done_callback(lambda _: handed_off.set())
+    handed_off.wait()
+    if not future.done():  # its slowest decisions go on beside the next chunk
+        future.add_done_callback(_log_failure)
+        return {"handed_off": True}
+    result = future.result()  # a StoreError at the claim is retried (autoretry_for)
     if result.upstream_ready is not None:
         set_upstream_ready(s.upstream, result.upstream_ready)
     if result.not_served:
         _stop_consuming(self, result.not_served)
     return result.as_dict()
+
+
+#: The share of a chunk's decisions left running when its task returns and the next chunk
+#: starts beside them.
+HAND_OFF_SHARE = 0.5
+
+
+def _hand_off_at(n: int) -> int:
+    """Decisions of a chunk of ``n`` still running when the next chunk may start."""
+    return int(n * HAND_OFF_SHARE)
+
+
+def _log_failure(future: Future[Any]) -> None:
+    """A handed-off chunk that failed after its task returned (its leases expire, and the
+    sweeper re-publishes its decisions)."""
+    if not future.cancelled() and future.exception() is not None:
+        log.error("a chunk failed after its task returned: %s", future.exception())
 
 
 def _stop_consuming(task: Any, why: str) -> None:

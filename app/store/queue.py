@@ -6,9 +6,10 @@ A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``reje
                       redelivered or duplicated chunk message whose decisions are done or held
                       elsewhere is a cheap no-op.
     renew_leases      the holder extends its leases (guarded by the lease token).
-    finish_decision   attempt + draws + answers (INSERT ... ON CONFLICT DO NOTHING) + status done,
-                      in the caller's transaction: the first finished attempt wins; a question
-                      the answer source refused is a ``refused`` attempt row of the winner.
+    finish_decisions  attempts + draws + answers (INSERT ... ON CONFLICT DO NOTHING) + status
+                      done of finished attempts, a statement per table for all of them, in the
+                      caller's transaction: the first finished attempt wins; a question the
+                      answer source refused is a ``refused`` attempt row of the winner.
     fail_decision     an attempt row with the outcome kind; permanent -> rejected, transient ->
                       pending (re-published by the sweeper) or failed at the attempt cap.
     release_unserved  the worker's upstream does not serve the run's model: back to pending,
@@ -54,6 +55,7 @@ from app.store.models import (
 __all__ = [
     "AttemptInfo",
     "Claimed",
+    "Finished",
     "SweepResult",
     "claim_decisions",
     "claimable",
@@ -61,6 +63,7 @@ __all__ = [
     "expire_leases",
     "fail_decision",
     "finish_decision",
+    "finish_decisions",
     "mark_pending",
     "mark_queued",
     "queued_page",
@@ -216,9 +219,12 @@ _DECISIONS = cast(Table, Decision.__table__)
 _ANSWERS = cast(Table, Answer.__table__)
 #: Prebuilt Core statements of the hot path (compiled once, no ORM bookkeeping per call).
 _INSERT_ATTEMPT = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id)
+#: Many attempt rows at once, their ids returned in the rows' order (insertmanyvalues).
+_INSERT_ATTEMPTS = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id, sort_by_parameter_order=True)
 _INSERT_DRAWS = insert(cast(Table, Draw.__table__))
+#: The decisions whose answers went in (a decision already answered inserts none of them).
 _ANSWERS_IGNORE = dialects.insert_ignoring(_ANSWERS, ["decision_id", "question_id"],
-                                           returning=_ANSWERS.c.id)
+                                           returning=_ANSWERS.c.decision_id)
 _ATTEMPT_LOST_RACE = (update(_ATTEMPTS).where(_ATTEMPTS.c.id == bindparam("attempt_id"))
                       .values(won=False))
 _DECISION_DONE = (
@@ -238,16 +244,28 @@ _FIRST_DONE = (
 )
 
 
-def _insert_attempt(session: Session, *, claim: Claimed, outcome: str, info: AttemptInfo,
-                    detail: str | None = None, now: datetime, won: bool = False) -> int:
-    row = {
+def _attempt_row(claim: Claimed, *, outcome: str, info: AttemptInfo, now: datetime,
+                 detail: str | None = None, won: bool = False) -> dict[str, Any]:
+    return {
         "run_id": claim.run_id, "decision_id": claim.id, "outcome": outcome, "detail": detail,
         "worker": info.worker, "task_id": info.task_id, "redelivered": info.redelivered,
         "lease_token": claim.lease_token, "n_reads": info.n_reads,
         "latency_ms": info.latency_ms, "won": won, "started_at": info.started_at,
         "ended_at": now, "usage": dict(info.usage) if info.usage is not None else None,
     }
-    return int(session.connection().execute(_INSERT_ATTEMPT, row).scalar_one())
+
+
+def _insert_attempts(conn: Any, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert attempt rows; their ids, in the rows' order."""
+    if len(rows) == 1:
+        return [int(conn.execute(_INSERT_ATTEMPT, rows[0]).scalar_one())]
+    return [int(i) for i in conn.execute(_INSERT_ATTEMPTS, list(rows)).scalars()]
+
+
+def _insert_attempt(session: Session, *, claim: Claimed, outcome: str, info: AttemptInfo,
+                    detail: str | None = None, now: datetime, won: bool = False) -> int:
+    row = _attempt_row(claim, outcome=outcome, info=info, now=now, detail=detail, won=won)
+    return _insert_attempts(session.connection(), [row])[0]
 
 
 def _answer_row(claim: Claimed, attempt_id: int, answer: EngineAnswer,
@@ -280,40 +298,76 @@ def _draw_row(claim: Claimed, attempt_id: int, draw: DrawRecord,
     }
 
 
+@dataclass(frozen=True)
+class Finished:
+    """An attempt that answered its decision, to be recorded by ``finish_decisions``."""
+
+    claim: Claimed
+    answers: Sequence[EngineAnswer]
+    draws: Sequence[DrawRecord]
+    attempt: AttemptInfo
+    question_ids: Sequence[str]
+    expected: Mapping[str, str] = field(default_factory=dict)
+    refusals: Sequence[Refusal] = ()
+
+
 def finish_decision(session: Session, *, claim: Claimed, answers: Sequence[EngineAnswer],
                     draws: Sequence[DrawRecord], attempt: AttemptInfo,
                     question_ids: Sequence[str], expected: Mapping[str, str] | None = None,
                     now: datetime | None = None, refusals: Sequence[Refusal] = ()) -> bool:
     """Record a finished attempt; return True when its answers are the ones kept (it won).
+    ``finish_decisions`` of one."""
+    (won,) = finish_decisions(session, [Finished(
+        claim=claim, answers=answers, draws=draws, attempt=attempt, question_ids=question_ids,
+        expected=expected or {}, refusals=refusals)], now=now)
+    return won
+
+
+def finish_decisions(session: Session, finished: Sequence[Finished], *,
+                     now: datetime | None = None) -> list[bool]:
+    """Record finished attempts, a statement per table for all of them; return, for each,
+    whether its answers are the ones kept (it won).
 
     A stale holder (its lease expired and was taken over) still wins if nothing was recorded
     before it; otherwise its attempt row records the lost race and its answers are dropped.
     The winner's ``refusals`` (questions the answer source declined) become one ``refused``
     attempt row each, so they are counted once per question, whatever the redeliveries.
     """
+    if not finished:
+        return []
     now = now or utcnow()
     conn = session.connection()
-    # Optimistic: the attempt is written as the winner and corrected in the rare lost race.
-    attempt_id = _insert_attempt(session, claim=claim, outcome=OutcomeKind.OK, info=attempt,
-                                 now=now, won=True)
+    # Optimistic: the attempts are written as winners and corrected in the rare lost race.
+    attempt_ids = _insert_attempts(conn, [_attempt_row(
+        f.claim, outcome=OutcomeKind.OK, info=f.attempt, now=now, won=True) for f in finished])
+    draws = [_draw_row(f.claim, aid, d, f.question_ids)
+             for f, aid in zip(finished, attempt_ids, strict=True) for d in f.draws]
     if draws:
-        conn.execute(_INSERT_DRAWS, [_draw_row(claim, attempt_id, d, question_ids)
-                                     for d in draws])
+        conn.execute(_INSERT_DRAWS, draws)
+    answers = [_answer_row(f.claim, aid, a, f.expected)
+               for f, aid in zip(finished, attempt_ids, strict=True) for a in f.answers]
+    kept: set[int] = set()
     if answers:
-        rows = [_answer_row(claim, attempt_id, a, expected or {}) for a in answers]
-        won = bool(conn.execute(_ANSWERS_IGNORE[dialects.name(conn)], rows).all())
-    else:  # every question refused: the first to settle the decision wins
-        won = conn.execute(_FIRST_DONE, {"decision_id": claim.id, "now": now}).first() is not None
-    if not won:
-        conn.execute(_ATTEMPT_LOST_RACE, {"attempt_id": attempt_id})
-    elif refusals:
-        info = replace(attempt, n_reads=0, latency_ms=None, usage=None)
-        for refusal in refusals:
-            _insert_attempt(session, claim=claim, outcome=OutcomeKind.REFUSED, info=info,
-                            detail=f"question {refusal.question_id!r}: {refusal.reason}"[:2000],
-                            now=now)
-    conn.execute(_DECISION_DONE, {"decision_id": claim.id, "now": now})
+        kept = {int(did) for (did,) in conn.execute(_ANSWERS_IGNORE[dialects.name(conn)],
+                                                    answers)}
+    won = [f.claim.id in kept if f.answers else _first_done(conn, f.claim.id, now)
+           for f in finished]
+    lost = [{"attempt_id": aid} for aid, w in zip(attempt_ids, won, strict=True) if not w]
+    if lost:
+        conn.execute(_ATTEMPT_LOST_RACE, lost)
+    refused = [_attempt_row(f.claim, outcome=OutcomeKind.REFUSED,
+                            info=replace(f.attempt, n_reads=0, latency_ms=None, usage=None),
+                            now=now, detail=f"question {r.question_id!r}: {r.reason}"[:2000])
+               for f, w in zip(finished, won, strict=True) if w for r in f.refusals]
+    if refused:
+        _insert_attempts(conn, refused)
+    conn.execute(_DECISION_DONE, [{"decision_id": f.claim.id, "now": now} for f in finished])
     return won
+
+
+def _first_done(conn: Any, decision_id: int, now: datetime) -> bool:
+    """Every question refused: the first attempt to settle the decision wins."""
+    return conn.execute(_FIRST_DONE, {"decision_id": decision_id, "now": now}).first() is not None
 
 
 def fail_decision(session: Session, *, claim: Claimed, kind: str, detail: str, permanent: bool,

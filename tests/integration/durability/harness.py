@@ -165,7 +165,7 @@ class Stack:
         return self.counts().get("done", 0)
 
     def wait_settled(self, timeout_s: float, *, settled: Callable[[dict[str, int]], bool]
-                     | None = None) -> dict[str, int]:
+                     | None = None, interval_s: float = 0.5) -> dict[str, int]:
         """Wait until no decision is pending, queued or leased (or ``settled(counts)``)."""
         def ok() -> bool:
             counts = self.counts()
@@ -174,7 +174,7 @@ class Stack:
             return not any(counts.get(k) for k in ("pending", "queued", "leased"))
 
         wait_until(ok, timeout_s=timeout_s, what=f"run {self.run_id} to settle "
-                   f"({self.counts()})", interval_s=0.5)
+                   f"({self.counts()})", interval_s=interval_s)
         return self.counts()
 
     def wait_done_at_least(self, n: int, timeout_s: float, *, leased: bool = False) -> None:
