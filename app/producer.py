@@ -33,7 +33,6 @@ from typing import Any, Protocol
 
 import orjson
 
-from app.config import get_settings
 from app.engine import (
     AnswerBy,
     Decision,
@@ -268,9 +267,8 @@ def check_templates(
     problems: dict[str, LineProblem] = {}
     if settings.answer_by is not AnswerBy.READS:  # a decision endpoint plans its own reads
         return problems
-    memo: dict[Any, str | None] = {} if cache is None else cache
+    memo: dict[Any, str | None] = {} if cache is None else _bounded(cache)
     for line_no, decision in decisions:
-        _bounded(memo)
         key = decision.questions  # frozen values: equal questions, equal plan
         if key not in memo:
             memo[key] = _template_problem(decision, settings, tokenizer)
@@ -300,14 +298,15 @@ def fingerprint_dict(fingerprint: ServerFingerprint | None) -> dict[str, Any] | 
 
 def _rows(decisions: Sequence[tuple[int, Decision]], rejected: Mapping[str, LineProblem],
           replicates: int, specs: SpecsMemo) -> Iterator[DecisionRow]:
+    memo = _bounded(specs)
     for line_no, decision in decisions:
-        problem = rejected.get(decision.id)
-        payload = decision_payload(decision, memo=_bounded(specs))
+        problem = rejected.get(decision.id) if rejected else None
+        payload = decision_payload(decision, memo=memo)
+        reason = problem.reason if problem else None
         for replicate in range(replicates):
-            yield DecisionRow(key=decision.id, replicate=replicate, cell=decision.cell,
-                              line_no=line_no, payload=payload,
-                              n_questions=len(decision.questions),
-                              rejected_reason=problem.reason if problem else None)
+            # positional: a million of these
+            yield DecisionRow(decision.id, replicate, decision.cell, line_no, payload,
+                              len(decision.questions), reason)
 
 
 class _Refused(Exception):
@@ -636,6 +635,7 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
                     engine: Any = None) -> Any:
     """The ``UpstreamConfig`` reading ``settings`` at ``url``. ``engine`` (an UpstreamConfig:
     engine, device, dtype, model_path) is the engine the user chose; default ``DREADS_*``."""
+    from app.config import get_settings
     from app.upstream.factory import UpstreamConfig
 
     env = get_settings()

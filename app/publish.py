@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
-from app.config import get_settings
 from app.errors import DreadsError, OutcomeKind
 from app.queues import (
     BROKER_EPOCH_KEY,
@@ -267,6 +266,7 @@ def make_sender(broker: str | None) -> Iterator[Any]:
     """The send-only Celery client publishing to ``broker`` (default ``DREADS_BROKER_URL``),
     closed after."""
     from app.broker import make_client
+    from app.config import get_settings
 
     celery = make_client(get_settings(), broker_url=broker)
     try:
@@ -298,5 +298,8 @@ def make_publisher(sender: Any, chunk_size: int | None, *, run_name: str,
                    queue: str) -> RunPublisher:
     """The publisher of run ``run_name``'s chunks (``chunk_size`` default
     ``DREADS_CHUNK_SIZE``) to ``queue`` through ``sender``."""
-    return RunPublisher(sender, chunk_size or get_settings().chunk_size, run_name=run_name,
-                        queue=queue)
+    if chunk_size is None:
+        from app.config import get_settings
+
+        chunk_size = get_settings().chunk_size
+    return RunPublisher(sender, chunk_size, run_name=run_name, queue=queue)

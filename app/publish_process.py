@@ -8,8 +8,13 @@ of running side by side. ``PublisherProcess`` is the same ``app.producer.Publish
 sends it a committed batch's ids over a pipe and waits (without the lock) for the number of
 messages, or for the broker's error.
 
-    with PublisherProcess(broker, chunk_size, run_name="r1", queue=queue) as publisher:
+    with PublisherProcess(broker, chunk_size) as publisher:   # the child starts now
+        ...                                                   # (load the tokenizer meanwhile)
+        publisher.bind(run_name="r1", queue=queue)
         submit_job(request, factory, tokenizer, publisher=publisher)
+
+The child is spawned at once and imports Celery and kombu while the parent does its own
+start-up (the tokenizer, the upstream's probe), so its first message is not late.
 """
 
 from __future__ import annotations
@@ -33,20 +38,26 @@ _CLOSE_S = 30.0
 
 
 class PublisherProcess:
-    """``RunPublisher(make_sender(broker), chunk_size, ...)`` in a spawned child process."""
+    """``RunPublisher(make_sender(broker), chunk_size, ...)`` in a spawned child process;
+    ``bind`` names the run and its queue before the first ``start``."""
 
-    def __init__(self, broker: str | None, chunk_size: int | None, *, run_name: str,
-                 queue: str) -> None:
+    def __init__(self, broker: str | None, chunk_size: int | None) -> None:
         context = multiprocessing.get_context("spawn")  # no fork of a threaded parent
         self._conn, child = context.Pipe()
-        self._process = context.Process(
-            target=_serve, args=(child, broker, chunk_size, run_name, queue),
-            name="dreads-publish", daemon=True)
+        self._process = context.Process(target=_serve, args=(child, broker, chunk_size),
+                                        name="dreads-publish", daemon=True)
         self._process.start()
         child.close()
+        self._bound: tuple[str, str] | None = None
+
+    def bind(self, *, run_name: str, queue: str) -> None:
+        """The run whose chunks this publishes, and their queue (sent with ``start``)."""
+        self._bound = (run_name, queue)
 
     def start(self, now_s: float) -> None:
-        self._ask(("start", now_s))
+        if self._bound is None:
+            raise RuntimeError("PublisherProcess.bind(run_name=..., queue=...) first")
+        self._ask(("start", now_s, *self._bound))
 
     def __call__(self, run_id: int, decision_ids: Sequence[int]) -> int:
         return int(self._ask(("publish", run_id, array("q", decision_ids).tobytes())))
@@ -80,13 +91,12 @@ class PublisherProcess:
         self.close()
 
 
-def _serve(conn: Connection, broker: str | None, chunk_size: int | None, run_name: str,
-           queue: str) -> None:
+def _serve(conn: Connection, broker: str | None, chunk_size: int | None) -> None:
     """The child: answer each request with ("ok", value) or ("error", message) until None.
     Ctrl-C is the parent's to handle: it closes the pipe, and the child ends with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        _publish_requests(conn, broker, chunk_size, run_name, queue)
+        _publish_requests(conn, broker, chunk_size)
     except Exception as exc:  # never a traceback: the parent reports it, rows stay in SQL
         message = f"the publishing process failed ({type(exc).__name__}: {exc})"
         while _receive(conn) is not None:
@@ -94,16 +104,19 @@ def _serve(conn: Connection, broker: str | None, chunk_size: int | None, run_nam
     conn.close()
 
 
-def _publish_requests(conn: Connection, broker: str | None, chunk_size: int | None,
-                      run_name: str, queue: str) -> None:
+def _publish_requests(conn: Connection, broker: str | None, chunk_size: int | None) -> None:
     with make_sender(broker) as sender:
-        publisher = make_publisher(sender, chunk_size, run_name=run_name, queue=queue)
+        publisher = None
         while (request := _receive(conn)) is not None:
             try:
                 if request[0] == "start":
-                    publisher.start(request[1])
+                    _, now_s, run_name, queue = request
+                    publisher = make_publisher(sender, chunk_size, run_name=run_name,
+                                               queue=queue)
+                    publisher.start(now_s)
                     conn.send(("ok", None))
                 else:
+                    assert publisher is not None, "start comes first"
                     ids = array("q")
                     ids.frombytes(request[2])
                     conn.send(("ok", publisher(request[1], ids)))

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.config import get_settings
 from app.errors import DreadsError
 from app.metrics.worker import record_sweep
 from app.publish import (
@@ -321,6 +320,8 @@ RESUME_LOCK_WAIT_S = 120.0
 def sweep_for(factory: SessionFactory, sender: Any, run_id: int,
               chunk_size: int | None) -> Callable[[], Any]:
     """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
+    from app.config import get_settings
+
     env = get_settings()
 
     def _sweep() -> Any:

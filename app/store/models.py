@@ -52,6 +52,9 @@ OPEN_PREDICATE = "status IN ('pending', 'queued', 'leased', 'failed')"
 
 # BigInteger ids that still autoincrement on SQLite.
 BigId = BigInteger().with_variant(Integer, "sqlite")
+#: An identifier compared only for equality (unique indexes): byte by byte on PostgreSQL
+#: (``COLLATE "C"``, migration 0005), as SQLite compares already.
+Identifier = String(500).with_variant(String(500, collation="C"), "postgresql")
 
 
 class Base(DeclarativeBase):
@@ -118,7 +121,7 @@ class Decision(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    key: Mapped[str] = mapped_column(String(500))  #: the user's decision id
+    key: Mapped[str] = mapped_column(Identifier)  #: the user's decision id
     replicate: Mapped[int] = mapped_column(Integer, default=0)  #: noise-seed replicate index
     cell: Mapped[str | None] = mapped_column(String(200), nullable=True)
     line_no: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -225,7 +228,7 @@ class Answer(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     decision_id: Mapped[int] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
     attempt_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"), nullable=True)
-    question_id: Mapped[str] = mapped_column(String(500))
+    question_id: Mapped[str] = mapped_column(Identifier)
     question_type: Mapped[str] = mapped_column(String(16))
     label: Mapped[str] = mapped_column(String(8))
     option: Mapped[str] = mapped_column(Text)
