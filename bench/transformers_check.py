@@ -164,7 +164,7 @@ class Capture:
         original = model.slot_logits
 
         def slot_logits(hidden: torch.Tensor) -> torch.Tensor:
-            self.seen.append(hidden.detach().float().cpu())
+            self.seen.append(hidden.detach().cpu())  # its own dtype: float64 differences show
             return original(hidden)
 
         model.slot_logits = slot_logits  # type: ignore[method-assign]
@@ -242,7 +242,7 @@ def plain_reads(model: ReadModel, reads: Reads, copies: int) -> Answer:
             h = states[0, list(reads.slots)]
             lp = torch.log_softmax(model.slot_logits(h), -1)[:, list(reads.labels)]
         logprobs.append(lp.float().cpu())
-        hidden.append(h.float().cpu())
+        hidden.append(h.detach().cpu())
     return Answer(logprobs, hidden)
 
 
@@ -250,7 +250,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def check_rows(model: ReadModel, paths: Sequence[str]) -> None:
+def check_rows(model: ReadModel, paths: Sequence[str], *, lean: bool = False) -> None:
     """Row by row: every path against the reference, with and without pinned routing, next to
     the reference's own noise (batching, the plain forward)."""
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -267,14 +267,16 @@ def check_rows(model: ReadModel, paths: Sequence[str]) -> None:
     answers: dict[str, Answer] = {}
     flips: dict[str, tuple[list[int], int, list[float]]] = {}
     answers["plain"] = plain_reads(model, reads, 1)
-    answers["plain x8"] = plain_reads(model, reads, 8)
+    if not lean:
+        answers["plain x8"] = plain_reads(model, reads, 8)
     use_path(model, "collated")
     routing.start("record")
     answers["ref"] = engine_reads(model, reads, routing, capture)
     routing.start("compare")
     answers["ref again"] = engine_reads(model, reads, routing, capture)
     routing.start("off")
-    answers["ref alone"] = engine_reads(model, reads, routing, capture, alone=True)
+    if not lean:
+        answers["ref alone"] = engine_reads(model, reads, routing, capture, alone=True)
     for path in paths:
         use_path(model, path)
         for mode in ("compare", "replay"):
@@ -286,7 +288,9 @@ def check_rows(model: ReadModel, paths: Sequence[str]) -> None:
             flips[name] = (decoder.sum((0, 2)).tolist(),
                            sum(int(f.sum()) for f in routing.flips[:-n]), routing.flip_margins)
         routing.start("off")
-        answers[f"{path} alone"] = engine_reads(model, reads, routing, capture, alone=True)
+        if not lean:
+            answers[f"{path} alone"] = engine_reads(model, reads, routing, capture,
+                                                    alone=True)
     use_path(model, "collated")
     routing.start("off")
     n_layers = model.text_config.num_hidden_layers
@@ -303,6 +307,8 @@ def check_rows(model: ReadModel, paths: Sequence[str]) -> None:
     print(f"{'':<34}{'max |dlp|':>10}{'max rel h':>10}  per row: max |dlogprob| over its "
           "slots x labels")
     for a, b in pairs:
+        if a not in answers or b not in answers:
+            continue
         dlp = [float((x - y).abs().max())
                for x, y in zip(answers[a].logprobs, answers[b].logprobs, strict=True)]
         rel = [_rel(x, y) for x, y in zip(answers[a].hidden, answers[b].hidden, strict=True)]
@@ -320,6 +326,29 @@ def check_rows(model: ReadModel, paths: Sequence[str]) -> None:
     same = all(torch.equal(x, y) for x, y in zip(answers["ref"].logprobs,
                                                   answers["ref again"].logprobs, strict=True))
     print(f"ref vs ref again bit-identical: {same}", flush=True)
+
+
+def _norms_in_dtype() -> Callable[[], None]:
+    """transformers' RMSNorm computes in float32 whatever the model's dtype; the kernels' fused
+    norm computes in the model's. For a float64 comparison of the two, the reference's norms in
+    the model's dtype too (the same formula); returns the undo."""
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import (
+        DiffusionGemmaRMSNorm,
+    )
+
+    original = DiffusionGemmaRMSNorm.forward
+
+    def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+        mean_squared = hidden_states.pow(2).mean(-1, keepdim=True) + self.eps
+        normed = hidden_states * torch.pow(mean_squared, -0.5)
+        return normed * self.weight if self.with_scale else normed
+
+    DiffusionGemmaRMSNorm.forward = forward  # type: ignore[method-assign]
+
+    def restore() -> None:
+        DiffusionGemmaRMSNorm.forward = original  # type: ignore[method-assign]
+
+    return restore
 
 
 # -- call profiles ----------------------------------------------------------------------------
@@ -412,71 +441,16 @@ def profile_calls(model: ReadModel, out: Path | None, *, decode_batches: Sequenc
               f"{steps.captured} graphs captured in {steps.capture_s:.1f}s", flush=True)
 
 
-def time_attention(model: ReadModel, rows: int = 34, length: int = 460) -> None:
-    """The encoder's attention at a fresh prefill's shapes, per SDPA backend: what
-    transformers runs (full layers, head dim 512: keys repeated per query head, causal; sliding
-    layers, head dim 256: grouped-query heads, causal) and the alternatives."""
-    cfg = model.text_config
-    _time_attention_kind(model, "full", int(cfg.global_head_dim),
-                         int(cfg.num_global_key_value_heads), rows, length)
-    _time_attention_kind(model, "sliding", int(cfg.head_dim), int(cfg.num_key_value_heads),
-                         rows, length)
-
-
-def _time_attention_kind(model: ReadModel, name: str, dim: int, kv: int, rows: int,
-                         length: int) -> None:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    f = torch.nn.functional.scaled_dot_product_attention
-    dev, dt = model.device, model.model.dtype
-    heads = int(model.text_config.num_attention_heads)
-    q = torch.randn((rows, heads, length, dim), device=dev, dtype=dt)
-    k = torch.randn((rows, kv, length, dim), device=dev, dtype=dt)
-    v = torch.randn((rows, kv, length, dim), device=dev, dtype=dt)
-    rep = heads // kv
-    kr, vr = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-    variants: list[tuple[str, Callable[[], Any]]] = [
-        ("repeat_kv, causal", lambda: f(q, k.repeat_interleave(rep, 1),
-                                        v.repeat_interleave(rep, 1), is_causal=True)),
-        ("pre-repeated, causal", lambda: f(q, kr, vr, is_causal=True)),
-        ("enable_gqa, causal", lambda: f(q, k, v, is_causal=True, enable_gqa=True)),
-    ]
-    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient",
-                SDPBackend.EFFICIENT_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                ("math", SDPBackend.MATH)]
-    for label, fn in variants:
-        cells = []
-        for bname, backend in [("default", None), *backends]:
-            try:
-                if backend is None:
-                    ms = _event_ms(fn)
-                else:
-                    with sdpa_kernel([backend]):
-                        ms = _event_ms(fn)
-                cells.append(f"{bname} {ms:.2f}")
-            except RuntimeError:
-                cells.append(f"{bname} -")
-        print(f"attention {name} ({rows}x{heads}x{length}x{dim}, {kv} kv heads) {label}: "
-              + ", ".join(cells) + " ms", flush=True)
-
-
-def _event_ms(fn: Callable[[], Any], reps: int = 10) -> float:
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=("full", "small"), default="full")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--check", default="", help="comma-separated DTYPE[:LAYERS] of the "
                         "row-by-row check (e.g. float64:12,float32:30); '' for none")
+    parser.add_argument("--lean", action="store_true",
+                        help="leave out the batch-of-8 plain reads and the rows read alone")
+    parser.add_argument("--norms-in-dtype", action="store_true",
+                        help="the reference's RMSNorm in the model's dtype (not float32)")
     parser.add_argument("--then-float32", action="store_true",
                         help="after a float64 check, the same model again in float32")
     parser.add_argument("--paths", default="packed,kernels",
@@ -496,7 +470,10 @@ def main() -> None:
             # grouped_mm has no float64 kernel: the per-expert loop on every path, whose host
             # synchronisations no CUDA graph can hold: fixed-layout steps run eagerly
             model.model.set_experts_implementation("eager")
-        check_rows(model, args.paths.split(","))
+        restore = _norms_in_dtype() if args.norms_in_dtype else None
+        check_rows(model, args.paths.split(","), lean=args.lean)
+        if restore is not None:
+            restore()
         if dtype == torch.float64 and args.then_float32:
             model.model.to(torch.float32)  # the same weights, rounded: float32's own noise
             check_rows(model, args.paths.split(","))
@@ -510,8 +487,6 @@ def main() -> None:
     if args.profile_calls:
         model = build_model(args.config, args.device)
         profile_calls(model, out)
-        if model.device.type == "cuda":
-            time_attention(model)
 
 
 if __name__ == "__main__":
