@@ -250,9 +250,7 @@ class BatchExecutor:
             return (1 + prefixes.setdefault(id(prefix), len(prefixes)), len(item[1].ids))
 
         jobs = sorted(jobs, key=order)
-        for chunk in _prefill_chunks(jobs, self.prefill_token_budget, self.decode_batch,
-                                     fresh=[j.prefix is None or not self.model.packed
-                                            for _, j in jobs]):
+        for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch):
             self._encoder_calls += 1
             self._prefilled += sum(len(j.ids) for _, j in chunk)
             if self.trace is not None:
@@ -266,48 +264,6 @@ class BatchExecutor:
 def _common_prefix(a: Prompt, b: Prompt) -> int:
     pairs = enumerate(zip(a, b, strict=False))
     return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
-
-
-#: an encoder call's fixed cost in prompt tokens: streaming the weights (~12 ms at full size)
-#: and launching its kernels take about as long as encoding this many tokens
-CALL_TOKENS = 1024
-
-
-def _prefill_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int,
-                    *, fresh: Sequence[bool]) -> Iterator[list[tuple[Prompt, PrefillJob]]]:
-    """Encoder calls for jobs sorted by (kind, length). The fresh prompts (no prefix: right-padded
-    rows) are split where it costs least (``_least_padding``); the rest as ``_budget_chunks``
-    (a prefix's suffixes share one packed row)."""
-    split = next((i for i, f in enumerate(fresh) if not f), len(jobs))
-    yield from _least_padding(jobs[:split], budget, max_rows)
-    yield from _budget_chunks(jobs[split:], budget, max_rows)
-
-
-def _least_padding(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int
-                   ) -> Iterator[list[tuple[Prompt, PrefillJob]]]:
-    """Consecutive chunks of length-sorted jobs, each within ``budget`` padded tokens (rows x
-    longest) and ``max_rows``, that encode the fewest padded tokens plus ``CALL_TOKENS`` per
-    call: one call of prompts of 150 to 800 tokens pads about a third of its rows' tokens."""
-    n = len(jobs)
-    lengths = [len(j.ids) for _, j in jobs]
-    cost = [0] + [1 << 62] * n  # cost[i]: the best split of the first i jobs
-    cut = [0] * (n + 1)
-    for end in range(1, n + 1):
-        longest = lengths[end - 1]  # sorted: the chunk's last is its longest
-        for start in range(end - 1, max(-1, end - 1 - max_rows), -1):
-            rows = end - start
-            if rows > 1 and rows * longest > budget:
-                break
-            total = cost[start] + rows * longest + CALL_TOKENS
-            if total < cost[end]:
-                cost[end], cut[end] = total, start
-    bounds = []
-    end = n
-    while end:
-        bounds.append((cut[end], end))
-        end = cut[end]
-    for start, end in reversed(bounds):
-        yield jobs[start:end]
 
 
 def _budget_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int

@@ -32,7 +32,7 @@ log = logging.getLogger("dreads.upstream.transformers")
 #: the arena's size in (group, key position) slots: 1.25 x the executor's default decode token
 #: budget (65,536), room for its padded layouts; about 18 GiB at full size in bf16
 DEFAULT_KEY_SLOTS = 81920
-_ARENA_SHARE = 0.5  #: at most this share of the free GPU memory goes to the arena
+_ARENA_SHARE = 0.35  #: at most this share of the free GPU memory goes to the arena
 
 
 @dataclass

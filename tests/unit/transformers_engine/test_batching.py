@@ -5,21 +5,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from app.upstream.transformers_engine.batcher import MicroBatcher  # noqa: E402
-from app.upstream.transformers_engine.executor import (  # noqa: E402
-    CALL_TOKENS,
-    _budget_chunks,
-    _least_padding,
-    shared_prefix_groups,
-)
+from app.upstream.transformers_engine.executor import shared_prefix_groups  # noqa: E402
 from app.upstream.transformers_engine.kv import KVEntry  # noqa: E402
-from app.upstream.transformers_engine.model import PrefillJob  # noqa: E402
 from app.upstream.transformers_engine.prefill_cache import PrefillCache  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -123,37 +117,3 @@ def test_prompts_of_one_document_form_a_group() -> None:
     shared = sorted((n, len(members)) for n, members in groups if n)
     assert shared == [(70, 2), (70, 3)]
     assert groups[-1] == (0, [system + (7,) * 40])
-
-
-def _fresh(*lengths: int) -> list[tuple[tuple[int, ...], PrefillJob]]:
-    jobs = [(tuple(range(n)), PrefillJob(None, tuple(range(n)))) for n in lengths]
-    return sorted(jobs, key=lambda j: len(j[1].ids))
-
-
-def _chunk_lengths(chunks: Iterator[list[tuple[tuple[int, ...], PrefillJob]]]) -> list[list[int]]:
-    return [[len(j.ids) for _, j in chunk] for chunk in chunks]
-
-
-def test_fresh_prompts_are_split_where_padding_costs_more_than_a_call() -> None:
-    """Ten short prompts and two long ones: padding the short ones to 800 tokens costs more
-    than a second encoder call; prompts of one length stay in one call."""
-    assert _chunk_lengths(_least_padding(_fresh(*[100] * 10, 800, 800), 1 << 20, 64)) == [
-        [100] * 10, [800, 800]]
-    assert _chunk_lengths(_least_padding(_fresh(*[300] * 12), 1 << 20, 64)) == [[300] * 12]
-    # nearly equal lengths: one call (the padding is cheaper than CALL_TOKENS)
-    assert len(list(_least_padding(_fresh(*range(400, 420)), 1 << 20, 64))) == 1
-
-
-def test_the_split_keeps_each_call_within_the_budget_and_the_rows() -> None:
-    lengths = [150 + (37 * i) % 650 for i in range(61)]
-    for budget, rows in ((16384, 64), (4096, 64), (16384, 8), (500, 64)):
-        chunks = _chunk_lengths(_least_padding(_fresh(*lengths), budget, rows))
-        assert sorted(n for c in chunks for n in c) == sorted(lengths)
-        for chunk in chunks:
-            assert len(chunk) <= rows
-            assert len(chunk) == 1 or len(chunk) * max(chunk) <= budget
-        padded = sum(len(c) * max(c) for c in chunks)
-        greedy = sum(len(c) * max(len(j.ids) for _, j in c)
-                     for c in _budget_chunks(_fresh(*lengths), budget, rows))
-        assert padded + CALL_TOKENS * len(chunks) <= greedy + CALL_TOKENS * len(list(
-            _budget_chunks(_fresh(*lengths), budget, rows)))
