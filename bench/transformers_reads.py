@@ -95,18 +95,23 @@ def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16
     if config == "small":
         torch.manual_seed(0)
         model = DiffusionGemmaForBlockDiffusion(tiny_config(vocab, layers=3)).eval()
-        return ReadModel(model.to(device), packed=packed)
+        return ReadModel(model.to(device, dtype if dtype != torch.bfloat16 else torch.float32),
+                         packed=packed)
     text = dict(FULL_TEXT, num_hidden_layers=layers,
                 layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * (layers // 6))
     cfg = DiffusionGemmaConfig(text_config=text, vision_config=SMALL_VISION, canvas_length=256)
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
+    # the encoder and decoder hold their own weights until post_init ties them: built in
+    # float32 the full model would need twice its 100 GB, so wider dtypes are built in bf16 and
+    # converted
+    torch.set_default_dtype(torch.bfloat16 if dtype in (torch.float32, torch.float64) else dtype)
     try:
         with torch.device(device):
             model = DiffusionGemmaForBlockDiffusion(cfg)
     finally:
         torch.set_default_dtype(previous)
+    torch.nn.Module.to(model, dtype=dtype)  # in place, parameter by parameter (tied ones once)
     return ReadModel(model.eval(), packed=packed)
 
 
@@ -256,7 +261,8 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     trace = list(upstream.executor.trace)
     upstream.batcher.executor.shutdown(wait=True)
     upstream.cache.clear()
-    path = next(name for name, flags in PATHS.items() if flags == (model.packed, model.kernels))
+    path = next(name for name, flags in PATHS.items()
+                if flags == (model.packed, model.kernels, model.graphs))
     return Figures(scenario, path, draws, len(decisions),
                    qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
                    totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
@@ -337,12 +343,14 @@ class Bare:
 # -- correctness ------------------------------------------------------------------------------
 
 
-PATHS = {"collated": (False, False), "packed": (True, False), "kernels": (True, True)}
-"""path name -> (packed decoder, kernels): ``collated`` is the engine before issue 18."""
+PATHS = {"collated": (False, False, False), "packed": (True, False, False),
+         "kernels": (True, True, False), "graphs": (True, True, True)}
+"""path name -> (packed decoder, kernels, fixed-layout steps in CUDA graphs): ``collated`` is
+the engine before issue 18."""
 
 
 def use_path(model: ReadModel, path: str) -> None:
-    model.packed, model.kernels = PATHS[path]
+    model.packed, model.kernels, model.graphs = PATHS[path]
 
 
 def check_paths(model: ReadModel, label: str) -> None:
@@ -573,10 +581,13 @@ def main() -> None:
             if not args.no_bare:
                 bare.replay(figures)
             results.append(figures)
+            steps = model._steps
+            graphs = (f", graphs so far: {steps.captured} captured in {steps.capture_s:.1f}s, "
+                      f"{steps.fallbacks} batches read without" if steps is not None else "")
             print(f"  {path} {item}: {figures.wall_s:.2f}s, {figures.decisions_per_s:.1f} "
                   f"decisions/s, enc {figures.encoder_s:.2f}s dec {figures.decoder_s:.2f}s, "
-                  f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s "
-                  f"[{time.perf_counter() - began:.0f}s]", flush=True)
+                  f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s"
+                  f"{graphs} [{time.perf_counter() - began:.0f}s]", flush=True)
     _print(results)
 
 

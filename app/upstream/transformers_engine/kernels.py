@@ -11,11 +11,21 @@
   it is the same function), un-permutes in the model dtype and sums with float32 accumulation:
   about a third of the memory traffic around the two grouped GEMMs.
 
-Both are checked against transformers' own forwards in float32 by the engine's tests.
+* **Rotary embeddings.** transformers' ``apply_rotary_pos_emb`` computes
+  ``x * cos + rotate_half(x) * sin`` in six kernels (a negation, a concatenation, two products,
+  a sum) over four full-size temporaries; ``rotary`` writes each half of the output with one
+  product and one fused multiply-add (``addcmul_``): four kernels, half the memory traffic, the
+  same arithmetic (in float32 the same roundings).
+* **Expert offsets** come from a binary search over the sorted expert ids, not ``bincount``
+  (whose output size is read back from the GPU): no host synchronisation inside a layer, so a
+  decoder step can be captured in a CUDA graph.
+
+Each is checked against transformers' own forward in float32 by the engine's tests.
 """
 
 from __future__ import annotations
 
+import importlib
 import types
 from typing import Any
 
@@ -26,7 +36,7 @@ from transformers.integrations.moe import (
     grouped_mm_experts_forward,
 )
 
-__all__ = ["GROUPED_EXPERTS", "fuse_norms", "grouped_experts", "set_kernels"]
+__all__ = ["GROUPED_EXPERTS", "fuse_norms", "grouped_experts", "rotary", "set_kernels"]
 
 GROUPED_EXPERTS = "dreads_grouped"
 
@@ -60,8 +70,9 @@ def grouped_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
     tokens, top_k = top_k_index.shape
     expert_ids, perm = torch.sort(top_k_index.reshape(-1))
     source = perm // top_k
-    counts = torch.bincount(expert_ids, minlength=self.num_experts)
-    offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
+    # offsets[e]: how many of the sorted ids are <= e (the end of expert e's rows)
+    experts = torch.arange(self.num_experts, device=expert_ids.device, dtype=expert_ids.dtype)
+    offsets = torch.searchsorted(expert_ids, experts, right=True).to(torch.int32)
     gate_up = _grouped_linear(hidden_states[source], self.gate_up_proj, offsets,
                               is_transposed=self.is_transposed)
     gated = self._apply_gate(gate_up)
@@ -74,10 +85,41 @@ def grouped_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
     return summed.to(hidden_states.dtype)
 
 
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+           unsqueeze_dim: int = 1) -> torch.Tensor:
+    """``apply_rotary_pos_emb``'s function: ``x * cos + rotate_half(x) * sin``, where
+    ``rotate_half(x) = [-x2, x1]`` for the halves ``x1``, ``x2`` of the last axis."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty_like(x)
+    low, high = out[..., :half], out[..., half:]
+    torch.mul(x1, cos[..., :half], out=low)
+    low.addcmul_(x2, sin[..., :half], value=-1)
+    torch.mul(x2, cos[..., half:], out=high)
+    high.addcmul_(x1, sin[..., half:])
+    return out
+
+
+def _install_rotary(on: bool) -> None:
+    """transformers' DiffusionGemma attention looks ``apply_rotary_pos_emb`` up in its module
+    at each call: point it at ``rotary`` (on) or back at transformers' own."""
+    global _TRANSFORMERS_ROTARY
+    module: Any = importlib.import_module(
+        "transformers.models.diffusion_gemma.modeling_diffusion_gemma")
+    if _TRANSFORMERS_ROTARY is None:
+        _TRANSFORMERS_ROTARY = module.apply_rotary_pos_emb
+    module.apply_rotary_pos_emb = rotary if on else _TRANSFORMERS_ROTARY
+
+
+_TRANSFORMERS_ROTARY: Any = None
+
+
 def set_kernels(model: Any, on: bool) -> None:
-    """Fused norms and ``grouped_experts`` on a loaded DiffusionGemma (``on``), or
+    """Fused norms, ``grouped_experts`` and ``rotary`` on a loaded DiffusionGemma (``on``), or
     transformers' own forwards back (idempotent). A model on other experts (eager, say) keeps
-    them."""
+    them. The rotary function is one per process (transformers' module holds it): the last
+    call decides it for every DiffusionGemma model loaded."""
     if GROUPED_EXPERTS not in ALL_EXPERTS_FUNCTIONS._global_mapping:
         ALL_EXPERTS_FUNCTIONS.register(GROUPED_EXPERTS, grouped_experts)
     current = getattr(model.config, "_experts_implementation", None)
@@ -86,3 +128,4 @@ def set_kernels(model: Any, on: bool) -> None:
     elif not on and current == GROUPED_EXPERTS:
         model.set_experts_implementation("grouped_mm")
     fuse_norms(model, on)
+    _install_rotary(on)

@@ -20,6 +20,7 @@ import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
+from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
 from app.upstream.transformers_engine.packed import (
@@ -88,15 +89,19 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> Re
 class ReadModel:
     """A DiffusionGemma model in eval mode, with the two forwards a read needs.
 
-    ``kernels`` (default): fused RMSNorm and leaner grouped experts (``kernels.py``).
+    ``kernels`` (default): fused RMSNorm, rotary embeddings and leaner grouped experts
+    (``kernels.py``).
     ``packed`` (default): the decoder reads through ``PackedBatch`` (one key buffer per state,
     block-diagonal mask, no per-layer cache concatenation or per-head key expansion); False:
     through transformers' own cache path (a collated ``DynamicCache`` and a padding mask, also
     on prefills without a prefix), kept as the reference the packed path is tested against.
+    ``graphs`` (default: on a GPU): packed decoder steps padded to a few fixed layouts and
+    replayed from CUDA graphs (``graphs.py``); a batch that fits none reads as ``packed``.
     """
 
     def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
-                 kernels: bool = True) -> None:
+                 kernels: bool = True, graphs: bool | None = None,
+                 graph_key_slots: int = DEFAULT_KEY_SLOTS) -> None:
         register_read_attention()
         if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
@@ -112,6 +117,9 @@ class ReadModel:
         self.softcap: float = float(self.text_config.final_logit_softcapping or SOFTCAP_DEFAULT)
         self.device = next(model.parameters()).device
         self.kinds = LayerKinds(self.text_config)
+        self.graphs = self.device.type == "cuda" if graphs is None else graphs
+        self.graph_key_slots = graph_key_slots
+        self._steps: DecodeGraphs | None = None
 
     @property
     def kernels(self) -> bool:
@@ -122,6 +130,16 @@ class ReadModel:
     def kernels(self, on: bool) -> None:
         set_kernels(self.model, on)
         self._kernels = on
+
+    @property
+    def steps(self) -> DecodeGraphs:
+        """The fixed-layout decoder steps (made on first use), captured in CUDA graphs on a
+        GPU."""
+        if self._steps is None:
+            self._steps = DecodeGraphs(self.model.model.decoder, self.kinds, self.text_config,
+                                       pad_id=self.pad_id, capture=self.device.type == "cuda",
+                                       key_slots=self.graph_key_slots)
+        return self._steps
 
     # -- cache plumbing -------------------------------------------------------------------------
 
@@ -212,6 +230,11 @@ class ReadModel:
         """One read-only decoder step over every row's canvas (all the same width)."""
         if not self.packed:
             return self.decode_collated(rows)
+        if self.graphs:
+            hidden = self.steps.decode([r.entry for r in rows], [r.canvas for r in rows])
+            if hidden is not None:
+                with torch.profiler.record_function("dreads.decode"):
+                    return self._logprobs(rows, hidden)
         width = len(rows[0].canvas)
         batch = PackedBatch(self.kinds, [r.entry for r in rows], width,
                             query_heads=int(self.text_config.num_attention_heads),

@@ -33,7 +33,15 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from app.upstream.transformers_engine.kv import KVEntry, LayerKinds
 
-__all__ = ["READ_ATTENTION", "PackedBatch", "read_attention", "register_read_attention"]
+__all__ = [
+    "READ_ATTENTION",
+    "Layout",
+    "PackedBatch",
+    "StaticBatch",
+    "layout_for",
+    "read_attention",
+    "register_read_attention",
+]
 
 READ_ATTENTION = "dreads_read"
 _ALIGN = 16  #: key length multiple (the memory-efficient kernel wants aligned bias rows)
@@ -87,95 +95,82 @@ class EmptyCache:
         self.layers = layers
 
 
-class PackedBatch:
-    """One decoder call's packed key buffers, masks and index tensors (see the module doc)."""
+@dataclass(frozen=True)
+class _Plan:
+    """Where one group's prompt tokens go in a kind's key buffer: the root's kept tokens at
+    [0, root_n), each distinct entry's own tokens at ``own[id(entry)]`` = (start, n), up to
+    ``end``."""
 
-    def __init__(self, kinds: LayerKinds, entries: Sequence[KVEntry], width: int, *,
-                 query_heads: int, device: torch.device, dtype: torch.dtype) -> None:
-        self.width = width
-        self.rows = len(entries)
-        self.query_heads = query_heads
-        roots: dict[int, KVEntry] = {}
-        members: dict[int, list[int]] = {}
-        for row, entry in enumerate(entries):
-            root = entry.root
-            roots.setdefault(id(root), root)
-            members.setdefault(id(root), []).append(row)
-        self.groups = list(members.values())
-        group_roots = list(roots.values())
-        self.rows_max = max(len(m) for m in self.groups)
-        group_of = [0] * self.rows
-        slot_of = [0] * self.rows
-        for g, rows in enumerate(self.groups):
-            for slot, row in enumerate(rows):
-                group_of[row], slot_of[row] = g, slot
-        flat = [g * self.rows_max + s for g, s in zip(group_of, slot_of, strict=True)]
-        self.flat = torch.tensor(flat, dtype=torch.long, device=device)
-        self.group_index = torch.tensor(group_of, dtype=torch.long, device=device)
-        self.kind_of: dict[int, tuple[int, int]] = {
-            layer: (kind, j)
-            for kind, ids in enumerate(kinds.layers) for j, layer in enumerate(ids)}
-        self.kinds = [
-            self._build_kind(kinds, kind, entries, group_roots, device, dtype)
-            for kind in range(len(kinds.layers))
-        ]
+    root_n: int
+    own: dict[int, tuple[int, int]]
+    end: int
 
-    # -- building -------------------------------------------------------------------------------
 
-    def _build_kind(self, kinds: LayerKinds, kind: int, entries: Sequence[KVEntry],
-                    roots: list[KVEntry], device: torch.device, dtype: torch.dtype) -> _Kind:
-        width = self.width
-        like = roots[0].kinds[kind][0]
-        layers, heads, _, dim = like.shape
-        plans = []  # per group: (root kept, {entry id: (start, n)}, {row: canvas start}, length)
-        for g, rows in enumerate(self.groups):
-            root = roots[g]
-            at = root_n = root.kinds[kind][0].shape[2]
-            own: dict[int, tuple[int, int]] = {}
-            for row in rows:
-                entry = entries[row]
-                if id(entry) not in own:
-                    n = min(entry.length - root.length, kinds.kept(kind, entry.length))
-                    own[id(entry)] = (at, n)
-                    at += n
-            canvas = {}
-            for row in rows:
-                canvas[row] = at
-                at += width
-            plans.append((root_n, own, canvas, at))
-        key_len = -(-max(p[3] for p in plans) // _ALIGN) * _ALIGN
-        shape = (len(self.groups), layers, heads, key_len, dim)
-        keys = like.new_zeros(shape)
-        values = like.new_zeros(shape)
-        allowed = torch.zeros((len(self.groups), self.rows_max, key_len), dtype=torch.bool)
-        canvas_at = torch.zeros((self.rows, width), dtype=torch.long)
-        for g, (root_n, own, canvas, _) in enumerate(plans):
-            root = roots[g]
-            rk, rv = root.kinds[kind]
-            keys[g, :, :, :root_n] = rk
-            values[g, :, :, :root_n] = rv
-            copied: set[int] = set()
-            for slot, row in enumerate(self.groups[g]):
-                entry = entries[row]
-                start, n = own[id(entry)]
-                if id(entry) not in copied:
-                    copied.add(id(entry))
-                    _place_own(keys[g], values[g], entry, root, kind, start, n)
-                keep_root = kinds.kept(kind, entry.length) - n
-                allowed[g, slot, root_n - keep_root : root_n] = True
-                allowed[g, slot, start : start + n] = True
-                allowed[g, slot, canvas[row] : canvas[row] + width] = True
-                canvas_at[row] = torch.arange(canvas[row], canvas[row] + width)
-            for slot in range(len(self.groups[g]), self.rows_max):
-                allowed[g, slot, :] = True  # padding queries: attend anywhere (discarded)
-        q_per_kv = self.query_heads // heads
-        full = allowed.to(device)[:, None, None, :, None, :].expand(
-            len(self.groups), 1, q_per_kv, self.rows_max, width, key_len)
-        bias = torch.zeros(full.shape, dtype=dtype, device=device).masked_fill_(
-            ~full, float("-inf")).reshape(len(self.groups), 1, -1, key_len)
-        return _Kind(keys, values, bias, canvas_at.to(device))
+def _plan_kind(kinds: LayerKinds, kind: int, entries: Sequence[KVEntry],
+               groups: Sequence[Sequence[int]], roots: Sequence[KVEntry]) -> list[_Plan]:
+    plans = []
+    for g, rows in enumerate(groups):
+        root = roots[g]
+        at = root_n = root.kinds[kind][0].shape[2]
+        own: dict[int, tuple[int, int]] = {}
+        for row in rows:
+            entry = entries[row]
+            if id(entry) not in own:
+                n = min(entry.length - root.length, kinds.kept(kind, entry.length))
+                own[id(entry)] = (at, n)
+                at += n
+        plans.append(_Plan(root_n, own, at))
+    return plans
 
-    # -- the decoder's view ---------------------------------------------------------------------
+
+def _group_rows(entries: Sequence[KVEntry]) -> tuple[list[list[int]], list[KVEntry]]:
+    """The rows of each root entry (in order of first appearance), and the roots."""
+    roots: dict[int, KVEntry] = {}
+    members: dict[int, list[int]] = {}
+    for row, entry in enumerate(entries):
+        root = entry.root
+        roots.setdefault(id(root), root)
+        members.setdefault(id(root), []).append(row)
+    return list(members.values()), list(roots.values())
+
+
+def _fill_group(kinds: LayerKinds, kind: int, plan: _Plan, root: KVEntry,
+                rows: Sequence[int], entries: Sequence[KVEntry], keys: torch.Tensor,
+                values: torch.Tensor, allowed: torch.Tensor, canvas: Sequence[int],
+                width: int) -> None:
+    """Copy a group's prompt tokens into its (layers, heads, key_len, dim) buffers and mark, per
+    slot (its rows in order), the keys it attends to: its prompt's root and own tokens and its
+    canvas at ``canvas[slot]``."""
+    rk, rv = root.kinds[kind]
+    keys[:, :, : plan.root_n] = rk
+    values[:, :, : plan.root_n] = rv
+    copied: set[int] = set()
+    for slot, row in enumerate(rows):
+        entry = entries[row]
+        start, n = plan.own[id(entry)]
+        if id(entry) not in copied:
+            copied.add(id(entry))
+            _place_own(keys, values, entry, root, kind, start, n)
+        keep_root = kinds.kept(kind, entry.length) - n
+        allowed[slot, plan.root_n - keep_root : plan.root_n] = True
+        allowed[slot, start : start + n] = True
+        allowed[slot, canvas[slot] : canvas[slot] + width] = True
+
+
+class _PackedRead:
+    """What the decoder's attention needs of a packed batch (``PackedBatch``, ``StaticBatch``):
+    per kind the key buffers, the additive mask and the canvas key positions; ``flat`` maps each
+    decoder row to its (group, slot) query block (None: row r is block r)."""
+
+    width: int
+    rows: int
+    n_groups: int
+    rows_max: int
+    query_heads: int
+    flat: torch.Tensor | None
+    group_index: torch.Tensor
+    kind_of: dict[int, tuple[int, int]]
+    kinds: list[_Kind]
 
     def empty_cache(self, n_layers: int) -> EmptyCache:
         """The decoder's ``cache``: per layer, zero-length keys of the layer's shape."""
@@ -201,16 +196,188 @@ class PackedBatch:
         rows, heads, width, dim = query.shape
         kv_heads = keys.shape[1]
         q_per_kv = heads // kv_heads
-        groups = len(self.groups)
-        folded = query.new_zeros((groups * self.rows_max, kv_heads, q_per_kv, width, dim))
-        folded.index_copy_(0, self.flat, query.view(rows, kv_heads, q_per_kv, width, dim))
-        folded = folded.view(groups, self.rows_max, kv_heads, q_per_kv, width, dim).permute(
+        groups = self.n_groups
+        blocks = query.view(rows, kv_heads, q_per_kv, width, dim)
+        if self.flat is not None:
+            blocks = query.new_zeros((groups * self.rows_max, kv_heads, q_per_kv, width, dim))
+            blocks.index_copy_(0, self.flat, query.view(rows, kv_heads, q_per_kv, width, dim))
+        folded = blocks.view(groups, self.rows_max, kv_heads, q_per_kv, width, dim).permute(
             0, 2, 3, 1, 4, 5).reshape(groups, kv_heads, -1, dim)
         out = torch.nn.functional.scaled_dot_product_attention(
             folded, keys, values, attn_mask=kind.bias, scale=module.scaling)
         out = out.reshape(groups, kv_heads, q_per_kv, self.rows_max, width, dim).permute(
             0, 3, 4, 1, 2, 5).reshape(groups * self.rows_max, width, heads, dim)
-        return out.index_select(0, self.flat)
+        return out if self.flat is None else out.index_select(0, self.flat)
+
+
+class PackedBatch(_PackedRead):
+    """One decoder call's packed key buffers, masks and index tensors (see the module doc)."""
+
+    def __init__(self, kinds: LayerKinds, entries: Sequence[KVEntry], width: int, *,
+                 query_heads: int, device: torch.device, dtype: torch.dtype) -> None:
+        self.width = width
+        self.rows = len(entries)
+        self.query_heads = query_heads
+        self.groups, group_roots = _group_rows(entries)
+        self.n_groups = len(self.groups)
+        self.rows_max = max(len(m) for m in self.groups)
+        group_of = [0] * self.rows
+        slot_of = [0] * self.rows
+        for g, rows in enumerate(self.groups):
+            for slot, row in enumerate(rows):
+                group_of[row], slot_of[row] = g, slot
+        flat = [g * self.rows_max + s for g, s in zip(group_of, slot_of, strict=True)]
+        self.flat = torch.tensor(flat, dtype=torch.long, device=device)
+        self.group_index = torch.tensor(group_of, dtype=torch.long, device=device)
+        self.kind_of = _kind_of(kinds)
+        self.kinds = [
+            self._build_kind(kinds, kind, entries, group_roots, device, dtype)
+            for kind in range(len(kinds.layers))
+        ]
+
+    def _build_kind(self, kinds: LayerKinds, kind: int, entries: Sequence[KVEntry],
+                    roots: list[KVEntry], device: torch.device, dtype: torch.dtype) -> _Kind:
+        width = self.width
+        like = roots[0].kinds[kind][0]
+        layers, heads, _, dim = like.shape
+        plans = _plan_kind(kinds, kind, entries, self.groups, roots)
+        # each group's canvases follow its prompt tokens, one per row
+        canvases = [[p.end + slot * width for slot in range(len(rows))]
+                    for p, rows in zip(plans, self.groups, strict=True)]
+        key_len = -(-max(p.end + len(rows) * width for p, rows in zip(
+            plans, self.groups, strict=True)) // _ALIGN) * _ALIGN
+        shape = (len(self.groups), layers, heads, key_len, dim)
+        keys = like.new_zeros(shape)
+        values = like.new_zeros(shape)
+        allowed = torch.zeros((len(self.groups), self.rows_max, key_len), dtype=torch.bool)
+        canvas_at = torch.zeros((self.rows, width), dtype=torch.long)
+        for g, plan in enumerate(plans):
+            rows = self.groups[g]
+            _fill_group(kinds, kind, plan, roots[g], rows, entries, keys[g], values[g],
+                        allowed[g], canvases[g], width)
+            for slot, row in enumerate(rows):
+                canvas_at[row] = torch.arange(canvases[g][slot], canvases[g][slot] + width)
+            allowed[g, len(rows) :, :] = True  # padding queries: attend anywhere (discarded)
+        q_per_kv = self.query_heads // heads
+        full = allowed.to(device)[:, None, None, :, None, :].expand(
+            len(self.groups), 1, q_per_kv, self.rows_max, width, key_len)
+        bias = torch.zeros(full.shape, dtype=dtype, device=device).masked_fill_(
+            ~full, float("-inf")).reshape(len(self.groups), 1, -1, key_len)
+        return _Kind(keys, values, bias, canvas_at.to(device))
+
+
+def _kind_of(kinds: LayerKinds) -> dict[int, tuple[int, int]]:
+    """Layer index -> (its kind, its index among the kind's layers)."""
+    return {layer: (kind, j) for kind, ids in enumerate(kinds.layers)
+            for j, layer in enumerate(ids)}
+
+
+# -- fixed shapes (CUDA graphs) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The fixed shape of a ``StaticBatch``: ``groups`` x ``slots`` decoder rows (row r is slot
+    r % slots of group r // slots); per kind a key buffer of ``prefix[kind]`` prompt positions,
+    then one canvas of ``width`` per slot."""
+
+    groups: int
+    slots: int
+    width: int
+    prefix: tuple[int, ...]
+
+    @property
+    def rows(self) -> int:
+        return self.groups * self.slots
+
+    def key_len(self, kind: int) -> int:
+        return -(-(self.prefix[kind] + self.slots * self.width) // _ALIGN) * _ALIGN
+
+    def key_slots(self) -> int:
+        """The (group, key position) pairs of the largest kind: what it takes of an arena."""
+        return self.groups * max(self.key_len(k) for k in range(len(self.prefix)))
+
+
+#: group and slot counts a batch is padded up to
+GROUP_SIZES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 160, 192, 224, 256)
+SLOT_SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PREFIX_STEP = 256  #: prompt positions per kind are padded up to a multiple of this
+
+
+def _round_up(n: int, sizes: Sequence[int]) -> int | None:
+    return next((s for s in sizes if s >= n), None)
+
+
+def layout_for(kinds: LayerKinds, entries: Sequence[KVEntry], width: int) -> Layout | None:
+    """The padded layout a batch fits (None: more groups or slots than the sizes above)."""
+    groups, roots = _group_rows(entries)
+    n_groups = _round_up(len(groups), GROUP_SIZES)
+    slots = _round_up(max(len(m) for m in groups), SLOT_SIZES)
+    if n_groups is None or slots is None:
+        return None
+    prefix = tuple(
+        -(-max(p.end for p in _plan_kind(kinds, kind, entries, groups, roots)) // PREFIX_STEP)
+        * PREFIX_STEP
+        for kind in range(len(kinds.layers)))
+    return Layout(n_groups, slots, width, prefix)
+
+
+class StaticBatch(_PackedRead):
+    """A packed batch of fixed shape in fixed memory, refilled for each call: the inputs a
+    captured decoder step reads. Padding rows (free slots, padding groups) attend to their own
+    canvas only; their outputs are discarded."""
+
+    def __init__(self, kinds: LayerKinds, layout: Layout,
+                 buffers: Sequence[tuple[torch.Tensor, torch.Tensor]], *, query_heads: int,
+                 dtype: torch.dtype) -> None:
+        """``buffers``: per kind (keys, values) of shape (groups, layers, kv_heads, key_len,
+        dim), e.g. views of an arena shared by every layout."""
+        self.layer_kinds = kinds
+        self.layout = layout
+        self.width = layout.width
+        self.rows = layout.rows
+        self.n_groups = layout.groups
+        self.rows_max = layout.slots
+        self.query_heads = query_heads
+        self.flat = None
+        device = buffers[0][0].device
+        row = torch.arange(layout.rows, device=device)
+        self.group_index = row // layout.slots
+        self.kind_of = _kind_of(kinds)
+        self.kinds = []
+        for kind, (keys, values) in enumerate(buffers):
+            key_len = layout.key_len(kind)
+            assert keys.shape[0] == layout.groups and keys.shape[3] == key_len
+            q_per_kv = query_heads // keys.shape[2]
+            bias = torch.zeros((layout.groups, 1, q_per_kv * layout.slots * layout.width,
+                                key_len), dtype=dtype, device=device)
+            start = layout.prefix[kind] + (row % layout.slots) * layout.width
+            canvas_at = start[:, None] + torch.arange(layout.width, device=device)[None, :]
+            self.kinds.append(_Kind(keys, values, bias, canvas_at))
+
+    def fill(self, entries: Sequence[KVEntry]) -> list[int]:
+        """Write a batch's prompt tokens and masks into the buffers; each entry's decoder row."""
+        layout, width = self.layout, self.width
+        groups, roots = _group_rows(entries)
+        placed = [0] * len(entries)
+        for g, rows in enumerate(groups):
+            for slot, row in enumerate(rows):
+                placed[row] = g * layout.slots + slot
+        for kind_id, kind in enumerate(self.kinds):
+            canvas = [layout.prefix[kind_id] + slot * width for slot in range(layout.slots)]
+            key_len = layout.key_len(kind_id)
+            allowed = torch.zeros((layout.groups, layout.slots, key_len), dtype=torch.bool)
+            for slot in range(layout.slots):  # every slot sees its own canvas at least
+                allowed[:, slot, canvas[slot] : canvas[slot] + width] = True
+            plans = _plan_kind(self.layer_kinds, kind_id, entries, groups, roots)
+            for g, (plan, rows) in enumerate(zip(plans, groups, strict=True)):
+                _fill_group(self.layer_kinds, kind_id, plan, roots[g], rows, entries,
+                            kind.keys[g], kind.values[g], allowed[g], canvas, width)
+            q_per_kv = kind.bias.shape[2] // (layout.slots * width)
+            view = kind.bias.view(layout.groups, 1, q_per_kv, layout.slots, width, key_len)
+            mask = allowed.to(kind.bias.device)[:, None, None, :, None, :]
+            view.copy_(torch.where(mask, 0.0, float("-inf")).to(kind.bias.dtype))
+        return placed
 
 
 def _place_own(keys: torch.Tensor, values: torch.Tensor, entry: KVEntry, root: KVEntry,
@@ -267,9 +434,7 @@ class PackedPrefill:
             widths.append(at)
         self.width = max(widths)
         self.group_of = {job: g for g, group in enumerate(self.groups) for job in group}
-        self.kind_of: dict[int, tuple[int, int]] = {
-            layer: (kind, j)
-            for kind, ids in enumerate(kinds.layers) for j, layer in enumerate(ids)}
+        self.kind_of = _kind_of(kinds)
         self.head: dict[int, int] = {}  #: per kind: the prefix region's width
         self.kinds = [self._build_kind(kind, device, dtype) for kind in range(len(kinds.layers))]
 

@@ -17,6 +17,7 @@ from transformers import DynamicCache  # noqa: E402
 from transformers.integrations.moe import grouped_mm_experts_forward  # noqa: E402
 
 from app.upstream.transformers_engine import ReadModel, build_tiny_model  # noqa: E402
+from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS  # noqa: E402
 from app.upstream.transformers_engine.kernels import grouped_experts  # noqa: E402
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob  # noqa: E402
 
@@ -154,9 +155,15 @@ def test_kernels_switch_off_cleanly(model: Any) -> None:
     _new(model)
     assert "forward" in norm.__dict__
     assert model.model.config._experts_implementation == "dreads_grouped"
+    from transformers.models.diffusion_gemma import modeling_diffusion_gemma as modeling
+
+    from app.upstream.transformers_engine.kernels import rotary
+
+    assert modeling.apply_rotary_pos_emb is rotary
     _today(model)
     assert "forward" not in norm.__dict__
     assert model.model.config._experts_implementation == "grouped_mm"
+    assert modeling.apply_rotary_pos_emb is not rotary
     _new(model)
 
 
@@ -181,3 +188,92 @@ def test_packed_prefill_of_suffixes_equals_the_collated_prefill(model: Any) -> N
         for (ka, va), (kb, vb) in zip(a.kinds, b.kinds, strict=True):
             assert ka.shape == kb.shape
             assert torch.allclose(ka, kb, atol=ATOL) and torch.allclose(va, vb, atol=ATOL)
+
+
+@pytest.fixture
+def fixed(model: Any) -> Any:
+    """The model reading through fixed layouts (eagerly: no CUDA here), a fresh arena."""
+    _new(model)
+    model.graphs, model._steps = True, None
+    yield model
+    model.graphs, model._steps = False, None
+
+
+def test_fixed_layout_steps_answer_as_the_packed_path(fixed: Any) -> None:
+    """Padded to a layout (3 groups of 5, 1, 1 rows -> 4 groups of 6 slots), every row reads what
+    the packed call and today's path read; a second batch of the same layout refills the same
+    buffers (stale prompt tokens masked) and is still exact."""
+    from app.upstream.transformers_engine.packed import layout_for
+
+    rows, _ = _workload(fixed)
+    layout = layout_for(fixed.kinds, [r.entry for r in rows], 16)
+    assert layout is not None and (layout.groups, layout.slots) == (4, 6)
+    stepped = fixed.decode(rows)
+    assert list(fixed.steps.steps) == [layout] and fixed.steps.fallbacks == 0
+    fixed.graphs = False
+    packed = fixed.decode(rows)
+    rows_today, _ = _workload(_today(fixed))
+    today = fixed.decode(rows_today)
+    assert _max_diff(stepped, packed) < ATOL and _max_diff(stepped, today) < ATOL
+    for x, y in zip(stepped, today, strict=True):
+        assert x.argmax_ids.tolist() == y.argmax_ids.tolist()
+    _new(fixed)
+    fixed.graphs = True
+    # the same layout, other prompts: shorter ones leave stale tokens of the first fill behind
+    shorter = [DecodeRow(r.entry, r.canvas, r.slots, r.logprob_ids) for r in reversed(rows)]
+    again = fixed.decode(shorter)
+    assert len(fixed.steps.steps) == 1
+    fixed.graphs = False
+    assert _max_diff(again, fixed.decode(shorter)) < ATOL
+
+
+def test_a_batch_the_arena_cannot_hold_reads_as_the_packed_path(fixed: Any) -> None:
+    fixed.graph_key_slots = 64  # smaller than any layout of the workload
+    try:
+        rows, _ = _workload(fixed)
+        stepped = fixed.decode(rows)
+        assert fixed.steps.fallbacks == 1 and not fixed.steps.steps
+        fixed.graphs = False
+        assert _max_diff(stepped, fixed.decode(rows)) == 0.0
+    finally:
+        fixed.graph_key_slots = DEFAULT_KEY_SLOTS
+
+
+def test_rotary_equals_transformers_rotary() -> None:
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import (
+        DiffusionGemmaTextRotaryEmbedding,
+    )
+
+    from app.upstream.transformers_engine.kernels import rotary
+
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn((2, 7, 3, 32), generator=gen)
+    angles = torch.rand((2, 7, 16), generator=gen) * 6.0
+    cos = torch.cat((angles, angles), -1).cos()
+    sin = torch.cat((angles, angles), -1).sin()
+    ours = rotary(x, cos, sin, unsqueeze_dim=2)
+    theirs = _transformers_rotary()(x, cos, sin, unsqueeze_dim=2)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert not torch.allclose(ours, x, atol=1e-2)  # it did rotate
+    assert DiffusionGemmaTextRotaryEmbedding is not None
+
+
+def _transformers_rotary() -> Any:
+    from app.upstream.transformers_engine import kernels
+
+    kernels._install_rotary(True)  # makes sure the original is saved
+    assert kernels._TRANSFORMERS_ROTARY is not kernels.rotary
+    return kernels._TRANSFORMERS_ROTARY
+
+
+def test_grouped_experts_with_unused_experts(model: Any) -> None:
+    """Expert offsets by binary search: experts no token chose get empty groups."""
+    experts = model.model.model.decoder.layers[0].experts
+    gen = torch.Generator().manual_seed(8)
+    hidden = torch.randn((9, model.text_config.hidden_size), generator=gen)
+    index = torch.tensor([[3, 0]] * 5 + [[0, 3]] * 4)  # experts 1 and 2 unused
+    weights = torch.rand((9, 2), generator=gen)
+    with torch.no_grad():
+        ours = grouped_experts(experts, hidden, index, weights)
+        theirs = grouped_mm_experts_forward(experts, hidden, index, weights)
+    assert torch.allclose(ours, theirs, atol=ATOL)
