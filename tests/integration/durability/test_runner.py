@@ -150,3 +150,46 @@ async def test_a_refused_api_key_puts_decisions_back_uncharged(
     finally:
         await keyed.aclose()
     assert done.done == 4 and set(_statuses(stack)) == {"done"}
+
+
+async def test_the_hand_off_comes_once_when_only_the_slowest_decisions_run(
+        stack: Stack, make_sim: Callable[..., object]) -> None:
+    """A chunk calls ``on_hand_off`` once, while its last decisions (no more than
+    ``hand_off_at``) still run, before it ends; they then end done like the others."""
+    sim = make_sim(step_ms=20, max_batch=4)  # a few reads per step: decisions end in turns
+    ids = _write(stack, 16, ReadSettings(), "handoff")
+    seen: list[int] = []
+
+    def hand_off() -> None:
+        seen.append(_statuses(stack).count("done"))
+
+    result = await _run(stack, ids, url=sim.url, on_hand_off=hand_off,  # type: ignore[attr-defined]
+                        hand_off_at=8)
+    assert len(seen) == 1, "called once"
+    assert 8 <= seen[0] < 16, "after half of the decisions, before the last"
+    assert result.done == 16 and set(_statuses(stack)) == {"done"}  # type: ignore[attr-defined]
+
+
+async def test_no_hand_off_after_the_upstream_failed(stack: Stack) -> None:
+    """A chunk that met a failing upstream never hands off: the worker must not take more
+    work from the queue while its model server is down."""
+    ids = _write(stack, 6, ReadSettings(), "down")
+    called: list[bool] = []
+    result = await _run(stack, ids, url=f"http://127.0.0.1:{free_port()}",
+                        on_hand_off=lambda: called.append(True), hand_off_at=3)
+    assert result.failed == {"upstream_unreachable": 6}  # type: ignore[attr-defined]
+    assert called == []
+
+
+async def test_decisions_that_finish_together_share_one_commit(stack: Stack) -> None:
+    """Group commit: the decisions that finish while a transaction is being written go in
+    the next one (their attempts carry that transaction's one timestamp), and every
+    decision is still recorded once, with its own answers and draws."""
+    ids = _write(stack, 48, ReadSettings(), "group")
+    result = await _run(stack, ids)
+    assert result.done == 48  # type: ignore[attr-defined]
+    with session_scope(stack.factory) as s:
+        ended = s.scalars(select(Attempt.ended_at)).all()
+        answered = s.scalars(select(Answer.decision_id)).all()
+    assert len(ended) == 48 and sorted(answered) == sorted(ids)
+    assert len(set(ended)) < 48, "some decisions were committed together"

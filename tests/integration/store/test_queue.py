@@ -7,18 +7,20 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine.types import Answer as EngineAnswer
-from app.engine.types import DrawRecord, QuestionType, SlotRead, StopReason
+from app.engine.types import DrawRecord, QuestionType, Refusal, SlotRead, StopReason
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision, DecisionPayload, Draw, Run
 from app.store.queue import (
     AttemptInfo,
+    Finished,
     claim_decisions,
     fail_decision,
     finish_decision,
+    finish_decisions,
     mark_queued,
     release_unserved,
     renew_leases,
@@ -132,6 +134,46 @@ def test_finish_records_everything_and_first_finished_attempt_wins(factory: Fact
         assert s.scalar(select(func.count()).select_from(Draw)) == 4
         decision = s.get_one(Decision, ids[0])
         assert decision.status == "done" and decision.finished_at is not None
+
+
+def test_a_group_of_finished_attempts_is_recorded_as_each_would_be_alone(
+        factory: Factory) -> None:
+    """``finish_decisions``: one statement per table for all of them, and each attempt is
+    kept or not exactly as ``finish_decision`` would have decided: a decision answered
+    before loses, one whose every question was refused wins by being first."""
+    ids = _seed(factory, 3)
+    (early,) = _claim(factory, ids[:1], lease_s=-1)
+    assert _finish(factory, early, "yes") is True  # decision 0 is answered already
+    with session_scope(factory) as s:
+        s.execute(update(Decision).where(Decision.id == ids[0]).values(status="queued"))
+    claims = _claim(factory, ids, owner="w2")
+    answered = [_answer("a", "no"), _answer("b", "no")]
+    group = [
+        Finished(claim=claims[0], answers=answered, draws=[_draw(0), _draw(1)],
+                 attempt=AttemptInfo(worker="w2"), question_ids=["a", "b"]),
+        Finished(claim=claims[1], answers=answered, draws=[_draw(0)],
+                 attempt=AttemptInfo(worker="w2"), question_ids=["a", "b"],
+                 expected={"a": "no"}),
+        Finished(claim=claims[2], answers=[], draws=[], attempt=AttemptInfo(worker="w2"),
+                 question_ids=["a", "b"], refusals=[Refusal("a", "no"), Refusal("b", "no")]),
+    ]
+    with session_scope(factory) as s:
+        assert finish_decisions(s, group) == [False, True, True]
+    with session_scope(factory) as s:
+        answers = s.execute(select(Answer.decision_id, Answer.label, Answer.expected)
+                            .order_by(Answer.decision_id, Answer.question_id)).all()
+        attempts = s.execute(select(Attempt.decision_id, Attempt.outcome, Attempt.won)
+                             .where(Attempt.worker == "w2").order_by(Attempt.id)).all()
+        statuses = s.execute(select(Decision.id, Decision.status)).all()
+        draws = s.execute(select(Draw.decision_id, func.count()).group_by(Draw.decision_id)
+                          .order_by(Draw.decision_id)).all()
+    assert [tuple(r) for r in answers] == [(ids[0], "yes", "yes"), (ids[0], "yes", None),
+                                           (ids[1], "no", "no"), (ids[1], "no", None)]
+    assert [tuple(r) for r in attempts] == [
+        (ids[0], "ok", False), (ids[1], "ok", True), (ids[2], "ok", True),
+        (ids[2], "refused", False), (ids[2], "refused", False)]
+    assert {did: status for did, status in statuses} == dict.fromkeys(ids, "done")
+    assert [tuple(r) for r in draws] == [(ids[0], 4), (ids[1], 1)]
 
 
 def test_fail_transient_permanent_and_cap(factory: Factory) -> None:
