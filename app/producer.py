@@ -62,6 +62,7 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.jobfile import NumberedLine, read_job_file
+from app.resume_report import ResumeReport
 from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
 from app.store.models import DecisionStatus, RunStatus
@@ -697,41 +698,6 @@ async def _probe_canvas(upstream: Any, settings: ReadSettings, tokenizer: TextTo
             f"the upstream refused a read at the run's canvas width {settings.canvas_length} "
             f"({exc.message}); pass --canvas (DREADS_CANVAS) equal to the canvas_length the "
             "server was started with (--diffusion-config), or check --model") from exc
-
-
-@dataclass
-class ResumeReport:
-    """What ``dreads resume`` found and did."""
-
-    run: str
-    dry_run: bool
-    before: dict[str, int]  #: expired leases, failed, pending, stale queued (resume_preview)
-    retried: int = 0
-    sweep: Any = None  #: app.sweeper.SweepReport
-    server_note: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        sweep = self.sweep.as_dict() if self.sweep is not None else None
-        return {"run": self.run, "dry_run": self.dry_run, "before": self.before,
-                "retried_failed": self.retried, "sweep": sweep, "server": self.server_note}
-
-    def lines(self) -> list[str]:
-        b = self.before
-        found = (f"run {self.run!r}: {b['pending']} pending, {b['stale_queued']} queued without "
-                 f"a live message, {b['expired_leases']} expired lease(s), {b['failed']} failed")
-        out = [found] + ([self.server_note] if self.server_note else [])
-        if self.dry_run:
-            return [*out, "dry run: nothing changed"]
-        if self.retried:
-            out.append(f"{self.retried} failed decision(s) put back to pending")
-        s = self.sweep
-        if s is not None:
-            out.append(f"swept: {s.lost} lost lease(s) back to pending, {s.poisoned} stopped at "
-                       f"the attempt cap; published {s.published} decision(s) in {s.messages} "
-                       "message(s)")
-            if s.error:
-                out.append(f"publish stopped: {s.error}")
-        return out
 
 
 def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSettings:

@@ -47,6 +47,7 @@ from app.publish import (
     recovery_progress,
 )
 from app.queues import SWEEP_LOCK_ID, queue_of_run
+from app.resume_report import SweepReport
 from app.store.admin import settle_cancelled
 from app.store.db import session_scope
 from app.store.dialects import advisory_lock
@@ -68,21 +69,6 @@ log = logging.getLogger("dreads.sweeper")
 
 #: Rows stamped and published per transaction.
 PAGE = 10_000
-
-
-@dataclass(frozen=True)
-class SweepReport:
-    lost: int = 0  #: expired leases turned back to pending
-    poisoned: int = 0  #: decisions stopped at the attempt cap
-    published: int = 0  #: decisions whose message went out
-    messages: int = 0
-    skipped: bool = False  #: another sweeper held the lock
-    backlog: int | None = None  #: messages waiting in the queues looked at
-    error: str | None = None  #: why publishing stopped, if it did
-    broker_lost: bool = False  #: the broker had lost its data: every queued decision re-sent
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass

@@ -7,10 +7,12 @@ Measures, each on fresh services (a private redis-server, a new database on the 
 ``--pg``, ``dreads sim`` and ``dreads worker`` subprocesses):
 
 1. capacity-bound: ``dreads sim --step-ms 100 --max-batch 32`` (320 reads/s). Decisions/s through
-   submit -> Redis -> Celery -> simulator -> PostgreSQL, against a plain asyncio client (the
-   same ``VllmUpstream`` and engine, no SQL, no queue) sending the same decisions to the same
-   simulator with the same number of decisions in flight (worker processes x chunk size). The
-   ratio is the pipeline's efficiency (target >= 0.95).
+   submit (``dreads submit``'s own ``submit_job``, publishing as it writes) -> Redis -> Celery
+   -> simulator -> PostgreSQL, from the submit's start until SQL has every decision settled
+   (polled every 50 ms), against a plain asyncio client (the same ``VllmUpstream`` and engine,
+   no SQL, no queue) sending the same decisions to the same simulator with the same number of
+   decisions in flight (worker processes x chunk size). The ratio is the pipeline's efficiency
+   (target >= 0.95).
 2. orchestration ceiling: the same with ``--step-ms 0``; worker CPU ms per decision (every
    process of the worker tree: the ``dreads worker`` supervisor, the Celery main process and
    its pool children, with psutil, measured over the run only).

@@ -9,13 +9,14 @@ imported inside the commands, so that ``dreads status`` starts fast.
 from __future__ import annotations
 
 import csv
+import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -52,9 +53,12 @@ from app.errors import InputError
 
 if TYPE_CHECKING:
     from app.engine import ReadSettings
-    from app.store.runs import RunInfo
+    from app.resume_report import ResumeReport
+    from app.store.records import RunInfo
+    from app.store.status_sql import Reader, RunStatusReport
     from app.store.types import Session, SessionFactory
-    from app.store.views import RunStatusReport
+
+log = logging.getLogger("dreads.cli")
 
 __all__ = ["cancel", "delete", "export", "resume", "runs", "status", "submit"]
 
@@ -154,10 +158,14 @@ def _submit(factory: SessionFactory, request: Any, tokenizer: Any, publisher: An
 @app.command(rich_help_panel=INSPECT)
 def runs(json_out: JsonOpt = False, database: DatabaseOpt = None) -> None:
     """List the runs with their settings and decision counts by status."""
-    from app.store.views import list_runs
+    from app.store import status_sql
 
-    with cli_errors(), _session(database) as session:
-        overview = list_runs(session)
+    overview = _plain(database, status_sql.list_runs)
+    if overview is None:
+        from app.store.views import list_runs
+
+        with cli_errors(), _session(database) as session:
+            overview = list_runs(session)
     if json_out:
         console.print_json(render.json_text([o.as_dict() for o in overview]))
     elif not overview:
@@ -178,6 +186,13 @@ def status(
     database: DatabaseOpt = None,
 ) -> None:
     """Counts by status, per cell what went wrong, why, and the rate and ETA (SQL only)."""
+    report = None if watch else _plain(database, lambda reader: _plain_status(reader, run))
+    if report is not None:
+        if json_out:
+            console.print_json(render.json_text(report.as_dict()))
+        else:
+            console.print(render.status_view(report))
+        return
     with cli_errors(), opened_store(database_url(database)) as factory:
         report = _status(factory, run)
         if json_out:
@@ -186,6 +201,31 @@ def status(
             _watch(factory, run, interval_s)
         else:
             console.print(render.status_view(report))
+
+
+T = TypeVar("T")
+
+
+def _plain(database: str | None, read: Callable[[Reader], T | None]) -> T | None:
+    """``read`` over the store through a bare driver connection, without loading SQLAlchemy
+    (``app.store.plain``): a third of the start-up of the full store. None when that cannot
+    answer (a store of another revision, a run not there, any error): the caller then takes
+    the full path, which says what is wrong."""
+    from app.store.plain import open_plain
+
+    try:
+        with open_plain(database_url(database)) as reader:
+            return None if reader is None else read(reader)
+    except Exception:
+        log.debug("the plain read path could not answer", exc_info=True)
+        return None
+
+
+def _plain_status(reader: Reader, name: str) -> RunStatusReport | None:
+    from app.store import status_sql
+
+    info = status_sql.find_run(reader, name)
+    return None if info is None else status_sql.run_status(reader, info)
 
 
 def _status(factory: SessionFactory, name: str) -> RunStatusReport:
@@ -232,9 +272,13 @@ def resume(
     The server checked is --upstream, else DREADS_UPSTREAM if set, else the run's own. On a
     SQLite store (the embedded mode) the decisions are run here, in this process.
     """
-    from app.producer import ResumeReport, check_resume_settings
+    if not given and not retry_failed:  # a finished run: answered without the full store
+        settled = _plain(database, lambda reader: _plain_settled(reader, run, dry_run))
+        if settled is not None:
+            _print_resume(settled, json_out)
+            return
+    from app.producer import check_resume_settings
     from app.store.runs import load_run
-    from app.sweeper import SweepReport
 
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
@@ -242,11 +286,7 @@ def resume(
         settings = check_resume_settings(info, given)
         info = info if dry_run else _take_budget(factory, info, settings)
         if _settled(factory, info, retry_failed):  # nothing to publish, repair or check
-            report = ResumeReport(run=info.name, dry_run=dry_run, before=dict.fromkeys(
-                ("expired_leases", "failed", "pending", "stale_queued"), 0),
-                sweep=None if dry_run else SweepReport(),
-                server_note="every decision is settled: nothing to resume")
-            _print_resume(report, json_out)
+            _print_resume(_settled_report(info.name, dry_run), json_out)
             return
         # what a run with work left needs (not loaded for a settled one)
         from app.config import get_settings
@@ -274,6 +314,29 @@ def resume(
                                 requeue_after_s=get_settings().requeue_after_s)
         report.server_note = note
     _print_resume(report, json_out)
+
+
+def _settled_report(name: str, dry_run: bool) -> ResumeReport:
+    from app.resume_report import ResumeReport, SweepReport
+
+    return ResumeReport(run=name, dry_run=dry_run,
+                        before=dict.fromkeys(("expired_leases", "failed", "pending",
+                                              "stale_queued"), 0),
+                        sweep=None if dry_run else SweepReport(),
+                        server_note="every decision is settled: nothing to resume")
+
+
+def _plain_settled(reader: Reader, name: str, dry_run: bool) -> ResumeReport | None:
+    """The report of a resume with nothing to do, when the run is active and settled (None
+    otherwise: the full path checks and says the rest)."""
+    from app.store import status_sql
+    from app.store.records import RunStatus
+
+    info = status_sql.find_run(reader, name)
+    if info is None or info.status != RunStatus.ACTIVE \
+            or not status_sql.is_settled(reader, info.id, count_failed=False):
+        return None
+    return _settled_report(info.name, dry_run)
 
 
 def _print_resume(report: Any, json_out: bool) -> None:

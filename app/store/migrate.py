@@ -8,9 +8,6 @@ upgrade, or when the files do not show a single head.
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
@@ -20,6 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import SchemaNotReady, StoreError
 from app.store.db import check_supported, make_engine, make_sessionmaker, opening_errors
+from app.store.revisions import MIGRATIONS as _MIGRATIONS
+from app.store.revisions import files_head
 from app.store.urls import database_url, redacted, sqlite_path
 
 if TYPE_CHECKING:
@@ -28,9 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["alembic_config", "check_schema", "current_revision", "head_revision", "open_store",
            "require_sqlite_file", "upgrade"]
 
-_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
-_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*['\"]?([\w-]+|None)['\"]?",
-                       re.MULTILINE)
 
 
 def alembic_config(url: str) -> Config:
@@ -44,22 +40,7 @@ def alembic_config(url: str) -> Config:
 
 def head_revision(url: str | None = None) -> str | None:
     """The revision the code needs (``url`` is not used: the migrations are the code's)."""
-    return _files_head() or _alembic_head()
-
-
-@lru_cache(maxsize=1)
-def _files_head() -> str | None:
-    """The single head of the migration files, or None when they do not show exactly one."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for path in (_MIGRATIONS / "versions").glob("*.py"):
-        found = dict((k, v) for k, v in _REVISION.findall(path.read_text(encoding="utf-8")))
-        if "revision" not in found:
-            return None
-        revisions.add(found["revision"])
-        parents.add(found.get("down_revision", "None"))
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
+    return files_head() or _alembic_head()
 
 
 def _alembic_head() -> str | None:

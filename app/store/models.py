@@ -10,7 +10,6 @@ Failure counts are derived from the append-only ``attempts`` table, never from c
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -30,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.errors import OutcomeKind  # the attempt outcome kinds live with the error tree
+from app.store.records import NOT_STARTED, DecisionStatus, RunStatus, shown_status
 
 __all__ = [
     "NOT_STARTED",
@@ -59,34 +59,6 @@ Identifier = String(500).with_variant(String(500, collation="C"), "postgresql")
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
-
-
-class RunStatus(StrEnum):
-    ACTIVE = "active"  #: accepting and processing work
-    CANCELLED = "cancelled"  #: workers skip its decisions
-
-
-class DecisionStatus(StrEnum):
-    PENDING = "pending"  #: in SQL, no message published yet (or to be re-published)
-    QUEUED = "queued"  #: a chunk message carrying it was published
-    LEASED = "leased"  #: a worker holds it until lease_expires_at
-    DONE = "done"  #: answers written
-    FAILED = "failed"  #: attempts exhausted on transient errors (resume --retry-failed)
-    REJECTED = "rejected"  #: permanent input problem; never retried
-    CANCELLED = "cancelled"  #: the run was cancelled before it ran
-
-
-#: What no worker has started: cancelling a run cancels these.
-NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
-
-
-def shown_status(status: str, run_status: str) -> str:
-    """A decision's status as a user sees it. ``cancel`` marks the run at once (no worker
-    takes its decisions from then on) and leaves the rows no worker started to the sweeper,
-    which settles them a page at a time: they are cancelled already, whatever the row says."""
-    if run_status == RunStatus.CANCELLED and status in NOT_STARTED:
-        return DecisionStatus.CANCELLED.value  # plain text, as read from SQL
-    return status
 
 
 class Run(Base):

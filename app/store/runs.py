@@ -8,7 +8,6 @@ Repositories flush, never commit: the caller's ``session_scope`` owns the transa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -28,6 +27,7 @@ from app.store.models import (
     Run,
     RunStatus,
 )
+from app.store.records import ACTIVE, RunInfo
 
 __all__ = [
     "ACTIVE",
@@ -51,26 +51,8 @@ __all__ = [
     "run_info",
 ]
 
-ACTIVE = (DecisionStatus.PENDING, DecisionStatus.QUEUED, DecisionStatus.LEASED)
 _UNPUBLISHED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
 _BATCH = 2000
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """A run as the commands see it."""
-
-    id: int
-    name: str
-    status: str
-    settings: Mapping[str, Any]
-    settings_hash: str
-    fingerprint: Mapping[str, Any] | None
-    upstream: str
-    engine: str
-    source: str | None
-    replicates: int
-    created_at: datetime | None
 
 
 class DecisionRow(NamedTuple):

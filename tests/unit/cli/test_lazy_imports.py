@@ -57,7 +57,7 @@ def test_help_loads_nothing_heavy(args: list[str], tmp_path: Path) -> None:
     assert _imported(args, tmp_path) == set()
 
 
-@pytest.mark.parametrize("args", [["status", "r"], ["runs"], ["export", "r"], ["cancel", "r"]])
+@pytest.mark.parametrize("args", [["status", "r"], ["export", "r"], ["cancel", "r"]])
 def test_store_commands_load_the_store_and_nothing_else(args: list[str], tmp_path: Path) -> None:
     from app.store.migrate import upgrade
 
@@ -65,3 +65,13 @@ def test_store_commands_load_the_store_and_nothing_else(args: list[str], tmp_pat
     loaded = _imported(args, tmp_path)
     assert "sqlalchemy" in loaded
     assert not {m for m in loaded if not m.startswith(STORE)}
+
+
+@pytest.mark.parametrize("args", [["runs"], ["runs", "--json"]])
+def test_reading_commands_answer_without_sqlalchemy(args: list[str], tmp_path: Path) -> None:
+    """``runs`` (and ``status`` of a run that is there: tests/integration/store/
+    test_plain_views.py) read through the driver alone (``app.store.plain``)."""
+    from app.store.migrate import upgrade
+
+    upgrade(f"sqlite:///{tmp_path / 'dreads.db'}")
+    assert _imported(args, tmp_path) == set()

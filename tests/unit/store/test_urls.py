@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store.migrate import _alembic_head, _files_head, head_revision
+from app.store.migrate import _alembic_head, head_revision
+from app.store.revisions import files_head as _files_head
 from app.store.urls import DEFAULT_DATABASE_URL, database_url, redacted, sqlite_path
 
 
