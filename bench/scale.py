@@ -45,20 +45,48 @@ from tests.integration.durability.harness import job_lines  # noqa: E402
 
 
 def dreads(args: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one ``dreads`` command: the rusage of that process
-    alone (with its publishing child), from ``wait4``, not the maximum over every child this
-    script ever had."""
+    """(wall seconds, peak RSS MiB) of one ``dreads`` command: the high-water mark
+    (``VmHWM``) of the command's process and of each of its children (the publishing child),
+    the largest of them, sampled while it runs. (``ru_maxrss`` from ``wait4`` would count this
+    script's own memory too: a forked child starts with its parent's pages.)"""
+    import psutil
+
     t0 = time.perf_counter()
+    peaks: dict[int, int] = {}
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen([str(VENV_BIN / "dreads"), *args], env=env, cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            for p in (root, *_children(root)):
+                peaks[p.pid] = max(peaks.get(p.pid, 0), _hwm_kib(p.pid))
+            time.sleep(0.1)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             out.seek(0)
             raise RuntimeError(f"dreads {args[0]} failed: {out.read()[-4000:].decode()}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, max(peaks.values(), default=0) / 1024
+
+
+def _children(proc: object) -> list[object]:
+    import psutil
+
+    try:
+        return list(proc.children(recursive=True))  # type: ignore[attr-defined]
+    except psutil.Error:
+        return []
+
+
+def _hwm_kib(pid: int) -> int:
+    """The process's peak resident set so far (``VmHWM``, KiB); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def write_job(path: Path, n: int, prefix: str) -> None:
