@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers_reads import PATHS, build_model, check_experts, use_path
+from transformers_reads import PATHS, Reads, build_model, check_experts, make_reads, use_path
 
 from app.upstream.transformers_engine import ReadModel
 from app.upstream.transformers_engine.model import DecodeRow, KVEntry, PrefillJob
@@ -118,34 +118,6 @@ class Routing:
 # -- the reads --------------------------------------------------------------------------------
 
 
-@dataclass
-class Reads:
-    doc: tuple[int, ...]
-    suffixes: list[tuple[int, ...]]
-    lone: list[tuple[int, ...]]
-    canvases: list[tuple[int, ...]]
-    plan: list[tuple[int, int]]  #: per row: (prompt, canvas)
-    slots: tuple[int, ...] = (0, 5)
-    labels: tuple[int, ...] = ()
-
-    @property
-    def prompts(self) -> list[tuple[int, ...]]:
-        return [self.doc + s for s in self.suffixes] + self.lone
-
-
-def make_reads(model: ReadModel) -> Reads:
-    gen = torch.Generator().manual_seed(99)
-
-    def ids(n: int) -> tuple[int, ...]:
-        return tuple(torch.randint(200, model.vocab_size, (n,), generator=gen).tolist())
-
-    window = int(getattr(model.text_config, "sliding_window", 16) or 16)
-    doc = ids(window + window // 4)
-    suffixes = [ids(n) for n in (3, 17, 40)]
-    lone = [ids(window // 3), ids(2 * window + 5)]
-    canvases = [ids(16) for _ in range(3)]
-    plan = [(k, c) for c in range(3) for k in range(5) if not (c and k == 4)]
-    return Reads(doc, suffixes, lone, canvases, plan, labels=ids(4))
 
 
 @dataclass

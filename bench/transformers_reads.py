@@ -353,10 +353,24 @@ def use_path(model: ReadModel, path: str) -> None:
     model.packed, model.kernels, model.graphs = PATHS[path]
 
 
-def check_paths(model: ReadModel, label: str) -> None:
-    """Each engine path vs one plain unbatched transformers forward per read (experts ``eager``:
-    float32 loops, and ``grouped_mm``: transformers' default), on mixed, chained and grouped
-    rows: prompts past the sliding window, question suffixes on a shared document, draws."""
+@dataclass
+class Reads:
+    """Reads of mixed, chained and grouped rows (``make_reads``)."""
+
+    doc: tuple[int, ...]
+    suffixes: list[tuple[int, ...]]
+    lone: list[tuple[int, ...]]
+    canvases: list[tuple[int, ...]]
+    plan: list[tuple[int, int]]  #: per row: (prompt, canvas)
+    slots: tuple[int, ...] = (0, 5)
+    labels: tuple[int, ...] = ()
+
+    @property
+    def prompts(self) -> list[tuple[int, ...]]:
+        return [self.doc + s for s in self.suffixes] + self.lone
+
+
+def make_reads(model: ReadModel) -> Reads:
     gen = torch.Generator().manual_seed(99)
 
     def ids(n: int) -> tuple[int, ...]:
@@ -367,9 +381,18 @@ def check_paths(model: ReadModel, label: str) -> None:
     suffixes = [ids(n) for n in (3, 17, 40)]
     lone = [ids(window // 3), ids(2 * window + 5)]
     canvases = [ids(16) for _ in range(3)]
-    slots, labels = (0, 5), ids(4)
     plan = [(k, c) for c in range(3) for k in range(5) if not (c and k == 4)]
-    prompts = [doc + s for s in suffixes] + lone
+    return Reads(doc, suffixes, lone, canvases, plan, labels=ids(4))
+
+
+def check_paths(model: ReadModel, label: str) -> None:
+    """Each engine path vs one plain unbatched transformers forward per read (experts ``eager``:
+    float32 loops, and ``grouped_mm``: transformers' default), on mixed, chained and grouped
+    rows: prompts past the sliding window, question suffixes on a shared document, draws."""
+    reads = make_reads(model)
+    doc, suffixes, lone, canvases, plan = (reads.doc, reads.suffixes, reads.lone, reads.canvases,
+                                           reads.plan)
+    slots, labels, prompts = reads.slots, reads.labels, reads.prompts
 
     def engine() -> list[torch.Tensor]:
         root = model.prefill([PrefillJob(None, doc)])[0]
