@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Protocol
 
 import orjson
@@ -449,15 +450,10 @@ def submit_job(
     publishing = _start_publishing(factory, publisher, report.run, now_s)
     writer = _Writer(request, factory, tokenizer, report, publishing,
                      queue_rows=publisher is not None)
-    writing = _WriteThread(writer)
-    writing.start()
     try:
-        for batch in _batches(source, SUBMIT_BATCH):
-            writing.put(writer.prepare(batch))
-        writing.close()
-    except BaseException:
-        writing.close(abort=True)
-        raise
+        with _WriteThread(writer) as writing:
+            for batch in _batches(source, SUBMIT_BATCH):
+                writing.put(writer.prepare(batch))
     finally:
         if publishing is not None:
             report.publish = publishing.close()
@@ -539,8 +535,9 @@ class _WriteThread(threading.Thread):
     """Writes each prepared batch in a transaction of its own while the next one is parsed
     and prepared, so the database's work on a batch overlaps the parsing of the next (this
     thread mostly waits on the server, without the interpreter lock). The first error ends
-    the writing; ``put`` and ``close`` raise it in the parsing thread, and what was
-    committed before it stays."""
+    the writing; ``put`` and the end of the ``with`` block raise it in the parsing thread,
+    and what was committed before it stays. A block left by an error of its own skips the
+    batches not started yet."""
 
     def __init__(self, writer: _Writer) -> None:
         super().__init__(name="dreads-submit-write", daemon=True)
@@ -565,13 +562,18 @@ class _WriteThread(threading.Thread):
             except BaseException as exc:
                 self.error = exc
 
-    def close(self, *, abort: bool = False) -> None:
-        """Wait for the batches handed over (``abort``: skip those not started), then raise
-        the writing's error, if any."""
-        self.aborted = abort
+    def __enter__(self) -> _WriteThread:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Wait for the batches handed over (those not started are skipped when the block
+        ended with an error), then raise the writing's error, if any."""
+        self.aborted = exc_type is not None
         self.inbox.put(None)
         self.join()
-        if not abort:
+        if not self.aborted:
             self._raise_error()
 
     def _raise_error(self) -> None:

@@ -145,7 +145,10 @@ class _Chunk:
     #: still running (and no upstream failure was met)
     on_hand_off: Callable[[], None] | None = None
     hand_off_at: int = 0
-    _committer: _Committer | None = None
+    committer: _Committer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.committer = _Committer(self.session_factory)
 
     def decision_ended(self, claim: Claimed) -> None:
         self.open_claims.pop(claim.id, None)
@@ -172,12 +175,6 @@ class _Chunk:
 
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(_in_transaction, self.session_factory, fn, *args, **kwargs)
-
-    @property
-    def committer(self) -> _Committer:
-        if self._committer is None:
-            self._committer = _Committer(self.session_factory)
-        return self._committer
 
 
 #: Finished decisions written in one transaction, at most.
@@ -218,17 +215,15 @@ class _Committer:
             won = await asyncio.to_thread(_in_transaction, self.factory, finish_decisions,
                                           [item for item, _ in group])
         except StoreError as exc:
-            if len(group) > 1:
+            if len(group) == 1:
+                _settle(group[0][1], exc=exc)
+            else:
                 for one in group:
                     await self._commit([one])
-                return
-            _settle(group[0][1], exc=exc)
             return
-        except BaseException as exc:  # a bug: each waiting decision records it itself
+        except Exception as exc:  # a bug: each waiting decision records it itself
             for _, future in group:
                 _settle(future, exc=exc)
-            if not isinstance(exc, Exception):
-                raise
             return
         for (_, future), result in zip(group, won, strict=True):
             _settle(future, result=result)

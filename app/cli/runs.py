@@ -186,21 +186,18 @@ def status(
     database: DatabaseOpt = None,
 ) -> None:
     """Counts by status, per cell what went wrong, why, and the rate and ETA (SQL only)."""
-    report = None if watch else _plain(database, lambda reader: _plain_status(reader, run))
-    if report is not None:
-        if json_out:
-            console.print_json(render.json_text(report.as_dict()))
-        else:
-            console.print(render.status_view(report))
-        return
-    with cli_errors(), opened_store(database_url(database)) as factory:
-        report = _status(factory, run)
-        if json_out:
-            console.print_json(render.json_text(report.as_dict()))
-        elif watch:
-            _watch(factory, run, interval_s)
-        else:
-            console.print(render.status_view(report))
+    watching = watch and not json_out
+    report = None if watching else _plain(database, lambda reader: _plain_status(reader, run))
+    if report is None:
+        with cli_errors(), opened_store(database_url(database)) as factory:
+            if watching:
+                _watch(factory, run, interval_s)
+                return
+            report = _status(factory, run)
+    if json_out:
+        console.print_json(render.json_text(report.as_dict()))
+    else:
+        console.print(render.status_view(report))
 
 
 T = TypeVar("T")

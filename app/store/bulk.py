@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.store import dialects
 from app.store.models import DecisionStatus, OutcomeKind
-from app.store.runs import DecisionRow, insert_decisions, record_rejections
+from app.store.runs import DecisionRow, first_of_each, insert_decisions, record_rejections
 
 __all__ = ["LaidOut", "copy_laid_out", "copy_text", "decisions_copy", "lay_out",
            "payloads_copy", "write_laid_out"]
@@ -84,9 +84,8 @@ def decisions_copy(run_id: int, rows: Sequence[DecisionRow], ids: Sequence[int],
         cell = cells.get(row.cell)
         if cell is None:
             cell = cells[row.cell] = _escaped(row.cell)  # type: ignore[arg-type]
-        line_no = _NULL if row.line_no is None else row.line_no
-        head = (f"{did}\t{run_id}\t{_escaped(row.key)}\t{row.replicate}\t{cell}\t{line_no}"
-                f"\t{row.n_questions}")
+        head = (f"{did}\t{run_id}\t{_escaped(row.key)}\t{row.replicate}\t{cell}\t"
+                f"{copy_text(row.line_no)}\t{row.n_questions}")
         if row.rejected_reason is None:
             lines.append(head + readable)
         else:
@@ -112,16 +111,11 @@ def lay_out(factory: sessionmaker[Session], run_id: int, rows: Sequence[Decision
     """Draw ids for ``rows`` and lay them out for COPY (None: the store is not PostgreSQL,
     or there is nothing to write). Repeated (key, replicate) pairs keep their first row.
     Ids drawn for rows that end up not written are simply never used."""
-    first: dict[tuple[str, int], DecisionRow] = {}
-    for row in rows:
-        first.setdefault((row.key, row.replicate), row)
-    unique = tuple(first.values())
+    unique = tuple(first_of_each(rows))
     if not unique or dialects.engine_name(factory) != dialects.POSTGRESQL:
         return None
     with factory() as session:
-        raw = session.connection().connection.driver_connection
-        assert raw is not None
-        with raw.cursor() as cur:
+        with dialects.driver_connection(session).cursor() as cur:
             ids = tuple(i for (i,) in cur.execute(_DRAW_IDS, (len(unique),)).fetchall())
         session.commit()  # sequences are not transactional: the ids are ours either way
     return LaidOut(run_id, status, unique, ids, decisions_copy(run_id, unique, ids, status),
@@ -144,8 +138,7 @@ def copy_laid_out(session: Session, batch: LaidOut) -> list[tuple[int, DecisionR
     row) of every row, or None when one of them is already there (nothing was written)."""
     from psycopg.errors import UniqueViolation
 
-    raw = session.connection().connection.driver_connection
-    assert raw is not None
+    raw = dialects.driver_connection(session)
     try:
         with raw.transaction(), raw.cursor() as cur:
             columns = ", ".join(DECISION_COLUMNS)

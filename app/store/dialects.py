@@ -54,6 +54,13 @@ def name(bind: Session | Engine | Connection) -> str:
     return bind.dialect.name
 
 
+def driver_connection(session: Session) -> Any:
+    """The DB-API connection under ``session``'s (psycopg's for COPY), in its transaction."""
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    return raw
+
+
 def engine_name(factory: sessionmaker[Session]) -> str:
     """The dialect's name of the engine a session factory is bound to."""
     return name(factory.kw["bind"])

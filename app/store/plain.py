@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from app.store.revisions import files_head
-from app.store.urls import sqlite_path
+from app.store.urls import normalize_url, sqlite_path
 
 __all__ = ["PlainReader", "open_plain"]
 
 #: ``:name`` parameters (not ``::`` casts), as psycopg's ``%(name)s``.
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
-_POSTGRESQL = ("postgresql://", "postgresql+psycopg://", "postgres://")
+_PSYCOPG = "postgresql+psycopg://"
 
 
 class PlainReader:
@@ -73,12 +73,12 @@ def _connect(url: str) -> tuple[Any, str]:
         if not Path(path).is_file():
             return None, "sqlite"
         return sqlite3.connect(path, timeout=30), "sqlite"
-    for scheme in _POSTGRESQL:
-        if url.startswith(scheme):
-            import psycopg
+    url = normalize_url(url)  # postgresql:// and postgres:// are psycopg's
+    if url.startswith(_PSYCOPG):
+        import psycopg
 
-            conninfo = "postgresql://" + url[len(scheme):]
-            return psycopg.connect(conninfo, autocommit=True, connect_timeout=10), "postgresql"
+        conninfo = "postgresql://" + url.removeprefix(_PSYCOPG)
+        return psycopg.connect(conninfo, autocommit=True, connect_timeout=10), "postgresql"
     return None, ""
 
 

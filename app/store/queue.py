@@ -218,8 +218,7 @@ _ATTEMPTS = cast(Table, Attempt.__table__)
 _DECISIONS = cast(Table, Decision.__table__)
 _ANSWERS = cast(Table, Answer.__table__)
 #: Prebuilt Core statements of the hot path (compiled once, no ORM bookkeeping per call).
-_INSERT_ATTEMPT = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id)
-#: Many attempt rows at once, their ids returned in the rows' order (insertmanyvalues).
+#: Attempt rows, their ids returned in the rows' order (insertmanyvalues).
 _INSERT_ATTEMPTS = insert(_ATTEMPTS).returning(_ATTEMPTS.c.id, sort_by_parameter_order=True)
 _INSERT_DRAWS = insert(cast(Table, Draw.__table__))
 #: The decisions whose answers went in (a decision already answered inserts none of them).
@@ -257,8 +256,6 @@ def _attempt_row(claim: Claimed, *, outcome: str, info: AttemptInfo, now: dateti
 
 def _insert_attempts(conn: Any, rows: Sequence[dict[str, Any]]) -> list[int]:
     """Insert attempt rows; their ids, in the rows' order."""
-    if len(rows) == 1:
-        return [int(conn.execute(_INSERT_ATTEMPT, rows[0]).scalar_one())]
     return [int(i) for i in conn.execute(_INSERT_ATTEMPTS, list(rows)).scalars()]
 
 

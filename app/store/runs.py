@@ -39,6 +39,7 @@ __all__ = [
     "ensure_run",
     "existing_lines",
     "find_run",
+    "first_of_each",
     "insert_decisions",
     "load_run",
     "open_runs",
@@ -251,14 +252,19 @@ def _batch_writer(session: Session) -> BatchWriter:
 
 def _write_batch(session: Session, writer: BatchWriter, run_id: int,
                  batch: Sequence[DecisionRow], status: str) -> list[tuple[int, DecisionRow]]:
-    by_key: dict[tuple[str, int], DecisionRow] = {}
-    for row in batch:  # the first row of a (key, replicate) repeated within the batch
-        by_key.setdefault((row.key, row.replicate), row)
-    if len(by_key) < len(batch):
-        batch = list(by_key.values())
-    won = [(rid, by_key[(key, rep)]) for rid, key, rep in writer(session, run_id, batch, status)]
+    unique = first_of_each(batch)
+    by_key = {(row.key, row.replicate): row for row in unique}
+    won = [(rid, by_key[(key, rep)]) for rid, key, rep in writer(session, run_id, unique, status)]
     record_rejections(session, run_id, won)
     return won
+
+
+def first_of_each(rows: Iterable[DecisionRow]) -> list[DecisionRow]:
+    """The first row of each (key, replicate), in order (a line repeated within a batch)."""
+    first: dict[tuple[str, int], DecisionRow] = {}
+    for row in rows:
+        first.setdefault((row.key, row.replicate), row)
+    return list(first.values())
 
 
 def record_rejections(session: Session, run_id: int,
@@ -291,8 +297,7 @@ def _insert_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
 
 def _copy_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
                 status: str) -> list[tuple[int, str, int]]:
-    raw = session.connection().connection.driver_connection
-    assert raw is not None
+    raw = dialects.driver_connection(session)
     dumps = orjson.dumps
     with raw.cursor() as cur:
         cur.execute(_STAGING)

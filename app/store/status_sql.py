@@ -22,8 +22,8 @@ from app.errors import OutcomeKind
 from app.store.records import ACTIVE, DecisionStatus, RunInfo, shown_status
 
 __all__ = ["LOW_MASS", "CellStats", "Reader", "ReasonGroup", "RunOverview", "RunStatusReport",
-           "aware", "failure_reasons", "find_run", "is_settled", "list_runs", "run_from_row",
-           "run_status", "status_counts"]
+           "aware", "cell_key", "failure_reasons", "find_run", "is_settled", "list_runs",
+           "run_from_row", "run_status", "status_counts"]
 
 #: An answer whose label mass is below this is counted as low mass.
 LOW_MASS = 0.5
@@ -219,7 +219,7 @@ def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> 
     cells: dict[str, CellStats] = {}
 
     def cell(name: str | None) -> CellStats:
-        return cells.setdefault(_cell_key(name), CellStats(cell=_cell_key(name)))
+        return cells.setdefault(cell_key(name), CellStats(cell=cell_key(name)))
 
     params = {"run": run.id}
     for name, total, done, settled_questions in reader.rows(CELL_DECISIONS, params):
@@ -262,7 +262,8 @@ def failure_reasons(reader: Reader, run_id: int, *, limit: int = 10) -> list[Rea
     return [ReasonGroup(kind, count, example) for (kind, _), (count, example) in ranked[:limit]]
 
 
-def _cell_key(cell: str | None) -> str:
+def cell_key(cell: str | None) -> str:
+    """A decision's cell as shown: "-" for none."""
     return cell if cell is not None else "-"
 
 

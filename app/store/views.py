@@ -29,6 +29,7 @@ from app.store.status_sql import (
     ReasonGroup,
     RunOverview,
     RunStatusReport,
+    cell_key,
 )
 
 __all__ = [
@@ -67,7 +68,7 @@ def status_by_cell(session: Session, run_id: int) -> dict[tuple[str, str], int]:
     run_status = _run_status(session, run_id)
     counts: dict[tuple[str, str], int] = {}
     for cell, status, n in session.execute(stmt):
-        key = (_cell_key(cell), shown_status(status, run_status))
+        key = (cell_key(cell), shown_status(status, run_status))
         counts[key] = counts.get(key, 0) + int(n)
     return counts
 
@@ -116,10 +117,6 @@ def is_settled(session: Session, run_id: int, *, count_failed: bool) -> bool:
 
 def _run(session: Session, run_id: int) -> RunInfo:
     return run_info(session.get_one(Run, run_id))
-
-
-def _cell_key(cell: str | None) -> str:
-    return cell if cell is not None else "-"
 
 
 def recent_runs(session: Session, limit: int) -> list[RunInfo]:

@@ -16,6 +16,7 @@ check the layout on the CPU.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,8 +153,6 @@ class DecodeGraphs:
     def _capture(self, step: _Step) -> None:
         """Warm the step up on a side stream (lazy kernel and library set-up), then capture it.
         A step that cannot be captured turns capture off for good (eager from then on)."""
-        import time
-
         started = time.perf_counter()
         device = step.ids.device
         if self.pool is None:
