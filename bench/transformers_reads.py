@@ -194,6 +194,12 @@ class Figures:
     trace: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
 
     @property
+    def padding(self) -> float:
+        """Tokens a right-padded encoder would run (rows x longest, per call) / real ones."""
+        padded = sum(int(t[1]) * int(t[2]) for t in self.trace if t[0] == "prefill")
+        return padded / max(self.prefilled_tokens, 1)
+
+    @property
     def decisions_per_s(self) -> float:
         return self.decisions / self.wall_s
 
@@ -261,9 +267,7 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     trace = list(upstream.executor.trace)
     upstream.batcher.executor.shutdown(wait=True)
     upstream.cache.clear()
-    path = next(name for name, flags in PATHS.items()
-                if flags == (model.packed, model.kernels, model.graphs))
-    return Figures(scenario, path, draws, len(decisions),
+    return Figures(scenario, path_of(model), draws, len(decisions),
                    qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
                    totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
                    statistics.mean(sizes), peak, trace=trace)
@@ -343,14 +347,20 @@ class Bare:
 # -- correctness ------------------------------------------------------------------------------
 
 
-PATHS = {"collated": (False, False, False), "packed": (True, False, False),
-         "kernels": (True, True, False), "graphs": (True, True, True)}
-"""path name -> (packed decoder, kernels, fixed-layout steps in CUDA graphs): ``collated`` is
-the engine before issue 18."""
+PATHS = {"collated": (False, False, False, False), "packed": (True, False, False, False),
+         "kernels": (True, True, False, False), "graphs": (True, True, True, False),
+         "compiled": (True, True, True, True)}
+"""path name -> (packed reads, kernels, fixed-layout steps in CUDA graphs, compiled encoder
+layers): ``collated`` is the engine before issue 18."""
+
+
+def path_of(model: ReadModel) -> str:
+    flags = (model.packed, model.kernels, model.graphs, model.compiled)
+    return next(name for name, path in PATHS.items() if path == flags)
 
 
 def use_path(model: ReadModel, path: str) -> None:
-    model.packed, model.kernels, model.graphs = PATHS[path]
+    model.packed, model.kernels, model.graphs, model.compiled = PATHS[path]
 
 
 @dataclass
@@ -385,7 +395,7 @@ def make_reads(model: ReadModel) -> Reads:
     return Reads(doc, suffixes, lone, canvases, plan, labels=ids(4))
 
 
-def check_paths(model: ReadModel, label: str) -> None:
+def check_paths(model: ReadModel, label: str, *, skip: Sequence[str] = ()) -> None:
     """Each engine path vs one plain unbatched transformers forward per read (experts ``eager``:
     float32 loops, and ``grouped_mm``: transformers' default), on mixed, chained and grouped
     rows: prompts past the sliding window, question suffixes on a shared document, draws."""
@@ -410,8 +420,9 @@ def check_paths(model: ReadModel, label: str) -> None:
 
     got = {"plain-eager": plain("eager"), "plain-grouped": plain("grouped_mm")}
     for path in PATHS:
-        use_path(model, path)
-        got[path] = engine()
+        if path not in skip:
+            use_path(model, path)
+            got[path] = engine()
     model.model.set_experts_implementation("eager")  # float32 loops, kernels keep them
     for path in ("collated", "kernels"):
         use_path(model, path)
@@ -420,6 +431,8 @@ def check_paths(model: ReadModel, label: str) -> None:
     model.model.set_experts_implementation("grouped_mm")
 
     def diff(a: str, b: str) -> str:
+        if a not in got:
+            return f"{a} not run"
         worst = max(float((x - y).abs().max()) for x, y in zip(got[a], got[b], strict=True))
         return f"{a} vs {b} {worst:.1e}"
 
@@ -428,7 +441,8 @@ def check_paths(model: ReadModel, label: str) -> None:
           f"{len(lone[0])}/{len(lone[1])}, 3 draws), max |dlogprob|: "
           + "; ".join([diff("plain-grouped", "plain-eager"), diff("collated", "plain-eager"),
                        diff("packed", "collated"), diff("kernels", "collated"),
-                       diff("kernels", "plain-eager"),
+                       diff("kernels", "plain-eager"), diff("graphs", "kernels"),
+                       diff("compiled", "kernels"), diff("compiled", "collated"),
                        diff("collated/eager-experts", "plain-eager"),
                        diff("kernels/eager-experts", "plain-eager"),
                        diff("kernels/eager-experts", "collated/eager-experts")]), flush=True)
@@ -481,7 +495,8 @@ def _plain_read(model: ReadModel, prompt: Sequence[int], canvas: Sequence[int],
 def _print(results: list[Figures]) -> None:
     print(f"{'scenario':<10}{'path':<14}{'draws':>6}{'decisions':>10}{'q-reads':>8}{'wall s':>8}"
           f"{'dec/s':>8}{'q-reads/s':>10}{'enc s':>7}{'dec s':>7}{'bare enc':>9}{'bare dec':>9}"
-          f"{'model%':>7}{'cache%':>7}{'outside%':>9}{'calls e/d':>11}{'batch':>7}{'GiB':>6}")
+          f"{'model%':>7}{'cache%':>7}{'outside%':>9}{'calls e/d':>11}{'batch':>7}{'pad x':>6}"
+          f"{'GiB':>6}")
     for r in results:
         engine = r.encoder_s + r.decoder_s
         bare = r.bare_encoder_s + r.bare_decoder_s
@@ -491,10 +506,13 @@ def _print(results: list[Figures]) -> None:
               f"{r.bare_decoder_s:>9.2f}{100 * bare / r.wall_s:>7.0f}"
               f"{100 * (engine - bare) / r.wall_s:>7.0f}"
               f"{100 * (r.wall_s - engine) / r.wall_s:>9.0f}"
-              f"{r.encoder_calls:>6}/{r.decoder_calls:<4}{r.batch_mean:>7.1f}{r.peak_gib:>6.1f}")
-    print("model%: bare forwards of the same shapes / wall; cache%: the engine's forwards minus "
-          "the bare ones (collation, masks, cutting entries) / wall; outside%: wall minus the "
-          "engine's forwards (batching waits, planning, the event loop) / wall")
+              f"{r.encoder_calls:>6}/{r.decoder_calls:<4}{r.batch_mean:>7.1f}{r.padding:>6.2f}"
+              f"{r.peak_gib:>6.1f}")
+    print("model%: bare forwards of the same shapes (the encoder's right-padded, as transformers "
+          "batches them) / wall; cache%: the engine's forwards minus the bare ones (collation, "
+          "masks, cutting entries; negative where the engine skips padding) / wall; outside%: "
+          "wall minus the engine's forwards (batching waits, planning, the event loop) / wall; "
+          "pad x: the padded encoder's tokens / the prompt tokens encoded")
     for r in results:
         if r.scenario.startswith("iso"):
             joint = next((j for j in results if j.scenario.startswith("joint")
@@ -521,6 +539,21 @@ def _profile(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[D
     print("\n".join(table.splitlines()[:28]))
 
 
+def run_checks(args: Any, vocab: int) -> None:
+    """The paths' equality check: a 6-layer full-width model per dtype of ``--check``, or the
+    tiny one."""
+    if args.config == "full" and args.check:
+        for name in args.check.split(","):
+            small = build_model("full", args.device, dtype=getattr(torch, name), layers=6)
+            check_paths(small, "6-layer full-width", skip=() if args.check_compiled
+                        else ("compiled",))
+            del small
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    elif args.check:
+        check_paths(build_model("small", args.device, dtype=torch.float32, vocab=vocab), "tiny")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=("full", "small"), default="full")
@@ -531,8 +564,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default="field:1,field:4,iso6:4,joint6:4")
     parser.add_argument("--paths", default="kernels",
                         help="comma-separated: collated (the engine before issue 18), packed, "
-                             "kernels (packed + fused norms and experts), each optionally "
-                             "@MAX_BATCH")
+                             "kernels (packed + fused norms and experts), graphs (+ decoder "
+                             "steps in CUDA graphs, the default), compiled (+ encoder layers "
+                             "through torch.compile), each optionally @MAX_BATCH")
     parser.add_argument("--states", type=int, default=1056)
     parser.add_argument("--multi-states", type=int, default=64)
     parser.add_argument("--workers", type=int, default=4)
@@ -544,6 +578,8 @@ def main() -> None:
     parser.add_argument("--flush-ms", type=float, default=3.0)
     parser.add_argument("--no-bare", action="store_true")
     parser.add_argument("--check", default="float32", help="dtypes of the 6-layer check, or ''")
+    parser.add_argument("--check-compiled", action="store_true",
+                        help="the full-width check also runs the compiled path (minutes)")
     parser.add_argument("--profile", default="", help="write a torch profile of 128 field "
                         "decisions x DRAWS here (e.g. $OUT/profile.txt:1)")
     parser.add_argument("--time-limit-s", type=float, default=480.0)
@@ -554,15 +590,7 @@ def main() -> None:
                                  else "standin")
     tokenizer = load_tokenizer(tok_dir)
     vocab = rounded_vocab(tokenizer.info.vocab_size)
-    if args.config == "full" and args.check:
-        for name in args.check.split(","):
-            small = build_model("full", args.device, dtype=getattr(torch, name), layers=6)
-            check_paths(small, "6-layer full-width")
-            del small
-            if args.device.startswith("cuda"):
-                torch.cuda.empty_cache()
-    elif args.check:
-        check_paths(build_model("small", args.device, dtype=torch.float32, vocab=vocab), "tiny")
+    run_checks(args, vocab)
     paths = args.paths.split(",")
     model = build_model(args.config, args.device, vocab=vocab)
     use_path(model, paths[-1].partition("@")[0])
@@ -577,8 +605,12 @@ def main() -> None:
     lengths = [len(tokenizer.encode(d.state)) for d in field[:200]]
     print(f"field: {len(field)} states, state text {min(lengths)}-{max(lengths)} tokens "
           f"(+ ~50 template); multi: {len(multi)} states x 6 questions", flush=True)
-    measure(model, tokenizer, "field", field[:32], 2, args)  # warm-up
-    measure(model, tokenizer, "iso6", multi[:4], 1, args)
+    for path in dict.fromkeys(p.partition("@")[0] for p in paths):  # warm-up (and compile)
+        use_path(model, path)
+        started = time.perf_counter()
+        measure(model, tokenizer, "field", field[:32], 2, args)
+        measure(model, tokenizer, "iso6", multi[:4], 1, args)
+        print(f"  warm-up {path}: {time.perf_counter() - started:.1f}s", flush=True)
     if args.profile:
         where, _, draws = args.profile.partition(":")
         _profile(model, tokenizer, field[:128], int(draws or 1), args, Path(where))

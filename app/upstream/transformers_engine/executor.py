@@ -239,7 +239,8 @@ class BatchExecutor:
         return jobs
 
     def _prefill(self, jobs: list[tuple[Prompt, PrefillJob]]) -> Iterator[tuple[Prompt, KVEntry]]:
-        """Run the jobs in encoder calls of at most ``prefill_token_budget`` padded tokens."""
+        """Run the jobs in encoder calls of at most ``prefill_token_budget`` tokens (padded
+        ones on the collated path)."""
         prefixes: dict[int, int] = {}
 
         def order(item: tuple[Prompt, PrefillJob]) -> tuple[int, int]:
@@ -250,7 +251,8 @@ class BatchExecutor:
             return (1 + prefixes.setdefault(id(prefix), len(prefixes)), len(item[1].ids))
 
         jobs = sorted(jobs, key=order)
-        for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch):
+        for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch,
+                                    padded=not self.model.packed):
             self._encoder_calls += 1
             self._prefilled += sum(len(j.ids) for _, j in chunk)
             if self.trace is not None:
@@ -266,18 +268,21 @@ def _common_prefix(a: Prompt, b: Prompt) -> int:
     return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
 
 
-def _budget_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int
-                   ) -> Iterator[list[tuple[Prompt, PrefillJob]]]:
-    """Consecutive chunks whose padded size rows * longest fits."""
+def _budget_chunks(jobs: list[tuple[Prompt, PrefillJob]], budget: int, max_rows: int, *,
+                   padded: bool) -> Iterator[list[tuple[Prompt, PrefillJob]]]:
+    """Consecutive chunks of at most ``max_rows`` jobs whose size fits ``budget``: rows x
+    longest when ``padded`` (a right-padded batch), else the tokens themselves (packed end to
+    end)."""
     chunk: list[tuple[Prompt, PrefillJob]] = []
-    longest = 0
+    longest = tokens = 0
     for item in jobs:
         n = len(item[1].ids)
-        if chunk and ((len(chunk) + 1) * max(longest, n) > budget or len(chunk) >= max_rows):
+        size = (len(chunk) + 1) * max(longest, n) if padded else tokens + n
+        if chunk and (size > budget or len(chunk) >= max_rows):
             yield chunk
-            chunk, longest = [], 0
+            chunk, longest, tokens = [], 0, 0
         chunk.append(item)
-        longest = max(longest, n)
+        longest, tokens = max(longest, n), tokens + n
     if chunk:
         yield chunk
 

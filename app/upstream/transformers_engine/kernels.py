@@ -92,6 +92,9 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
+    if torch.compiler.is_compiling():  # inductor fuses the plain formula (``out=`` it cannot)
+        return torch.cat((x1 * cos[..., :half] - x2 * sin[..., :half],
+                          x2 * cos[..., half:] + x1 * sin[..., half:]), dim=-1)
     out = torch.empty_like(x)
     low, high = out[..., :half], out[..., half:]
     torch.mul(x1, cos[..., :half], out=low)

@@ -11,15 +11,18 @@ tensors (or expanded views) and transformers' ``DynamicLayer.update`` concatenat
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.attention import sdpa_kernel
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
+from app.upstream.transformers_engine.compiled import CompiledLayers
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
@@ -29,6 +32,7 @@ from app.upstream.transformers_engine.packed import (
     PackedPrefill,
     register_read_attention,
 )
+from app.upstream.transformers_engine.varlen import FUSED_BACKENDS, VarlenPrefill
 
 __all__ = [
     "SOFTCAP_DEFAULT",
@@ -97,11 +101,17 @@ class ReadModel:
     on prefills without a prefix), kept as the reference the packed path is tested against.
     ``graphs`` (default: on a GPU): packed decoder steps padded to a few fixed layouts and
     replayed from CUDA graphs (``graphs.py``); a batch that fits none reads as ``packed``.
+    ``compiled`` (default: off): the packed prefill's encoder layers through ``torch.compile``
+    (``compiled.py``), compiled on first use.
+
+    Packed prefills run the encoder's layers here (``_encode``), not through its forward: the
+    last layer's feed-forward and the final norm are skipped, since only the keys and values
+    of a prompt are kept.
     """
 
     def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
                  kernels: bool = True, graphs: bool | None = None,
-                 graph_key_slots: int = DEFAULT_KEY_SLOTS) -> None:
+                 graph_key_slots: int = DEFAULT_KEY_SLOTS, compiled: bool = False) -> None:
         register_read_attention()
         if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
@@ -120,6 +130,8 @@ class ReadModel:
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         self.graph_key_slots = graph_key_slots
         self._steps: DecodeGraphs | None = None
+        self.compiled = compiled
+        self._layers: CompiledLayers | None = None
 
     @property
     def kernels(self) -> bool:
@@ -161,36 +173,71 @@ class ReadModel:
     @torch.inference_mode()
     def prefill(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         """Encode every job's ids after its prefix; one entry per job. Packed: the jobs without
-        a prefix in one right-padded call, those with one in one ``PackedPrefill`` call (a row
-        per shared prefix); collated: everything in one call over left-padded prefixes."""
-        if not self.packed or all(j.prefix is None or not j.prefix.length for j in jobs):
+        a prefix end to end in one row (``VarlenPrefill``, no padding), those with one in one
+        ``PackedPrefill`` call (a row per shared prefix); collated: everything in one call over
+        left-padded prefixes."""
+        if not self.packed:
             return self._prefill_collated(jobs)
         extend = [i for i, j in enumerate(jobs) if j.prefix is not None and j.prefix.length]
         fresh = [i for i in range(len(jobs)) if i not in set(extend)]
         out: list[KVEntry | None] = [None] * len(jobs)
         if fresh:
-            for i, entry in zip(fresh, self._prefill_collated([jobs[i] for i in fresh]),
+            for i, entry in zip(fresh, self._prefill_varlen([jobs[i].ids for i in fresh]),
                                 strict=True):
                 out[i] = entry
-        prefixes = [jobs[i].prefix or EMPTY for i in extend]
-        suffixes = [jobs[i].ids for i in extend]
-        packed = PackedPrefill(self.kinds, prefixes, suffixes,
-                               query_heads=int(self.text_config.num_attention_heads),
-                               device=self.device, dtype=self.model.dtype)
-        ids, positions = packed.inputs(suffixes, self.pad_id)
-        with torch.profiler.record_function("dreads.prefill"):
-            self.model.model.encoder(
-                input_ids=ids.to(self.device),
-                attention_mask=dict.fromkeys(self.text_config.layer_types),
-                position_ids=positions.to(self.device),
-                cache=packed,
-                read_batch=packed,
-            )
-        for i, entry in zip(extend, packed.entries(), strict=True):
-            out[i] = entry
+        if extend:
+            prefixes = [jobs[i].prefix or EMPTY for i in extend]
+            suffixes = [jobs[i].ids for i in extend]
+            packed = PackedPrefill(self.kinds, prefixes, suffixes,
+                                   query_heads=int(self.text_config.num_attention_heads),
+                                   device=self.device, dtype=self.model.dtype)
+            ids, positions = packed.inputs(suffixes, self.pad_id)
+            self._encode(ids, positions, packed)
+            for i, entry in zip(extend, packed.entries(), strict=True):
+                out[i] = entry
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            torch.cuda.synchronize(self.device)  # so callers can time the call
         return [e for e in out if e is not None]
+
+    def _prefill_varlen(self, prompts: Sequence[tuple[int, ...]]) -> list[KVEntry]:
+        packed = VarlenPrefill(self.kinds, [len(p) for p in prompts])
+        ids, positions = packed.inputs(prompts)
+        self._encode(ids, positions, packed)
+        return packed.entries()
+
+    def _encode(self, ids: torch.Tensor, positions: torch.Tensor,
+                batch: VarlenPrefill | PackedPrefill) -> None:
+        """The encoder's layers over ``ids`` for the keys and values ``batch`` keeps (it is
+        both their cache and their attention); the last layer's feed-forward and the final
+        norm are left out, as nothing reads their output."""
+        text = self.model.model.encoder.language_model
+        layers = self.layers
+        types = self.text_config.layer_types
+        positions = positions.to(self.device)
+        backends = (sdpa_kernel(list(FUSED_BACKENDS)) if self.device.type == "cuda"
+                    else contextlib.nullcontext())
+        with torch.profiler.record_function("dreads.prefill"), backends:
+            hidden = text.embed_tokens(ids.to(self.device))
+            rotary = {kind: text.rotary_emb(hidden, positions, kind) for kind in set(types)}
+            for i, layer in enumerate(layers):
+                args = dict(position_embeddings=rotary[types[i]], attention_mask=None,
+                            position_ids=positions, cache=batch, read_batch=batch)
+                if i < len(layers) - 1:
+                    hidden = layer(hidden, **args)
+                else:
+                    last = text.layers[i]
+                    last.self_attn(last.input_layernorm(hidden), **args)
+
+    @property
+    def layers(self) -> Sequence[Any]:
+        """The encoder layers a packed prefill calls: compiled (``compiled``) or as they are."""
+        text = self.model.model.encoder.language_model
+        plain = list(text.layers[: int(self.text_config.num_hidden_layers)])
+        if not self.compiled:
+            return plain
+        if self._layers is None:
+            self._layers = CompiledLayers(plain)
+        return self._layers.layers
 
     def _prefill_collated(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         prefixes = [j.prefix or EMPTY for j in jobs]
@@ -206,11 +253,7 @@ class ReadModel:
             ids[row, : len(job.ids)] = torch.tensor(job.ids, dtype=torch.long)
         starts = torch.tensor([p.length for p in prefixes], dtype=torch.long)
         positions = starts[:, None] + torch.arange(width)[None, :]
-        mask: torch.Tensor | None = None
-        if total or not self.packed:  # after a collated prefix: mask its left padding
-            mask = self._padding_mask([p.length for p in prefixes], total, lengths).long()
-        # else the rows are right-padded and causal: no real token sees a pad, so no mask (SDPA
-        # then runs its fused causal kernels without per-head key copies)
+        mask = self._padding_mask([p.length for p in prefixes], total, lengths).long()
         with torch.profiler.record_function("dreads.prefill"):
             self.model.model.encoder(
                 input_ids=ids.to(self.device),

@@ -491,8 +491,9 @@ class PackedPrefill:
         self.head[kind] = head
         return _Kind(keys, values, bias, torch.empty(0))
 
-    # -- the encoder's view ---------------------------------------------------------------------
+    # -- the encoder's view (eager under a compiled layer: ``compiled.py``) ----------------------
 
+    @torch.compiler.disable
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int,
                **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
         kind_id, j = self.kind_of[layer_idx]
@@ -502,6 +503,7 @@ class PackedPrefill:
         values[:, :, head : head + self.width] = value
         return keys, values
 
+    @torch.compiler.disable
     def attend(self, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                ) -> torch.Tensor:
         kind = self.kinds[self.kind_of[module.layer_idx][0]]

@@ -1,0 +1,36 @@
+"""The encoder's layers through ``torch.compile`` (regional compilation).
+
+Outside its matrix products an encoder layer is a chain of small eager kernels: RMSNorms,
+residual sums, casts, the GELU gate, the router's softmax and top-k, the experts' weighting.
+Inductor fuses those chains. Each layer is compiled as one region with dynamic token counts
+(one graph serves every call shape); attention and the cache write stay eager
+(``torch.compiler.disable`` on the packed prefills' ``attend`` and ``update``), so the
+regions hold only token-wise work.
+
+All layers of a kind share one compiled graph; they differ only in constants (their index),
+which dynamo guards on, so the recompile limit is raised to a few per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["CompiledLayers"]
+
+_RECOMPILES_PER_LAYER = 4
+
+
+class CompiledLayers:
+    """``layers`` wrapped by ``torch.compile`` (the modules themselves are left as they are, so
+    transformers' own forward keeps calling them eagerly)."""
+
+    def __init__(self, layers: Sequence[torch.nn.Module]) -> None:
+        limit = _RECOMPILES_PER_LAYER * len(layers)
+        config: Any = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, limit)
+        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)
+        config.allow_unspec_int_on_nn_module = False
+        self.layers = [torch.compile(layer, dynamic=True) for layer in layers]
