@@ -642,7 +642,8 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
     from app.upstream.factory import UpstreamConfig
 
     env = get_settings()
-    base = engine or UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype)
+    base = engine or UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype,
+                                    compile=env.engine_compile)
     return replace(base, url=url, model=settings.model, canvas_length=settings.canvas_length,
                    tokenizer=settings.tokenizer, max_in_flight=max_in_flight or env.max_in_flight,
                    timeout_s=env.read_timeout_s, retries=env.read_retries)

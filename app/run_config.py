@@ -238,7 +238,7 @@ def engine_choice(recorded: str | None, *, engine: str | None, device: str | Non
     env = _env(env)
     known = {str(kind) for kind in ENGINES}
     base = UpstreamConfig(engine=recorded if recorded in known else env.engine,
-                          device=env.device, dtype=env.dtype)
+                          device=env.device, dtype=env.dtype, compile=env.engine_compile)
     return engine_config(base, engine=engine, device=device, dtype=dtype)
 
 

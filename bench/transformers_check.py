@@ -55,11 +55,13 @@ from app.upstream.transformers_engine.model import DecodeRow, KVEntry, PrefillJo
 @dataclass
 class Routing:
     """Each router call's top-k experts: recorded (``record``), compared with the recorded call
-    of the same number (``compare``), or replayed in place of the call's own (``replay``)."""
+    of the same number of the same router (``compare``), or replayed in place of the call's own
+    (``replay``). Calls are counted per router: a path that skips a layer's feed-forward (the
+    packed prefill skips the last encoder layer's) leaves the other routers' counts aligned."""
 
     mode: str = "off"
-    calls: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    at: int = 0
+    calls: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
+    at: dict[int, int] = field(default_factory=dict)
     #: this call's compared tokens (None: all) and their tokens in the recorded call (None: same)
     tokens: torch.Tensor | None = None
     layout: torch.Tensor | None = None
@@ -73,9 +75,9 @@ class Routing:
             router.forward = types.MethodType(self._route_with(), router)
 
     def start(self, mode: str) -> None:
-        self.mode, self.at, self.tokens, self.layout = mode, 0, None, None
+        self.mode, self.at, self.tokens, self.layout = mode, {}, None, None
         if mode == "record":
-            self.calls = []
+            self.calls = {}
         self.flips, self.flip_margins = [], []
 
     def _route_with(self) -> Callable[..., Any]:
@@ -96,10 +98,11 @@ class Routing:
         k = int(router.config.top_k_experts)
         top = torch.topk(probs, k + 1, dim=-1)
         index = top.indices[:, :k]
+        key, at = id(router), self.at.get(id(router), 0)
         if self.mode == "record":
-            self.calls.append((index, top.values[:, k - 1] - top.values[:, k]))
+            self.calls.setdefault(key, []).append((index, top.values[:, k - 1] - top.values[:, k]))
         elif self.mode in ("compare", "replay"):
-            recorded, margin = self.calls[self.at]
+            recorded, margin = self.calls[key][at]
             tokens = self.tokens if self.tokens is not None else torch.arange(index.shape[0])
             layout = self.layout if self.layout is not None else tokens
             recorded, margin = recorded[layout], margin[layout]
@@ -109,7 +112,7 @@ class Routing:
             if self.mode == "replay":
                 index = index.clone()
                 index[tokens] = recorded
-        self.at += 1
+        self.at[key] = at + 1
         weights = probs.gather(1, index)
         weights = weights / weights.sum(dim=-1, keepdim=True)
         return probs, weights * router.per_expert_scale[index], index
@@ -153,7 +156,11 @@ def engine_reads(model: ReadModel, reads: Reads, routing: Routing, capture: Capt
     else:
         routing.tokens = routing.layout = collated_suffixes
     questions = model.prefill([PrefillJob(root, s) for s in reads.suffixes])
-    routing.tokens = routing.layout = _right_padded([len(p) for p in reads.lone])
+    lone = _right_padded([len(p) for p in reads.lone])
+    if model.packed:  # one row [p1 | p2], no padding
+        routing.tokens, routing.layout = None, lone
+    else:
+        routing.tokens = routing.layout = lone
     entries: list[KVEntry] = [*questions,
                               *model.prefill([PrefillJob(None, p) for p in reads.lone])]
     routing.tokens = routing.layout = None
@@ -286,7 +293,7 @@ def check_rows(model: ReadModel, paths: Sequence[str], *, lean: bool = False) ->
         rel = [_rel(x, y) for x, y in zip(answers[a].hidden, answers[b].hidden, strict=True)]
         print(f"{a + ' vs ' + b:<34}{max(dlp):>10.1e}{max(rel):>10.1e}  "
               + " ".join(f"{d:.0e}" for d in dlp))
-    all_margins = torch.cat([m for _, m in routing.calls])
+    all_margins = torch.cat([m for calls in routing.calls.values() for _, m in calls])
     print(f"reference routing: {int(all_margins.numel())} token-layer choices (pads included); "
           f"gap between the k-th and (k+1)-th expert's probability: median "
           f"{float(all_margins.median()):.1e}, min {float(all_margins.min()):.1e}")

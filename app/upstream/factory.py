@@ -29,6 +29,7 @@ class UpstreamConfig:
     model_path: str | None = None  #: transformers engine: checkpoint
     device: str = "cpu"  #: transformers engine
     dtype: str = "bfloat16"  #: transformers engine
+    compile: bool = False  #: transformers engine: torch.compile the encoder layers
     #: the simulator's tokenizer with ``url == "sim"`` (the run's, so it reads the same ids)
     tokenizer: str = "standin"
     #: bearer key of the server (vLLM's --api-key); None: ``DREADS_UPSTREAM_API_KEY``

@@ -38,6 +38,14 @@ def test_the_engine_comes_from_the_flag_then_the_run_then_the_environment(
         engine_choice(None, engine=None, device=None, dtype="int3", env=env)
 
 
+def test_engine_compile_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not engine_choice(None, engine="transformers", device=None, dtype=None,
+                             env=Settings()).compile
+    monkeypatch.setenv("DREADS_ENGINE_COMPILE", "1")
+    env = Settings()
+    assert engine_choice(None, engine="transformers", device=None, dtype=None, env=env).compile
+
+
 def test_flags_are_settings_that_count_as_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DREADS_CANVAS", "256")
     settings = settings_with(upstream="http://h:1", model=None)

@@ -43,14 +43,14 @@ def make_transformers_upstream(config: UpstreamConfig) -> TransformersUpstream:
     from app.upstream.tokenizer import load_tokenizer
 
     path = config.model_path or config.model
-    model = _shared_model(path, config.device, config.dtype)  # fails first if wrong
+    model = _shared_model(path, config.device, config.dtype, config.compile)  # fails first
     return TransformersUpstream(path, tokenizer=load_tokenizer(path), model=model,
                                 device=config.device, dtype=config.dtype,
                                 canvas_length=config.canvas_length)
 
 
 @functools.lru_cache(maxsize=2)
-def _shared_model(path: str, device: str, dtype: str) -> ReadModel:
+def _shared_model(path: str, device: str, dtype: str, compiled: bool) -> ReadModel:
     """Weights are loaded once per process: a worker that makes an upstream per chunk (each
     with its own batcher and prompt cache) does not reload 50 GB each time."""
-    return load_model(path, device=device, dtype=dtype)
+    return load_model(path, device=device, dtype=dtype, compiled=compiled)

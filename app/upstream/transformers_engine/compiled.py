@@ -7,8 +7,12 @@ Inductor fuses those chains. Each layer is compiled as one region with dynamic t
 (``torch.compiler.disable`` on the packed prefills' ``attend`` and ``update``), so the
 regions hold only token-wise work.
 
-All layers of a kind share one compiled graph; they differ only in constants (their index),
-which dynamo guards on, so the recompile limit is raised to a few per layer.
+All layers of a kind compile to the same graphs; they differ only in a constant (their index,
+which dynamo guards on), so each layer is traced once, its graphs come from inductor's cache
+after the first of its kind, and the recompile limit is raised to a few per layer. The first
+prefill compiles: about 3.5 minutes at full size on an H200 (torch 2.11). Inductor keeps its
+cache on disk (``TORCHINDUCTOR_CACHE_DIR``, by default under /tmp), so a worker restarted on
+the same machine compiles faster.
 """
 
 from __future__ import annotations
@@ -32,5 +36,4 @@ class CompiledLayers:
         config: Any = torch._dynamo.config
         config.recompile_limit = max(config.recompile_limit, limit)
         config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)
-        config.allow_unspec_int_on_nn_module = False
         self.layers = [torch.compile(layer, dynamic=True) for layer in layers]

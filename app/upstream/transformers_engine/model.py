@@ -75,8 +75,10 @@ class SlotLogprobs:
     argmax_logprobs: torch.Tensor  #: (n_slots,) float32
 
 
-def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> ReadModel:
-    """Load a DiffusionGemma checkpoint (local dir or hub id) for reads."""
+def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
+               compiled: bool = False) -> ReadModel:
+    """Load a DiffusionGemma checkpoint (local dir or hub id) for reads (``compiled``: see
+    ``ReadModel``)."""
     options: dict[str, Any] = {"dtype": getattr(torch, dtype)}
     if device != "cpu" and importlib.util.find_spec("accelerate") is not None:
         options["device_map"] = device  # straight onto the GPU, no full copy in CPU memory
@@ -87,7 +89,8 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16") -> Re
             f"cannot load a DiffusionGemma checkpoint from {path!r}: {exc}. Pass --model as a "
             "directory with config.json and *.safetensors (`dreads engine make-tiny DIR` writes "
             "a tiny one) or a hub id cached locally") from exc
-    return ReadModel(model if str(model.device) == device else model.to(device))  # type: ignore[arg-type]
+    return ReadModel(model if str(model.device) == device else model.to(device),  # type: ignore[arg-type]
+                     compiled=compiled)
 
 
 class ReadModel:

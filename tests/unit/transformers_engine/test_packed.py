@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 from transformers import DynamicCache  # noqa: E402
 from transformers.integrations.moe import grouped_mm_experts_forward  # noqa: E402
 
-from app.upstream.transformers_engine import ReadModel, build_tiny_model  # noqa: E402
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS  # noqa: E402
 from app.upstream.transformers_engine.kernels import grouped_experts  # noqa: E402
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob  # noqa: E402
+from tests.fixtures.tokens import random_ids  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -28,27 +28,16 @@ LABELS = (3, 7, 11, 106, 200)
 SLOTS = (0, 2, 5)
 
 
-def _ids(n: int, seed: int) -> tuple[int, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randint(5, 500, (n,), generator=gen).tolist())
-
-
-@pytest.fixture(scope="module")
-def model() -> Any:
-    """3 layers (2 sliding, window 16, and 1 full), float32."""
-    return ReadModel(build_tiny_model(512, layers=3, seed=3))
-
-
 def _workload(model: Any) -> tuple[list[Any], list[tuple[tuple[int, ...], tuple[int, ...]]]]:
     """Rows: 3 question suffixes on one 21-token document (past the window), one of them drawn
     twice, the document itself, prompts of 5 and 40 tokens; (prompt, canvas) per row."""
-    doc = _ids(21, 1)
+    doc = random_ids(21, 1)
     root = model.prefill([PrefillJob(None, doc)])[0]
-    suffixes = [_ids(n, 10 + n) for n in (2, 9, 19)]
+    suffixes = [random_ids(n, 10 + n) for n in (2, 9, 19)]
     questions = model.prefill([PrefillJob(root, s) for s in suffixes])
-    lone_prompts = [_ids(5, 2), _ids(40, 3)]
+    lone_prompts = [random_ids(5, 2), random_ids(40, 3)]
     lone = model.prefill([PrefillJob(None, p) for p in lone_prompts])
-    canvases = [_ids(16, 20 + k) for k in range(3)]
+    canvases = [random_ids(16, 20 + k) for k in range(3)]
     plan = [(questions[0], doc + suffixes[0], 0), (lone[1], lone_prompts[1], 1),
             (questions[1], doc + suffixes[1], 1), (questions[0], doc + suffixes[0], 2),
             (root, doc, 0), (questions[2], doc + suffixes[2], 2), (lone[0], lone_prompts[0], 0)]
@@ -117,7 +106,7 @@ def test_the_group_reads_its_shared_document_once(model: Any) -> None:
 
 
 def test_prefill_without_mask_equals_the_masked_prefill(model: Any) -> None:
-    prompts = [_ids(n, 40 + n) for n in (3, 17, 33)]
+    prompts = [random_ids(n, 40 + n) for n in (3, 17, 33)]
     _today(model)
     masked = model.prefill([PrefillJob(None, p) for p in prompts])
     _new(model)
@@ -170,9 +159,9 @@ def test_kernels_switch_off_cleanly(model: Any) -> None:
 def test_packed_prefill_of_suffixes_equals_the_collated_prefill(model: Any) -> None:
     """Suffixes of 2, 9, 19 and 30 tokens on a 21-token document (window 16) and on a second,
     chained prefix, extended in one packed call: each entry equals encoding it alone."""
-    doc = _ids(21, 1)
-    other = _ids(6, 9)
-    suffixes = [_ids(n, 60 + n) for n in (2, 9, 19, 30)]
+    doc = random_ids(21, 1)
+    other = random_ids(6, 9)
+    suffixes = [random_ids(n, 60 + n) for n in (2, 9, 19, 30)]
     for setup in (_today, _new):
         setup(model)
         root = model.prefill([PrefillJob(None, doc)])[0]

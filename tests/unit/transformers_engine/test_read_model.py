@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from transformers import DynamicCache  # noqa: E402
 
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob  # noqa: E402
+from tests.fixtures.tokens import random_ids  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -25,8 +26,7 @@ SLOTS = (2, 5)
 
 
 def _ids(n: int, seed: int) -> tuple[int, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randint(5, 800, (n,), generator=gen).tolist())
+    return random_ids(n, seed, 800)
 
 
 def _reference(model: Any, prompt: tuple[int, ...], canvas: tuple[int, ...]) -> Any:
