@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     #: Dtype for the in-process engine.
     dtype: str = "bfloat16"
     #: In-process engine: compile the encoder's layers with ``torch.compile`` (faster prefills
-    #: on a GPU, about 4 minutes of compiling when a worker starts).
+    #: on a GPU, about 3.5 minutes of compiling when a worker starts).
     engine_compile: bool = False
     #: ``dreads serve``: bearer key every /v1 route requires (unset: no authentication).
     api_key: str | None = None

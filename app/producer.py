@@ -639,11 +639,10 @@ def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | No
     """The ``UpstreamConfig`` reading ``settings`` at ``url``. ``engine`` (an UpstreamConfig:
     engine, device, dtype, model_path) is the engine the user chose; default ``DREADS_*``."""
     from app.config import get_settings
-    from app.upstream.factory import UpstreamConfig
+    from app.run_config import env_engine
 
     env = get_settings()
-    base = engine or UpstreamConfig(engine=env.engine, device=env.device, dtype=env.dtype,
-                                    compile=env.engine_compile)
+    base = engine or env_engine(env)
     return replace(base, url=url, model=settings.model, canvas_length=settings.canvas_length,
                    tokenizer=settings.tokenizer, max_in_flight=max_in_flight or env.max_in_flight,
                    timeout_s=env.read_timeout_s, retries=env.read_retries)

@@ -28,6 +28,7 @@ __all__ = [
     "endpoint_read_settings",
     "engine_choice",
     "engine_config",
+    "env_engine",
     "read_overrides",
     "run_upstream",
     "served_fields_missing",
@@ -233,13 +234,20 @@ def engine_choice(recorded: str | None, *, engine: str | None, device: str | Non
     (an existing run), else ``DREADS_ENGINE``; device and dtype from the options or
     ``DREADS_DEVICE`` / ``DREADS_DTYPE``."""
     from app.upstream.engines import ENGINES
+
+    known = {str(kind) for kind in ENGINES}
+    base = env_engine(env, engine=recorded if recorded in known else None)
+    return engine_config(base, engine=engine, device=device, dtype=dtype)
+
+
+def env_engine(env: Settings | None = None, *, engine: str | None = None) -> UpstreamConfig:
+    """``engine`` (default ``DREADS_ENGINE``) as ``DREADS_DEVICE``, ``DREADS_DTYPE`` and
+    ``DREADS_ENGINE_COMPILE`` set it up."""
     from app.upstream.factory import UpstreamConfig
 
     env = _env(env)
-    known = {str(kind) for kind in ENGINES}
-    base = UpstreamConfig(engine=recorded if recorded in known else env.engine,
-                          device=env.device, dtype=env.dtype, compile=env.engine_compile)
-    return engine_config(base, engine=engine, device=device, dtype=dtype)
+    return UpstreamConfig(engine=engine or env.engine, device=env.device, dtype=env.dtype,
+                          compile=env.engine_compile)
 
 
 def upstream_url(given: str | None, recorded: str | None, env: Settings | None = None) -> str:

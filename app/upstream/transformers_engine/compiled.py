@@ -22,18 +22,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompiledLayers"]
+__all__ = ["compile_layers"]
 
 _RECOMPILES_PER_LAYER = 4
 
 
-class CompiledLayers:
+def compile_layers(layers: Sequence[torch.nn.Module]) -> list[Any]:
     """``layers`` wrapped by ``torch.compile`` (the modules themselves are left as they are, so
     transformers' own forward keeps calling them eagerly)."""
-
-    def __init__(self, layers: Sequence[torch.nn.Module]) -> None:
-        limit = _RECOMPILES_PER_LAYER * len(layers)
-        config: Any = torch._dynamo.config
-        config.recompile_limit = max(config.recompile_limit, limit)
-        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)
-        self.layers = [torch.compile(layer, dynamic=True) for layer in layers]
+    limit = _RECOMPILES_PER_LAYER * len(layers)
+    config: Any = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, limit)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)
+    return [torch.compile(layer, dynamic=True) for layer in layers]

@@ -57,6 +57,9 @@ class LayerKinds:
         sliding = [bool(layer.is_sliding) for layer in layers_of(template)]
         self.sliding = sorted(set(sliding))  #: per kind: is it a sliding-window kind
         self.layers = [[i for i, s in enumerate(sliding) if s == kind] for kind in self.sliding]
+        #: layer index -> (its kind, its index among the kind's layers)
+        self.kind_of = {layer: (kind, j) for kind, ids in enumerate(self.layers)
+                        for j, layer in enumerate(ids)}
         self.window: int | None = getattr(text_config, "sliding_window", None)
 
     def kept(self, kind: int, length: int) -> int:

@@ -22,7 +22,7 @@ from torch.nn.attention import sdpa_kernel
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
-from app.upstream.transformers_engine.compiled import CompiledLayers
+from app.upstream.transformers_engine.compiled import compile_layers
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
@@ -134,7 +134,7 @@ class ReadModel:
         self.graph_key_slots = graph_key_slots
         self._steps: DecodeGraphs | None = None
         self.compiled = compiled
-        self._layers: CompiledLayers | None = None
+        self._layers: list[Any] | None = None  #: made at the first compiled prefill
 
     @property
     def kernels(self) -> bool:
@@ -179,14 +179,19 @@ class ReadModel:
         a prefix end to end in one row (``VarlenPrefill``, no padding), those with one in one
         ``PackedPrefill`` call (a row per shared prefix); collated: everything in one call over
         left-padded prefixes."""
-        if not self.packed:
-            return self._prefill_collated(jobs)
+        entries = self._prefill_packed(jobs) if self.packed else self._prefill_collated(jobs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # so callers can time the call
+        return entries
+
+    def _prefill_packed(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         extend = [i for i, j in enumerate(jobs) if j.prefix is not None and j.prefix.length]
-        fresh = [i for i in range(len(jobs)) if i not in set(extend)]
-        out: list[KVEntry | None] = [None] * len(jobs)
+        fresh = sorted(set(range(len(jobs))) - set(extend))
+        out: list[KVEntry] = [EMPTY] * len(jobs)
         if fresh:
-            for i, entry in zip(fresh, self._prefill_varlen([jobs[i].ids for i in fresh]),
-                                strict=True):
+            varlen = VarlenPrefill(self.kinds, [len(jobs[i].ids) for i in fresh])
+            self._encode(*varlen.inputs([jobs[i].ids for i in fresh]), varlen)
+            for i, entry in zip(fresh, varlen.entries(), strict=True):
                 out[i] = entry
         if extend:
             prefixes = [jobs[i].prefix or EMPTY for i in extend]
@@ -194,19 +199,10 @@ class ReadModel:
             packed = PackedPrefill(self.kinds, prefixes, suffixes,
                                    query_heads=int(self.text_config.num_attention_heads),
                                    device=self.device, dtype=self.model.dtype)
-            ids, positions = packed.inputs(suffixes, self.pad_id)
-            self._encode(ids, positions, packed)
+            self._encode(*packed.inputs(suffixes, self.pad_id), packed)
             for i, entry in zip(extend, packed.entries(), strict=True):
                 out[i] = entry
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # so callers can time the call
-        return [e for e in out if e is not None]
-
-    def _prefill_varlen(self, prompts: Sequence[tuple[int, ...]]) -> list[KVEntry]:
-        packed = VarlenPrefill(self.kinds, [len(p) for p in prompts])
-        ids, positions = packed.inputs(prompts)
-        self._encode(ids, positions, packed)
-        return packed.entries()
+        return out
 
     def _encode(self, ids: torch.Tensor, positions: torch.Tensor,
                 batch: VarlenPrefill | PackedPrefill) -> None:
@@ -214,7 +210,11 @@ class ReadModel:
         both their cache and their attention); the last layer's feed-forward and the final
         norm are left out, as nothing reads their output."""
         text = self.model.model.encoder.language_model
-        layers = self.layers
+        *body, last = text.layers[: int(self.text_config.num_hidden_layers)]
+        if self.compiled:
+            if self._layers is None:
+                self._layers = compile_layers(body)
+            body = self._layers
         types = self.text_config.layer_types
         positions = positions.to(self.device)
         backends = (sdpa_kernel(list(FUSED_BACKENDS)) if self.device.type == "cuda"
@@ -222,25 +222,14 @@ class ReadModel:
         with torch.profiler.record_function("dreads.prefill"), backends:
             hidden = text.embed_tokens(ids.to(self.device))
             rotary = {kind: text.rotary_emb(hidden, positions, kind) for kind in set(types)}
-            for i, layer in enumerate(layers):
-                args = dict(position_embeddings=rotary[types[i]], attention_mask=None,
-                            position_ids=positions, cache=batch, read_batch=batch)
-                if i < len(layers) - 1:
-                    hidden = layer(hidden, **args)
-                else:
-                    last = text.layers[i]
-                    last.self_attn(last.input_layernorm(hidden), **args)
 
-    @property
-    def layers(self) -> Sequence[Any]:
-        """The encoder layers a packed prefill calls: compiled (``compiled``) or as they are."""
-        text = self.model.model.encoder.language_model
-        plain = list(text.layers[: int(self.text_config.num_hidden_layers)])
-        if not self.compiled:
-            return plain
-        if self._layers is None:
-            self._layers = CompiledLayers(plain)
-        return self._layers.layers
+            def args(i: int) -> dict[str, Any]:
+                return dict(position_embeddings=rotary[types[i]], attention_mask=None,
+                            position_ids=positions, cache=batch, read_batch=batch)
+
+            for i, layer in enumerate(body):
+                hidden = layer(hidden, **args(i))
+            last.self_attn(last.input_layernorm(hidden), **args(len(body)))
 
     def _prefill_collated(self, jobs: Sequence[PrefillJob]) -> list[KVEntry]:
         prefixes = [j.prefix or EMPTY for j in jobs]
@@ -264,10 +253,7 @@ class ReadModel:
                 position_ids=positions.to(self.device),
                 cache=cache,
             )
-        entries = self.kinds.cut(cache, prefixes, lengths, total, width)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # so callers can time the call
-        return entries
+        return self.kinds.cut(cache, prefixes, lengths, total, width)
 
     # -- decode ---------------------------------------------------------------------------------
 

@@ -229,7 +229,7 @@ class PackedBatch(_PackedRead):
         flat = [g * self.rows_max + s for g, s in zip(group_of, slot_of, strict=True)]
         self.flat = torch.tensor(flat, dtype=torch.long, device=device)
         self.group_index = torch.tensor(group_of, dtype=torch.long, device=device)
-        self.kind_of = _kind_of(kinds)
+        self.kind_of = kinds.kind_of
         self.kinds = [
             self._build_kind(kinds, kind, entries, group_roots, device, dtype)
             for kind in range(len(kinds.layers))
@@ -264,12 +264,6 @@ class PackedBatch(_PackedRead):
         bias = torch.zeros(full.shape, dtype=dtype, device=device).masked_fill_(
             ~full, float("-inf")).reshape(len(self.groups), 1, -1, key_len)
         return _Kind(keys, values, bias, canvas_at.to(device))
-
-
-def _kind_of(kinds: LayerKinds) -> dict[int, tuple[int, int]]:
-    """Layer index -> (its kind, its index among the kind's layers)."""
-    return {layer: (kind, j) for kind, ids in enumerate(kinds.layers)
-            for j, layer in enumerate(ids)}
 
 
 # -- fixed shapes (CUDA graphs) -----------------------------------------------------------------
@@ -343,7 +337,7 @@ class StaticBatch(_PackedRead):
         device = buffers[0][0].device
         row = torch.arange(layout.rows, device=device)
         self.group_index = row // layout.slots
-        self.kind_of = _kind_of(kinds)
+        self.kind_of = kinds.kind_of
         self.kinds = []
         for kind, (keys, values) in enumerate(buffers):
             key_len = layout.key_len(kind)
@@ -434,7 +428,7 @@ class PackedPrefill:
             widths.append(at)
         self.width = max(widths)
         self.group_of = {job: g for g, group in enumerate(self.groups) for job in group}
-        self.kind_of = _kind_of(kinds)
+        self.kind_of = kinds.kind_of
         self.head: dict[int, int] = {}  #: per kind: the prefix region's width
         self.kinds = [self._build_kind(kind, device, dtype) for kind in range(len(kinds.layers))]
 

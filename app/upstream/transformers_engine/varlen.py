@@ -9,13 +9,14 @@ flash with grouped-query heads, or the memory-efficient kernel over expanded hea
 are too wide for flash), with the sliding window applied when a prompt is longer than it. So
 each prompt's keys and values are what it gets encoded alone.
 
-The object is both the encoder's ``cache`` (``update`` keeps each layer's new keys in one
-buffer per layer kind and hands them back unchanged) and its ``read_batch`` (``attend``).
+The object is both the encoder's ``cache`` (``update`` keeps each layer's new keys and hands
+them back unchanged) and its ``read_batch`` (``attend``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -29,8 +30,8 @@ _FLASH_MAX_DIM = 256  #: the widest head the flash kernel takes
 
 #: the SDPA kernels a prefill's attention may use on a GPU. Not cuDNN's: it builds an execution
 #: plan for every new sequence length, tens of milliseconds of CPU each, and a packed prefill
-#: has a new length in nearly every prompt (measured on an H200: a field-shaped run spent 3.5x
-#: the encoder's GPU time waiting on those plans)
+#: has a new length in nearly every prompt (on an H200 they made a field-shaped run's encoder
+#: 5.4x slower)
 FUSED_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 
 
@@ -42,16 +43,9 @@ class VarlenPrefill:
     def __init__(self, kinds: LayerKinds, lengths: Sequence[int]) -> None:
         self.layer_kinds = kinds
         self.lengths = list(lengths)
-        self.starts: list[int] = []
-        at = 0
-        for n in self.lengths:
-            self.starts.append(at)
-            at += n
-        self.total = at
-        self.kind_of = {layer: (kind, j) for kind, ids in enumerate(kinds.layers)
-                        for j, layer in enumerate(ids)}
-        #: per kind: (keys, values) of shape (layers, kv_heads, total, dim), made on first use
-        self.buffers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(kinds.layers)
+        self.starts = [0, *accumulate(self.lengths)][:-1]  #: where each prompt starts
+        #: per layer: its (1, kv_heads, total, dim) keys and values, as the encoder made them
+        self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._masks: dict[int, torch.Tensor] = {}
 
     def inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,15 +60,7 @@ class VarlenPrefill:
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int,
                **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Keep a layer's (1, kv_heads, total, dim) keys and values; return them as they are."""
-        kind, j = self.kind_of[layer_idx]
-        held = self.buffers[kind]
-        if held is None:
-            layers = len(self.layer_kinds.layers[kind])
-            held = (key.new_empty((layers, *key.shape[1:])),
-                    value.new_empty((layers, *value.shape[1:])))
-            self.buffers[kind] = held
-        held[0][j].copy_(key[0])
-        held[1][j].copy_(value[0])
+        self.layers[layer_idx] = (key, value)
         return key, value
 
     @torch.compiler.disable
@@ -110,15 +96,17 @@ class VarlenPrefill:
     # -- the result -----------------------------------------------------------------------------
 
     def entries(self) -> list[KVEntry]:
-        """One entry per prompt (own memory; sliding kinds keep their last window - 1)."""
-        held = [b for b in self.buffers if b is not None]
-        assert len(held) == len(self.buffers), "the encoder did not run every layer kind"
+        """One entry per prompt, its kinds' layers stacked into memory of its own (sliding kinds
+        keep their last window - 1 tokens)."""
+        kinds = self.layer_kinds
+        missing = set(kinds.kind_of) - set(self.layers)
+        assert not missing, f"the encoder did not run layers {sorted(missing)}"
         out = []
         for start, n in zip(self.starts, self.lengths, strict=True):
-            kinds = []
-            for kind, (keys, values) in enumerate(held):
-                keep = self.layer_kinds.kept(kind, n)
-                span = slice(start + n - keep, start + n)
-                kinds.append((keys[:, :, span].clone(), values[:, :, span].clone()))
-            out.append(KVEntry(n, tuple(kinds)))
+            entry = []
+            for kind, ids in enumerate(kinds.layers):
+                span = slice(start + n - kinds.kept(kind, n), start + n)
+                entry.append((torch.stack([self.layers[i][0][0, :, span] for i in ids]),
+                              torch.stack([self.layers[i][1][0, :, span] for i in ids])))
+            out.append(KVEntry(n, tuple(entry)))
         return out
