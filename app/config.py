@@ -3,7 +3,7 @@
 Read only at entry points (the CLI commands, the API's ``serve_config``, the worker's main
 process) through ``get_settings()`` or, with flags on top, ``settings_with(**flags)``, and
 passed down as small frozen values. The run-configuration policy built on them is
-``app.run_config``.
+``app.runs.settings``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.urls import DEFAULT_DATABASE_URL
 
-__all__ = ["Settings", "answer_api_key", "get_settings", "settings_with", "to_environ",
-           "upstream_api_key"]
+__all__ = ["Settings", "get_settings", "settings_with", "to_environ"]
 
 
 class Settings(BaseSettings):
@@ -141,15 +140,3 @@ def to_environ(flags: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, s
             raise ValueError(f"{name!r} is not a setting")
         env[f"DREADS_{name.upper()}"] = "1" if value is True else str(value)
     return env
-
-
-def answer_api_key() -> str | None:
-    """``DREADS_ANSWER_API_KEY``, or None when unset or empty."""
-    key = get_settings().answer_api_key
-    return key.get_secret_value() or None if key is not None else None
-
-
-def upstream_api_key() -> str | None:
-    """``DREADS_UPSTREAM_API_KEY``, or None when unset or empty."""
-    key = get_settings().upstream_api_key
-    return key.get_secret_value() or None if key is not None else None

@@ -169,6 +169,16 @@ class RunSettingsMismatch(StoreError):
     """A run would continue under settings or a server other than the ones it started with."""
 
 
+class PublishError(DreadsError):
+    """The broker did not take a message: the rows stay pending or queued for the sweeper."""
+
+    kind = OutcomeKind.PUBLISH_ERROR
+
+
+class RunCancelled(InputError):
+    """A cancelled run was asked to go on: it never runs again (submit it under a new name)."""
+
+
 class ConfigError(DreadsError):
     """A setting, or a combination of settings, is invalid."""
 

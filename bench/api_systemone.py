@@ -1,5 +1,5 @@
 """What answering through ``dreads serve`` costs: ``POST /v1/systemone`` against the simulator,
-compared with answering the same decisions in-process (``app.decide.answer_decision``).
+compared with answering the same decisions in-process (``app.runs.answer.answer_decision``).
 
     python bench/api_systemone.py                       # 2,000 requests at 8 and 64 in flight
     python bench/api_systemone.py --requests 500 --levels 1,8
@@ -27,8 +27,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.decide import answer_decision
 from app.engine import PolicyName, ReadSettings, parse_decision
+from app.runs.answer import answer_decision
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.api import ServeProcess

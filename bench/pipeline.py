@@ -46,8 +46,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.decide import answer_decision  # noqa: E402
 from app.engine import Decision, ReadSettings, parse_decision, settings_to_dict  # noqa: E402
+from app.runs.answer import answer_decision  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -133,18 +133,18 @@ def product_submit(stack: Stack, n: int, name: str, chunk: int) -> Any:
     publishing each batch to the run's queue) for ``n`` decisions, ready to be called: the
     tokenizer and the broker client are made before the clock starts, as the bare client's
     are."""
-    from app.broker import make_client
+    from app.broker.client import make_client
+    from app.broker.names import queue_of_run
+    from app.broker.publish import RunPublisher
     from app.config import get_settings
-    from app.producer import SubmitRequest, submit_job
-    from app.publish import make_publisher
-    from app.queues import queue_of_run
+    from app.runs.submit import SubmitRequest, submit_job
     from app.upstream.tokenizer import load_tokenizer
 
     settings = ReadSettings()
     tokenizer = load_tokenizer(settings.tokenizer)
     celery = make_client(get_settings(), broker_url=stack.broker_url)
-    publisher = make_publisher(celery, chunk, run_name=name,
-                               queue=queue_of_run(settings_to_dict(settings)))
+    publisher = RunPublisher(celery, chunk, run_name=name,
+                             queue=queue_of_run(settings_to_dict(settings)))
     request = SubmitRequest(path=Path("job.jsonl"), run_name=name, settings=settings,
                             upstream=stack.upstream)
     lines = job_lines(n)

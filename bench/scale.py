@@ -9,7 +9,7 @@ persistence), with no worker running, prints:
 1. ``dreads submit`` of ``-n`` one-question decisions: wall time and the peak RSS of the
    ``dreads`` process (``ru_maxrss`` of the child);
 2. the broker losing its data (``FLUSHDB``): the time one sweep takes to re-publish every
-   queued decision (``app.sweeper.sweep_once``, what each worker's sweeper thread runs), and
+   queued decision (``app.runs.sweep.sweep_once``, what each worker's sweeper thread runs), and
    how many decisions the messages in Redis then name;
 3. ``dreads resume`` once every decision is done (nothing to do): wall time of the command;
 4. ``dreads cancel`` of a run of ``-n`` queued decisions: wall time of the command.
@@ -30,11 +30,11 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.broker import make_client  # noqa: E402
+from app.broker.client import make_client  # noqa: E402
+from app.broker.names import queue_for  # noqa: E402
 from app.config import get_settings  # noqa: E402
-from app.queues import queue_for  # noqa: E402
+from app.runs.sweep import SweepPolicy, sweep_once  # noqa: E402
 from app.store.db import make_engine, make_sessionmaker  # noqa: E402
-from app.sweeper import sweep_once  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -144,7 +144,7 @@ def run(tmp: Path, n: int, env: dict[str, str], redis: RedisServer, engine: obje
     celery = make_client(get_settings(), broker_url=redis.url)
     factory = make_sessionmaker(engine)  # type: ignore[arg-type]
     t0 = time.perf_counter()
-    report = sweep_once(factory, celery, chunk_size=64, requeue_after_s=600)
+    report = sweep_once(factory, celery, SweepPolicy(chunk_size=64, requeue_after_s=600))
     print(f"FLUSHDB, then one sweep: {time.perf_counter() - t0:.1f} s, re-published "
           f"{report.published:,} decisions in {report.messages:,} messages "
           f"(broker_lost={report.broker_lost}); Redis now names "

@@ -5,7 +5,7 @@
 
 Submits ``-n`` one-question yes/no decisions into a new database on the PostgreSQL at ``--pg``
 with ``dreads submit``'s code, answers them in this process through the same lease / claim /
-commit code the workers run (``app.embedded.execute_run``: chunks of claimed decisions against
+commit code the workers run (``app.runs.embedded.execute_run``: chunks of claimed decisions against
 the simulator, one transaction per finished decision), then prints
 ``pg_total_relation_size`` of every table (heap + indexes + TOAST) and of every index, divided
 by the number of decisions. With ``--vacuum`` it also prints the figures after a plain
@@ -25,9 +25,9 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.embedded import EmbeddedConfig, execute_run  # noqa: E402
 from app.engine import ReadSettings  # noqa: E402
-from app.producer import SubmitRequest, submit_job  # noqa: E402
+from app.runs.embedded import EmbeddedConfig, execute_run  # noqa: E402
+from app.runs.submit import SubmitRequest, submit_job  # noqa: E402
 from app.store.db import make_engine, make_sessionmaker  # noqa: E402
 from app.upstream.sim.options import SimOptions  # noqa: E402
 from app.upstream.sim.server import start_sim_thread  # noqa: E402

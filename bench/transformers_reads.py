@@ -4,11 +4,11 @@ forward-pass ceiling on the same batch shapes.
 The model is the full-size DiffusionGemma architecture (the released text config) with random
 bf16 weights built straight on the GPU (same cost as the real checkpoint), or a tiny config for a
 CPU smoke run. Decisions are planned by dreads' own planner (``plan_decision``, the ``vllm``
-layout, chat prompts rendered by the tokenizer) and driven by its own loop (``app.decide.drive``)
-through ``TransformersUpstream.read``, scheduled as ``execute_run`` schedules them: ``--workers``
-chunks of ``--chunk`` decisions at once, each chunk's reads under a ``--in-flight`` semaphore, a
-decision's draws back to back (one round per draw), so each prompt is prefilled once. Only the
-store is left out.
+layout, chat prompts rendered by the tokenizer) and driven by its own loop
+(``app.runs.answer.drive``) through ``TransformersUpstream.read``, scheduled as ``execute_run``
+schedules them: ``--workers`` chunks of ``--chunk`` decisions at once, each chunk's reads under
+a ``--in-flight`` semaphore, a decision's draws back to back (one round per draw), so each
+prompt is prefilled once. Only the store is left out.
 
 Scenarios (``--scenarios``, comma-separated ``NAME:DRAWS``):
 
@@ -47,7 +47,6 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import torch
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from app.decide import drive
 from app.engine import (
     Decision,
     DecisionFlow,
@@ -59,6 +58,7 @@ from app.engine import (
     parse_decision,
     plan_decision,
 )
+from app.runs.answer import drive
 from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
 from app.upstream.transformers_engine.kv import layers_of

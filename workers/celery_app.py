@@ -9,7 +9,7 @@ Per process (never across a fork): the SQLAlchemy engine, one event loop kept fo
 process's life and run in a thread of its own, the upstream client and the tokenizer, built in
 ``worker_process_init`` (or on first use in a pool without children) and closed at shutdown.
 A chunk task runs its chunk on that loop and returns once its last decisions are left running
-(``app.runner.run_chunk``'s hand-off): the next chunk starts beside them, so the model server
+(``app.runs.chunk.run_chunk``'s hand-off): the next chunk starts beside them, so the model server
 is never left with only a chunk's slowest decisions. The leases of those decisions are still
 held and renewed; at shutdown the process waits for them. Before a worker consumes, its
 main process waits for the upstream to answer a probe read (``celeryd_after_setup``).
@@ -38,14 +38,17 @@ import socket
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery import Celery, signals
 
-from app.broker import MAX_TASKS_PER_CHILD, SOFT_SHUTDOWN_S, celery_config, time_limits
+from app.broker.config import MAX_TASKS_PER_CHILD, SOFT_SHUTDOWN_S, celery_config, time_limits
+from app.broker.names import ANSWERS_QUEUE, QUEUE
 from app.config import Settings, get_settings
-from app.queues import ANSWERS_QUEUE, QUEUE
 from app.store.types import Engine, SessionFactory
+
+if TYPE_CHECKING:
+    from app.runs.chunk import Answerers, ChunkPolicy
 
 __all__ = ["MAX_TASKS_PER_CHILD", "SOFT_SHUTDOWN_S", "ProcessState", "celery_config",
            "get_app", "make_celery", "process_state", "time_limits", "use_settings",
@@ -58,7 +61,7 @@ T = TypeVar("T")
 def make_celery(*, broker_url: str | None = None, settings: Settings | None = None) -> Celery:
     """The worker's ``Celery("dreads")``: ``app.broker.celery_config`` plus the task module
     (``workers.tasks``); ``broker_url`` overrides the settings' broker. Publishers use the
-    send-only ``app.broker.make_client`` instead."""
+    send-only ``app.broker.client.make_client`` instead."""
     settings = settings or get_settings()
     celery = Celery("dreads", include=["workers.tasks"])
     config = celery_config(settings)
@@ -95,11 +98,9 @@ class ProcessState:
     engine: Engine
     session_factory: SessionFactory
     loop: asyncio.AbstractEventLoop
-    upstream: Any  #: app.upstream.base.Upstream (None in an answers worker)
-    tokenizer: Any  #: app.engine.TextTokenizer
-    probe: Any  #: app.engine.ReadRequest, the readiness probe
+    answerers: Answerers  #: its upstream (None in an answers worker), tokenizer, endpoints
+    policy: ChunkPolicy
     owner: str
-    endpoints: Any = None  #: app.sources.EndpointPool: the decision endpoints of its runs
 
     thread: threading.Thread | None = None  #: runs ``loop``
     #: chunks handed off by their task and still running on the loop
@@ -123,10 +124,10 @@ class ProcessState:
             log.info("waiting for %d chunk(s) still running", len(pending))
             concurrent.futures.wait(pending, timeout=SOFT_SHUTDOWN_S)
         try:
-            if self.upstream is not None:
-                self.submit(self.upstream.aclose()).result(timeout=10)
-            if self.endpoints is not None:
-                self.submit(self.endpoints.aclose()).result(timeout=10)
+            if self.answerers.upstream is not None:
+                self.submit(self.answerers.upstream.aclose()).result(timeout=10)
+            if self.answerers.endpoints is not None:
+                self.submit(self.answerers.endpoints.aclose()).result(timeout=10)
         except Exception:  # shutting down: log, never raise
             log.warning("closing the upstream failed", exc_info=True)
         self.engine.dispose()
@@ -155,8 +156,14 @@ def use_settings(settings: Settings) -> Settings:
     return settings
 
 
+#: How long a chunk that met a down upstream waits for it before the worker takes the next one.
+RECOVER_WAIT_S = 60.0
+
+
 def build_state(settings: Settings) -> ProcessState:
-    from app.sources import EndpointPool
+    from app.runs.answer import EndpointPool
+    from app.runs.chunk import Answerers
+    from app.runs.settings import chunk_policy, endpoint_options
     from app.store.db import make_engine, make_sessionmaker
     from workers.resources import make_probe, make_tokenizer, make_upstream_for
 
@@ -166,13 +173,14 @@ def build_state(settings: Settings) -> ProcessState:
     thread.start()
     tokenizer = make_tokenizer(settings)
     answers = settings.worker_answers
+    answerers = Answerers(
+        upstream=None if answers else make_upstream_for(settings), tokenizer=tokenizer,
+        endpoints=EndpointPool(endpoint_options(settings), share=settings.worker_processes),
+        probe=None if answers else make_probe(settings, tokenizer))
     return ProcessState(settings=settings, engine=engine, session_factory=make_sessionmaker(engine),
-                        loop=loop, upstream=None if answers else make_upstream_for(settings),
-                        tokenizer=tokenizer,
-                        probe=None if answers else make_probe(settings, tokenizer),
-                        owner=f"{socket.gethostname()}:{os.getpid()}",
-                        endpoints=EndpointPool.from_settings(share=settings.worker_processes),
-                        thread=thread)
+                        loop=loop, answerers=answerers,
+                        policy=chunk_policy(settings, recover_wait_s=RECOVER_WAIT_S),
+                        owner=f"{socket.gethostname()}:{os.getpid()}", thread=thread)
 
 
 def process_state() -> ProcessState:

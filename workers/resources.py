@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 from app.config import Settings
@@ -37,18 +38,19 @@ _sweeper: Any = None
 
 
 def make_upstream_for(settings: Settings) -> Upstream:
-    from app.upstream.factory import UpstreamConfig, make_upstream
+    """The worker's upstream: ``DREADS_UPSTREAM`` serving ``DREADS_MODEL`` on ``DREADS_CANVAS``,
+    read by ``DREADS_ENGINE`` with the process's read limits and key."""
+    from app.runs.settings import env_engine
+    from app.upstream.factory import make_upstream
 
-    return make_upstream(UpstreamConfig(
-        url=settings.upstream, engine=settings.engine, model=settings.model,
-        canvas_length=settings.canvas, max_in_flight=settings.max_in_flight,
-        timeout_s=settings.read_timeout_s, retries=settings.read_retries,
-        device=settings.device, dtype=settings.dtype))
+    return make_upstream(replace(env_engine(settings), url=settings.upstream,
+                                 model=settings.model, canvas_length=settings.canvas,
+                                 tokenizer=settings.tokenizer))
 
 
 def served_queue(settings: Settings) -> str:
     """The queue of the runs this worker's upstream can read: its model and canvas."""
-    from app.queues import queue_for
+    from app.broker.names import queue_for
 
     return queue_for(settings.model, settings.canvas)
 
@@ -103,9 +105,9 @@ def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) 
 def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None) -> Settings:
     """``DREADS_MODEL`` / ``DREADS_TOKENIZER`` unset: wait for the server's model list and take
     its served model (and its tokenizer; the stand-in for the simulator), as
-    ``app.run_config.with_served_identity`` does for every entry point. The caller keeps the
+    ``app.runs.settings.with_served_identity`` does for every entry point. The caller keeps the
     result (``workers.celery_app.use_settings``): pool children forked after it inherit it."""
-    from app.run_config import with_served_identity
+    from app.runs.settings import with_served_identity
 
     started = time.monotonic()
     while True:
@@ -135,18 +137,18 @@ async def _wait_once(settings: Settings, probe: ReadRequest | None, timeout_s: f
 def start_sweeper(celery_app: Any, settings: Settings) -> None:
     """Start this main process's sweeper thread (sweeps are serialised by a database lock)."""
     global _sweeper
+    from app.runs.settings import sweep_policy
+    from app.runs.sweep import SweeperThread, sweep_once
     from app.store.db import make_engine, make_sessionmaker
-    from app.sweeper import SweeperThread, sweep_once
 
     engine = make_engine(settings.database_url, pool_size=1)
     # Pool children forked later (max_tasks_per_child) must not reuse this engine's sockets.
     os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
     factory = make_sessionmaker(engine)
+    policy = sweep_policy(settings)
 
     def sweep() -> Any:
-        return sweep_once(factory, celery_app, max_attempts=settings.max_attempts,
-                          requeue_after_s=settings.requeue_after_s,
-                          chunk_size=settings.chunk_size)
+        return sweep_once(factory, celery_app, policy)
 
     _sweeper = SweeperThread(sweep, interval_s=settings.sweep_interval_s)
     _sweeper.start()

@@ -1,4 +1,4 @@
-"""Thin Celery tasks: ids in, ``app.runner.run_chunk`` on the process's loop, counts out."""
+"""Thin Celery tasks: ids in, ``app.runs.chunk.run_chunk`` on the process's loop, counts out."""
 
 from __future__ import annotations
 
@@ -10,20 +10,16 @@ from typing import Any
 
 from celery import shared_task
 
+from app.broker.names import TASK_RUN_CHUNK
 from app.errors import StoreError
 from app.metrics import set_upstream_ready
-from app.queues import TASK_RUN_CHUNK
-from app.runner import BeforeDecision, run_chunk
+from app.runs.chunk import BeforeDecision, Delivery, HandOff, run_chunk
 from app.store.queue import Claimed
 from workers.celery_app import process_state
 
 __all__ = ["reads_run_chunk"]
 
 log = logging.getLogger("dreads.worker")
-
-#: How long a chunk that met a down upstream waits for it before the worker takes the next one.
-RECOVER_WAIT_S = 60.0
-
 
 # ``shared_task``: registered on the app that loads this module (the worker's), so importing
 # it builds no Celery app.
@@ -33,17 +29,15 @@ def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str
     """Claim and run one chunk; a chunk already done or held elsewhere is a no-op. A database
     that is down at claim time retries the message with backoff (the rows stay in SQL)."""
     state = process_state()
-    s = state.settings
-    delivery = self.request.delivery_info or {}
+    info = self.request.delivery_info or {}
+    delivery = Delivery(state.owner, task_id=self.request.id,
+                        redelivered=bool(info.get("redelivered")))
     handed_off = threading.Event()
     future = state.submit(run_chunk(
-        run_id=run_id, decision_ids=decision_ids, session_factory=state.session_factory,
-        upstream=state.upstream, tokenizer=state.tokenizer, owner=state.owner,
-        lease_s=s.lease_s, max_in_flight=s.max_in_flight, max_attempts=s.max_attempts,
-        task_id=self.request.id, redelivered=bool(delivery.get("redelivered")),
-        recover_wait_s=RECOVER_WAIT_S, probe=state.probe, before_decision=_test_poison_hook(),
-        endpoints=state.endpoints, on_hand_off=handed_off.set,
-        hand_off_at=_hand_off_at(len(decision_ids))))
+        state.session_factory, run_id, decision_ids, answerers=state.answerers,
+        policy=state.policy, delivery=delivery,
+        hand_off=HandOff(_hand_off_at(len(decision_ids)), handed_off.set),
+        before_decision=_test_poison_hook()))
     future.add_done_callback(lambda _: handed_off.set())
     handed_off.wait()
     if not future.done():  # its slowest decisions go on beside the next chunk
@@ -51,7 +45,7 @@ def reads_run_chunk(self: Any, run_id: int, decision_ids: list[int]) -> dict[str
         return {"handed_off": True}
     result = future.result()  # a StoreError at the claim is retried (autoretry_for)
     if result.upstream_ready is not None:
-        set_upstream_ready(s.upstream, result.upstream_ready)
+        set_upstream_ready(state.settings.upstream, result.upstream_ready)
     if result.not_served:
         _stop_consuming(self, result.not_served)
     return result.as_dict()

@@ -64,7 +64,7 @@ def create_app_from_env() -> FastAPI:
     asked of the upstream once (a ``ConfigError`` if it does not answer)."""
     from app.api.config import serve_config, serve_upstream
     from app.config import get_settings
-    from app.run_config import base_read_settings, engine_choice
+    from app.runs.settings import base_read_settings, engine_choice
     from app.store.urls import database_url
 
     env = get_settings()

@@ -6,11 +6,14 @@ not given): ``dreads serve`` passes its flags, ``create_app_from_env`` none.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.engine import ReadSettings
 from app.errors import ConfigError
+from app.runs.embedded import EmbeddedConfig
+from app.runs.sweep import SweepPolicy
 from app.upstream.factory import UpstreamConfig
 
 if TYPE_CHECKING:
@@ -51,6 +54,12 @@ class ServeConfig:
     sim_key: str | None = None  #: answer key of the in-process simulator (``upstream`` "sim")
     metrics_cache_s: float = 10.0  #: seconds one SQL snapshot of the per-run gauges serves
     metrics_max_runs: int = 20  #: the most recent runs (not cancelled) with per-run gauges
+    #: how the local executor runs a run (leases, attempts, reads in flight, endpoints)
+    local: EmbeddedConfig = field(default_factory=EmbeddedConfig)
+    #: how a resume sweeps a run of the queue executor (and what counts as a lost message)
+    sweep: SweepPolicy = field(default_factory=SweepPolicy)
+    #: the queue executor's Celery configuration (``app.broker.config.celery_config``)
+    celery: Mapping[str, Any] | None = None
 
     @property
     def sqlite(self) -> bool:
@@ -81,9 +90,14 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     if env.api_executor not in EXECUTORS:
         raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
                           f"{env.api_executor!r}")
+    from app.runs.settings import endpoint_options, sweep_policy
+
     chosen = executor if executor is not None and executor != "auto" else env.api_executor
     if chosen == "auto":
         chosen = "local" if database_url.startswith("sqlite") else "queue"
+    local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
+                           max_in_flight=env.max_in_flight, engine=engine,
+                           endpoints=endpoint_options(env))
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
         broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,
@@ -92,4 +106,15 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         max_upload_bytes=int(env.api_max_upload_mb * _MB),
         max_concurrent=max_concurrent or env.api_max_concurrent,
         chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
-        metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs)
+        metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
+        local=local, sweep=sweep_policy(env, chunk_size=chunk_size),
+        celery=_celery(env, broker_url) if chosen == "queue" else None)
+
+
+def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:
+    from app.broker.config import celery_config
+
+    config = celery_config(env)
+    if broker_url:
+        config["broker_url"] = broker_url
+    return config

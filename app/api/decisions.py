@@ -23,13 +23,13 @@ from app.api.openai_shapes import DecisionOut, OpenAIRoute, openai_error_body
 from app.api.schemas import RecordIn
 from app.api.state import ApiState
 from app.api.systemone import Api, _answer_while_connected, _check_record, _record
-from app.decide import Decided
 from app.engine import Decision, DrawRecord
 from app.engine.openai_decisions import (
     DecisionsRequestError,
     decision_from_request,
     openai_answers,
 )
+from app.runs.answer import Answered
 from app.store.queue import utcnow
 
 __all__ = ["router"]
@@ -116,7 +116,7 @@ def usage(draws: tuple[DrawRecord, ...]) -> dict[str, Any]:
             "total_tokens": tokens}
 
 
-def _response(api: ApiState, request_id: str, decision: Decision, decided: Decided,
+def _response(api: ApiState, request_id: str, decision: Decision, decided: Answered,
               recorded: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "model": api.model,

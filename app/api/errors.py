@@ -17,6 +17,7 @@ from app.errors import (
     DreadsError,
     InputError,
     MalformedResponse,
+    RunCancelled,
     RunSettingsMismatch,
     SchemaNotReady,
     StoreError,
@@ -58,7 +59,7 @@ def _http_for(exc: DreadsError) -> HTTPException:
     if isinstance(exc, MalformedResponse):
         return api_error(502, "api_error", f"the model server answered malformed logprobs: "
                          f"{exc.message}")
-    if isinstance(exc, RunSettingsMismatch):
+    if isinstance(exc, (RunSettingsMismatch, RunCancelled)):
         return api_error(409, "conflict_error", exc.message)
     if isinstance(exc, SchemaNotReady):
         return api_error(503, "api_error", exc.message, retry_after=UPSTREAM_RETRY_AFTER_S)

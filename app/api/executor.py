@@ -3,10 +3,11 @@
 - ``LocalExecutor``: this process runs them (the embedded executor of ``dreads run``) on the
   server's own upstream, one task per run; for a SQLite store on one host.
 - ``QueueExecutor``: chunk messages go to the Celery workers through the broker (PostgreSQL +
-  Redis); ``resume`` sweeps and re-publishes exactly as ``dreads resume`` does.
+  Redis); a resume sweeps and re-publishes exactly as ``dreads resume`` does.
 
-Both answer ``started`` / ``resumed`` with a JSON-able summary, and ``state`` with what a run's
-status shows about its execution.
+Both answer ``started`` with a JSON-able summary, ``proceed`` as a resume's last step
+(``app.runs.resume.resume_run``, called from a worker thread), and ``state`` / ``resumed``
+with what a run's status and a resume show about its execution.
 """
 
 from __future__ import annotations
@@ -15,17 +16,16 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from app.config import get_settings
-from app.embedded import EmbeddedConfig, execute_run, reclaim_dead_leases, release_own_leases
+from app.broker.names import queue_of_run
+from app.broker.publish import RunPublisher
 from app.engine import ReadSettings, settings_from_dict, settings_to_dict
 from app.errors import DreadsError
-from app.producer import Publisher, PublishOutcome, resume_run
-from app.publish import make_publisher
-from app.queues import queue_of_run
-from app.store.db import session_scope
-from app.store.runs import RunInfo, reset_failed
+from app.runs.embedded import EmbeddedConfig, execute_run, reclaim_dead_leases, release_own_leases
+from app.runs.reports import ResumeReport, SweepReport
+from app.runs.submit import Publisher, PublishOutcome
+from app.runs.sweep import RESUME_LOCK_WAIT_S, SweepPolicy, sweep_once
+from app.store.runs import RunInfo
 from app.store.types import SessionFactory
-from app.sweeper import sweep_for
 from app.upstream.base import Upstream
 from app.upstream.tokenizer import load_tokenizer
 
@@ -45,8 +45,12 @@ class RunExecutor(Protocol):
         """New decisions of ``run`` were committed (and published as ``outcome`` says)."""
         ...
 
-    async def resumed(self, run: RunInfo, *, retry_failed: bool) -> dict[str, Any]:
-        """Continue ``run`` (failed ones first back to pending with ``retry_failed``)."""
+    def proceed(self, run: RunInfo, report: ResumeReport) -> SweepReport | None:
+        """A resume's last step, once its checks passed (called from a worker thread)."""
+        ...
+
+    def resumed(self, run: RunInfo, report: ResumeReport) -> dict[str, Any]:
+        """What a resume's answer shows of the execution."""
         ...
 
     def state(self, run: RunInfo) -> dict[str, Any]: ...
@@ -60,14 +64,13 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, factory: SessionFactory, upstream: Upstream, upstream_url: str,
-                 *, reclaim: bool) -> None:
-        env = get_settings()
+                 config: EmbeddedConfig, *, reclaim: bool) -> None:
         self.factory = factory
         self.upstream = upstream
         self.upstream_url = upstream_url
         self.reclaim = reclaim  #: SQLite under this server's lock: earlier leases are dead
-        self.config = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
-                                     max_in_flight=env.max_in_flight)
+        self.config = config
+        self.loop = asyncio.get_running_loop()
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.errors: dict[int, str] = {}
         self.again: set[int] = set()  #: decisions came in while the run's task was finishing
@@ -78,19 +81,23 @@ class LocalExecutor:
     async def started(self, run: RunInfo, outcome: PublishOutcome) -> dict[str, Any]:
         return {"executor": self.name, "running": self._start(run)}
 
-    async def resumed(self, run: RunInfo, *, retry_failed: bool) -> dict[str, Any]:
-        retried = reclaimed = 0
-        if retry_failed:
-            retried = await asyncio.to_thread(self._reset_failed, run.id)
+    def proceed(self, run: RunInfo, report: ResumeReport) -> SweepReport:
+        """Leases left by an earlier, dead server back to pending (the run is not running
+        here), then the run's task (started on the server's loop)."""
+        reclaimed = 0
         if self.reclaim and run.id not in self.tasks:
-            reclaimed = await asyncio.to_thread(
-                reclaim_dead_leases, self.factory, run.id, max_attempts=self.config.max_attempts)
-        return {"executor": self.name, "retried_failed": retried,
-                "reclaimed_leases": reclaimed, "running": self._start(run)}
+            reclaimed = reclaim_dead_leases(self.factory, run.id,
+                                            max_attempts=self.config.max_attempts)
+        asyncio.run_coroutine_threadsafe(self._start_soon(run), self.loop).result()
+        return SweepReport(lost=reclaimed)
 
-    def _reset_failed(self, run_id: int) -> int:
-        with session_scope(self.factory) as session:
-            return reset_failed(session, run_id)
+    def resumed(self, run: RunInfo, report: ResumeReport) -> dict[str, Any]:
+        reclaimed = report.sweep.lost if report.sweep is not None else 0
+        return {"executor": self.name, **report.as_dict(), "reclaimed_leases": reclaimed,
+                "running": run.id in self.tasks}
+
+    async def _start_soon(self, run: RunInfo) -> bool:
+        return self._start(run)
 
     def _start(self, run: RunInfo) -> bool:
         if run.id in self.tasks:
@@ -141,26 +148,26 @@ class QueueExecutor:
 
     name = "queue"
 
-    def __init__(self, factory: SessionFactory, broker_url: str, chunk_size: int) -> None:
-        from app.broker import make_client
-
+    def __init__(self, factory: SessionFactory, celery: Any, chunk_size: int,
+                 sweep: SweepPolicy) -> None:
         self.factory = factory
         self.chunk_size = chunk_size
-        self.sender = make_client(get_settings(), broker_url=broker_url)
+        self.sweep = sweep
+        self.sender = celery  #: a send-only Celery client (``app.broker.client``)
 
     def publisher(self, run_name: str, settings: ReadSettings) -> Publisher | None:
-        return make_publisher(self.sender, self.chunk_size, run_name=run_name,
-                              queue=queue_of_run(settings_to_dict(settings)))
+        return RunPublisher(self.sender, self.chunk_size, run_name=run_name,
+                            queue=queue_of_run(settings_to_dict(settings)))
 
     async def started(self, run: RunInfo, outcome: PublishOutcome) -> dict[str, Any]:
         return {"executor": self.name, "published": outcome.published,
                 "messages": outcome.messages, "publish_error": outcome.error}
 
-    async def resumed(self, run: RunInfo, *, retry_failed: bool) -> dict[str, Any]:
-        sweep = sweep_for(self.factory, self.sender, run.id, self.chunk_size)
-        report = await asyncio.to_thread(
-            resume_run, self.factory, run, sweep=sweep, retry_failed=retry_failed,
-            dry_run=False, requeue_after_s=get_settings().requeue_after_s)
+    def proceed(self, run: RunInfo, report: ResumeReport) -> SweepReport:
+        return sweep_once(self.factory, self.sender, self.sweep, run_id=run.id,
+                          wait_lock_s=RESUME_LOCK_WAIT_S)
+
+    def resumed(self, run: RunInfo, report: ResumeReport) -> dict[str, Any]:
         return {"executor": self.name, **report.as_dict()}
 
     def state(self, run: RunInfo) -> dict[str, Any]:

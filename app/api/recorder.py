@@ -14,9 +14,9 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from app.decide import Decided
 from app.engine import Decision, ReadSettings, decision_payload, settings_hash, settings_to_dict
 from app.errors import InputError
+from app.runs.answer import Answered
 from app.store.db import session_scope
 from app.store.lookups import run_has_key
 from app.store.models import RunStatus
@@ -61,7 +61,7 @@ class Recorder:
                 raise InputError(f"decision id {key!r} is already recorded in run {run!r}; "
                                  "give each recorded request its own id, or leave it out")
 
-    def record(self, run: str, decision: Decision, decided: Decided, *,
+    def record(self, run: str, decision: Decision, decided: Answered, *,
                started: datetime, latency_ms: float, source: str = SOURCE
                ) -> dict[str, object]:
         """Write the answered decision into ``run`` (created with ``source`` if new);

@@ -2,7 +2,7 @@
 
 The same calls as ``dreads submit/status/export/resume/cancel/delete``; execution goes to the
 server's executor (this process, or the Celery workers). Uploads are read line by line as the
-CLI reads files (``app.jobfile``): a line that is not UTF-8 is a bad line, not a failed upload.
+CLI reads files (``app.runs.jobfile``): a line that is not UTF-8 is a bad line, not a failed upload.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from app.engine import (
     settings_from_dict,
 )
 from app.errors import ConfigError, DreadsError
-from app.jobfile import decode_lines, has_content
-from app.producer import SubmitReport, SubmitRequest, submit_job
+from app.runs.jobfile import decode_lines, has_content
+from app.runs.resume import ResumeOptions, resume_run
+from app.runs.submit import SubmitReport, SubmitRequest, submit_job
 from app.store.admin import cancel_not_started, delete_run, discard_empty_run, run_contents
 from app.store.db import session_scope
 from app.store.openai_export import iter_openai_batch
@@ -55,13 +56,12 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-li
                "application/json", "text/plain")
 
 
-class RunParams(BaseModel):
-    """Query parameters of ``POST /v1/runs``: the run's name and read settings. Model,
-    tokenizer and canvas are the server's; the rest default to the server's settings."""
+class ReadParams(BaseModel):
+    """Read settings as query parameters (those ``dreads submit`` and ``dreads resume`` take
+    as options). Model, tokenizer and canvas are the server's."""
 
     model_config = ConfigDict(extra="forbid")
 
-    run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
     policy: PolicyName | None = None
     draws: int | None = Field(None, ge=1, description="N draws (implies policy=fixed).")
     threshold: float | None = Field(None, ge=0.0)
@@ -73,8 +73,6 @@ class RunParams(BaseModel):
     constrained: bool | None = None
     endpoint: Endpoint | None = None
     seed: int | None = None
-    replicates: int | None = Field(None, ge=1)
-    strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
     answer_by: AnswerBy | None = Field(None, description="Who answers: reads (this server's "
                                        "reads, the default), systemone or decisions (a "
                                        "decision endpoint, one request per decision).")
@@ -97,6 +95,15 @@ class RunParams(BaseModel):
         if self.draws is not None and self.policy is None:
             given["policy"] = PolicyName.FIXED
         return {k: v for k, v in given.items() if v is not None}
+
+
+class RunParams(ReadParams):
+    """Query parameters of ``POST /v1/runs``: the run's name and read settings; settings not
+    given default to the server's."""
+
+    run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
+    replicates: int | None = Field(None, ge=1)
+    strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
 
     def settings(self, base: ReadSettings, upstream: str) -> ReadSettings:
         """``base`` with these parameters; a run answered by a decision endpoint defaults to
@@ -281,20 +288,34 @@ async def results(run: str, api: Api, fmt: Annotated[Literal["jsonl", "openai-ba
                              headers={"content-disposition": f'inline; filename="{run}.jsonl"'})
 
 
-@router.post("/{run}/resume")
-async def resume(run: str, api: Api, retry_failed: Annotated[bool, Query(
-        description="Put failed decisions back to pending first.")] = False) -> dict[str, Any]:
-    """Continue a run: expired leases back to pending, the rest run or re-published."""
+class ResumeParams(ReadParams):
+    """Query parameters of ``POST /v1/runs/{run}/resume``: ``dreads resume``'s options. Read
+    settings given must be the run's own (only an endpoint budget may change)."""
+
+    retry_failed: bool = Field(False, description="Put failed decisions back to pending first.")
+    dry_run: bool = Field(False, description="Only say what would be done; change nothing.")
+    force: bool = Field(False, description="Continue against a server whose model or canvas "
+                        "differs from the run's.")
+
+
+@router.post("/{run}/resume", responses={
+    409: {"description": "The run was cancelled, or would continue under other settings or on "
+                         "a server that does not serve its model and canvas."}})
+async def resume(run: str, api: Api, params: Annotated[ResumeParams, Query()]
+                 ) -> dict[str, Any]:
+    """Continue a run as ``dreads resume`` does, with the same checks (``app.runs.resume``):
+    its settings, its server, then expired leases back to pending and the rest run here or
+    re-published to the workers."""
     info = await asyncio.to_thread(_find, api, run)
-    _same_model(api, info)
-    if info.status == "cancelled":
-        raise api_error(409, "conflict_error", f"run {run!r} was cancelled; submit its file "
-                        "under a new run name to run it again")
+    options = ResumeOptions(retry_failed=params.retry_failed, dry_run=params.dry_run,
+                            force=params.force, requeue_after_s=api.config.sweep.requeue_after_s)
     try:
-        execution = await api.executor.resumed(info, retry_failed=retry_failed)
+        report = await asyncio.to_thread(resume_run, api.factory, info, params.overrides(),
+                                         options=options, server=api.server(),
+                                         proceed=api.executor.proceed)
     except DreadsError as exc:
         raise_for(exc)
-    return {"run": run, "execution": execution, "links": _links(run)}
+    return {"run": run, "execution": api.executor.resumed(info, report), "links": _links(run)}
 
 
 @router.post("/{run}/cancel")

@@ -14,10 +14,10 @@ from app.api.config import ServeConfig
 from app.api.errors import OVERLOAD_RETRY_AFTER_S, api_error
 from app.api.executor import LocalExecutor, QueueExecutor, RunExecutor
 from app.api.recorder import Recorder
-from app.embedded import embedded_lock, sqlite_store, start_upstream
 from app.engine import ReadSettings, ServerFingerprint, TextTokenizer
 from app.errors import UpstreamError
-from app.producer import fingerprint_dict, upstream_config
+from app.runs.embedded import embedded_lock, sqlite_store, start_upstream
+from app.runs.probe import LoadedServer, Server, ServerAt, fingerprint_dict, reads_config
 from app.store.db import disposing
 from app.store.migrate import open_store
 from app.store.types import SessionFactory
@@ -85,6 +85,15 @@ class ApiState:
             self.recorder.fingerprint = fingerprint_dict(self._fingerprint)
         return self._fingerprint
 
+    def server(self) -> Server:
+        """This server's upstream as a resume checks it: reached at its URL as ``dreads
+        resume`` reaches it (the same checks, the same words), or, for an in-process engine,
+        the model loaded here."""
+        if is_in_process(self.config.engine.engine):
+            return LoadedServer(self.upstream_url, self.upstream, asyncio.get_running_loop(),
+                                self.model)
+        return ServerAt(self.upstream_url, self.config.engine)
+
     def known_fingerprint(self) -> ServerFingerprint | None:
         """The fingerprint if known now; else one question is sent in the background (for
         ``/health``, which must answer at once even when the upstream hangs)."""
@@ -119,8 +128,12 @@ def _upstream_url(config: ServeConfig, settings: ReadSettings, stack: AsyncExitS
 def _executor(config: ServeConfig, factory: SessionFactory, upstream: Upstream,
               url: str) -> RunExecutor:
     if config.executor == "queue":
-        return QueueExecutor(factory, config.broker_url, config.chunk_size)
-    return LocalExecutor(factory, upstream, url, reclaim=config.sqlite)
+        from app.broker.client import client_from_config
+
+        assert config.celery is not None, "serve_config sets it for the queue executor"
+        return QueueExecutor(factory, client_from_config(config.celery), config.chunk_size,
+                             config.sweep)
+    return LocalExecutor(factory, upstream, url, config.local, reclaim=config.sqlite)
 
 
 async def build_state(config: ServeConfig, stack: AsyncExitStack) -> ApiState:
@@ -130,7 +143,7 @@ async def build_state(config: ServeConfig, stack: AsyncExitStack) -> ApiState:
     settings = config.settings
     factory = await asyncio.to_thread(_store, config, stack)
     url = _upstream_url(config, settings, stack)
-    upstream = make_upstream(upstream_config(url, settings, engine=config.engine))
+    upstream = make_upstream(reads_config(config.engine, url, settings))
     stack.push_async_callback(upstream.aclose)
     tokenizer = await asyncio.to_thread(load_tokenizer, settings.tokenizer)
     executor = _executor(config, factory, upstream, url)

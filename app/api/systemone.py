@@ -20,10 +20,10 @@ from app.api.errors import api_error, raise_for, unaskable
 from app.api.jev import ALIASES, Unaskable, answers_of, diagnostics, input_tokens, to_decision
 from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
 from app.api.state import ApiState
-from app.decide import Decided, answer_decision
 from app.engine import Decision
 from app.engine.template import PromptTooLong
 from app.errors import DreadsError, InputError, RunSettingsMismatch, StoreError
+from app.runs.answer import Answered, answer_decision
 from app.store.queue import utcnow
 
 __all__ = ["router"]
@@ -93,7 +93,7 @@ def _decision(request: Request, body: SystemOneIn) -> Decision:
         raise unaskable(exc.message) from exc
 
 
-async def _answer(api: ApiState, decision: Decision) -> Decided:
+async def _answer(api: ApiState, decision: Decision) -> Answered:
     try:
         return await answer_decision(decision, api.settings, api.tokenizer, api.upstream)
     except PromptTooLong as exc:  # refused before any read: the model server would refuse it
@@ -111,7 +111,7 @@ async def _until_disconnected(request: Request) -> None:
 
 
 async def _answer_while_connected(request: Request, api: ApiState, decision: Decision
-                                  ) -> Decided:
+                                  ) -> Answered:
     """``_answer``, cancelled (its reads with it, up to vLLM, which aborts them) as soon as
     the client hangs up: an abandoned request, a client timeout before a retry, frees its slot
     and its GPU work at once."""
@@ -142,7 +142,7 @@ async def _check_record(api: ApiState, run: str, key: str | None) -> None:
         raise_for(exc)
 
 
-async def _record(api: ApiState, run: str, decision: Decision, decided: Decided,
+async def _record(api: ApiState, run: str, decision: Decision, decided: Answered,
                   started: Any, latency_ms: float, source: str = "POST /v1/systemone"
                   ) -> dict[str, Any]:
     try:

@@ -15,7 +15,7 @@ from app.cli.options import console, database_url, err_console
 from app.report.tables import reasons_table
 
 if TYPE_CHECKING:
-    from app.producer import LineProblem, SubmitReport
+    from app.runs.submit import LineProblem, SubmitReport
     from app.store.views import RunOverview, RunStatusReport
 
 __all__ = [

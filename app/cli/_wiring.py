@@ -1,6 +1,7 @@
 """What the run commands build from settings: the read settings of a run, its engine and
-upstream. Everything heavy (SQLAlchemy, the tokenizer, Celery, the HTTP client) is imported
-inside the functions, so that importing the CLI stays fast."""
+upstream. ``env`` is the command's ``Settings`` (read once, at the command's start).
+Everything heavy (SQLAlchemy, the tokenizer, Celery, the HTTP client) is imported inside the
+functions, so that importing the CLI stays fast."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, settings_from_dict
-from app.run_config import base_read_settings, endpoint_read_settings
+from app.runs.settings import base_read_settings, endpoint_read_settings
 
 if TYPE_CHECKING:
+    from app.config import Settings
     from app.store.runs import RunInfo
     from app.store.types import SessionFactory
     from app.upstream.factory import UpstreamConfig
@@ -39,7 +41,7 @@ def existing_run(factory: SessionFactory, run: str) -> RunInfo | None:
 
 def resolve_settings(
     info: RunInfo | None, given: Mapping[str, Any], replicates: int | None,
-    *, engine: str = "vllm", upstream: str | None = None,
+    *, env: Settings, engine: str = "vllm", upstream: str | None = None,
 ) -> tuple[ReadSettings, int, TextTokenizer]:
     """An existing run's own settings (what was given on top, to be checked), or the
     ``DREADS_*`` defaults for a new run (an in-process engine: the model's tokenizer;
@@ -48,13 +50,14 @@ def resolve_settings(
     from app.upstream.tokenizer import load_tokenizer
 
     if info is None and given.get("answer_by", AnswerBy.READS) is not AnswerBy.READS:
-        settings = endpoint_read_settings(dict(given), upstream=upstream_url(upstream, None))
+        settings = endpoint_read_settings(dict(given), upstream=upstream_url(upstream, None, env),
+                                          env=env)
         n = replicates or 1
     elif info is None:
         from app.upstream.engines import is_in_process
 
-        url = None if is_in_process(engine) else upstream_url(upstream, None)
-        settings = base_read_settings(dict(given), engine=engine, upstream=url)
+        url = None if is_in_process(engine) else upstream_url(upstream, None, env)
+        settings = base_read_settings(dict(given), env=env, engine=engine, upstream=url)
         n = replicates or 1
     else:
         settings = replace(settings_from_dict(dict(info.settings)), **given)
@@ -64,26 +67,27 @@ def resolve_settings(
     return settings, n, load_tokenizer(settings.tokenizer)
 
 
-def resolve_engine(info: RunInfo | None, *, engine: str | None,
-                   device: str | None, dtype: str | None) -> UpstreamConfig:
-    """The engine choice (``app.run_config.engine_choice``): the options given, else the
+def resolve_engine(info: RunInfo | None, *, engine: str | None, device: str | None,
+                   dtype: str | None, env: Settings) -> UpstreamConfig:
+    """The engine choice (``app.runs.settings.engine_choice``): the options given, else the
     run's own engine (an existing run), else ``DREADS_ENGINE``."""
-    from app.run_config import engine_choice
+    from app.runs.settings import engine_choice
 
     return engine_choice(info.engine if info is not None else None, engine=engine,
-                         device=device, dtype=dtype)
+                         device=device, dtype=dtype, env=env)
 
 
-def run_upstream(given: str | None, info: RunInfo | None,
-                 choice: UpstreamConfig, settings: ReadSettings) -> str:
-    """What the run records as its upstream (``app.run_config.run_upstream``)."""
-    from app.run_config import run_upstream as _run_upstream
+def run_upstream(given: str | None, info: RunInfo | None, choice: UpstreamConfig,
+                 settings: ReadSettings, env: Settings) -> str:
+    """What the run records as its upstream (``app.runs.settings.run_upstream``)."""
+    from app.runs.settings import run_upstream as _run_upstream
 
-    return _run_upstream(given, info.upstream if info is not None else None, choice, settings)
+    return _run_upstream(given, info.upstream if info is not None else None, choice, settings,
+                         env)
 
 
-def upstream_url(given: str | None, info: RunInfo | None) -> str:
-    """The server to read from (``app.run_config.upstream_url``)."""
-    from app.run_config import upstream_url as _upstream_url
+def upstream_url(given: str | None, info: RunInfo | None, env: Settings) -> str:
+    """The server to read from (``app.runs.settings.upstream_url``)."""
+    from app.runs.settings import upstream_url as _upstream_url
 
-    return _upstream_url(given, info.upstream if info is not None else None)
+    return _upstream_url(given, info.upstream if info is not None else None, env)

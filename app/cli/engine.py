@@ -5,7 +5,7 @@ tokenizer (tests, demos: ``dreads sim --engine transformers --model OUT_DIR``, o
 ``DREADS_ENGINE=transformers dreads run ... --model OUT_DIR``).
 
 Other commands select the engine with the options below (``EngineOpt``, ``DeviceOpt``,
-``DtypeOpt``) and ``app.run_config.engine_config()``; the engines are the registry
+``DtypeOpt``) and ``app.runs.settings.engine_config()``; the engines are the registry
 ``app.upstream.engines``; the model to load is the run's ``--model``.
 """
 
@@ -18,7 +18,7 @@ import typer
 
 from app.cli._app import SETUP, app
 from app.cli._typer import DreadsTyper
-from app.run_config import engine_config
+from app.runs.settings import engine_config
 from app.upstream.engines import ENGINES as ENGINE_SPECS
 from app.upstream.engines import engine_names
 

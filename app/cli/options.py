@@ -21,7 +21,7 @@ from rich.console import Console
 
 from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode
 from app.errors import DreadsError, InputError, SchemaNotReady
-from app.run_config import (
+from app.runs.settings import (
     STANDIN,
     base_read_settings,
     endpoint_read_settings,
@@ -200,7 +200,7 @@ WaitOpt = Annotated[
 ]
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", show_default=False)]
 JobFileArg = Annotated[Path, typer.Argument(
-    metavar="FILE", show_default=False, readable=False,  # checked by app.jobfile, in one line
+    metavar="FILE", show_default=False, readable=False,  # checked by app.runs.jobfile, in one line
     help="Job file: JSON lines, one decision per line (see examples/).")]
 FailOnBadLinesOpt = Annotated[bool, typer.Option(
     "--fail-on-bad-lines",

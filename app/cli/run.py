@@ -38,13 +38,17 @@ from app.errors import InputError, UpstreamUnavailable
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from app.embedded import EmbeddedConfig, ExecutorStats
+    from app.config import Settings
     from app.engine import ReadSettings
+    from app.runs.embedded import EmbeddedConfig, ExecutorStats
+    from app.runs.probe import ServerAt
+    from app.runs.reports import ResumeReport
+    from app.runs.resume import ResumeOptions
     from app.store.runs import RunInfo
     from app.store.types import Session, SessionFactory
     from app.upstream.factory import UpstreamConfig
 
-__all__ = ["embedded_store", "resume_embedded", "run"]
+__all__ = ["embedded_config", "embedded_store", "resume_embedded", "run"]
 
 _TYPES = ("noul", "choice", "score")
 
@@ -61,14 +65,17 @@ class _Job:
     config: EmbeddedConfig
     quiet: bool = False
     check_server: bool = True  #: compare/record the server fingerprint (resume did already)
-    engine: UpstreamConfig | None = None  #: the engine choice (None: DREADS_*)
+
+    @property
+    def engine(self) -> UpstreamConfig:
+        return self.config.engine
 
     @property
     def in_process(self) -> bool:
         """Reads answered by an in-process engine (no server)."""
         from app.upstream.engines import is_in_process
 
-        return self.engine is not None and is_in_process(self.engine.engine)
+        return is_in_process(self.engine.engine)
 
 
 @app.command(rich_help_panel=RUN_JOBS)
@@ -100,22 +107,26 @@ def run(
     command again after Ctrl-C or a crash and it continues where it stopped. Then: [bold]dreads
     report RUN --html report.html[/bold].
     """
-    from app.jobfile import check_job_file
-    from app.producer import SubmitRequest, submit_job
+    from app.config import get_settings
+    from app.runs.jobfile import check_job_file
+    from app.runs.submit import SubmitRequest, submit_job
     from app.store.admin import discard_empty_run
     from app.store.runs import load_run
 
     name = run_name or file.stem
+    env = get_settings()
     with cli_errors():
         check_job_file(file)
         db = _sqlite_file(database)
-        config = _config(workers, concurrency, chunk_size)
         with embedded_store(db) as factory:
             existing = existing_run(factory, name)
-            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
+            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
+                                    env=env)
+            config = embedded_config(env, choice, chunk_size=chunk_size or 16, workers=workers,
+                                     max_in_flight=concurrency)
             settings, n_rep, tok = _settings(existing, given, replicates, choice.engine,
-                                             upstream)
-            target = run_upstream(upstream, existing, choice, settings)
+                                             upstream, env)
+            target = run_upstream(upstream, existing, choice, settings, env)
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
                                     strict=strict)
@@ -126,7 +137,7 @@ def run(
             if report.refused or report.run is None:
                 raise typer.Exit(2)
             job = _Job(factory, db, load_run(factory, name), target, file, config,
-                       quiet=json_out, engine=choice)
+                       quiet=json_out)
             _execute(job)
             _summary(factory, name, json_out, db)
     if fail_on_bad_lines and (report.bad or report.rejected):
@@ -134,12 +145,13 @@ def run(
 
 
 def _settings(existing: RunInfo | None, given: ReadGiven, replicates: int | None,
-              engine: str, upstream: str | None) -> tuple[Any, int, Any]:
+              engine: str, upstream: str | None, env: Settings) -> tuple[Any, int, Any]:
     """``resolve_settings``; a server that cannot say what it serves suggests the simulator."""
     from app.errors import ConfigError
 
     try:
-        return resolve_settings(existing, given, replicates, engine=engine, upstream=upstream)
+        return resolve_settings(existing, given, replicates, env=env, engine=engine,
+                                upstream=upstream)
     except ConfigError as exc:
         if upstream is not None:
             raise
@@ -170,7 +182,7 @@ def _sqlite_file(database: str | None) -> Path:
 @contextmanager
 def embedded_store(db: Path) -> Iterator[SessionFactory]:
     """The run lock and the SQLite store at ``db`` (created or upgraded)."""
-    from app.embedded import embedded_lock, sqlite_store
+    from app.runs.embedded import embedded_lock, sqlite_store
 
     try:
         with embedded_lock(db), sqlite_store(db) as factory:
@@ -180,46 +192,52 @@ def embedded_store(db: Path) -> Iterator[SessionFactory]:
                          "a writable --database-url") from exc
 
 
-def _config(workers: int, concurrency: int, chunk_size: int | None) -> EmbeddedConfig:
-    from app.config import get_settings
-    from app.embedded import EmbeddedConfig
+def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
+    """The local executor's configuration: the options ``given`` (``chunk_size``, ``workers``,
+    ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
+    reading with the engine ``choice``."""
+    from app.runs.embedded import EmbeddedConfig
+    from app.runs.settings import endpoint_options
 
-    env = get_settings()
-    return EmbeddedConfig(chunk_size=chunk_size or 16, workers=workers,
-                          max_in_flight=concurrency, lease_s=env.lease_s,
-                          max_attempts=env.max_attempts)
+    return EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts, engine=choice,
+                          endpoints=endpoint_options(env), **given)
 
 
-def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, *,
-                    retry_failed: bool, note: str | None, upstream: str | None = None,
-                    engine: UpstreamConfig | None = None) -> None:
-    """``dreads resume`` on a SQLite store: continue the run here, like ``dreads run``."""
-    from app.config import get_settings
-    from app.embedded import EmbeddedConfig, embedded_lock
-    from app.store.db import session_scope
-    from app.store.runs import reset_failed
+def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
+                    options: ResumeOptions, server: ServerAt,
+                    env: Settings) -> ResumeReport | None:
+    """``dreads resume`` on a SQLite store: the checks of every resume, then the run continues
+    here, like ``dreads run``, under the run lock. Returns the report to print when there was
+    nothing to run (None: it ran, and its summary is printed)."""
+    from app.runs.embedded import embedded_lock
+    from app.runs.resume import resume_run
     from app.store.urls import sqlite_path
 
     db_path = sqlite_path(url) or Path("dreads.db")
     source = Path(run.source) if run.source else None
+    config = embedded_config(env, server.config)
+    ran = False
+
+    def proceed(info: RunInfo, report: ResumeReport) -> None:
+        nonlocal ran
+        for line in report.lines():
+            console.print(line, highlight=False, markup=False)
+        _execute(_Job(factory, db_path, info, server.url, source, config, check_server=False))
+        ran = True
+
     with embedded_lock(db_path):
-        if note:
-            console.print(note, highlight=False)
-        if retry_failed:
-            with session_scope(factory) as session:
-                n = reset_failed(session, run.id)
-            console.print(f"{n} failed decision(s) put back to pending")
-        env = get_settings()
-        config = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts)
-        _execute(_Job(factory, db_path, run, upstream or run.upstream, source, config,
-                      check_server=False, engine=engine))
+        report = resume_run(factory, run, given, options=options, server=server,
+                            proceed=proceed)
+    if not ran:
+        return report
     _summary(factory, run.name, False, db_path)
+    return None
 
 
 def _execute(job: _Job) -> ExecutorStats:
-    from app.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
     from app.engine import AnswerBy, settings_from_dict
-    from app.producer import check_server
+    from app.runs.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
+    from app.runs.probe import ServerAt, check_server
     from app.store.models import RunStatus
     from app.upstream.tokenizer import load_tokenizer
 
@@ -247,8 +265,8 @@ def _execute(job: _Job) -> ExecutorStats:
             _say_upstream(job, url)
         tokenizer = load_tokenizer(settings.tokenizer)
         if job.check_server and not by_endpoint:
-            note = check_server(job.factory, job.run, url, settings, force=False,
-                                engine=job.engine, tokenizer=tokenizer)
+            note = check_server(job.factory, job.run, ServerAt(url, job.engine), settings,
+                                force=False, tokenizer=tokenizer)
             if note and not job.quiet:
                 err_console.print(note, highlight=False)
         return _drive(job, url, tokenizer)
@@ -258,7 +276,7 @@ def _execute(job: _Job) -> ExecutorStats:
 
 
 def _has_work(job: _Job) -> bool:
-    from app.embedded import claimable_ids
+    from app.runs.embedded import claimable_ids
     from app.store.db import session_scope
 
     with session_scope(job.factory) as session:
@@ -266,7 +284,7 @@ def _has_work(job: _Job) -> bool:
 
 
 def _say_upstream(job: _Job, url: str) -> None:
-    from app.embedded import SIM, sim_key_path
+    from app.runs.embedded import SIM, sim_key_path
 
     if job.quiet:
         return
@@ -285,7 +303,7 @@ def _say_upstream(job: _Job, url: str) -> None:
 
 
 def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:
-    from app.embedded import SIM
+    from app.runs.embedded import SIM
 
     if job.quiet:
         return
@@ -329,7 +347,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
 
     from rich.progress import Progress
 
-    from app.embedded import execute_run, release_own_leases
+    from app.runs.embedded import execute_run, release_own_leases
 
     columns = _columns()
     with Progress(*columns, console=err_console, disable=job.quiet) as bar:
@@ -341,7 +359,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
         try:
             return asyncio.run(execute_run(job.factory, job.run, upstream_url=url,
                                            tokenizer=tokenizer, config=job.config,
-                                           progress=progress, engine=job.engine))
+                                           progress=progress))
         except UpstreamUnavailable as exc:
             raise UpstreamUnavailable(
                 f"{exc.message}; start the model server there, pass --upstream URL, or try "
@@ -356,7 +374,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
 
 
 def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> None:
-    from app.embedded import SIM, draws_used
+    from app.runs.embedded import SIM, draws_used
     from app.store.db import session_scope
     from app.store.runs import require_run
     from app.store.views import run_status

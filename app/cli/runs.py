@@ -1,9 +1,9 @@
 """``dreads submit``, ``runs``, ``status``, ``resume``, ``cancel``, ``delete``, ``export``.
 
-Each command parses options, calls an importable function (``app.producer``,
-``app.store.*``), prints, and exits with a code: 0 ok, 1 failure, 2 a user error (nothing
-done), 3 bad lines with ``--fail-on-bad-lines``. The store, Celery and the HTTP client are
-imported inside the commands, so that ``dreads status`` starts fast.
+Each command parses options, calls an importable function (``app.runs.submit``,
+``app.runs.resume``, ``app.store.*``), prints, and exits with a code: 0 ok, 1 failure, 2 a
+user error (nothing done), 3 bad lines with ``--fail-on-bad-lines``. The store, Celery and
+the HTTP client are imported inside the commands, so that ``dreads status`` starts fast.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ from app.cli.options import (
 from app.errors import InputError
 
 if TYPE_CHECKING:
-    from app.engine import ReadSettings
-    from app.resume_report import ResumeReport
+    from app.config import Settings
+    from app.runs.reports import ResumeReport, SweepReport
+    from app.runs.resume import Proceed
     from app.store.records import RunInfo
     from app.store.status_sql import Reader, RunStatusReport
     from app.store.types import Session, SessionFactory
@@ -84,23 +85,28 @@ def submit(
     Bad lines are listed with their line numbers and reasons; the good ones are stored
     (unless --strict). Submitting the same file again adds nothing.
     """
-    from app.engine import AnswerBy
-    from app.jobfile import check_job_file
-    from app.producer import SubmitRequest, fetch_fingerprint
-    from app.publish_process import PublisherProcess
+    from app.broker.process import PublisherProcess
+    from app.runs.jobfile import check_job_file
 
     with cli_errors():
         check_job_file(file)
         # started first: its Celery start-up overlaps the tokenizer's and the probe's
         with PublisherProcess(broker, chunk_size) as publisher, \
                 opened_store(database_url(database)) as factory:
+            from app.config import get_settings
+            from app.engine import AnswerBy
+            from app.runs.probe import ServerAt
+            from app.runs.submit import SubmitRequest
+
+            env = get_settings()
             existing = existing_run(factory, run)
-            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype)
+            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
+                                    env=env)
             settings, n_replicates, tok = resolve_settings(
-                existing, given, replicates, engine=choice.engine, upstream=upstream)
-            url = run_upstream(upstream, existing, choice, settings)
+                existing, given, replicates, env=env, engine=choice.engine, upstream=upstream)
+            url = run_upstream(upstream, existing, choice, settings, env)
             fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
-                else fetch_fingerprint(url, settings, engine=choice, tokenizer=tok)
+                else ServerAt(url, choice).fingerprint(settings, tok)
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint)
@@ -140,11 +146,11 @@ def _streaming_runtime() -> None:
 
 def _submit(factory: SessionFactory, request: Any, tokenizer: Any, publisher: Any) -> Any:
     """Stream the file into the store, publishing each batch (through ``publisher``, an
-    ``app.publish_process.PublisherProcess``) to the queue of the run's model and canvas; a
+    ``app.broker.process.PublisherProcess``) to the queue of the run's model and canvas; a
     file of only bad lines leaves no run behind."""
+    from app.broker.names import queue_of_run
     from app.engine import settings_to_dict
-    from app.producer import submit_job
-    from app.queues import queue_of_run
+    from app.runs.submit import submit_job
     from app.store.admin import discard_empty_run
 
     _streaming_runtime()
@@ -274,53 +280,45 @@ def resume(
         if settled is not None:
             _print_resume(settled, json_out)
             return
-    from app.producer import check_resume_settings
+    from app.config import get_settings
+    from app.runs.probe import ServerAt
+    from app.runs.resume import ResumeOptions, resume_run
     from app.store.runs import load_run
 
+    env = get_settings()
+    options = ResumeOptions(retry_failed=retry_failed, dry_run=dry_run, force=force,
+                            requeue_after_s=env.requeue_after_s)
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
-        settings = check_resume_settings(info, given)
-        info = info if dry_run else _take_budget(factory, info, settings)
-        if _settled(factory, info, retry_failed):  # nothing to publish, repair or check
-            _print_resume(_settled_report(info.name, dry_run), json_out)
-            return
-        # what a run with work left needs (not loaded for a settled one)
-        from app.config import get_settings
-        from app.engine import AnswerBy
-        from app.producer import check_server, resume_run
-        from app.publish import make_sender
-        from app.sweeper import sweep_for
-        from app.upstream.tokenizer import load_tokenizer
-
-        choice = resolve_engine(info, engine=engine, device=device, dtype=dtype)
-        server = upstream_url(upstream, info)
-        note = None if settings.answer_by is not AnswerBy.READS else check_server(
-            factory, info, server, settings, force=force, engine=choice,
-            tokenizer=lambda: load_tokenizer(settings.tokenizer), dry_run=dry_run)
-        if url.startswith("sqlite") and not dry_run:
+        choice = resolve_engine(info, engine=engine, device=device, dtype=dtype, env=env)
+        server = ServerAt(upstream_url(upstream, info, env), choice)
+        if url.startswith("sqlite") and not dry_run:  # the embedded mode: run it here
             from app.cli.run import resume_embedded
 
-            resume_embedded(factory, url, info, retry_failed=retry_failed, note=note,
-                            upstream=server, engine=choice)
-            return
-        with make_sender(broker) as sender:
-            report = resume_run(factory, info,
-                                sweep=sweep_for(factory, sender, info.id, chunk_size),
-                                retry_failed=retry_failed, dry_run=dry_run,
-                                requeue_after_s=get_settings().requeue_after_s)
-        report.server_note = note
-    _print_resume(report, json_out)
+            report = resume_embedded(factory, url, info, given, options, server, env)
+        else:
+            proceed = _sweep_and_publish(factory, env, broker, chunk_size)
+            report = resume_run(factory, info, given, options=options, server=server,
+                                proceed=proceed)
+    if report is not None:
+        _print_resume(report, json_out)
 
 
-def _settled_report(name: str, dry_run: bool) -> ResumeReport:
-    from app.resume_report import ResumeReport, SweepReport
+def _sweep_and_publish(factory: SessionFactory, env: Settings, broker: str | None,
+                       chunk_size: int | None) -> Proceed:
+    """How ``resume`` continues a run of the distributed mode: one sweep of the run, which
+    publishes what is left (the Celery client made only then)."""
+    def proceed(info: RunInfo, _report: ResumeReport) -> SweepReport:
+        from app.broker.client import make_sender
+        from app.runs.settings import sweep_policy
+        from app.runs.sweep import RESUME_LOCK_WAIT_S, sweep_once
 
-    return ResumeReport(run=name, dry_run=dry_run,
-                        before=dict.fromkeys(("expired_leases", "failed", "pending",
-                                              "stale_queued"), 0),
-                        sweep=None if dry_run else SweepReport(),
-                        server_note="every decision is settled: nothing to resume")
+        with make_sender(env, broker) as sender:
+            return sweep_once(factory, sender, sweep_policy(env, chunk_size=chunk_size),
+                              run_id=info.id, wait_lock_s=RESUME_LOCK_WAIT_S)
+
+    return proceed
 
 
 def _plain_settled(reader: Reader, name: str, dry_run: bool) -> ResumeReport | None:
@@ -333,7 +331,9 @@ def _plain_settled(reader: Reader, name: str, dry_run: bool) -> ResumeReport | N
     if info is None or info.status != RunStatus.ACTIVE \
             or not status_sql.is_settled(reader, info.id, count_failed=False):
         return None
-    return _settled_report(info.name, dry_run)
+    from app.runs.reports import settled_report
+
+    return settled_report(info.name, dry_run)
 
 
 def _print_resume(report: Any, json_out: bool) -> None:
@@ -341,29 +341,6 @@ def _print_resume(report: Any, json_out: bool) -> None:
         console.print_json(render.json_text(report.as_dict()))
     else:
         render.resume_report(report)
-
-
-def _settled(factory: SessionFactory, info: RunInfo, retry_failed: bool) -> bool:
-    from app.store.db import session_scope
-    from app.store.views import is_settled
-
-    with session_scope(factory) as session:
-        return is_settled(session, info.id, count_failed=retry_failed)
-
-
-def _take_budget(factory: SessionFactory, info: RunInfo,
-                 settings: ReadSettings) -> RunInfo:
-    """The run with the endpoint budget given to resume (the only change resume takes)."""
-    from app.engine import settings_to_dict
-    from app.store.db import session_scope
-    from app.store.runs import record_settings, require_run
-
-    wanted = settings_to_dict(settings)
-    if wanted == dict(info.settings):
-        return info
-    with session_scope(factory) as session:
-        record_settings(session, info.id, wanted)
-        return require_run(session, info.name)
 
 
 @app.command(rich_help_panel=RUN_JOBS)

@@ -44,7 +44,7 @@ def check_exposure(host: str, api_key: str | None, *, insecure: bool) -> None:
     Raises:
         ConfigError: what to set instead.
     """
-    from app.flower_config import PLACEHOLDER_PASSWORDS, is_loopback
+    from app.cli.flower import PLACEHOLDER_PASSWORDS, is_loopback
 
     if insecure:
         return
@@ -119,20 +119,22 @@ def serve(
     from app.api import create_app
     from app.api.config import serve_config, serve_upstream
     from app.config import get_settings
-    from app.run_config import wait_served_settings
+    from app.runs.settings import wait_served_settings
 
     env = get_settings()
     overrides = dict(given)
     db_url = database_url(database)
     with cli_errors():
         check_exposure(host or env.api_host, env.api_key, insecure=insecure)
-        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
         url = serve_upstream(env, choice, upstream, overrides.get("model"))
-        settings = base_read_settings(overrides, engine=choice.engine)
+        settings = base_read_settings(overrides, env=env, engine=choice.engine)
         if url != "sim":
-            settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, wait))
+            settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, wait,
+                                                        env=env))
         elif "tokenizer" not in overrides:
-            settings = base_read_settings(overrides, engine=choice.engine, upstream="sim")
+            settings = base_read_settings(overrides, env=env, engine=choice.engine,
+                                          upstream="sim")
         config = serve_config(
             env, upstream=url, settings=settings, database_url=db_url, engine=choice,
             executor=executor.value, broker_url=broker, record_run=record,

@@ -52,11 +52,12 @@ from app.engine import (
     parse_decision,
 )
 from app.errors import ConfigError, DreadsError, InputError, UpstreamError
-from app.run_config import wait_served_settings
+from app.runs.settings import wait_served_settings
 from app.upstream.engines import is_in_process
 
 if TYPE_CHECKING:
-    from app.jobfile import NumberedLine
+    from app.config import Settings
+    from app.runs.jobfile import NumberedLine
     from app.upstream.base import Upstream
     from app.upstream.factory import UpstreamConfig
 
@@ -66,24 +67,17 @@ __all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_deci
 
 
 def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> Upstream:
-    from dataclasses import replace
-
-    from app.config import get_settings
+    from app.runs.probe import reads_config
     from app.upstream.factory import make_upstream
 
-    env = get_settings()
-    return make_upstream(replace(
-        choice, url=url, model=settings.model, canvas_length=settings.canvas_length,
-        tokenizer=settings.tokenizer, max_in_flight=env.max_in_flight,
-        timeout_s=env.read_timeout_s, retries=env.read_retries))
+    return make_upstream(reads_config(choice, url, settings))
 
 
-def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings) -> str:
+def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings,
+            env: Settings) -> str:
     """The URL to read from, or the model the transformers engine loads in this process."""
-    from app.config import get_settings
-
     if not is_in_process(choice.engine):
-        return url or get_settings().upstream
+        return url or env.upstream
     if url:
         raise InputError(f"{url} is an upstream URL, for an engine that reads from a server; "
                          f"with --engine {choice.engine} the model (--model DIR or hub id) is "
@@ -160,19 +154,23 @@ def check_upstream(
     """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
     import asyncio
 
+    from app.config import get_settings
+
+    env = get_settings()
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas)
     try:
-        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
-        settings = base_read_settings(overrides, engine=choice.engine)
-        url = _target(url, choice, settings)
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
+        settings = base_read_settings(overrides, env=env, engine=choice.engine)
+        url = _target(url, choice, settings, env)
         if json_out:
-            settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout))
+            settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout,
+                                                        env=env))
             check = asyncio.run(_check(url, settings, timeout, choice))
         else:
             with console.status(f"waiting for {url} (up to {timeout:g}s): model list, then "
                                 "one real read ..."):
                 settings = asyncio.run(wait_served_settings(url, settings, overrides, choice,
-                                                            timeout))
+                                                            timeout, env=env))
                 check = asyncio.run(_check(url, settings, timeout, choice))
     except DreadsError as exc:
         _not_ready(url, exc, json_out)
@@ -229,7 +227,7 @@ def _load_numbered(lines: Iterable[NumberedLine]) -> list[Decision | DecideOutco
 
 async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
                       tokenizer: TextTokenizer, upstream: Upstream) -> DecideOutcome:
-    from app.decide import answer_decision
+    from app.runs.answer import answer_decision
 
     try:
         decided = await answer_decision(decision, settings, tokenizer, upstream)
@@ -284,7 +282,7 @@ def _items(file: Path | None, state: str | None, question: str | None, qtype: st
     if file is not None and (state is not None or question is not None):
         raise InputError("give a FILE or --state with --question, not both")
     if file is not None:
-        from app.jobfile import read_job_file
+        from app.runs.jobfile import read_job_file
 
         return _load_numbered(read_job_file(file))
     if state is None or question is None:
@@ -382,13 +380,17 @@ def decide(
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
                                draws=draws, threshold=threshold, max_draws=max_draws, mode=mode,
                                layout=layout, endpoint=endpoint, seed=seed)
+    from app.config import get_settings
+
+    env = get_settings()
     url = upstream
     try:
-        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype)
-        settings = base_read_settings(overrides, engine=choice.engine)
-        url = _target(upstream, choice, settings)
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
+        settings = base_read_settings(overrides, env=env, engine=choice.engine)
+        url = _target(upstream, choice, settings, env)
         items = _items(file, state, question, qtype, options or [])
-        settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout))
+        settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout,
+                                                    env=env))
         outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
     except (InputError, ConfigError) as exc:
         exit_error(exc, 2)

@@ -26,6 +26,9 @@ from app.engine.questions import (
     parse_question,
 )
 from app.engine.settings_hash import (
+    SettingChange,
+    changed_fingerprint,
+    changed_settings,
     check_settings,
     settings_from_dict,
     settings_hash,
@@ -84,6 +87,7 @@ __all__ = [
     "ReadUnit",
     "Refusal",
     "ServerFingerprint",
+    "SettingChange",
     "SlotRead",
     "SlotRow",
     "SlotSpec",
@@ -97,6 +101,8 @@ __all__ = [
     "build_probe_request",
     "build_request",
     "canvas_width",
+    "changed_fingerprint",
+    "changed_settings",
     "check_settings",
     "decision_from_payload",
     "decision_payload",

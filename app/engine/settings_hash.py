@@ -1,4 +1,4 @@
-"""``ReadSettings`` <-> dict, and the hash recorded on a run.
+"""``ReadSettings`` <-> dict, the hash recorded on a run, and what differs between two.
 
 The dict is JSON-able (enums as their values) and round-trips exactly; unknown keys or values
 of the wrong kind are a ``ConfigError``; keys missing from a stored dict take the defaults.
@@ -14,15 +14,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any, get_type_hints
 
-from app.engine.types import AnswerBy, ReadSettings
+from app.engine.types import AnswerBy, ReadSettings, ServerFingerprint
 from app.errors import ConfigError
 
 __all__ = [
     "ANSWER_FIELDS",
     "BUDGET_FIELDS",
+    "SettingChange",
+    "changed_fingerprint",
+    "changed_settings",
     "check_settings",
     "settings_from_dict",
     "settings_hash",
@@ -122,3 +126,40 @@ def settings_hash(settings: ReadSettings) -> str:
     hashed = {k: v for k, v in settings_to_dict(settings).items() if k not in BUDGET_FIELDS}
     text = json.dumps(hashed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingChange:
+    """One setting that differs between two settings dicts."""
+
+    name: str
+    old: Any
+    new: Any
+
+    @property
+    def is_budget(self) -> bool:
+        """An endpoint budget (``BUDGET_FIELDS``): a run may change it when it resumes."""
+        return self.name in BUDGET_FIELDS
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.old!r} -> {self.new!r}"
+
+
+def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[SettingChange]:
+    """The settings that differ between two settings dicts (``settings_to_dict``), by name."""
+    names = sorted(set(old) | set(new))
+    return [SettingChange(n, old.get(n), new.get(n)) for n in names if old.get(n) != new.get(n)]
+
+
+#: What makes a run's earlier answers incomparable with a server's: its model and its canvas.
+_SERVER_IDENTITY = ("model_id", "canvas_length")
+
+
+def changed_fingerprint(old: Mapping[str, Any] | None,
+                        new: ServerFingerprint) -> list[SettingChange]:
+    """How ``new`` differs from a run's recorded server fingerprint ``old`` in model id or
+    canvas length (nothing when the run has none yet)."""
+    if not old:
+        return []
+    return [SettingChange(n, old.get(n), getattr(new, n)) for n in _SERVER_IDENTITY
+            if old.get(n) != getattr(new, n)]

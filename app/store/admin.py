@@ -145,7 +145,7 @@ def delete_run(session: Session, run_id: int) -> None:
 
 
 class _Submitted(Protocol):
-    """What ``discard_empty_run`` reads of a submit report (``app.producer.SubmitReport``)."""
+    """What ``discard_empty_run`` reads of a submit report (``app.runs.submit.SubmitReport``)."""
 
     run: Any
     created: bool

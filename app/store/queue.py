@@ -14,10 +14,13 @@ A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``reje
                       pending (re-published by the sweeper) or failed at the attempt cap.
     release_unserved  the worker's upstream does not serve the run's model: back to pending,
                       the claim not charged (a ``not_served`` attempt row says so).
-    sweep             expired leases -> a ``worker_lost`` attempt and pending (``poison`` and
-                      failed at the cap); pending and stale queued rows -> returned to publish.
-    stamp_page        the distributed sweeper's paging: stamp the next page of due rows of a
-                      run ``queued`` (before their message is published) and return their ids.
+    expire_leases     expired leases -> a ``worker_lost`` attempt and pending (``poison`` and
+                      failed at the cap): a page of them.
+    stamp_page        the sweeper's paging: stamp the next page of due rows of a run
+                      ``queued`` (before their message is published) and return their ids;
+                      ``queued_page`` reads one without stamping (the broker-loss recovery).
+    mark_pending      undo the stamp after a failed publish (``unpublish``: in a transaction
+                      of its own).
 
 Times come from the caller's clock (UTC); the caller's ``session_scope`` owns the transaction.
 Foreign SQL errors are translated into ``StoreError`` by ``translate_db_errors``.
@@ -25,6 +28,7 @@ Foreign SQL errors are translated into ``StoreError`` by ``translate_db_errors``
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,6 +44,7 @@ from app.engine.types import Answer as EngineAnswer
 from app.engine.types import DrawRecord, Refusal
 from app.errors import StoreError
 from app.store import dialects
+from app.store.db import session_scope
 from app.store.models import (
     Answer,
     Attempt,
@@ -51,12 +56,13 @@ from app.store.models import (
     Run,
     RunStatus,
 )
+from app.store.types import SessionFactory
 
 __all__ = [
     "AttemptInfo",
     "Claimed",
+    "Expired",
     "Finished",
-    "SweepResult",
     "claim_decisions",
     "claimable",
     "database_now",
@@ -71,15 +77,14 @@ __all__ = [
     "renew_leases",
     "run_active",
     "stamp_page",
-    "sweep",
     "translate_db_errors",
+    "unpublish",
     "utcnow",
 ]
 
+log = logging.getLogger("dreads.store")
+
 _CLAIMABLE = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
-#: Decisions re-published one per message after a worker loss, so a poison decision only takes
-#: itself down from then on.
-_ISOLATE_KINDS = (OutcomeKind.WORKER_LOST,)
 
 
 def utcnow() -> datetime:
@@ -120,17 +125,11 @@ class AttemptInfo:
 
 
 @dataclass
-class SweepResult:
-    """What one sweep did and what its caller must publish (run id -> decision ids)."""
+class Expired:
+    """What one ``expire_leases`` did."""
 
     lost: int = 0  #: expired leases turned back to pending (``worker_lost`` attempts)
     poisoned: int = 0  #: expired leases at the attempt cap (``poison`` attempts, failed)
-    to_publish: dict[int, list[int]] = field(default_factory=dict)
-    to_isolate: dict[int, list[int]] = field(default_factory=dict)  #: one per message
-
-    @property
-    def n_publish(self) -> int:
-        return sum(map(len, self.to_publish.values())) + sum(map(len, self.to_isolate.values()))
 
 
 @contextmanager
@@ -429,6 +428,18 @@ def mark_pending(session: Session, ids: Sequence[int], *, now: datetime | None =
     return _update_in_slices(session, ids, stmt)
 
 
+def unpublish(factory: SessionFactory, ids: Sequence[int]) -> None:
+    """``mark_pending`` in a transaction of its own, after a publish that failed. A database
+    that fails too leaves the rows queued: the sweeper re-publishes them once their queue is
+    drained and the requeue window has passed."""
+    try:
+        with translate_db_errors("unpublish"), session_scope(factory) as session:
+            mark_pending(session, ids)
+    except StoreError as exc:
+        log.warning("could not put %d unpublished decision(s) back to pending: %s",
+                    len(ids), exc.message)
+
+
 def database_now(session: Session) -> datetime:
     """The database's clock (PostgreSQL ``clock_timestamp()``; this process's clock on SQLite):
     the one clock ``enqueued_at`` stamps and the broker's epoch are compared on."""
@@ -498,29 +509,13 @@ def release_unserved(session: Session, *, claim: Claimed, detail: str,
     return session.execute(stmt).first() is not None
 
 
-def sweep(session: Session, *, now: datetime | None = None,
-          max_attempts: int = 5, requeue_after_s: float = 600.0,
-          republish_queued: bool = True, run_id: int | None = None,
-          limit: int = 100_000) -> SweepResult:
-    """Expire dead leases and collect what must be (re-)published, all in the caller's
-    transaction. Rows are locked ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two sweepers never
-    handle the same row (leases carry their own expiry).
-    """
-    now = now or utcnow()
-    result = SweepResult()
-    _expire_leases(session, now=now, max_attempts=max_attempts, run_id=run_id, limit=limit,
-                   result=result)
-    _collect_unpublished(session, now=now, requeue_after_s=requeue_after_s,
-                         republish_queued=republish_queued, run_id=run_id, limit=limit,
-                         result=result)
-    return result
-
-
 def expire_leases(session: Session, *, now: datetime | None = None, max_attempts: int = 5,
-                  run_id: int | None = None, limit: int = 10_000) -> SweepResult:
-    """The lease half of ``sweep``: at most ``limit`` expired leases back to pending (a
-    ``worker_lost`` attempt each) or failed at the cap (``poison``)."""
-    result = SweepResult()
+                  run_id: int | None = None, limit: int = 10_000) -> Expired:
+    """At most ``limit`` expired leases (of run ``run_id``, or of every run) back to pending
+    (a ``worker_lost`` attempt each) or failed at the cap (``poison``), locked ``SKIP LOCKED``
+    so two sweepers never take the same row. The sweeper (``app.runs.sweep``) pages through
+    them."""
+    result = Expired()
     _expire_leases(session, now=now or utcnow(), max_attempts=max_attempts, run_id=run_id,
                    limit=limit, result=result)
     return result
@@ -531,7 +526,7 @@ def _scope(stmt: Any, run_id: int | None) -> Any:
 
 
 def _expire_leases(session: Session, *, now: datetime, max_attempts: int, run_id: int | None,
-                   limit: int, result: SweepResult) -> None:
+                   limit: int, result: Expired) -> None:
     stmt = _scope(
         select(Decision.id, Decision.run_id, Decision.lease_token, Decision.lease_owner,
                Decision.attempts)
@@ -568,22 +563,3 @@ def _set_lost(session: Session, ids: list[int], status: str, kind: str, now: dat
         status=status, last_error_kind=kind, lease_token=None, lease_expires_at=None,
         last_error=f"{kind}: lease expired without a result", updated_at=now,
         finished_at=now if status == DecisionStatus.FAILED else None))
-
-
-def _collect_unpublished(session: Session, *, now: datetime, requeue_after_s: float,
-                         republish_queued: bool, run_id: int | None, limit: int,
-                         result: SweepResult) -> None:
-    due = Decision.status == DecisionStatus.PENDING
-    if republish_queued:
-        stale = now - timedelta(seconds=requeue_after_s)
-        due = or_(due, and_(Decision.status == DecisionStatus.QUEUED,
-                            or_(Decision.enqueued_at.is_(None), Decision.enqueued_at < stale)))
-    stmt = _scope(
-        select(Decision.id, Decision.run_id, Decision.last_error_kind)
-        .where(due, run_active()).order_by(Decision.id).limit(limit)
-        .with_for_update(skip_locked=True, of=Decision),
-        run_id,
-    )
-    for did, rid, kind in session.execute(stmt).all():
-        target = result.to_isolate if kind in _ISOLATE_KINDS else result.to_publish
-        target.setdefault(rid, []).append(did)

@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.engine import ServerFingerprint
+from app.engine import changed_settings
 from app.errors import InputError, RunSettingsMismatch
 from app.store import dialects
 from app.store.models import (
@@ -34,8 +34,6 @@ __all__ = [
     "DecisionRow",
     "RunInfo",
     "cancel_run",
-    "compare_fingerprint",
-    "compare_settings",
     "ensure_run",
     "existing_lines",
     "find_run",
@@ -99,23 +97,6 @@ def require_run(session: Session, name: str) -> RunInfo:
     return info
 
 
-def compare_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Human-readable differences ``name: old -> new`` between two settings dicts."""
-    names = sorted(set(old) | set(new))
-    return [f"{n}: {old.get(n)!r} -> {new.get(n)!r}" for n in names if old.get(n) != new.get(n)]
-
-
-def compare_fingerprint(old: Mapping[str, Any] | None, new: ServerFingerprint) -> list[str]:
-    """Differences that make a run's earlier answers incomparable: model id, canvas length."""
-    if not old:
-        return []
-    diffs = []
-    for name in ("model_id", "canvas_length"):
-        if old.get(name) != getattr(new, name):
-            diffs.append(f"{name}: {old.get(name)!r} -> {getattr(new, name)!r}")
-    return diffs
-
-
 def ensure_run(
     session: Session,
     *,
@@ -150,7 +131,8 @@ def ensure_run(
 
 
 def _check_same(run: Run, settings: Mapping[str, Any], digest: str, replicates: int) -> None:
-    diffs = [] if run.settings_hash == digest else compare_settings(run.settings, settings)
+    diffs = [] if run.settings_hash == digest \
+        else [str(c) for c in changed_settings(run.settings, settings)]
     if run.settings_hash != digest and not diffs:
         diffs = [f"settings hash {run.settings_hash[:12]} -> {digest[:12]}"]
     if run.replicates != replicates:

@@ -32,7 +32,7 @@ class UpstreamConfig:
     compile: bool = False  #: transformers engine: torch.compile the encoder layers
     #: the simulator's tokenizer with ``url == "sim"`` (the run's, so it reads the same ids)
     tokenizer: str = "standin"
-    #: bearer key of the server (vLLM's --api-key); None: ``DREADS_UPSTREAM_API_KEY``
+    #: bearer key of the server (vLLM's --api-key; ``DREADS_UPSTREAM_API_KEY``); None: none
     api_key: str | None = field(default=None, repr=False)
 
 
@@ -69,11 +69,9 @@ def _sim_upstream(config: UpstreamConfig) -> Upstream:
 
 
 def _vllm_upstream(config: UpstreamConfig, url: str, **extra: Any) -> Upstream:
-    from app.config import upstream_api_key
     from app.upstream.vllm import VllmUpstream
 
-    extra.setdefault("api_key", config.api_key if config.api_key is not None
-                     else upstream_api_key())
+    extra.setdefault("api_key", config.api_key)
     return VllmUpstream(url, model=config.model, canvas_length=config.canvas_length,
                         max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
                         retries=config.retries, backoff_s=config.backoff_s, **extra)

@@ -22,18 +22,15 @@ class ServedIdentity:
 def served_identity(url: str, *, timeout_s: float = 5.0,
                     transport: httpx.BaseTransport | None = None,
                     api_key: str | None = None) -> ServedIdentity:
-    """``GET /v1/models`` and ``/version`` of ``url`` (``api_key``: the server's bearer key,
-    default ``DREADS_UPSTREAM_API_KEY``).
+    """``GET /v1/models`` and ``/version`` of ``url`` (``api_key``: the server's bearer key).
 
     Raises:
         ConfigError: the server cannot be reached or lists no model; the message says what
             to set.
         UpstreamUnauthorized: it refuses the key (waiting cannot help).
     """
-    from app.config import upstream_api_key
-
     base = url.rstrip("/")
-    key = api_key if api_key is not None else upstream_api_key()
+    key = api_key
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         with httpx.Client(base_url=base, timeout=timeout_s, transport=transport,

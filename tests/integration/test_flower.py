@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
+from app.cli.flower import is_loopback, resolve_flower_auth
 from app.config import get_settings
 from app.errors import ConfigError
-from app.flower_config import is_loopback, resolve_flower_auth
 from app.upstream.sim import SimOptions, start_sim_thread
 from tests.fixtures.services import RedisServer, WorkerProcess, free_port, wait_until
 

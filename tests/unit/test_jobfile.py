@@ -1,4 +1,4 @@
-"""``app.jobfile``: job files as numbered lines, a line that is not UTF-8 as a bad line."""
+"""``app.runs.jobfile``: job files as numbered lines, a line that is not UTF-8 as a bad line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import BadLine, InputError
-from app.jobfile import check_job_file, decode_lines, has_content, read_job_file
+from app.runs.jobfile import check_job_file, decode_lines, has_content, read_job_file
 
 
 def test_lines_are_numbered_from_one_and_blank_lines_skipped() -> None:

@@ -13,7 +13,7 @@ from app.cli.runs import resume, submit
 from app.cli.serve import serve
 from app.config import Settings, settings_with, to_environ
 from app.errors import ConfigError
-from app.run_config import engine_choice, read_overrides, upstream_url, with_served_identity
+from app.runs.settings import engine_choice, read_overrides, upstream_url, with_served_identity
 from app.upstream.engines import ENGINES, EngineKind, engine_spec, is_in_process
 
 

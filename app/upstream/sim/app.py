@@ -35,7 +35,7 @@ from app.upstream.sim.prompts import ReadPrompt, understand
 from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer, SlotQuestion
 from app.upstream.sim.shapes import chat_response, completions_response, models_response, usage
 from app.upstream.sim.tokens import PrefixCache, SimTokenizer, find_slots, load_sim_tokenizer
-from app.upstream.sim.validate import ReadSpec, SimBadRequest, error_body, validate_read
+from app.upstream.vllm_rules import ReadSpec, VllmBadRequest, error_body, validate_read
 
 __all__ = ["SimApp", "create_app"]
 
@@ -282,7 +282,7 @@ class SimApp:
             spec = validate_read(body, chat=chat, canvas_length=self.options.canvas_length,
                                  vocab_size=self.vocab_size,
                                  default_temperature=self.options.default_temperature)
-        except SimBadRequest as exc:
+        except VllmBadRequest as exc:
             self.counters["rejected"] += 1
             raise _Reply(400, error_body(exc.message, exc.param, kind=exc.kind)) from exc
         except _Reply:
@@ -375,7 +375,7 @@ def _engine_rows(options: SimOptions) -> Any:
     """``--engine transformers``: rows from the in-process engine (needs the engine extra)."""
     if not options.engine_model:
         return None
-    from app.upstream.transformers_engine.sim_rows import EngineRows
+    from app.upstream.sim.engine_rows import EngineRows
 
     return EngineRows(options.engine_model, device=options.engine_device,
                       dtype=options.engine_dtype, canvas_length=options.canvas_length)

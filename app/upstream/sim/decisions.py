@@ -42,7 +42,7 @@ from app.engine import (
 from app.engine.questions import LETTERS, score_labels
 from app.errors import MalformedResponse, TemplateError
 from app.upstream.sim.limits import Throttled
-from app.upstream.sim.validate import error_body
+from app.upstream.vllm_rules import error_body
 
 if TYPE_CHECKING:
     from app.upstream.sim.app import SimApp

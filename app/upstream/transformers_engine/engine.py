@@ -27,12 +27,12 @@ from app.engine.types import (
     ServerFingerprint,
 )
 from app.errors import UpstreamRejected, UpstreamUnavailable
-from app.upstream.sim.validate import SimBadRequest, validate_read
 from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.transformers_engine.batcher import MicroBatcher
 from app.upstream.transformers_engine.executor import BatchExecutor, JobOutput, ReadJob
 from app.upstream.transformers_engine.model import ReadModel, load_model
 from app.upstream.transformers_engine.prefill_cache import PrefillCache
+from app.upstream.vllm_rules import VllmBadRequest, validate_read
 
 __all__ = ["ENGINE", "TransformersUpstream", "default_cache_bytes"]
 
@@ -145,7 +145,7 @@ class TransformersUpstream:
         try:
             spec = validate_read(body, chat=chat, canvas_length=self.canvas_length,
                                  vocab_size=self.model.vocab_size)
-        except SimBadRequest as exc:
+        except VllmBadRequest as exc:
             raise UpstreamRejected(exc.message, status=400, param=exc.param) from exc
         xargs = body.get("vllm_xargs") or {}
         if int(xargs.get("diffusion_max_steps", 1)) != 1:

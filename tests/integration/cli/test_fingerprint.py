@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from app.engine import ReadSettings, settings_hash, settings_to_dict
-from app.runner import run_chunk
+from app.runs.chunk import Answerers, ChunkPolicy, Delivery, run_chunk
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Run
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
@@ -46,9 +46,10 @@ async def test_the_first_chunk_records_the_fingerprint_of_a_run_without_one(
             key="d", replicate=0, cell=None, line_no=1, payload=payload, n_questions=1)])]
     upstream = VllmUpstream(sim.url, model="dgemma", canvas_length=320, retries=0)
     try:
-        result = await run_chunk(run_id=run.id, decision_ids=ids, session_factory=factory,
-                                 upstream=upstream, tokenizer=load_tokenizer("standin"),
-                                 owner="test", lease_s=30, max_in_flight=4)
+        result = await run_chunk(factory, run.id, ids,
+                                 answerers=Answerers(upstream, load_tokenizer("standin")),
+                                 policy=ChunkPolicy(lease_s=30, max_in_flight=4),
+                                 delivery=Delivery("test"))
     finally:
         await upstream.aclose()
     with session_scope(factory) as session:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import EmbeddedConfig, execute_run
-from app.queues import queue_for
+from app.broker.names import queue_for
+from app.runs.embedded import EmbeddedConfig, execute_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.runs import require_run
 from app.store.views import status_counts

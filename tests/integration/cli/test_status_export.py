@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.embedded import EmbeddedConfig, execute_run
+from app.runs.embedded import EmbeddedConfig, execute_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.runs import require_run
 from app.store.views import ANSWER_FIELDS

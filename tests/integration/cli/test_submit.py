@@ -10,7 +10,7 @@ import orjson
 import pytest
 from sqlalchemy import create_engine, text
 
-from app.queues import queue_for
+from app.broker.names import queue_for
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer, free_port
 

@@ -17,6 +17,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.broker.names import queue_of_run
+from app.broker.publish import publish_chunks
 from app.engine import (
     ReadSettings,
     decision_payload,
@@ -24,8 +26,6 @@ from app.engine import (
     settings_hash,
     settings_to_dict,
 )
-from app.publish import publish_chunks
-from app.queues import queue_of_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision, DecisionStatus
 from app.store.queue import database_now
@@ -133,7 +133,7 @@ class Stack:
                prefix: str = "d") -> int:
         """Write ``n`` decisions already queued, commit, then publish them to the run's queue
         (the producer's order)."""
-        from app.publish import broker_epoch
+        from app.broker.publish import broker_epoch
         from workers.celery_app import make_celery
 
         settings = settings or ReadSettings()

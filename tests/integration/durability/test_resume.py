@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.queues import queue_for
+from app.broker.names import queue_for
 from tests.fixtures.services import ROOT, VENV_BIN, RedisServer, WorkerProcess
 from tests.integration.durability.harness import Stack, check_invariant
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from app.engine import ReadSettings
-from app.runner import run_chunk
+from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, HandOff, run_chunk
 from app.store.db import session_scope
 from app.store.models import Answer, Attempt, Decision
 from app.upstream.sim import SimOptions, start_sim_thread
@@ -51,14 +51,18 @@ def _write(stack: Stack, n: int, settings: ReadSettings, name: str) -> list[int]
         return sorted(rid for rid, _ in insert_decisions(s, run.id, _rows(n)))
 
 
-async def _run(stack: Stack, ids: list[int], url: str | None = None, **kw: object) -> object:
+#: The chunk policy of these tests: leases that outlive them, 16 reads in flight.
+POLICY = ChunkPolicy(lease_s=30, max_in_flight=16)
+
+
+async def _run(stack: Stack, ids: list[int], url: str | None = None,
+               hand_off: HandOff | None = None) -> ChunkResult:
     upstream = VllmUpstream(url or stack.upstream, model="dgemma", canvas_length=320,
                             retries=0)
     try:
-        return await run_chunk(run_id=stack.run_id, decision_ids=ids,
-                               session_factory=stack.factory, upstream=upstream,
-                               tokenizer=load_tokenizer("standin"), owner="test", lease_s=30,
-                               max_in_flight=16, **kw)  # type: ignore[arg-type]
+        return await run_chunk(stack.factory, stack.run_id, ids,
+                               answerers=Answerers(upstream, load_tokenizer("standin")),
+                               policy=POLICY, delivery=Delivery("test"), hand_off=hand_off)
     finally:
         await upstream.aclose()
 
@@ -71,10 +75,10 @@ def _statuses(stack: Stack) -> list[str]:
 async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: Stack) -> None:
     ids = _write(stack, 20, ReadSettings(), "ok")
     result = await _run(stack, ids)
-    assert (result.claimed, result.done, result.won) == (20, 20, 20)  # type: ignore[attr-defined]
+    assert (result.claimed, result.done, result.won) == (20, 20, 20)
     assert set(_statuses(stack)) == {"done"}
     again = await _run(stack, ids)
-    assert again.claimed == 0 and again.done == 0  # type: ignore[attr-defined]
+    assert again.claimed == 0 and again.done == 0
     with session_scope(stack.factory) as s:
         assert len(s.scalars(select(Answer.id)).all()) == 20
         assert s.scalars(select(Attempt.outcome)).all() == ["ok"] * 20
@@ -84,7 +88,7 @@ async def test_template_too_wide_is_rejected_with_its_message(stack: Stack) -> N
     ids = _write(stack, 3, replace(ReadSettings(), canvas_length=2, canvas_step=2),
                  "narrow")
     result = await _run(stack, ids)
-    assert result.rejected == 3 and result.failed == {"rejected": 3}  # type: ignore[attr-defined]
+    assert result.rejected == 3 and result.failed == {"rejected": 3}
     with session_scope(stack.factory) as s:
         rows = s.execute(select(Decision.status, Decision.last_error)).all()
     assert {r.status for r in rows} == {"rejected"}
@@ -96,10 +100,10 @@ async def test_server_refusal_is_permanent_and_unreachable_is_transient(
     short = make_sim(max_model_len=64)  # refuses every prompt: 400 input_tokens
     ids = _write(stack, 4, ReadSettings(), "refused")
     result = await _run(stack, ids[:2], url=short.url)  # type: ignore[attr-defined]
-    assert result.failed == {"bad_request": 2}  # type: ignore[attr-defined]
+    assert result.failed == {"bad_request": 2}
     dead = f"http://127.0.0.1:{free_port()}"
     result = await _run(stack, ids[2:], url=dead)
-    assert result.failed == {"upstream_unreachable": 2}  # type: ignore[attr-defined]
+    assert result.failed == {"upstream_unreachable": 2}
     assert sorted(_statuses(stack)) == ["pending", "pending", "rejected", "rejected"]
 
 
@@ -120,7 +124,7 @@ async def test_a_prompt_past_the_servers_context_is_rejected_before_any_read(
     sim = make_sim(max_model_len=64)
     ids = _fingerprinted(stack, 3, "long", 64)
     result = await _run(stack, ids, url=sim.url)  # type: ignore[attr-defined]
-    assert result.rejected == 3  # type: ignore[attr-defined]
+    assert result.rejected == 3
     with session_scope(stack.factory) as s:
         reasons = s.scalars(select(Decision.last_error)).all()
     assert all("more than the server's max_model_len 64" in r for r in reasons)
@@ -134,8 +138,8 @@ async def test_a_refused_api_key_puts_decisions_back_uncharged(
     sim = make_sim(api_key="the-right-key")
     ids = _write(stack, 4, ReadSettings(), "keyed")
     result = await _run(stack, ids, url=sim.url)  # type: ignore[attr-defined]
-    assert result.failed == {"unauthorized": 4}  # type: ignore[attr-defined]
-    assert "DREADS_UPSTREAM_API_KEY" in result.not_served  # type: ignore[attr-defined]
+    assert result.failed == {"unauthorized": 4}
+    assert "DREADS_UPSTREAM_API_KEY" in result.not_served
     with session_scope(stack.factory) as s:
         rows = s.execute(select(Decision.status, Decision.attempts)).all()
     assert {(r.status, r.attempts) for r in rows} == {("pending", 0)}
@@ -143,10 +147,9 @@ async def test_a_refused_api_key_puts_decisions_back_uncharged(
     keyed = VllmUpstream(sim.url, model="dgemma", canvas_length=320,  # type: ignore[attr-defined]
                          api_key="the-right-key")
     try:
-        done = await run_chunk(run_id=stack.run_id, decision_ids=ids,
-                               session_factory=stack.factory, upstream=keyed,
-                               tokenizer=load_tokenizer("standin"), owner="test", lease_s=30,
-                               max_in_flight=16)
+        done = await run_chunk(stack.factory, stack.run_id, ids,
+                               answerers=Answerers(keyed, load_tokenizer("standin")),
+                               policy=POLICY, delivery=Delivery("test"))
     finally:
         await keyed.aclose()
     assert done.done == 4 and set(_statuses(stack)) == {"done"}
@@ -154,8 +157,8 @@ async def test_a_refused_api_key_puts_decisions_back_uncharged(
 
 async def test_the_hand_off_comes_once_when_only_the_slowest_decisions_run(
         stack: Stack, make_sim: Callable[..., object]) -> None:
-    """A chunk calls ``on_hand_off`` once, while its last decisions (no more than
-    ``hand_off_at``) still run, before it ends; they then end done like the others."""
+    """A chunk calls its hand-off once, while its last decisions (no more than
+    ``HandOff.at``) still run, before it ends; they then end done like the others."""
     sim = make_sim(step_ms=20, max_batch=4)  # a few reads per step: decisions end in turns
     ids = _write(stack, 16, ReadSettings(), "handoff")
     seen: list[int] = []
@@ -163,11 +166,11 @@ async def test_the_hand_off_comes_once_when_only_the_slowest_decisions_run(
     def hand_off() -> None:
         seen.append(_statuses(stack).count("done"))
 
-    result = await _run(stack, ids, url=sim.url, on_hand_off=hand_off,  # type: ignore[attr-defined]
-                        hand_off_at=8)
+    result = await _run(stack, ids, url=sim.url,  # type: ignore[attr-defined]
+                        hand_off=HandOff(8, hand_off))
     assert len(seen) == 1, "called once"
     assert 8 <= seen[0] < 16, "after half of the decisions, before the last"
-    assert result.done == 16 and set(_statuses(stack)) == {"done"}  # type: ignore[attr-defined]
+    assert result.done == 16 and set(_statuses(stack)) == {"done"}
 
 
 async def test_no_hand_off_after_the_upstream_failed(stack: Stack) -> None:
@@ -176,8 +179,8 @@ async def test_no_hand_off_after_the_upstream_failed(stack: Stack) -> None:
     ids = _write(stack, 6, ReadSettings(), "down")
     called: list[bool] = []
     result = await _run(stack, ids, url=f"http://127.0.0.1:{free_port()}",
-                        on_hand_off=lambda: called.append(True), hand_off_at=3)
-    assert result.failed == {"upstream_unreachable": 6}  # type: ignore[attr-defined]
+                        hand_off=HandOff(3, lambda: called.append(True)))
+    assert result.failed == {"upstream_unreachable": 6}
     assert called == []
 
 
@@ -187,7 +190,7 @@ async def test_decisions_that_finish_together_share_one_commit(stack: Stack) -> 
     decision is still recorded once, with its own answers and draws."""
     ids = _write(stack, 48, ReadSettings(), "group")
     result = await _run(stack, ids)
-    assert result.done == 48  # type: ignore[attr-defined]
+    assert result.done == 48
     with session_scope(stack.factory) as s:
         ended = s.scalars(select(Attempt.ended_at)).all()
         answered = s.scalars(select(Answer.decision_id)).all()

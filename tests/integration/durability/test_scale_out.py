@@ -13,10 +13,10 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
+from app.broker.names import queue_for
+from app.broker.publish import RunPublisher
 from app.engine import ReadSettings
-from app.producer import SubmitRequest, submit_job
-from app.publish import make_publisher
-from app.queues import queue_for
+from app.runs.submit import SubmitRequest, submit_job
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Attempt, Decision
 from app.store.queue import claim_decisions
@@ -55,7 +55,7 @@ def test_submit_racing_claims_strands_nothing(pg_url: str, redis_server: RedisSe
     """``submit`` publishes batch by batch while claimers take every message at once, eight
     times over: once the queue is drained, no decision is left queued (each had a message
     when it was claimable, and no claim skipped rows the producer was still stamping)."""
-    monkeypatch.setattr("app.producer.SUBMIT_BATCH", 50)
+    monkeypatch.setattr("app.runs.submit.SUBMIT_BATCH", 50)
     engine = make_engine(pg_url, pool_size=4)
     factory = make_sessionmaker(engine)
     celery = make_celery(broker_url=redis_server.url)
@@ -73,7 +73,7 @@ def test_submit_racing_claims_strands_nothing(pg_url: str, redis_server: RedisSe
                 SubmitRequest(path=Path("race.jsonl"), run_name=name, settings=ReadSettings(),
                               upstream="sim"), factory, tokenizer,
                 lines=job_lines(400, prefix=f"r{round_no}-"),
-                publisher=make_publisher(celery, 8, run_name=name, queue=queue))
+                publisher=RunPublisher(celery, 8, run_name=name, queue=queue))
             assert report.publish.published == 400 and report.publish.error is None
             wait_until(lambda b=busy: redis_server.client().llen(queue) == 0 and not b.is_set(),
                        timeout_s=30, what="the claimers to drain the queue")

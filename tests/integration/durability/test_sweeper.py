@@ -10,12 +10,12 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from app.publish import PublishError, chunk_ids, publish_chunks
-from app.queues import TASK_RUN_CHUNK, queue_for
+from app.broker.names import TASK_RUN_CHUNK, queue_for
+from app.broker.publish import PublishError, chunk_ids, publish_chunks
+from app.runs.sweep import SweepPolicy, sweep_once
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, DecisionPayload, Run
 from app.store.queue import claim_decisions, mark_queued, utcnow
-from app.sweeper import sweep_once
 from tests.fixtures.services import RedisServer, free_port
 from workers.celery_app import make_celery
 
@@ -86,13 +86,13 @@ def test_sweep_publishes_pending_isolates_lost_and_waits_for_backlog(
     with session_scope(factory) as s:
         claim_decisions(s, decision_ids=ids[:2], owner="dead", lease_s=-1)
         mark_queued(s, ids[2:6], now=utcnow() - timedelta(seconds=100))
-    report = sweep_once(factory, celery, requeue_after_s=50, chunk_size=32)
+    report = sweep_once(factory, celery, SweepPolicy(requeue_after_s=50, chunk_size=32))
     assert (report.lost, report.published) == (2, 10)
     # 4 pending, then 4 stale queued (the queue was drained); the 2 lost ones alone
     assert sorted(_chunks(redis_server), key=lambda c: (len(c), c)) == [
         [ids[0]], [ids[1]], ids[2:6], ids[6:]]
     assert set(_statuses(factory).values()) == {"queued"}
-    again = sweep_once(factory, celery, requeue_after_s=0, chunk_size=32)
+    again = sweep_once(factory, celery, SweepPolicy(requeue_after_s=0, chunk_size=32))
     assert again.published == 0 and again.backlog == 4, "a backlog is not a loss"
 
 
@@ -100,17 +100,17 @@ def test_broker_loss_is_repaired_at_the_next_sweep_in_full(
         factory, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """Redis loses every key: the next sweep re-publishes every queued decision at once (no
     requeue window, no cap: paged through the whole run), and only once."""
-    monkeypatch.setattr("app.sweeper.PAGE", 7)  # several pages
+    monkeypatch.setattr("app.runs.sweep.PAGE", 7)  # several pages
     celery = make_celery(broker_url=redis_server.url)
     ids = _seed(factory, 40)
-    first = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
+    first = sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=8))
     assert first.published == 40
-    assert sweep_once(factory, celery, requeue_after_s=600).published == 0
+    assert sweep_once(factory, celery, SweepPolicy(requeue_after_s=600)).published == 0
     redis_server.wipe()
-    report = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
+    report = sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=8))
     assert report.broker_lost and report.published == 40
     assert sorted(i for chunk in _chunks(redis_server) for i in chunk) == ids
-    again = sweep_once(factory, celery, requeue_after_s=600, chunk_size=8)
+    again = sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=8))
     assert again.published == 0 and not again.broker_lost, "repaired once, not every sweep"
 
 
@@ -126,10 +126,10 @@ def test_broker_loss_recovery_resends_rows_as_they_are(
     run is re-sent at the broker's speed), and they still count as queued."""
     celery = make_celery(broker_url=redis_server.url)
     ids = _seed(factory, 12)
-    sweep_once(factory, celery, requeue_after_s=600, chunk_size=5)
+    sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=5))
     before = _stamps(factory)
     redis_server.wipe()
-    report = sweep_once(factory, celery, requeue_after_s=600, chunk_size=5)
+    report = sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=5))
     assert report.broker_lost and (report.published, report.messages) == (12, 3)
     assert sorted(i for chunk in _chunks(redis_server) for i in chunk) == ids
     assert _stamps(factory) == before
@@ -154,35 +154,37 @@ class _FailingBroker:
 
 def test_a_recovery_cut_short_goes_on_where_it_stopped(
         factory, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("app.sweeper.PAGE", 8)
+    monkeypatch.setattr("app.runs.sweep.PAGE", 8)
     celery = make_celery(broker_url=redis_server.url)
     ids = _seed(factory, 40)
-    sweep_once(factory, celery, requeue_after_s=600, chunk_size=4)
+    sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=4))
     redis_server.wipe()
-    cut = sweep_once(factory, _FailingBroker(celery, ok=5), requeue_after_s=600, chunk_size=4)
+    policy = SweepPolicy(requeue_after_s=600, chunk_size=4)
+    cut = sweep_once(factory, _FailingBroker(celery, ok=5), policy)
     assert cut.error and "broker" in cut.error and cut.broker_lost
     assert cut.published == 16, "two whole pages went out before the broker went away"
-    rest = sweep_once(factory, celery, requeue_after_s=600, chunk_size=4)
+    rest = sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=4))
     assert rest.broker_lost and rest.published == 24, "the pages sent are not sent again"
     sent = sorted(i for chunk in _chunks(redis_server) for i in chunk)
     assert set(sent) == set(ids)
     # a page's messages go out together, in one Redis pipeline (kombu's Producer.batch): the
     # page that failed sent none of them, and the next sweep sends it once, whole
     assert len(sent) == 40, "no decision is sent twice"
-    assert sweep_once(factory, celery, requeue_after_s=600).published == 0
+    assert sweep_once(factory, celery, SweepPolicy(requeue_after_s=600)).published == 0
 
 
 def test_rows_the_recovery_resent_are_stale_only_after_the_requeue_window(
         factory, redis_server: RedisServer) -> None:  # type: ignore[no-untyped-def]
     celery = make_celery(broker_url=redis_server.url)
     _seed(factory, 6)
-    sweep_once(factory, celery, requeue_after_s=600, chunk_size=6)
+    sweep_once(factory, celery, SweepPolicy(requeue_after_s=600, chunk_size=6))
     redis_server.wipe()
-    assert sweep_once(factory, celery, requeue_after_s=600, chunk_size=6).published == 6
+    six = SweepPolicy(requeue_after_s=600, chunk_size=6)
+    assert sweep_once(factory, celery, six).published == 6
     redis_server.client().delete(QUEUE)  # the queue drains, the rows still say queued
-    assert sweep_once(factory, celery, requeue_after_s=600).published == 0, (
+    assert sweep_once(factory, celery, SweepPolicy(requeue_after_s=600)).published == 0, (
         "re-sent by the recovery a moment ago: within the window")
-    late = sweep_once(factory, celery, requeue_after_s=0, chunk_size=6)
+    late = sweep_once(factory, celery, SweepPolicy(requeue_after_s=0, chunk_size=6))
     assert late.published == 6 and not late.broker_lost
 
 
@@ -191,7 +193,7 @@ def test_publish_failure_leaves_rows_for_the_next_sweep(factory) -> None:  # typ
     dead.conf.broker_connection_timeout = 1
     dead.conf.broker_connection_max_retries = 0
     ids = _seed(factory, 5)
-    report = sweep_once(factory, dead, chunk_size=2)
+    report = sweep_once(factory, dead, SweepPolicy(chunk_size=2))
     assert report.published == 0 and report.error and "broker" in report.error
     assert set(_statuses(factory).values()) == {"pending"}
     with pytest.raises(PublishError, match="sweeper"):

@@ -16,9 +16,9 @@ import orjson
 import pytest
 from sqlalchemy import insert, text, update
 
-from app.embedded import EmbeddedConfig, execute_run
 from app.engine import ReadSettings
-from app.producer import SubmitRequest, submit_job
+from app.runs.embedded import EmbeddedConfig, execute_run
+from app.runs.submit import SubmitRequest, submit_job
 from app.store import status_sql
 from app.store.admin import cancel_not_started
 from app.store.db import make_engine, make_sessionmaker, session_scope

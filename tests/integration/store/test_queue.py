@@ -1,10 +1,9 @@
-"""The lease protocol against real PostgreSQL and SQLite: claim, renew, finish, fail, sweep."""
+"""The lease protocol against real PostgreSQL and SQLite: claim, renew, finish, fail, expire."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select, update
@@ -18,15 +17,15 @@ from app.store.queue import (
     AttemptInfo,
     Finished,
     claim_decisions,
+    expire_leases,
     fail_decision,
     finish_decision,
     finish_decisions,
-    mark_queued,
     release_unserved,
     renew_leases,
-    sweep,
     utcnow,
 )
+from app.store.runs import open_runs
 
 Factory = sessionmaker[Session]
 
@@ -192,36 +191,41 @@ def test_fail_transient_permanent_and_cap(factory: Factory) -> None:
     assert [c.id for c in _claim(factory, ids)] == [ids[0]], "only the pending one is claimable"
 
 
-def test_sweep_expires_leases_poisons_at_cap_and_collects_unpublished(factory: Factory) -> None:
-    ids = _seed(factory, 6)
-    lost, capped, queued_old, queued_new, pending, held = ids
+def test_expired_leases_go_back_to_pending_and_fail_as_poison_at_the_cap(
+        factory: Factory) -> None:
+    lost, capped, held, pending = _seed(factory, 4)
     _claim(factory, [lost], lease_s=-1)
     _claim(factory, [capped], lease_s=-1, max_attempts=1)
     _claim(factory, [held], lease_s=60)
-    now = utcnow()
     with session_scope(factory) as s:
-        mark_queued(s, [queued_old], now=now - timedelta(seconds=100))
-        mark_queued(s, [queued_new], now=now)
-    with session_scope(factory) as s:
-        result = sweep(s, now=now, max_attempts=2, requeue_after_s=50)
-    # `capped` was claimed once with a cap of 1, but the sweep cap is 2: lost, not poisoned.
+        result = expire_leases(s, now=utcnow(), max_attempts=2)
+    # `capped` was claimed once with a cap of 1, but the sweep's cap is 2: lost, not poisoned.
     assert (result.lost, result.poisoned) == (2, 0)
-    run_id = next(iter(result.to_publish))
-    assert sorted(result.to_isolate[run_id]) == [lost, capped]
-    assert sorted(result.to_publish[run_id]) == [queued_old, pending]
-    assert _status(factory, held) == "leased"
+    assert (_status(factory, lost), _status(factory, capped)) == ("pending", "pending")
+    assert (_status(factory, held), _status(factory, pending)) == ("leased", "pending")
     assert len(_claim(factory, [lost], lease_s=-1)) == 1
     with session_scope(factory) as s:
-        result = sweep(s, now=utcnow(), max_attempts=2, requeue_after_s=50)
+        result = expire_leases(s, now=utcnow(), max_attempts=2)
     assert result.poisoned == 1 and _status(factory, lost) == "failed"
     assert _outcomes(factory).count("poison") == 1
     assert _outcomes(factory).count("worker_lost") == 2
 
 
-def test_sweep_ignores_cancelled_runs(factory: Factory) -> None:
-    _seed(factory, 3, run_status="cancelled", name="rc")
+def test_expire_leases_takes_a_page_at_a_time(factory: Factory) -> None:
+    ids = _seed(factory, 5)
+    _claim(factory, ids, lease_s=-1)
     with session_scope(factory) as s:
-        assert sweep(s, now=utcnow(), requeue_after_s=0).n_publish == 0
+        first = expire_leases(s, now=utcnow(), limit=3)
+    with session_scope(factory) as s:
+        rest = expire_leases(s, now=utcnow(), limit=3)
+    assert (first.lost, rest.lost) == (3, 2)
+
+
+def test_the_sweeper_visits_no_cancelled_run(factory: Factory) -> None:
+    _seed(factory, 3, run_status="cancelled", name="rc")
+    _seed(factory, 2, name="ra")
+    with session_scope(factory) as s:
+        assert [r.name for r in open_runs(s)] == ["ra"]
 
 
 def test_concurrent_claims_and_finishes_never_double(

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.errors import RunSettingsMismatch
-from app.producer import SubmitRequest, submit_job
+from app.runs.submit import SubmitRequest, submit_job
 from app.store.bulk import copy_text, decisions_copy, lay_out, payloads_copy, write_laid_out
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, DecisionPayload
@@ -166,7 +166,7 @@ def test_streamed_submit_finds_duplicates_across_batches(
     """Batches of 2: a repeated id in a later batch is a bad line naming the first line (found
     in the database, not in memory); the same file again is all already present (the
     repeated id too: it names a row of the earlier submission)."""
-    monkeypatch.setattr("app.producer.SUBMIT_BATCH", 2)
+    monkeypatch.setattr("app.runs.submit.SUBMIT_BATCH", 2)
     path = write_jobs(tmp_path / "j.jsonl", [job_line("a"), job_line("b"), job_line("c"),
                                              job_line("a"), job_line("d")])
     tok = load_tokenizer("standin")

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.decide import answer_decision
 from app.engine import Answer, PolicyName, ReadMode, ReadSettings, parse_decision
+from app.runs.answer import answer_decision
 from app.upstream.sim import SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.transformers_engine import TransformersUpstream

@@ -13,8 +13,8 @@ import httpx
 import orjson
 import pytest
 
-from app.decide import answer_decision
 from app.engine import PolicyName, ReadMode, ReadSettings, parse_decision
+from app.runs.answer import answer_decision
 from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.sim import MakeSim

@@ -17,7 +17,7 @@ import pytest
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "matplotlib", "numpy", "celery", "kombu",
          "redis", "fastapi", "starlette", "uvicorn", "app.api", "aiohttp", "httpx", "alembic",
          "tokenizers", "pydantic", "app.upstream.sim", "app.report.calibration",
-         "app.report.metrics", "app.embedded", "app.producer")
+         "app.report.metrics", "app.runs.embedded", "app.runs.submit")
 #: and this only where the command reads the store
 STORE = ("sqlalchemy", "psycopg", "app.store.models")
 

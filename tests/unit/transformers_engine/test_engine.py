@@ -10,7 +10,6 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.decide import answer_decision
 from app.engine import (
     Answer,
     DecisionFlow,
@@ -21,6 +20,7 @@ from app.engine import (
     plan_decision,
 )
 from app.errors import UpstreamRejected
+from app.runs.answer import answer_decision
 from app.upstream.transformers_engine import TransformersUpstream
 
 pytestmark = pytest.mark.engine

@@ -5,8 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.cli.options import base_read_settings
+from app.config import Settings
 from app.errors import ConfigError
+from app.runs.settings import base_read_settings
 from app.upstream.served import served_identity
 
 
@@ -51,18 +52,15 @@ def test_an_unreachable_server_says_what_to_do() -> None:
 def test_settings_given_by_flag_or_environment_never_ask_the_server(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # An unreachable upstream would raise if it were asked.
-    given = base_read_settings({"model": "m", "tokenizer": "standin"},
+    given = base_read_settings({"model": "m", "tokenizer": "standin"}, env=Settings(),
                                upstream="http://127.0.0.1:9")
     assert (given.model, given.tokenizer) == ("m", "standin")
     monkeypatch.setenv("DREADS_MODEL", "dgemma")
     monkeypatch.setenv("DREADS_TOKENIZER", "standin")
-    from app.config import get_settings
-
-    get_settings.cache_clear()
-    from_env = base_read_settings({}, upstream="http://127.0.0.1:9")
+    from_env = base_read_settings({}, env=Settings(), upstream="http://127.0.0.1:9")
     assert (from_env.model, from_env.tokenizer) == ("dgemma", "standin")
 
 
 def test_the_in_process_simulator_needs_no_request() -> None:
-    settings = base_read_settings({}, upstream="sim")
+    settings = base_read_settings({}, env=Settings(), upstream="sim")
     assert settings.tokenizer == "standin"

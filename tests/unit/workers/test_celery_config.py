@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.broker import celery_config, make_client, time_limits
+from app.broker.client import make_client
+from app.broker.config import celery_config, time_limits
+from app.broker.names import QUEUE, TASK_RUN_CHUNK, queue_for
 from app.cli.worker import worker_argv
 from app.config import Settings
 from app.errors import ConfigError
-from app.queues import QUEUE, TASK_RUN_CHUNK, queue_for
 from workers.celery_app import make_celery
 from workers.resources import served_queue
 
@@ -82,7 +83,8 @@ def test_importing_the_modules_builds_no_celery_app() -> None:
     import sys
 
     code = ("import sys, celery._state as st\n"
-            "import app.api, app.broker, app.producer, app.publish, app.sweeper, app.runner\n"
+            "import app.api, app.broker.client, app.broker.publish, app.runs.submit\n"
+            "import app.runs.sweep, app.runs.chunk, app.runs.resume, app.runs.embedded\n"
             "assert not [m for m in sys.modules if m.startswith('workers')]\n"
             "import workers.celery_app, workers.resources, workers.tasks\n"
             "assert not list(st._apps), list(st._apps)\n"

@@ -3,9 +3,10 @@
 A run answered by a decision endpoint (``--answer-by systemone|decisions``) is executed the
 same way; its chunks share one ``EndpointPool`` (the run's budget), and no upstream is read.
 
-The same lease/claim/commit logic as the distributed mode (``app.runner.run_chunk``) is driven
-by a local executor: an asyncio loop whose slots take chunks of claimable decisions and run
-them with a bound on reads in flight, plus the sweeper's lease expiry between rounds.
+The same lease/claim/commit logic as the distributed mode (``app.runs.chunk.run_chunk``) is
+driven by a local executor: an asyncio loop whose slots take chunks of claimable decisions and
+run them with a bound on reads in flight, plus the sweeper's lease expiry
+(``app.runs.sweep.expire_dead_leases``) between rounds.
 
 Crash safety: one executor at a time holds an exclusive lock on ``<db>.lock``. Holding it
 proves every ``embedded:`` lease in the file belongs to a dead process (a Ctrl-C'd or killed
@@ -41,9 +42,10 @@ from app.errors import (
     UpstreamRejected,
     UpstreamUnauthorized,
 )
-from app.producer import upstream_config
-from app.runner import ChunkResult, run_chunk
-from app.sources import EndpointPool
+from app.runs.answer import EndpointOptions, EndpointPool
+from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
+from app.runs.probe import reads_config
+from app.runs.sweep import expire_dead_leases
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.local import (
     claimable_ids as _claimable_ids,
@@ -55,10 +57,11 @@ from app.store.local import (
     settled_count,
 )
 from app.store.migrate import upgrade
-from app.store.queue import sweep, utcnow
+from app.store.queue import utcnow
 from app.store.runs import RunInfo
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
+from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "OWNER_PREFIX",
@@ -89,7 +92,8 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class EmbeddedConfig:
-    """How the local executor runs."""
+    """How the local executor runs (the entry point builds it from its flags and
+    ``DREADS_*``)."""
 
     chunk_size: int = 16
     workers: int = 4  #: chunks in progress at once
@@ -99,6 +103,14 @@ class EmbeddedConfig:
     ready_timeout_s: float = 60.0
     max_rounds: int = 20  #: passes over the claimable decisions (bounded)
     poll_s: float = 0.5  #: progress refresh
+    #: the engine that reads (with its read limits and key), when no upstream is given
+    engine: UpstreamConfig = field(default_factory=UpstreamConfig)
+    #: how a run answered by a decision endpoint asks it
+    endpoints: EndpointOptions = field(default_factory=EndpointOptions)
+
+    def policy(self) -> ChunkPolicy:
+        return ChunkPolicy(lease_s=self.lease_s, max_in_flight=self.max_in_flight,
+                           max_attempts=self.max_attempts)
 
 
 @dataclass
@@ -181,12 +193,10 @@ def start_upstream(upstream: str, settings: ReadSettings, key: Path | None) -> t
 def reclaim_dead_leases(factory: SessionFactory, run_id: int, *, max_attempts: int) -> int:
     """Expire every ``embedded:`` lease of the run (call only while holding the lock), then
     sweep: each becomes a ``worker_lost`` attempt and goes back to pending."""
-    now = utcnow()
     with session_scope(factory) as session:
-        expire_leases_of(session, run_id, owner_prefix=OWNER_PREFIX, now=now)
-        result = sweep(session, now=now, max_attempts=max_attempts, run_id=run_id,
-                       republish_queued=False)
-    return result.lost + result.poisoned
+        expire_leases_of(session, run_id, owner_prefix=OWNER_PREFIX, now=utcnow())
+    lost, poisoned = expire_dead_leases(factory, max_attempts, run_id)
+    return lost + poisoned
 
 
 def release_own_leases(factory: SessionFactory, run_id: int) -> int:
@@ -215,17 +225,15 @@ async def execute_run(
     tokenizer: TextTokenizer,
     config: EmbeddedConfig,
     progress: Progress | None = None,
-    engine: Any = None,
     upstream: Upstream | None = None,
     endpoints: EndpointPool | None = None,
 ) -> ExecutorStats:
     """Run every claimable decision of ``run`` to a settled state (bounded rounds).
 
-    ``engine``: the engine choice (an ``UpstreamConfig``, see ``producer.upstream_config``).
     ``upstream``: one the caller owns and shares (``dreads serve``); default: one made here
-    for ``upstream_url`` and closed at the end. A run answered by a decision endpoint reads
-    nothing itself: its decisions go to the endpoint through ``endpoints`` (default: a pool
-    made here, ``sim`` meaning ``upstream_url``).
+    from ``config.engine`` for ``upstream_url`` and closed at the end. A run answered by a
+    decision endpoint reads nothing itself: its decisions go to the endpoint through
+    ``endpoints`` (default: a pool made here, ``sim`` meaning ``upstream_url``).
 
     Raises:
         UpstreamUnauthorized, ModelNotServed: the upstream or endpoint refuses this process's
@@ -237,11 +245,12 @@ async def execute_run(
     try:
         if settings.answer_by is AnswerBy.READS:
             await _execute_reads(factory, run, settings, upstream_url, tokenizer, config, stats,
-                                 engine=engine, upstream=upstream)
+                                 upstream=upstream)
         else:
-            pool = endpoints or EndpointPool.from_settings(urls={SIM: upstream_url})
+            pool = endpoints or EndpointPool(config.endpoints, urls={SIM: upstream_url})
             try:
-                await _rounds(factory, run, None, tokenizer, config, stats, pool)
+                await _rounds(factory, run, Answerers(None, tokenizer, endpoints=pool), config,
+                              stats)
             finally:
                 if endpoints is None:
                     await pool.aclose()
@@ -253,24 +262,22 @@ async def execute_run(
 
 async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,
                          upstream_url: str, tokenizer: TextTokenizer, config: EmbeddedConfig,
-                         stats: ExecutorStats, *, engine: Any,
-                         upstream: Upstream | None) -> None:
+                         stats: ExecutorStats, *, upstream: Upstream | None) -> None:
     from app.upstream.factory import make_upstream
 
-    reader = upstream or make_upstream(upstream_config(
-        upstream_url, settings, max_in_flight=config.max_in_flight, engine=engine))
+    reader = upstream or make_upstream(reads_config(
+        config.engine, upstream_url, settings, max_in_flight=config.max_in_flight))
     try:
         probe = build_probe_request(settings, tokenizer)
         await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
-        await _rounds(factory, run, reader, tokenizer, config, stats, None)
+        await _rounds(factory, run, Answerers(reader, tokenizer), config, stats)
     finally:
         if upstream is None:
             await reader.aclose()
 
 
-async def _rounds(factory: SessionFactory, run: RunInfo, upstream: Upstream | None,
-                  tokenizer: TextTokenizer, config: EmbeddedConfig,
-                  stats: ExecutorStats, endpoints: EndpointPool | None) -> None:
+async def _rounds(factory: SessionFactory, run: RunInfo, answerers: Answerers,
+                  config: EmbeddedConfig, stats: ExecutorStats) -> None:
     for _ in range(config.max_rounds):
         ids = await asyncio.to_thread(_claimable, factory, run.id, config.max_attempts)
         if not ids:
@@ -279,7 +286,7 @@ async def _rounds(factory: SessionFactory, run: RunInfo, upstream: Upstream | No
         queue: asyncio.Queue[Sequence[int]] = asyncio.Queue()
         for start in range(0, len(ids), config.chunk_size):
             queue.put_nowait(ids[start:start + config.chunk_size])
-        slots = [_slot(queue, factory, run.id, upstream, tokenizer, config, stats, endpoints)
+        slots = [_slot(queue, factory, run.id, answerers, config.policy(), stats)
                  for _ in range(max(1, config.workers))]
         await asyncio.gather(*slots)
         if stats.stopped is not None:
@@ -287,22 +294,18 @@ async def _rounds(factory: SessionFactory, run: RunInfo, upstream: Upstream | No
 
 
 def _claimable(factory: SessionFactory, run_id: int, max_attempts: int) -> list[int]:
+    expire_dead_leases(factory, max_attempts, run_id)
     with session_scope(factory) as session:
-        sweep(session, max_attempts=max_attempts, run_id=run_id, republish_queued=False)
         return claimable_ids(session, run_id, max_attempts=max_attempts)
 
 
-async def _slot(queue: asyncio.Queue[Sequence[int]], factory: SessionFactory,
-                run_id: int, upstream: Upstream | None, tokenizer: TextTokenizer,
-                config: EmbeddedConfig, stats: ExecutorStats,
-                endpoints: EndpointPool | None) -> None:
-    owner = _owner()
+async def _slot(queue: asyncio.Queue[Sequence[int]], factory: SessionFactory, run_id: int,
+                answerers: Answerers, policy: ChunkPolicy, stats: ExecutorStats) -> None:
+    delivery = Delivery(_owner())
     while not queue.empty() and stats.stopped is None:
         chunk = queue.get_nowait()
-        result = await run_chunk(run_id=run_id, decision_ids=chunk, session_factory=factory,
-                                 upstream=upstream, tokenizer=tokenizer, owner=owner,
-                                 lease_s=config.lease_s, max_in_flight=config.max_in_flight,
-                                 max_attempts=config.max_attempts, endpoints=endpoints)
+        result = await run_chunk(factory, run_id, chunk, answerers=answerers, policy=policy,
+                                 delivery=delivery)
         stats.add(result)
         if result.not_served is not None and stats.stopped is None:
             # every request would be refused the same way: stop, nothing charged

@@ -10,8 +10,8 @@ from typing import Any
 
 from app.engine.types import Endpoint, ReadRequest
 from app.upstream.sim.scorer import Row
-from app.upstream.sim.validate import ReadSpec
 from app.upstream.transformers_engine.engine import TransformersUpstream
+from app.upstream.vllm_rules import ReadSpec
 
 __all__ = ["EngineRows"]
 

@@ -20,7 +20,8 @@ workers; rows ``FOR UPDATE SKIP LOCKED``):
     last second of an AOF), stamped again as they are re-sent.
 
 ``sweep_once`` is called periodically by ``SweeperThread`` (started in every worker's main
-process) and once by ``dreads resume`` (for its run, waiting for the lock).
+process) and once by a resume (``app.runs.resume``, for its run, waiting for the lock). The
+embedded executor, which has no broker, expires leases with the same ``expire_dead_leases``.
 """
 
 from __future__ import annotations
@@ -33,21 +34,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.errors import DreadsError
-from app.metrics.worker import record_sweep
-from app.publish import (
+from app.broker.epoch import (
     BrokerEpoch,
-    PublishError,
-    Sender,
     broker_epoch,
     mark_recovered,
-    publish_chunks,
-    queue_backlog,
     record_recovery_progress,
     recovery_progress,
 )
-from app.queues import SWEEP_LOCK_ID, queue_of_run
-from app.resume_report import SweepReport
+from app.broker.names import SWEEP_LOCK_ID, queue_of_run
+from app.broker.publish import Sender, publish_chunks, queue_backlog
+from app.errors import DreadsError, PublishError
+from app.metrics.worker import record_sweep
+from app.runs.reports import SweepReport
 from app.store.admin import settle_cancelled
 from app.store.db import session_scope
 from app.store.dialects import advisory_lock
@@ -55,20 +53,38 @@ from app.store.models import DecisionStatus, OutcomeKind
 from app.store.queue import (
     database_now,
     expire_leases,
-    mark_pending,
     queued_page,
     stamp_page,
     translate_db_errors,
+    unpublish,
+    utcnow,
 )
 from app.store.runs import RunInfo, open_runs
 from app.store.types import SessionFactory
 
-__all__ = ["SweepReport", "SweeperThread", "run_queue", "sweep_for", "sweep_once"]
+__all__ = ["ISOLATE_KINDS", "RESUME_LOCK_WAIT_S", "SweepPolicy", "SweepReport", "SweeperThread",
+           "expire_dead_leases", "run_queue", "sweep_once"]
 
 log = logging.getLogger("dreads.sweeper")
 
 #: Rows stamped and published per transaction.
 PAGE = 10_000
+#: How long a resume waits for a worker's sweep in progress before sweeping itself.
+RESUME_LOCK_WAIT_S = 120.0
+#: The isolation rule: a decision whose last attempt ended this way is re-published alone in
+#: its message, so a decision that kills its worker only takes itself down from then on.
+ISOLATE_KINDS = frozenset({OutcomeKind.WORKER_LOST})
+
+
+@dataclass(frozen=True)
+class SweepPolicy:
+    """How a sweep treats what it finds (``app.runs.settings.sweep_policy`` builds it from
+    ``DREADS_*``)."""
+
+    max_attempts: int = 5  #: an expired lease at this many attempts fails (``poison``)
+    requeue_after_s: float = 600.0  #: a queued row this old, its queue drained, is re-sent
+    chunk_size: int = 32  #: decisions per message
+    max_backlog: int = 0  #: a queue "drained": at most this many messages waiting
 
 
 @dataclass
@@ -80,30 +96,28 @@ class _Tally:
 
 def run_queue(run: RunInfo) -> str:
     """The queue of ``run``'s chunks: its model and canvas, or the answers queue for a run
-    answered by a decision endpoint (``app.queues.queue_of_run``)."""
+    answered by a decision endpoint (``app.broker.names.queue_of_run``)."""
     return queue_of_run(run.settings)
 
 
-def sweep_once(session_factory: SessionFactory, publisher: Sender | None, *,
-               max_attempts: int = 5, requeue_after_s: float = 600.0, chunk_size: int = 32,
-               run_id: int | None = None, max_backlog: int = 0,
+def sweep_once(session_factory: SessionFactory, publisher: Sender | None,
+               policy: SweepPolicy, *, run_id: int | None = None,
                wait_lock_s: float = 0.0) -> SweepReport:
-    """Expire dead leases and publish what has no live message. With ``publisher`` None the
-    database is swept and nothing is published (the rows stay pending for the next sweep).
-    ``wait_lock_s``: how long to wait for another sweeper to finish (0: skip at once).
+    """Expire dead leases and publish what has no live message (of run ``run_id``, or of
+    every run). With ``publisher`` None the database is swept and nothing is published (the
+    rows stay pending for the next sweep). ``wait_lock_s``: how long to wait for another
+    sweeper to finish (0: skip at once).
 
     Raises StoreError when the database is unreachable.
     """
     with translate_db_errors("sweep"), _sweep_lock(session_factory, wait_lock_s) as locked:
         if not locked:
             return SweepReport(skipped=True)
-        lost, poisoned = _expire(session_factory, max_attempts, run_id)
+        lost, poisoned = expire_dead_leases(session_factory, policy.max_attempts, run_id)
         _settle_cancelled(session_factory)
         report = SweepReport(lost=lost, poisoned=poisoned)
         if publisher is not None:
-            report = _publish_due(session_factory, publisher, report, chunk_size=chunk_size,
-                                  requeue_after_s=requeue_after_s, run_id=run_id,
-                                  max_backlog=max_backlog)
+            report = _publish_due(session_factory, publisher, report, policy, run_id=run_id)
     record_sweep(lost=report.lost, poisoned=report.poisoned, published=report.published)
     if report.lost or report.poisoned or report.published or report.error:
         log.info("sweep: %d lease(s) lost, %d poisoned, %d decision(s) in %d message(s)%s%s",
@@ -128,21 +142,24 @@ def _settle_cancelled(factory: SessionFactory) -> None:
         log.debug("sweep: %d decision(s) of cancelled runs settled", settled)
 
 
-def _expire(factory: SessionFactory, max_attempts: int,
-            run_id: int | None) -> tuple[int, int]:
+def expire_dead_leases(factory: SessionFactory, max_attempts: int,
+                       run_id: int | None = None) -> tuple[int, int]:
+    """Every expired lease (of run ``run_id``, or of every run) back to pending with a
+    ``worker_lost`` attempt, or failed with a ``poison`` one at ``max_attempts``, a page per
+    transaction; (lost, poisoned). The sweeper's first step, and the embedded executor's."""
     lost = poisoned = 0
+    now = utcnow()
     while True:
         with session_scope(factory) as session:
-            result = expire_leases(session, max_attempts=max_attempts, run_id=run_id,
+            result = expire_leases(session, now=now, max_attempts=max_attempts, run_id=run_id,
                                    limit=PAGE)
         lost, poisoned = lost + result.lost, poisoned + result.poisoned
         if result.lost + result.poisoned < PAGE:
             return lost, poisoned
 
 
-def _publish_due(factory: SessionFactory, publisher: Sender, report: SweepReport, *,
-                 chunk_size: int, requeue_after_s: float, run_id: int | None,
-                 max_backlog: int) -> SweepReport:
+def _publish_due(factory: SessionFactory, publisher: Sender, report: SweepReport,
+                 policy: SweepPolicy, *, run_id: int | None) -> SweepReport:
     with session_scope(factory) as session:
         now = database_now(session)
         runs = open_runs(session, run_id)
@@ -150,12 +167,12 @@ def _publish_due(factory: SessionFactory, publisher: Sender, report: SweepReport
         epoch = broker_epoch(publisher, now.timestamp())
     except PublishError as exc:
         return _replace(report, error=exc.message)
-    stale = now - timedelta(seconds=requeue_after_s)
+    stale = now - timedelta(seconds=policy.requeue_after_s)
     tally = _Tally()
     for run in runs:
         queue = run_queue(run)
-        passes = _passes(publisher, queue, epoch, stale, max_backlog, tally)
-        error = _publish_run(factory, publisher, run, queue, passes, chunk_size, tally)
+        passes = _passes(publisher, queue, epoch, stale, policy.max_backlog, tally)
+        error = _publish_run(factory, publisher, run, queue, passes, policy.chunk_size, tally)
         if error:
             return _replace(report, published=tally.published, messages=tally.messages,
                             error=error, broker_lost=epoch.needs_recovery)
@@ -232,7 +249,7 @@ def _stamp_and_publish(factory: SessionFactory, publisher: Sender, run: RunInfo,
         try:
             _send_page(publisher, run, queue, rows, chunk_size, tally)
         except PublishError:
-            _unmark(factory, [did for did, _ in rows])
+            unpublish(factory, [did for did, _ in rows])
             raise
 
 
@@ -256,22 +273,13 @@ def _recover(factory: SessionFactory, publisher: Sender, run: RunInfo, queue: st
 
 def _send_page(publisher: Sender, run: RunInfo, queue: str, rows: list[tuple[int, str | None]],
                chunk_size: int, tally: _Tally) -> None:
-    alone = [did for did, kind in rows if kind == OutcomeKind.WORKER_LOST]
-    together = [did for did, kind in rows if kind != OutcomeKind.WORKER_LOST]
+    alone = [did for did, kind in rows if kind in ISOLATE_KINDS]
+    together = [did for did, kind in rows if kind not in ISOLATE_KINDS]
     for ids, size in ((together, chunk_size), (alone, 1)):
         if ids:
             tally.messages += publish_chunks(publisher, run.id, ids, size, run_name=run.name,
                                              queue=queue)
             tally.published += len(ids)
-
-
-def _unmark(factory: SessionFactory, ids: list[int]) -> None:
-    try:
-        with translate_db_errors("unmark"), session_scope(factory) as session:
-            mark_pending(session, ids)
-    except DreadsError as exc:  # they are re-published after requeue_after_s anyway
-        log.warning("could not put %d unpublished decision(s) back to pending: %s",
-                    len(ids), exc.message)
 
 
 class SweeperThread(threading.Thread):
@@ -297,23 +305,3 @@ class SweeperThread(threading.Thread):
         self._stopped.set()
         if self.is_alive():
             self.join(timeout_s)
-
-
-#: How long ``dreads resume`` waits for a worker's sweep in progress before sweeping itself.
-RESUME_LOCK_WAIT_S = 120.0
-
-
-def sweep_for(factory: SessionFactory, sender: Any, run_id: int,
-              chunk_size: int | None) -> Callable[[], Any]:
-    """One ``sweep_once`` of run ``run_id`` with the process settings (for ``resume``)."""
-    from app.config import get_settings
-
-    env = get_settings()
-
-    def _sweep() -> Any:
-        return sweep_once(factory, sender, max_attempts=env.max_attempts,
-                          requeue_after_s=env.requeue_after_s,
-                          chunk_size=chunk_size or env.chunk_size, run_id=run_id,
-                          wait_lock_s=RESUME_LOCK_WAIT_S)
-
-    return _sweep

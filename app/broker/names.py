@@ -1,7 +1,7 @@
 """Queue names, task names and Redis keys: the one place they are spelled.
 
-Shared by the publishing side (`app.publish`, `app.sweeper`, the API) and the Celery worker
-(`workers/`), which imports them from here: `app/` never imports `workers/`.
+Shared by the publishing side (``app.broker.publish``, ``app.runs.sweep``, the API) and the
+Celery worker (``workers/``), which imports them from here: ``app/`` never imports ``workers/``.
 """
 
 from __future__ import annotations

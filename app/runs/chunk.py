@@ -4,7 +4,7 @@
     -> finish_decisions (answers + draws + attempt + status) as each finishes, those that
        finish together in one transaction (group commit)
 
-The answer source (``app.sources``) is the run's: dreads' reads (plan -> DecisionFlow <->
+The answer source (``app.runs.answer``) is the run's: dreads' reads (plan -> DecisionFlow <->
 Upstream.read) or a decision endpoint (one request per decision, its budget shared by every
 chunk of the run in this process through ``EndpointPool``); a question the endpoint refused is
 a ``refused`` attempt row of the winning attempt. All decisions of a chunk share one event
@@ -63,7 +63,7 @@ from app.metrics.worker import (
     record_read,
     start_run,
 )
-from app.sources import Answered, AnswerSource, EndpointPool, ReadsSource
+from app.runs.answer import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.store.db import session_scope
 from app.store.dialects import ping
 from app.store.fingerprints import record_first_fingerprint
@@ -84,7 +84,8 @@ from app.store.queue import (
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
 
-__all__ = ["ChunkResult", "run_chunk"]
+__all__ = ["Answerers", "BeforeDecision", "ChunkPolicy", "ChunkResult", "Delivery", "HandOff",
+           "run_chunk"]
 
 log = logging.getLogger("dreads.runner")
 
@@ -125,6 +126,52 @@ class ChunkResult:
                 "not_served": self.not_served}
 
 
+@dataclass(frozen=True)
+class ChunkPolicy:
+    """How this process runs its chunks (``app.runs.settings.chunk_policy`` builds it from
+    ``DREADS_*``)."""
+
+    lease_s: float = 15.0  #: renewed every third of it while a decision runs
+    max_in_flight: int = 256  #: reads in flight, all of the chunk's decisions together
+    max_attempts: int = 5  #: claims of a decision before it stops as failed
+    commit_wait_s: float = 30.0  #: how long a failed commit waits for the database to answer
+    #: how long a chunk that met an unavailable upstream waits for it to answer the probe
+    #: again before returning (0: not at all), so a worker does not burn through the queue
+    #: while its model server is down
+    recover_wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answerers:
+    """Who answers in this process: the upstream and tokenizer of runs answered by reads (the
+    tokenizer is replaced by the run's own when it differs), the decision endpoints of runs
+    answered by one (shared by every chunk, so a run's budget is the process's), and the
+    readiness probe a down upstream must answer again."""
+
+    upstream: Upstream | None
+    tokenizer: TextTokenizer
+    endpoints: EndpointPool | None = None
+    probe: ReadRequest | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Who runs the chunk (the lease owner) and the message it came in."""
+
+    owner: str
+    task_id: str | None = None
+    redelivered: bool = False
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """Called once, as soon as no more than ``at`` of the chunk's decisions are still running
+    and none met a failing upstream."""
+
+    at: int
+    call: Callable[[], None]
+
+
 @dataclass
 class _Chunk:
     """Everything the decisions of one chunk share."""
@@ -133,18 +180,13 @@ class _Chunk:
     upstream: Upstream | None  #: None for a run answered by a decision endpoint
     run_name: str  #: the metrics' run label
     info: AttemptInfo
-    lease_s: float
-    max_attempts: int
-    commit_wait_s: float
+    policy: ChunkPolicy
     in_flight: asyncio.Semaphore
     result: ChunkResult
     before_decision: BeforeDecision | None
     open_claims: dict[int, Claimed] = field(default_factory=dict)
     source: AnswerSource | None = None  #: set once the run's settings are known
-    #: ``run_chunk``'s hand-off: called once when no more than ``hand_off_at`` decisions are
-    #: still running (and no upstream failure was met)
-    on_hand_off: Callable[[], None] | None = None
-    hand_off_at: int = 0
+    hand_off: HandOff | None = None  #: called once, then None
     committer: _Committer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -152,10 +194,10 @@ class _Chunk:
 
     def decision_ended(self, claim: Claimed) -> None:
         self.open_claims.pop(claim.id, None)
-        if self.on_hand_off is not None and len(self.open_claims) <= self.hand_off_at \
+        if self.hand_off is not None and len(self.open_claims) <= self.hand_off.at \
                 and not self.result.upstream_down:
-            hand_off, self.on_hand_off = self.on_hand_off, None
-            hand_off()
+            hand_off, self.hand_off = self.hand_off, None
+            hand_off.call()
 
     async def read(self, request: ReadRequest) -> ReadResult:
         assert self.upstream is not None, "a run answered by reads needs an upstream"
@@ -245,74 +287,59 @@ def _in_transaction(factory: SessionFactory, fn: Callable[..., Any], *args: Any,
         return fn(s, *args, **kwargs)
 
 
-async def run_chunk(*, run_id: int, decision_ids: Sequence[int], session_factory: SessionFactory,
-                    upstream: Upstream | None, tokenizer: TextTokenizer, owner: str, lease_s: float,
-                    max_in_flight: int, max_attempts: int = 5, task_id: str | None = None,
-                    redelivered: bool = False, commit_wait_s: float = 30.0,
-                    recover_wait_s: float = 0.0, probe: ReadRequest | None = None,
-                    before_decision: BeforeDecision | None = None,
-                    endpoints: EndpointPool | None = None,
-                    on_hand_off: Callable[[], None] | None = None,
-                    hand_off_at: int = 0) -> ChunkResult:
+async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence[int], *,
+                    answerers: Answerers, policy: ChunkPolicy, delivery: Delivery,
+                    hand_off: HandOff | None = None,
+                    before_decision: BeforeDecision | None = None) -> ChunkResult:
     """Claim ``decision_ids`` of run ``run_id`` and run the ones won. A chunk whose decisions
     are done or held by another worker is a cheap no-op (one UPDATE).
 
-    ``on_hand_off`` is called once, as soon as no more than ``hand_off_at`` of its decisions
-    are still running and none met a failing upstream: the caller may start its next chunk
-    then, so that the reads in flight do not drain at every chunk's end (its slowest
-    decisions, those that draw the most, finish alone). It is not called when the chunk
-    ends first, and never after an upstream failure (the worker waits instead of taking
-    more work).
-
-    ``upstream`` and ``tokenizer`` serve a run answered by reads; ``endpoints`` (shared by the
-    caller's chunks; default: one for this chunk) a run answered by a decision endpoint.
-
-    With ``recover_wait_s > 0``, a chunk that met an unavailable upstream waits (up to that
-    long) for it to answer ``probe`` again before returning, so a worker does not burn through
-    the queue while its model server is down. Raises StoreError if the claim itself fails.
+    ``hand_off`` lets the caller start its next chunk while this one's slowest decisions (those
+    that draw the most) finish, so the reads in flight do not drain at every chunk's end. It
+    is not called when the chunk ends first, and never after an upstream failure (the worker
+    waits instead of taking more work). Raises StoreError if the claim itself fails.
     """
     result = ChunkResult()
     claims, run, max_model_len = await asyncio.to_thread(
-        _in_transaction, session_factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
-        owner=owner, lease_s=lease_s, max_attempts=max_attempts)
+        _in_transaction, factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
+        owner=delivery.owner, lease_s=policy.lease_s, max_attempts=policy.max_attempts)
     result.claimed = len(claims)
     if run is None:
         return result
     run_name, settings, recorded = run
     start_run(run_name)
-    chunk = _Chunk(session_factory=session_factory, upstream=upstream, run_name=run_name,
-                   info=AttemptInfo(worker=owner, task_id=task_id, redelivered=redelivered),
-                   lease_s=lease_s, max_attempts=max_attempts, commit_wait_s=commit_wait_s,
-                   in_flight=asyncio.Semaphore(max_in_flight), result=result,
-                   before_decision=before_decision,
-                   open_claims={c.id: c for c in claims},
-                   on_hand_off=on_hand_off, hand_off_at=hand_off_at)
-    own_pool = endpoints is None and settings.answer_by is not AnswerBy.READS
-    pool = EndpointPool.from_settings() if own_pool else endpoints
+    upstream = answerers.upstream
+    chunk = _Chunk(session_factory=factory, upstream=upstream, run_name=run_name,
+                   info=AttemptInfo(worker=delivery.owner, task_id=delivery.task_id,
+                                    redelivered=delivery.redelivered),
+                   policy=policy, in_flight=asyncio.Semaphore(policy.max_in_flight),
+                   result=result, before_decision=before_decision,
+                   open_claims={c.id: c for c in claims}, hand_off=hand_off)
     try:
         served_len = upstream.max_model_len if upstream is not None else None
-        chunk.source = await _source(chunk, run_id, settings, tokenizer,
-                                     max_model_len or served_len, pool)
+        chunk.source = await _source(chunk, run_id, settings, answerers,
+                                     max_model_len or served_len)
         await _run_claims(chunk, claims)
     finally:
         result.n_reads += chunk.source.n_requests if chunk.source is not None else 0
-        if own_pool and pool is not None:
-            await pool.aclose()
-    if not recorded and result.done and upstream is not None \
-            and settings.answer_by is AnswerBy.READS:
-        await _record_fingerprint(session_factory, run_id, upstream)
-    if recover_wait_s > 0 and result.upstream_down and upstream is not None \
-            and settings.answer_by is AnswerBy.READS:
-        result.upstream_ready = await _wait_upstream(upstream, recover_wait_s, probe)
+    if upstream is None or settings.answer_by is not AnswerBy.READS:
+        return result
+    if not recorded and result.done:
+        await _record_fingerprint(factory, run_id, upstream)
+    if policy.recover_wait_s > 0 and result.upstream_down:
+        result.upstream_ready = await _wait_upstream(upstream, policy.recover_wait_s,
+                                                     answerers.probe)
     return result
 
 
-async def _source(chunk: _Chunk, run_id: int, settings: ReadSettings, tokenizer: TextTokenizer,
-                  max_model_len: int | None, pool: EndpointPool | None) -> AnswerSource:
+async def _source(chunk: _Chunk, run_id: int, settings: ReadSettings, answerers: Answerers,
+                  max_model_len: int | None) -> AnswerSource:
     """The run's answer source for this chunk."""
     if settings.answer_by is not AnswerBy.READS:
-        assert pool is not None
-        return pool.source(run_id, settings)
+        if answerers.endpoints is None:
+            raise ValueError("a run answered by a decision endpoint needs Answerers.endpoints")
+        return answerers.endpoints.source(run_id, settings)
+    tokenizer = answerers.tokenizer
     if tokenizer.info.name != settings.tokenizer:
         # Canvases are built with the run's own tokenizer (recorded at submit), whatever this
         # worker was started with; load_tokenizer caches it per process.
@@ -366,12 +393,12 @@ async def _run_claims(chunk: _Chunk, claims: Sequence[Claimed]) -> None:
 
 async def _renew_forever(chunk: _Chunk) -> None:
     while True:
-        await asyncio.sleep(chunk.lease_s / 3)
+        await asyncio.sleep(chunk.policy.lease_s / 3)
         claims = list(chunk.open_claims.values())
         if not claims:
             continue
         try:
-            renewed = await chunk.db(renew_leases, claims=claims, lease_s=chunk.lease_s)
+            renewed = await chunk.db(renew_leases, claims=claims, lease_s=chunk.policy.lease_s)
         except StoreError as exc:
             log.warning("could not renew %d lease(s): %s", len(claims), exc.message)
             continue
@@ -440,13 +467,13 @@ async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, answe
 
 async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str, *,
                           permanent: bool, wait_for_db: bool = False) -> None:
-    if wait_for_db and not await _wait_db(chunk.session_factory, chunk.commit_wait_s):
+    if wait_for_db and not await _wait_db(chunk.session_factory, chunk.policy.commit_wait_s):
         chunk.result.left_for_sweeper += 1
         return
     try:
         status = await chunk.db(fail_decision, claim=claim, kind=kind, detail=detail,
                                 permanent=permanent, attempt=chunk.info,
-                                max_attempts=chunk.max_attempts)
+                                max_attempts=chunk.policy.max_attempts)
     except StoreError as exc:
         log.warning("could not record %s for decision %s (%s); the sweeper will",
                     kind, claim.id, exc.message)

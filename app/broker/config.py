@@ -1,10 +1,9 @@
-"""The Celery configuration built from ``Settings``, and the send-only client that publishes.
+"""The Celery configuration built from ``Settings``, for both sides of the queue.
 
-Both sides of the queue build their Celery app from ``celery_config(settings)``: the worker
-(``workers.celery_app``, which adds its task module and process hooks) and every publisher
-(the producer, the sweeper, the API's queue executor), which uses ``make_client``: a
-``Celery("dreads")`` that knows no task code and addresses ``reads.run_chunk`` by name
-(``send_task``). Building either opens no connection: kombu connects on the first publish.
+The worker (``workers.celery_app``, which adds its task module and process hooks) and every
+publisher (submit, the sweeper, the API's queue executor, through ``app.broker.client``) build
+their Celery app from ``celery_config(settings)``. Building it opens no connection: kombu
+connects on the first publish.
 
 Delivery is at-least-once (late acks, reject on a lost child, prefetch 1); time limits are
 soft < hard < visibility timeout, or Redis re-delivers running chunks.
@@ -14,15 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import Celery
 from kombu import Queue
 
+from app.broker.names import QUEUE, TASK_RUN_CHUNK
 from app.config import Settings
 from app.errors import ConfigError
-from app.queues import QUEUE, TASK_RUN_CHUNK
 
-__all__ = ["MAX_TASKS_PER_CHILD", "SOFT_SHUTDOWN_S", "celery_config", "make_client",
-           "time_limits"]
+__all__ = ["MAX_TASKS_PER_CHILD", "SOFT_SHUTDOWN_S", "celery_config", "time_limits"]
 
 #: Seconds of warm phase before a cold shutdown, so running chunks can finish or be restored.
 SOFT_SHUTDOWN_S = 30.0
@@ -81,14 +78,3 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_create_missing_queues": True,
         "worker_hijack_root_logger": False,
     }
-
-
-def make_client(settings: Settings, *, broker_url: str | None = None) -> Celery:
-    """A send-only ``Celery("dreads")`` for ``settings`` (``broker_url`` overrides its broker):
-    no task module, not made the current app; close it when done."""
-    client = Celery("dreads", set_as_current=False)
-    config = celery_config(settings)
-    if broker_url:
-        config["broker_url"] = broker_url
-    client.conf.update(config)
-    return client

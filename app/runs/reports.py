@@ -1,17 +1,17 @@
-"""What a sweep and a ``resume`` did, as the CLI and the API show them (plain values: a
-``resume`` with nothing to do prints one without loading the store's machinery)."""
+"""What a sweep and a resume did, as the CLI and the API show them. Plain values: a resume
+with nothing to do prints one without loading the store's machinery."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ResumeReport", "SweepReport"]
+__all__ = ["ResumeReport", "SweepReport", "settled_report"]
 
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What one ``app.sweeper.sweep_once`` did."""
+    """What one sweep (``app.runs.sweep.sweep_once``) did."""
 
     lost: int = 0  #: expired leases turned back to pending
     poisoned: int = 0  #: decisions stopped at the attempt cap
@@ -28,7 +28,7 @@ class SweepReport:
 
 @dataclass
 class ResumeReport:
-    """What ``dreads resume`` found and did."""
+    """What a resume (``app.runs.resume.resume_run``) found and did."""
 
     run: str
     dry_run: bool
@@ -59,3 +59,12 @@ class ResumeReport:
             if s.error:
                 out.append(f"publish stopped: {s.error}")
         return out
+
+
+def settled_report(run: str, dry_run: bool) -> ResumeReport:
+    """The report of a resume with nothing to do: every decision of ``run`` is settled."""
+    return ResumeReport(run=run, dry_run=dry_run,
+                        before=dict.fromkeys(("expired_leases", "failed", "pending",
+                                              "stale_queued"), 0),
+                        sweep=None if dry_run else SweepReport(),
+                        server_note="every decision is settled: nothing to resume")

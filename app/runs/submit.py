@@ -9,7 +9,7 @@ Order matters (design.md, data flow 1): a batch's readable rows are inserted alr
 a decision SQL does not have, and a worker never finds a message whose rows are still being
 stamped (a claim skips locked rows). A failed publish puts the unpublished rows back to
 ``pending`` (the sweeper or ``dreads resume`` publishes them) and later batches are written
-``pending``; a producer that dies between a commit and its publish leaves ``queued`` rows
+``pending``; a submit that dies between a commit and its publish leaves ``queued`` rows
 without a message, which the sweeper re-publishes once the run's queue is drained
 (``DREADS_REQUEUE_AFTER_S``).
 
@@ -20,90 +20,52 @@ without a message, which the sweeper re-publishes once the run's queue is draine
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-import orjson
-
 from app.engine import (
     AnswerBy,
     Decision,
-    QuestionsMemo,
     ReadSettings,
     ServerFingerprint,
     SpecsMemo,
     TextTokenizer,
-    build_probe_request,
     decision_payload,
-    parse_decision,
     plan_decision,
-    settings_from_dict,
     settings_hash,
     settings_to_dict,
 )
-from app.engine.settings_hash import BUDGET_FIELDS
-from app.errors import (
-    BadLine,
-    ConfigError,
-    DreadsError,
-    InputError,
-    RunSettingsMismatch,
-    TemplateError,
-    UpstreamRejected,
-    UpstreamUnauthorized,
-    UpstreamUnavailable,
+from app.errors import DreadsError, TemplateError
+from app.runs.jobfile import (
+    LineProblem,
+    NumberedLine,
+    ParsedJob,
+    bounded_memo,
+    duplicate_reason,
+    iter_job_lines,
+    read_job_file,
+    split_lines,
 )
-from app.jobfile import NumberedLine, read_job_file
-from app.resume_report import ResumeReport
+from app.runs.probe import fingerprint_dict
 from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
-from app.store.models import DecisionStatus, RunStatus
-from app.store.queue import database_now, mark_pending, translate_db_errors
-from app.store.runs import (
-    DecisionRow,
-    RunInfo,
-    compare_fingerprint,
-    compare_settings,
-    ensure_run,
-    existing_lines,
-    insert_decisions,
-    record_fingerprint,
-    reset_failed,
-)
+from app.store.models import DecisionStatus
+from app.store.queue import database_now, translate_db_errors, unpublish
+from app.store.runs import DecisionRow, RunInfo, ensure_run, existing_lines, insert_decisions
 from app.store.types import Session, SessionFactory
-from app.store.views import resume_preview
 
-__all__ = [
-    "LineProblem",
-    "ParsedJob",
-    "PublishOutcome",
-    "Publisher",
-    "ResumeReport",
-    "SubmitReport",
-    "SubmitRequest",
-    "check_resume_settings",
-    "check_server",
-    "check_templates",
-    "fetch_fingerprint",
-    "fingerprint_dict",
-    "iter_job_lines",
-    "parse_job_lines",
-    "read_job_file",
-    "resume_run",
-    "submit_job",
-    "upstream_config",
-]
+__all__ = ["PublishOutcome", "Publisher", "SubmitReport", "SubmitRequest", "check_templates",
+           "submit_job"]
 
-log = logging.getLogger("dreads.producer")
+log = logging.getLogger("dreads.submit")
 
 #: Decisions validated, written and committed together (then published while the next
 #: batch is written).
@@ -114,46 +76,17 @@ _FIRST_BATCH_SHARE = 16
 _PUBLISH_BACKLOG = 4
 #: Batches parsed but not yet written, at most (bounds memory when the database is slow).
 _WRITE_BACKLOG = 2
-#: Distinct question sets remembered while a file is read (parsed, planned, stored specs): a
-#: file asks a few sets of many states; one asking a new set on every line stays flat.
-_MEMO_SETS = 4096
-
-
-def _bounded(memo: dict[Any, Any]) -> dict[Any, Any]:
-    """``memo``, emptied once it holds ``_MEMO_SETS`` entries (memory stays flat)."""
-    if len(memo) >= _MEMO_SETS:
-        memo.clear()
-    return memo
 
 
 class Publisher(Protocol):
-    """Sends a run's chunk messages (``app.publish.RunPublisher``)."""
+    """Sends a run's chunk messages (``app.broker.publish.RunPublisher``)."""
 
     def start(self, now_s: float) -> None:
         """Called once before the first publish, with the database clock (epoch seconds)."""
 
     def __call__(self, run_id: int, decision_ids: Sequence[int]) -> int:
         """Publish ``decision_ids``; the number of messages. Raises a DreadsError
-        (``app.publish.PublishError``) when the broker does not take them."""
-
-
-@dataclass(frozen=True)
-class LineProblem:
-    """A line that was refused (bad) or a decision stored as rejected, with the reason."""
-
-    line_no: int
-    key: str | None
-    reason: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line_no, "id": self.key, "reason": self.reason}
-
-
-@dataclass
-class ParsedJob:
-    decisions: list[tuple[int, Decision]] = field(default_factory=list)
-    bad: list[LineProblem] = field(default_factory=list)
-    lines: int = 0
+        (``PublishError``) when the broker does not take them."""
 
 
 @dataclass(frozen=True)
@@ -203,61 +136,6 @@ class SubmitReport:
         }
 
 
-def iter_job_lines(lines: Iterable[NumberedLine]
-                   ) -> Iterator[tuple[int, Decision | LineProblem]]:
-    """Parse line by line: (line number, decision or the problem of a bad line). Duplicate
-    ids are found where the decisions are written (``submit_job``), not here."""
-    memo: QuestionsMemo = {}
-    for line_no, text in lines:
-        try:
-            yield line_no, _parse_line(line_no, text, _bounded(memo))
-        except BadLine as exc:
-            yield line_no, LineProblem(line_no, None, exc.reason)
-
-
-def parse_job_lines(lines: Iterable[NumberedLine]) -> ParsedJob:
-    """Parse every line into memory; bad ones (not JSON, not a decision, duplicate id) are
-    collected. For small inputs; ``submit_job`` streams instead."""
-    return _split(iter_job_lines(lines))
-
-
-def _split(items: Iterable[tuple[int, Decision | LineProblem]]) -> ParsedJob:
-    """Decisions (the first line of each id) and problems (bad lines, repeated ids)."""
-    job = ParsedJob()
-    first_seen: dict[str, int] = {}
-    for line_no, item in items:
-        job.lines += 1
-        if isinstance(item, LineProblem):
-            job.bad.append(item)
-        elif item.id in first_seen:
-            job.bad.append(LineProblem(line_no, item.id, _duplicate(item.id, first_seen[item.id])))
-        else:
-            first_seen[item.id] = line_no
-            job.decisions.append((line_no, item))
-    return job
-
-
-def _duplicate(key: str, first_line: int | None) -> str:
-    return f"duplicate id {key!r} (first on line {first_line})"
-
-
-def _parse_line(line_no: int, text: str | BadLine, memo: QuestionsMemo) -> Decision:
-    if isinstance(text, BadLine):  # not UTF-8 (app.jobfile.decode_lines)
-        raise text
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise BadLine(f"not valid JSON ({exc})", line_no=line_no) from exc
-    if not isinstance(obj, dict):
-        raise BadLine(f"a line must be a JSON object, got {type(obj).__name__}", line_no=line_no)
-    try:
-        return parse_decision(obj, line_no=line_no, memo=memo)
-    except BadLine:
-        raise
-    except InputError as exc:
-        raise BadLine(exc.message, line_no=line_no) from exc
-
-
 def check_templates(
     decisions: Iterable[tuple[int, Decision]], settings: ReadSettings, tokenizer: TextTokenizer,
     *, cache: dict[Any, str | None] | None = None,
@@ -269,7 +147,7 @@ def check_templates(
     problems: dict[str, LineProblem] = {}
     if settings.answer_by is not AnswerBy.READS:  # a decision endpoint plans its own reads
         return problems
-    memo: dict[Any, str | None] = {} if cache is None else _bounded(cache)
+    memo: dict[Any, str | None] = {} if cache is None else bounded_memo(cache)
     for line_no, decision in decisions:
         key = decision.questions  # frozen values: equal questions, equal plan
         if key not in memo:
@@ -289,18 +167,9 @@ def _template_problem(decision: Decision, settings: ReadSettings,
     return None
 
 
-def fingerprint_dict(fingerprint: ServerFingerprint | None) -> dict[str, Any] | None:
-    if fingerprint is None:
-        return None
-    return {"engine": fingerprint.engine, "model_id": fingerprint.model_id,
-            "max_model_len": fingerprint.max_model_len, "version": fingerprint.version,
-            "canvas_length": fingerprint.canvas_length,
-            "constrained": fingerprint.constrained}
-
-
 def _rows(decisions: Sequence[tuple[int, Decision]], rejected: Mapping[str, LineProblem],
           replicates: int, specs: SpecsMemo) -> Iterator[DecisionRow]:
-    memo = _bounded(specs)
+    memo = bounded_memo(specs)
     for line_no, decision in decisions:
         problem = rejected.get(decision.id) if rejected else None
         payload = decision_payload(decision, memo=memo)
@@ -323,7 +192,7 @@ def _batches(lines: Iterable[NumberedLine], size: int) -> Iterator[ParsedJob]:
     items = iter_job_lines(lines)
     step = max(1, size // _FIRST_BATCH_SHARE)
     while chunk := list(islice(items, step)):
-        yield _split(chunk)
+        yield split_lines(chunk)
         step = min(size, step * 2)
 
 
@@ -417,7 +286,7 @@ class _Writer:
             return []
         assert self.report.run is not None
         found = existing_lines(session, self.report.run.id, list(missed))
-        return [LineProblem(n, key, _duplicate(key, found[key][1]))
+        return [LineProblem(n, key, duplicate_reason(key, found[key][1]))
                 for key, n in missed.items()
                 if key in found and found[key][0] >= self.first_id and found[key][1] != n]
 
@@ -611,18 +480,10 @@ class _PublishThread(threading.Thread):
             except DreadsError as exc:
                 log.warning("publish stopped: %s", exc.message)
                 self.fail(exc.message)
-        self._unpublish(ids)
+        unpublish(self.factory, ids)
 
     def fail(self, message: str) -> None:
         self.error = self.error or message
-
-    def _unpublish(self, ids: list[int]) -> None:
-        try:
-            with translate_db_errors("unpublish"), session_scope(self.factory) as session:
-                mark_pending(session, ids)
-        except DreadsError as exc:  # the sweeper re-publishes them once the queue drains
-            log.warning("could not put %d unpublished decision(s) back to pending: %s",
-                        len(ids), exc.message)
 
     def close(self) -> PublishOutcome:
         if self.is_alive():
@@ -632,145 +493,3 @@ class _PublishThread(threading.Thread):
 
     def outcome(self) -> PublishOutcome:
         return PublishOutcome(self.published, self.messages, self.error)
-
-
-def upstream_config(url: str, settings: ReadSettings, *, max_in_flight: int | None = None,
-                    engine: Any = None) -> Any:
-    """The ``UpstreamConfig`` reading ``settings`` at ``url``. ``engine`` (an UpstreamConfig:
-    engine, device, dtype, model_path) is the engine the user chose; default ``DREADS_*``."""
-    from app.config import get_settings
-    from app.run_config import env_engine
-
-    env = get_settings()
-    base = engine or env_engine(env)
-    return replace(base, url=url, model=settings.model, canvas_length=settings.canvas_length,
-                   tokenizer=settings.tokenizer, max_in_flight=max_in_flight or env.max_in_flight,
-                   timeout_s=env.read_timeout_s, retries=env.read_retries)
-
-
-#: The run's tokenizer, or what loads it: loaded only once the server answered.
-ProbeTokenizer = TextTokenizer | Callable[[], TextTokenizer]
-
-
-def fetch_fingerprint(
-    url: str, settings: ReadSettings, *, timeout_s: float = 10.0, engine: Any = None,
-    tokenizer: ProbeTokenizer | None = None,
-) -> tuple[ServerFingerprint | None, str | None]:
-    """The upstream's fingerprint, or (None, why) when it cannot be reached now. With the run's
-    ``tokenizer`` (or a loader of it, called only when the server answered), one probe read at
-    the run's full canvas width proves the served canvas (``/v1/models`` does not report it).
-
-    Raises:
-        UpstreamRejected: it answers but serves another model than ``settings.model``.
-        ConfigError: it refuses the API key, or a read at the run's canvas width.
-    """
-    from app.upstream.factory import make_upstream
-
-    async def _fetch() -> ServerFingerprint:
-        upstream = make_upstream(upstream_config(url, settings, engine=engine))
-        try:
-            fingerprint = await asyncio.wait_for(upstream.fingerprint(), timeout_s)
-            if tokenizer is not None:
-                loaded = tokenizer() if callable(tokenizer) else tokenizer
-                await _probe_canvas(upstream, settings, loaded, timeout_s)
-            return fingerprint
-        finally:
-            await upstream.aclose()
-
-    try:
-        return asyncio.run(_fetch()), None
-    except UpstreamUnauthorized as exc:
-        raise ConfigError(exc.message) from exc
-    except UpstreamUnavailable as exc:
-        return None, exc.message
-    except TimeoutError:
-        return None, f"no answer from {url} within {timeout_s:.0f}s"
-
-
-async def _probe_canvas(upstream: Any, settings: ReadSettings, tokenizer: TextTokenizer,
-                        timeout_s: float) -> None:
-    """One read at the run's full canvas width; a server that refuses it cannot run the run."""
-    probe = build_probe_request(settings, tokenizer)
-    try:
-        await asyncio.wait_for(upstream.wait_ready(timeout_s=timeout_s, probe=probe), timeout_s)
-    except UpstreamUnauthorized:
-        raise
-    except UpstreamRejected as exc:
-        raise ConfigError(
-            f"the upstream refused a read at the run's canvas width {settings.canvas_length} "
-            f"({exc.message}); pass --canvas (DREADS_CANVAS) equal to the canvas_length the "
-            "server was started with (--diffusion-config), or check --model") from exc
-
-
-def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSettings:
-    """The run's settings; refuses a cancelled run or options that differ from them."""
-    if run.status == RunStatus.CANCELLED:
-        raise InputError(f"run {run.name!r} was cancelled; submit its file under a new --run "
-                         "name to run it again")
-    current = settings_from_dict(dict(run.settings))
-    wanted = replace(current, **given)
-    diffs = [d for d in compare_settings(settings_to_dict(current), settings_to_dict(wanted))
-             if d.split(":", 1)[0] not in BUDGET_FIELDS]
-    if diffs:
-        raise RunSettingsMismatch(
-            f"run {run.name!r} was created with other settings ({'; '.join(diffs)}); a run "
-            "continues only under its own settings: drop these options, or submit the file "
-            "under a new --run name")
-    return wanted  # a new endpoint budget (--answer-rps, --answer-concurrency) is taken
-
-
-def check_server(factory: SessionFactory, run: RunInfo, url: str,
-                 settings: ReadSettings, *, force: bool, engine: Any = None,
-                 tokenizer: ProbeTokenizer | None = None, dry_run: bool = False) -> str | None:
-    """Refuse a server whose model or canvas differs from the run's, or that refuses a read at
-    the run's canvas width (with ``tokenizer``, the run's), unless ``force`` (a run whose reads
-    are narrower than its canvas may go on); record the fingerprint when the run has none yet
-    (``dry_run``: only say it would). Returns a note for the user."""
-    old = dict(run.fingerprint or {})
-    try:
-        fingerprint, why = fetch_fingerprint(url, settings, engine=engine,
-                                             tokenizer=None if force else tokenizer)
-    except UpstreamRejected as exc:  # it serves another model than the run's
-        if not force:
-            raise RunSettingsMismatch(
-                f"run {run.name!r} started against model {old.get('model_id', settings.model)!r}"
-                f" but {exc.message}; point --upstream at the original server, or pass --force "
-                "to continue anyway") from exc
-        return f"--force: continuing although {exc.message}"
-    if fingerprint is None:
-        return f"upstream not reached ({why}): server fingerprint not checked"
-    diffs = compare_fingerprint(run.fingerprint, fingerprint)
-    if diffs and not force:
-        raise RunSettingsMismatch(
-            f"run {run.name!r} started against another server ({'; '.join(diffs)}); answers "
-            "would mix two models or canvases. Point --upstream at the original server, or "
-            "pass --force to continue anyway")
-    if run.fingerprint is None and dry_run:
-        return f"server fingerprint would be recorded: {fingerprint.model_id}"
-    if run.fingerprint is None:
-        with session_scope(factory) as session:
-            record_fingerprint(session, run.id, fingerprint_dict(fingerprint) or {})
-        return f"server fingerprint recorded: {fingerprint.model_id}"
-    if diffs:
-        return f"--force: continuing against a different server ({'; '.join(diffs)})"
-    if force and tokenizer is not None:
-        return (f"--force: the served canvas was not proved by a read at the run's width "
-                f"{settings.canvas_length}")
-    return None
-
-
-def resume_run(factory: SessionFactory, run: RunInfo, *, sweep: Callable[[], Any],
-               retry_failed: bool, dry_run: bool, requeue_after_s: float) -> ResumeReport:
-    """Sweep the run once (expired leases back to pending, then publish every pending and
-    stale queued decision), after putting failed ones back with ``retry_failed``.
-    Idempotent: a finished run publishes nothing."""
-    with session_scope(factory) as session:
-        before = resume_preview(session, run.id, requeue_after_s=requeue_after_s)
-    report = ResumeReport(run=run.name, dry_run=dry_run, before=before)
-    if dry_run:
-        return report
-    if retry_failed:
-        with session_scope(factory) as session:
-            report.retried = reset_failed(session, run.id)
-    report.sweep = sweep()
-    return report

@@ -3,8 +3,8 @@
 A million-decision submit publishes 15,625 chunk messages. Celery and kombu spend about a
 millisecond of Python on each, and in the submitting process that time would share one
 interpreter lock with parsing the file and writing the rows: the two would take turns instead
-of running side by side. ``PublisherProcess`` is the same ``app.producer.Publisher`` as
-``app.publish.RunPublisher``, running in a child process: the producer's publishing thread
+of running side by side. ``PublisherProcess`` is the same ``app.runs.submit.Publisher`` as
+``app.broker.publish.RunPublisher``, running in a child process: submit's publishing thread
 sends it a committed batch's ids over a pipe and waits (without the lock) for the number of
 messages, or for the broker's error.
 
@@ -28,8 +28,8 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from app.errors import DreadsError
-from app.publish import PublishError, make_publisher, make_sender
+from app.broker.publish import RunPublisher
+from app.errors import DreadsError, PublishError
 
 __all__ = ["PublisherProcess"]
 
@@ -38,8 +38,10 @@ _CLOSE_S = 30.0
 
 
 class PublisherProcess:
-    """``RunPublisher(make_sender(broker), chunk_size, ...)`` in a spawned child process;
-    ``bind`` names the run and its queue before the first ``start``."""
+    """``RunPublisher`` over the send-only client of ``broker`` (default
+    ``DREADS_BROKER_URL``) in a spawned child process, ``chunk_size`` decisions a message
+    (default ``DREADS_CHUNK_SIZE``); ``bind`` names the run and its queue before the first
+    ``start``."""
 
     def __init__(self, broker: str | None, chunk_size: int | None) -> None:
         context = multiprocessing.get_context("spawn")  # no fork of a threaded parent
@@ -105,14 +107,20 @@ def _serve(conn: Connection, broker: str | None, chunk_size: int | None) -> None
 
 
 def _publish_requests(conn: Connection, broker: str | None, chunk_size: int | None) -> None:
-    with make_sender(broker) as sender:
+    """The child's entry point: like every process's, it reads ``DREADS_*`` (it was spawned
+    with the parent's environment)."""
+    from app.broker.client import make_sender
+    from app.config import get_settings
+
+    settings = get_settings()
+    with make_sender(settings, broker) as sender:
         publisher = None
         while (request := _receive(conn)) is not None:
             try:
                 if request[0] == "start":
                     _, now_s, run_name, queue = request
-                    publisher = make_publisher(sender, chunk_size, run_name=run_name,
-                                               queue=queue)
+                    publisher = RunPublisher(sender, chunk_size or settings.chunk_size,
+                                             run_name=run_name, queue=queue)
                     publisher.start(now_s)
                     conn.send(("ok", None))
                 else:

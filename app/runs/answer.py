@@ -1,29 +1,34 @@
-"""Answer sources: who answers a run's decisions. The one seam between the queue and a model.
+"""Who answers: a decision in, its answers out. The one seam between the queue and a model.
 
 An answer source takes a decision and returns its answers with whatever diagnostics it has;
 the runner, the store, reports and the API do not care which one answered.
 
 - ``ReadsSource`` (``answer_by`` ``reads``, the default): dreads' own reads. The decision is
   planned into canvases with the run's tokenizer and read through an ``Upstream`` (vLLM,
-  dreads sim, the in-process engine) draw by draw until the draw policy stops
-  (``app.decide.drive``): full diagnostics.
+  dreads sim, the in-process engine) draw by draw until the draw policy stops (``drive``):
+  full diagnostics.
 - ``EndpointSource`` (``systemone`` or ``decisions``): one request per decision, all its
   questions, to a decision endpoint (``app.upstream.endpoint``); one draw per question, the
   diagnostics the endpoint returns, refusals per question.
 
 ``EndpointPool`` keeps one ``DecisionEndpoint`` per run in a process, so every chunk of a run
 shares its connections and its budget (requests per second, requests in flight).
+
+``drive`` is the read loop every path shares; ``answer_decision`` runs one decision straight
+through an upstream, with no database and no queue (``dreads decide``, the API's
+``POST /v1/systemone``). The chunk runner (``app.runs.chunk``) puts leases and storage around
+a source.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
-from app.decide import drive
 from app.engine import (
     Answer,
     AnswerBy,
@@ -40,9 +45,12 @@ from app.engine import (
 from app.engine.endpoint import EndpointAnswers
 from app.engine.openai_decisions import decisions_request, read_decisions
 from app.engine.systemone import read_systemone, systemone_request
+from app.upstream.base import Upstream
 from app.upstream.endpoint import DecisionEndpoint
 
-__all__ = ["AnswerSource", "Answered", "EndpointPool", "EndpointSource", "ReadsSource"]
+__all__ = ["AnswerSource", "Answered", "EndpointOptions", "EndpointPool", "EndpointSource",
+           "ReadsSource",
+           "answer_decision", "drive"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,24 @@ class AnswerSource(Protocol):
 Read = Callable[[ReadRequest], Awaitable[ReadResult]]
 
 
+async def drive(flow: DecisionFlow, read: Read) -> None:
+    """Send each round of reads at once and record them until every question's draw policy
+    stops. A failed read is raised once the other reads of its round have ended, so none is
+    left running behind the failure.
+
+    Raises:
+        UpstreamError: a read failed (after the upstream's own retries) or came back malformed.
+    """
+    while not flow.done:
+        requests = flow.next_requests()
+        results = await asyncio.gather(*(read(r) for r in requests), return_exceptions=True)
+        for outcome in results:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        for request, outcome in zip(requests, results, strict=True):
+            flow.record(request, outcome)  # type: ignore[arg-type]
+
+
 class ReadsSource:
     """dreads' own reads over ``read`` (an ``Upstream.read``, bounded by the caller)."""
 
@@ -94,6 +120,20 @@ class ReadsSource:
         finally:
             self.n_requests += flow.n_reads
         return Answered(flow.answers(), flow.draws(), flow.n_reads)
+
+
+async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
+                          upstream: Upstream) -> Answered:
+    """One decision straight through ``upstream``: planned (a prompt longer than the
+    upstream's ``max_model_len``, once it knows it, is refused), read draw by draw until every
+    question's draw policy stops, and folded.
+
+    Raises:
+        TemplateError: the question cannot be read (a label not one token, too wide, too long).
+        UpstreamError: the upstream failed after its retries, or answered malformed rows.
+    """
+    source = ReadsSource(upstream.read, tokenizer, settings, max_model_len=upstream.max_model_len)
+    return await source.answer(decision, replicate=0)
 
 
 _ASK = {AnswerBy.SYSTEMONE: systemone_request, AnswerBy.DECISIONS: decisions_request}
@@ -119,31 +159,30 @@ class EndpointSource:
         return Answered(read.answers, read.draws, 1, read.refusals, read.usage)
 
 
+@dataclass(frozen=True)
+class EndpointOptions:
+    """How this process asks decision endpoints (``DREADS_ANSWER_*``). The API key comes from
+    the process's settings, never from the run."""
+
+    timeout_s: float = 120.0  #: one request
+    give_up_s: float = 300.0  #: transient failures retried this long before the attempt fails
+    api_key: str | None = field(default=None, repr=False)
+
+
 @dataclass
 class EndpointPool:
     """The decision endpoints of the runs this process answers, one per run (its budget is
-    the run's). The API key is read from the environment here, never from the run."""
+    the run's)."""
 
-    timeout_s: float = 120.0
-    give_up_s: float = 300.0
-    api_key: str | None = None  #: None: ``DREADS_ANSWER_API_KEY``
+    options: EndpointOptions = field(default_factory=EndpointOptions)
     #: a run's answer_url -> where it is served here ("sim" -> the simulator this process runs)
     urls: Mapping[str, str] = field(default_factory=dict)
     #: processes sharing each run's budget (an answers worker's pool): each takes 1/share
     share: int = 1
 
     def __post_init__(self) -> None:
+        self.share = max(1, self.share)
         self._endpoints: dict[tuple[int, str, str], DecisionEndpoint] = {}
-
-    @classmethod
-    def from_settings(cls, urls: Mapping[str, str] | None = None,
-                      share: int = 1) -> EndpointPool:
-        """Timeouts and the API key from ``DREADS_ANSWER_*``."""
-        from app.config import answer_api_key, get_settings
-
-        env = get_settings()
-        return cls(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
-                   api_key=answer_api_key(), urls=dict(urls or {}), share=max(1, share))
 
     def budget(self, settings: ReadSettings) -> tuple[float, int]:
         """(requests per second, requests in flight) of this process: the run's share."""
@@ -156,9 +195,10 @@ class EndpointPool:
         rps, concurrency = self.budget(settings)
         if found is None or (found.rps, found.concurrency) != (rps, concurrency):
             url = self.urls.get(settings.answer_url, settings.answer_url)
-            found = DecisionEndpoint(url, settings.answer_by, api_key=self.api_key, rps=rps,
-                                     concurrency=concurrency, timeout_s=self.timeout_s,
-                                     give_up_s=self.give_up_s)
+            options = self.options
+            found = DecisionEndpoint(url, settings.answer_by, api_key=options.api_key, rps=rps,
+                                     concurrency=concurrency, timeout_s=options.timeout_s,
+                                     give_up_s=options.give_up_s)
             self._endpoints[key] = found
         return found
 

@@ -1,10 +1,10 @@
-"""Run configuration as a library: what a new run reads with, which engine reads it, where.
+"""A run's settings: what a new run reads with, which engine reads it, and where.
 
 The CLI (``run``, ``submit``, ``resume``, ``serve``, ``decide``, ``check-upstream``), the API
 and the workers build their configuration here, the same way: flags (``None``: not given) on
-top of ``Settings`` (``DREADS_*``, ``app.config``) on top of ``ReadSettings``' defaults; model
-and tokenizer set nowhere come from the server the run reads from. Engines are looked up in
-``app.upstream.engines`` (no engine names are compared here).
+top of ``Settings`` (``DREADS_*``, read by the entry point and passed in as ``env``) on top of
+``ReadSettings``' defaults; model and tokenizer set nowhere come from the server the run reads
+from. Engines are looked up in ``app.upstream.engines`` (no engine names are compared here).
 
 Nothing heavy is imported at the top: the CLI imports this module to parse a command line.
 """
@@ -18,20 +18,29 @@ from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSet
 from app.errors import ConfigError, InputError, UpstreamUnavailable
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
     from app.config import Settings
+    from app.runs.answer import EndpointOptions
+    from app.runs.chunk import ChunkPolicy
+    from app.runs.sweep import SweepPolicy
     from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "DTYPES",
     "STANDIN",
     "base_read_settings",
+    "chunk_policy",
+    "endpoint_options",
     "endpoint_read_settings",
     "engine_choice",
     "engine_config",
     "env_engine",
     "read_overrides",
     "run_upstream",
+    "secret",
     "served_fields_missing",
+    "sweep_policy",
     "upstream_url",
     "wait_served_settings",
     "with_served_identity",
@@ -39,6 +48,11 @@ __all__ = [
 
 STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
 DTYPES = ("bfloat16", "float16", "float32")  #: of an in-process engine
+
+
+def secret(value: SecretStr | None) -> str | None:
+    """A key setting's value, or None when unset or empty."""
+    return (value.get_secret_value() or None) if value is not None else None
 
 
 def read_overrides(
@@ -76,15 +90,8 @@ def read_overrides(
     return {name: value for name, value in given.items() if value is not None}
 
 
-def _env(env: Settings | None) -> Settings:
-    from app.config import get_settings
-
-    return env if env is not None else get_settings()
-
-
-def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
-                       upstream: str | None = None, env: Settings | None = None
-                       ) -> ReadSettings:
+def base_read_settings(overrides: dict[str, Any], *, env: Settings, engine: str = "vllm",
+                       upstream: str | None = None) -> ReadSettings:
     """The read settings of a new run: ``DREADS_*`` (model, tokenizer, canvas), then the given
     overrides.
 
@@ -99,18 +106,17 @@ def base_read_settings(overrides: dict[str, Any], *, engine: str = "vllm",
     """
     from app.upstream.engines import is_in_process
 
-    env = _env(env)
     base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
     settings = replace(base, **overrides)
     if is_in_process(engine):
         if "tokenizer" not in overrides:
             settings = replace(settings, tokenizer=settings.model)
         return settings
-    return _served_defaults(settings, overrides, env.model_fields_set, upstream)
+    return _served_defaults(settings, overrides, env, upstream)
 
 
 def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
-                           env: Settings | None = None) -> ReadSettings:
+                           env: Settings) -> ReadSettings:
     """The settings of a new run answered by a decision endpoint: ``answer_url`` defaults to
     ``upstream`` (vLLM's own reader on the same pod); the model, when set neither by flag nor
     by ``DREADS_MODEL``, is the one the endpoint serves (``GET /v1/models`` with
@@ -120,7 +126,6 @@ def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
     Raises:
         ConfigError: the endpoint must be asked for its model and cannot be.
     """
-    env = _env(env)
     given = dict(overrides)
     given.setdefault("answer_url", upstream)
     given.setdefault("tokenizer", STANDIN)
@@ -129,8 +134,7 @@ def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
         return settings
     from app.upstream.served import served_identity
 
-    key = env.answer_api_key.get_secret_value() if env.answer_api_key is not None else ""
-    served = served_identity(settings.answer_url, api_key=key or "")
+    served = served_identity(settings.answer_url, api_key=secret(env.answer_api_key))
     return replace(settings, model=served.model_id)
 
 
@@ -139,21 +143,21 @@ def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:
             if name not in overrides and name not in from_env}
 
 
-def served_fields_missing(overrides: dict[str, Any], env: Settings | None = None) -> bool:
+def served_fields_missing(overrides: dict[str, Any], env: Settings) -> bool:
     """Whether the model or the tokenizer must come from the server (set nowhere else)."""
-    return bool(_missing_served(overrides, _env(env).model_fields_set))
+    return bool(_missing_served(overrides, env.model_fields_set))
 
 
 def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
-                     from_env: set[str], upstream: str | None) -> ReadSettings:
-    missing = _missing_served(overrides, from_env)
+                     env: Settings, upstream: str | None) -> ReadSettings:
+    missing = _missing_served(overrides, env.model_fields_set)
     if not missing or upstream is None:
         return settings
     if upstream == "sim":
         return replace(settings, tokenizer=STANDIN) if "tokenizer" in missing else settings
     from app.upstream.served import served_identity
 
-    served = served_identity(upstream)
+    served = served_identity(upstream, api_key=secret(env.upstream_api_key))
     if "model" in missing:
         settings = replace(settings, model=served.model_id)
     if "tokenizer" in missing:
@@ -162,7 +166,8 @@ def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
 
 
 async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
-                               choice: UpstreamConfig, timeout_s: float) -> ReadSettings:
+                               choice: UpstreamConfig, timeout_s: float, *,
+                               env: Settings) -> ReadSettings:
     """Model and tokenizer set nowhere: wait (up to ``timeout_s``) for the model list at
     ``url``, then take the served ones; ``settings`` as they are otherwise.
 
@@ -174,12 +179,12 @@ async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict
 
     from app.upstream.engines import is_in_process
 
-    if is_in_process(choice.engine) or not served_fields_missing(overrides):
+    if is_in_process(choice.engine) or not served_fields_missing(overrides, env):
         return settings
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return base_read_settings(overrides, engine=choice.engine, upstream=url)
+            return base_read_settings(overrides, env=env, engine=choice.engine, upstream=url)
         except ConfigError as exc:
             if time.monotonic() >= deadline:
                 raise UpstreamUnavailable(f"not ready after {timeout_s:g}s: {exc.message}"
@@ -203,7 +208,7 @@ def with_served_identity(env: Settings) -> Settings:
         return env
     from app.upstream.served import served_identity
 
-    served = served_identity(env.upstream)
+    served = served_identity(env.upstream, api_key=secret(env.upstream_api_key))
     model = served.model_id if "model" in missing else env.model
     update: dict[str, Any] = {"model": model}
     if "tokenizer" in missing:
@@ -229,7 +234,7 @@ def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | Non
 
 
 def engine_choice(recorded: str | None, *, engine: str | None, device: str | None,
-                  dtype: str | None, env: Settings | None = None) -> UpstreamConfig:
+                  dtype: str | None, env: Settings) -> UpstreamConfig:
     """The engine a command reads with: the options given, else the run's ``recorded`` engine
     (an existing run), else ``DREADS_ENGINE``; device and dtype from the options or
     ``DREADS_DEVICE`` / ``DREADS_DTYPE``."""
@@ -240,30 +245,31 @@ def engine_choice(recorded: str | None, *, engine: str | None, device: str | Non
     return engine_config(base, engine=engine, device=device, dtype=dtype)
 
 
-def env_engine(env: Settings | None = None, *, engine: str | None = None) -> UpstreamConfig:
+def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
     """``engine`` (default ``DREADS_ENGINE``) as ``DREADS_DEVICE``, ``DREADS_DTYPE`` and
-    ``DREADS_ENGINE_COMPILE`` set it up."""
+    ``DREADS_ENGINE_COMPILE`` set it up, with this process's read limits (reads in flight,
+    timeout, retries) and the server's key (``DREADS_UPSTREAM_API_KEY``)."""
     from app.upstream.factory import UpstreamConfig
 
-    env = _env(env)
     return UpstreamConfig(engine=engine or env.engine, device=env.device, dtype=env.dtype,
-                          compile=env.engine_compile)
+                          compile=env.engine_compile, max_in_flight=env.max_in_flight,
+                          timeout_s=env.read_timeout_s, retries=env.read_retries,
+                          api_key=secret(env.upstream_api_key))
 
 
-def upstream_url(given: str | None, recorded: str | None, env: Settings | None = None) -> str:
+def upstream_url(given: str | None, recorded: str | None, env: Settings) -> str:
     """The server to read from: ``--upstream``, else ``DREADS_UPSTREAM`` when it is set (the
     server may have moved since the run started: a restarted pod has a new address), else the
     run's ``recorded`` upstream (an existing run), else the default."""
     if given:
         return given
-    env = _env(env)
     if "upstream" in env.model_fields_set or recorded is None:
         return env.upstream
     return recorded
 
 
 def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig,
-                 settings: ReadSettings) -> str:
+                 settings: ReadSettings, env: Settings) -> str:
     """What a run records as its upstream: the URL (``upstream_url``) for an engine that reads
     from a server; the model read in this process for an in-process engine (no URL).
 
@@ -273,9 +279,37 @@ def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig
     from app.upstream.engines import is_in_process
 
     if not is_in_process(choice.engine):
-        return upstream_url(given, recorded)
+        return upstream_url(given, recorded, env)
     if given:
         raise InputError(f"--upstream {given} is for an engine that reads from a server; with "
                          f"--engine {choice.engine} the model (--model DIR or hub id) is read in "
                          "this process: drop --upstream")
     return choice.model_path or settings.model
+
+
+def chunk_policy(env: Settings, *, recover_wait_s: float = 0.0,
+                 max_in_flight: int | None = None) -> ChunkPolicy:
+    """How this process runs chunks: ``DREADS_LEASE_S``, ``DREADS_MAX_IN_FLIGHT`` (or
+    ``max_in_flight``), ``DREADS_MAX_ATTEMPTS``."""
+    from app.runs.chunk import ChunkPolicy
+
+    return ChunkPolicy(lease_s=env.lease_s, max_in_flight=max_in_flight or env.max_in_flight,
+                       max_attempts=env.max_attempts, recover_wait_s=recover_wait_s)
+
+
+def sweep_policy(env: Settings, *, chunk_size: int | None = None) -> SweepPolicy:
+    """How this process sweeps: ``DREADS_MAX_ATTEMPTS``, ``DREADS_REQUEUE_AFTER_S``,
+    ``DREADS_CHUNK_SIZE`` (or ``chunk_size``)."""
+    from app.runs.sweep import SweepPolicy
+
+    return SweepPolicy(max_attempts=env.max_attempts, requeue_after_s=env.requeue_after_s,
+                       chunk_size=chunk_size or env.chunk_size)
+
+
+def endpoint_options(env: Settings) -> EndpointOptions:
+    """How this process asks decision endpoints: ``DREADS_ANSWER_TIMEOUT_S``,
+    ``DREADS_ANSWER_GIVE_UP_S``, ``DREADS_ANSWER_API_KEY``."""
+    from app.runs.answer import EndpointOptions
+
+    return EndpointOptions(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
+                           api_key=secret(env.answer_api_key))

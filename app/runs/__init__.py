@@ -1,0 +1,18 @@
+"""A run's lifecycle: from a job file to settled decisions, durably.
+
+    settings.py   what a new run reads with, which engine reads it, where (from ``DREADS_*``
+                  and flags, at the entry points)
+    jobfile.py    a job file's lines: each a decision or a bad line with its reason
+    submit.py     submit: validate, write the run and its decisions batch by batch, publish
+    probe.py      is this server the run's? its fingerprint and a read at the canvas width
+    chunk.py      run a chunk: claim, answer each decision, commit as each ends
+    answer.py     who answers: dreads' reads or a decision endpoint (one seam)
+    sweep.py      the sweeper: expired leases back, what has no live message re-published
+    embedded.py   the embedded executor: a run driven in this process (SQLite, no broker)
+    resume.py     resume: the checks every caller shares, then a sweep or the executor
+    reports.py    what a sweep and a resume did (plain values)
+
+The SQL is in ``app.store``, the broker in ``app.broker``, the model behind ``app.upstream``;
+the pure decision logic in ``app.engine``. Nothing here reads the environment: the entry
+points (``app.cli``, ``app.api``, ``workers``) read ``Settings`` and pass values down.
+"""
