@@ -6,6 +6,7 @@
     submit.py     submit: validate, write the run and its decisions batch by batch, publish
     probe.py      is this server the run's? its fingerprint and a read at the canvas width
     chunk.py      run a chunk: claim, answer each decision, commit as each ends
+    commit.py     group commit: the decisions that finish together, in one transaction
     answer.py     who answers: dreads' reads or a decision endpoint (one seam)
     sweep.py      the sweeper: expired leases back, what has no live message re-published
     embedded.py   the embedded executor: a run driven in this process (SQLite, no broker)

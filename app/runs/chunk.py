@@ -64,7 +64,7 @@ from app.metrics.worker import (
     start_run,
 )
 from app.runs.answer import Answered, AnswerSource, EndpointPool, ReadsSource
-from app.store.db import session_scope
+from app.runs.commit import GroupCommit, in_transaction
 from app.store.dialects import ping
 from app.store.fingerprints import record_first_fingerprint
 from app.store.lookups import run_header
@@ -75,10 +75,8 @@ from app.store.queue import (
     Finished,
     claim_decisions,
     fail_decision,
-    finish_decisions,
     release_unserved,
     renew_leases,
-    translate_db_errors,
     utcnow,
 )
 from app.store.types import Session, SessionFactory
@@ -187,10 +185,10 @@ class _Chunk:
     open_claims: dict[int, Claimed] = field(default_factory=dict)
     source: AnswerSource | None = None  #: set once the run's settings are known
     hand_off: HandOff | None = None  #: called once, then None
-    committer: _Committer = field(init=False)
+    committer: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:
-        self.committer = _Committer(self.session_factory)
+        self.committer = GroupCommit(self.session_factory)
 
     def decision_ended(self, claim: Claimed) -> None:
         self.open_claims.pop(claim.id, None)
@@ -216,75 +214,7 @@ class _Chunk:
                 record_read(self.run_name, outcome, time.perf_counter() - t0)
 
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(_in_transaction, self.session_factory, fn, *args, **kwargs)
-
-
-#: Finished decisions written in one transaction, at most.
-COMMIT_BATCH = 64
-
-
-class _Committer:
-    """Group commit of a chunk's finished decisions: the first to finish is written at once,
-    and those that finish while a transaction is being written wait for it and go together
-    in the next one (``finish_decisions``). Nothing waits longer than one transaction, and
-    the busier the worker, the fewer transactions (and WAL flushes) per decision. A group
-    that fails is written again decision by decision, so one bad row fails only itself."""
-
-    def __init__(self, factory: SessionFactory) -> None:
-        self.factory = factory
-        self.waiting: list[tuple[Finished, asyncio.Future[bool]]] = []
-        self.writing: asyncio.Task[None] | None = None
-
-    async def finish(self, item: Finished) -> bool:
-        """Whether ``item``'s answers are the ones kept (raises StoreError)."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.waiting.append((item, future))
-        if self.writing is None:
-            self.writing = asyncio.create_task(self._write())
-        return await future
-
-    async def _write(self) -> None:
-        try:
-            while self.waiting:
-                group = self.waiting[:COMMIT_BATCH]
-                del self.waiting[:COMMIT_BATCH]
-                await self._commit(group)
-        finally:
-            self.writing = None
-
-    async def _commit(self, group: list[tuple[Finished, asyncio.Future[bool]]]) -> None:
-        try:
-            won = await asyncio.to_thread(_in_transaction, self.factory, finish_decisions,
-                                          [item for item, _ in group])
-        except StoreError as exc:
-            if len(group) == 1:
-                _settle(group[0][1], exc=exc)
-            else:
-                for one in group:
-                    await self._commit([one])
-            return
-        except Exception as exc:  # a bug: each waiting decision records it itself
-            for _, future in group:
-                _settle(future, exc=exc)
-            return
-        for (_, future), result in zip(group, won, strict=True):
-            _settle(future, result=result)
-
-
-def _settle(future: asyncio.Future[bool], *, result: bool = False,
-            exc: BaseException | None = None) -> None:
-    if future.done():  # its decision was cancelled meanwhile
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
-
-
-def _in_transaction(factory: SessionFactory, fn: Callable[..., Any], *args: Any,
-                    **kwargs: Any) -> Any:
-    with translate_db_errors(getattr(fn, "__name__", "store")), session_scope(factory) as s:
-        return fn(s, *args, **kwargs)
+        return await asyncio.to_thread(in_transaction, self.session_factory, fn, *args, **kwargs)
 
 
 async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence[int], *,
@@ -301,7 +231,7 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
     """
     result = ChunkResult()
     claims, run, max_model_len = await asyncio.to_thread(
-        _in_transaction, factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
+        in_transaction, factory, _claim_chunk, run_id, decision_ids=list(decision_ids),
         owner=delivery.owner, lease_s=policy.lease_s, max_attempts=policy.max_attempts)
     result.claimed = len(claims)
     if run is None:
@@ -374,7 +304,7 @@ async def _record_fingerprint(factory: SessionFactory, run_id: int, upstream: Up
     can check against it."""
     try:
         fingerprint = await upstream.fingerprint()
-        await asyncio.to_thread(_in_transaction, factory, record_first_fingerprint, run_id,
+        await asyncio.to_thread(in_transaction, factory, record_first_fingerprint, run_id,
                                 fingerprint)
     except (UpstreamError, StoreError) as exc:  # the reads will say more; try next chunk
         log.info("server fingerprint of run %s not recorded yet: %s", run_id, exc.message)
@@ -506,7 +436,7 @@ async def _wait_db(factory: SessionFactory, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            await asyncio.to_thread(_in_transaction, factory, ping)
+            await asyncio.to_thread(in_transaction, factory, ping)
             return True
         except StoreError:
             if time.monotonic() >= deadline:
