@@ -434,7 +434,7 @@ _BAR = re.compile(r"^[━╸╺─]+$")
 def fields(block: str) -> list[str]:
     """What must not change unless the docs are regenerated: per fenced section, the column
     headers and row labels of each table, the key paths of a JSON body, and the words (tokens
-    with no digit) of every other line."""
+    with no digit) of the other lines."""
     out: list[str] = []
     for language, text in re.findall(r"```(\w*)\n(.*?)```", block, re.DOTALL):
         if language == "json":
@@ -459,18 +459,25 @@ def _words(line: str) -> str:
 
 
 def _text_fields(text: str) -> list[str]:
+    """Tables by their fields; the lines between tables as one run of words each (so a line
+    that wraps elsewhere because a number grew is still the same text)."""
     out: list[str] = []
     lines = text.splitlines()
+    words: list[str] = []
     i = 0
     while i < len(lines):
         if not lines[i].lstrip().startswith(_TOP):
-            if _words(lines[i]):
-                out.append(f"line {_words(lines[i])}")
+            words.extend(_words(lines[i]).split())
             i += 1
             continue
+        if words:
+            out.append(f"text {' '.join(words)}")
+            words = []
         end = next(j for j in range(i, len(lines)) if lines[j].lstrip().startswith(_BOTTOM))
         out.extend(_table_fields(lines[i + 1:end]))
         i = end + 1
+    if words:
+        out.append(f"text {' '.join(words)}")
     return out
 
 
