@@ -261,15 +261,16 @@ def test_answers_recorded_into_a_run_come_back_as_batch_output(client: OpenAI,
     assert diagnostics["billing"]["expected"] == "yes" and diagnostics["refund"]["expected"] == "B"
 
 
-def _readme_block(heading: str, language: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"### {heading}\n", 1)[1]
+def _docs_block(heading: str, language: str) -> str:
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    section = text.split(f"## {heading}\n", 1)[1]
     return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readme_sdk_example_runs_as_written(small: ServeProcess) -> None:
-    """The README's five lines, against ``dreads serve`` with no key (only the port differs)."""
-    code = _readme_block("Use dreads as an OpenAI Decisions endpoint", "python")
+    """The five lines of docs/api.md, against ``dreads serve`` with no key (only the port
+    differs)."""
+    code = _docs_block("Use dreads as an OpenAI Decisions endpoint", "python")
     assert len(code.strip().splitlines()) == 5
     code = code.replace("http://127.0.0.1:8000", small.url)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

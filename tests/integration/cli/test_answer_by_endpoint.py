@@ -302,12 +302,12 @@ def test_a_killed_endpoint_run_resumes_exactly_once(make_sim: MakeSim, tmp_path:
 
 def test_readme_second_opinion_on_one_pod(dreads: Dreads, make_sim: MakeSim, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's workflow: dreads' reads and vLLM's own reader on the same server, then
-    ``report --against`` says where they disagree and by how much."""
+    """The workflow of docs/reads.md ("Who answers"): dreads' reads and vLLM's own reader on
+    the same server, then ``report --against`` says where they disagree and by how much."""
     sim = make_sim()
     monkeypatch.setenv("DREADS_UPSTREAM", sim.url)
     path, n = jobs(tmp_path, 20), 20
-    monkeypatch.chdir(tmp_path)  # the default --db dreads.db, as in the README
+    monkeypatch.chdir(tmp_path)  # the default --db dreads.db, as in docs/reads.md
     assert dreads("run", str(path), "--run", "reads").code == 0
     second = dreads("run", str(path), "--run", "vllm-reader", "--answer-by", "systemone")
     assert second.code == 0, second.stderr

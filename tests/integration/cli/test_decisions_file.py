@@ -143,10 +143,10 @@ def test_a_1000_line_decisions_file_survives_a_kill_and_exports_each_decision_on
 
 
 def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
-    """The README's "Run a file of Decisions requests" commands, in a directory with the
-    example file and its key under ``examples/``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Run a file of Decisions requests\n", 1)[1]
+    """The "Run a file of Decisions requests" commands of docs/jobfile.md, in a directory with
+    the example file and its key under ``examples/``."""
+    text = (ROOT / "docs" / "jobfile.md").read_text(encoding="utf-8")
+    section = text.split("## Run a file of Decisions requests\n", 1)[1]
     commands = section.split("```bash\n", 1)[1].split("```", 1)[0]
     (tmp_path / "examples").mkdir()
     for name in ("decisions.jsonl", "decisions.key.jsonl"):
