@@ -25,11 +25,9 @@ from app.api.state import ApiState
 from app.api.systemone import Api, _answer_while_connected, _check_record, _record
 from app.decide import Decided
 from app.engine import Decision, DrawRecord
-from app.engine.openai_decisions import (
-    DecisionsRequestError,
-    decision_from_request,
-    openai_answers,
-)
+from app.engine.openai.answers import openai_answers
+from app.engine.openai.errors import DecisionsRequestError
+from app.engine.openai.request import decision_from_request
 from app.store.queue import utcnow
 
 __all__ = ["router"]
