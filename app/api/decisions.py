@@ -24,11 +24,9 @@ from app.api.schemas import RecordIn
 from app.api.state import ApiState
 from app.api.systemone import Api, _answer_while_connected, _check_record, _record
 from app.engine import Decision, DrawRecord
-from app.engine.openai_decisions import (
-    DecisionsRequestError,
-    decision_from_request,
-    openai_answers,
-)
+from app.engine.openai.answers import openai_answers
+from app.engine.openai.errors import DecisionsRequestError
+from app.engine.openai.request import decision_from_request
 from app.runs.answer import Answered
 from app.store.queue import utcnow
 

@@ -9,6 +9,7 @@ from app.engine.aggregate import aggregate, trivial_answer
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
 from app.engine.noise import derive_seed, seed_canvas
+from app.engine.openai.shapes import ChoiceShape, PredicateShape, QuestionShape, ScoreShape
 from app.engine.policy import stop_reason
 from app.engine.prompt import (
     SYSTEM_INSTRUCTION,
@@ -68,6 +69,7 @@ __all__ = [
     "SYSTEM_INSTRUCTION",
     "Answer",
     "AnswerBy",
+    "ChoiceShape",
     "Decision",
     "DecisionFlow",
     "DecisionPlan",
@@ -76,8 +78,10 @@ __all__ = [
     "Layout",
     "Message",
     "PolicyName",
+    "PredicateShape",
     "PromptParts",
     "Question",
+    "QuestionShape",
     "QuestionType",
     "QuestionsMemo",
     "ReadMode",
@@ -86,6 +90,7 @@ __all__ = [
     "ReadSettings",
     "ReadUnit",
     "Refusal",
+    "ScoreShape",
     "ServerFingerprint",
     "SettingChange",
     "SlotRead",

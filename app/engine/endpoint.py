@@ -6,7 +6,7 @@ question becomes an ``Answer`` (stop reason ``endpoint``, one draw) and one ``Dr
 a question the endpoint declined becomes a ``Refusal``. Diagnostics the endpoint does not
 return (label mass, the argmax, the raw logprobs, the noise seed) are None, never zero.
 
-The shapes are read in ``app.engine.systemone`` (Jev's) and ``app.engine.openai_decisions``
+The shapes are read in ``app.engine.systemone`` (Jev's) and ``app.engine.openai.client``
 (OpenAI's); this module holds what they share.
 """
 

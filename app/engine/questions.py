@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from app.engine.openai.shapes import QuestionShape, shape_from_json
 from app.engine.prompt import serialize_state
 from app.engine.types import Decision, Question, QuestionType
 from app.errors import BadLine, InputError
@@ -277,7 +278,7 @@ def _from_line(obj: Mapping[str, Any], line_no: int | None,
     if not isinstance(obj, Mapping):
         raise InputError("a line must be a JSON object")
     if "url" in obj or "body" in obj or "input" in obj:  # maybe OpenAI's Decisions shape
-        from app.engine.openai_decisions import is_decisions_line, parse_decisions_line
+        from app.engine.openai.lines import is_decisions_line, parse_decisions_line
 
         if is_decisions_line(obj):
             return parse_decisions_line(obj, line_no=line_no)
@@ -356,7 +357,7 @@ def decision_payload(decision: Decision, *, memo: SpecsMemo | None = None) -> di
         "expected": dict(decision.expected),
     }
     if decision.openai is not None:
-        payload["openai"] = dict(decision.openai)
+        payload["openai"] = {"questions": [shape.to_json() for shape in decision.openai]}
     return payload
 
 
@@ -387,6 +388,20 @@ def decision_from_payload(key: str, cell: str | None, payload: Mapping[str, Any]
         expected = _stored_expected(decision, payload.get("expected"))
     except InputError as exc:
         raise InputError(f"decision {decision.id!r}: {exc.message}") from None
+    return replace(decision, expected=expected, openai=_stored_shapes(decision, payload))
+
+
+def _stored_shapes(decision: Decision, payload: Mapping[str, Any]
+                   ) -> tuple[QuestionShape, ...] | None:
+    """The stored ``{"openai": {"questions": [...]}}`` as typed shapes, one per question."""
     openai = payload.get("openai")
-    return replace(decision, expected=expected,
-                   openai=dict(openai) if isinstance(openai, Mapping) else None)
+    if not isinstance(openai, Mapping):
+        return None
+    raw = openai.get("questions")
+    if not isinstance(raw, list) or len(raw) != len(decision.questions):
+        raise InputError(f"decision {decision.id!r}: the stored OpenAI shapes do not match "
+                         "its questions")
+    try:
+        return tuple(shape_from_json(shape) for shape in raw)
+    except InputError as exc:
+        raise InputError(f"decision {decision.id!r}: {exc.message}") from None

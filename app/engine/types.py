@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # shapes.py imports this module
+    from app.engine.openai.shapes import QuestionShape
 
 __all__ = [
     "Answer",
@@ -114,10 +117,10 @@ class Decision:
     questions: tuple[Question, ...]
     cell: str | None = None
     expected: Mapping[str, str] = field(default_factory=dict)  #: question id -> expected label
-    #: An OpenAI Decisions request's own shape of the questions, kept for ``export --format
-    #: openai-batch``: per question its type, name, typed choice values or level labels
-    #: (``app.engine.openai_decisions``). None for dreads' own lines.
-    openai: Mapping[str, Any] | None = None
+    #: An OpenAI Decisions request's own shape of each question, in question order, kept for
+    #: its answers and ``export --format openai-batch``: its name, typed choice values or
+    #: level labels (``app.engine.openai.shapes``). None for dreads' own lines.
+    openai: tuple[QuestionShape, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from app.engine import (
     plan_decision,
 )
 from app.engine.endpoint import EndpointAnswers
-from app.engine.openai_decisions import decisions_request, read_decisions
+from app.engine.openai.client import decisions_request, read_decisions
 from app.engine.systemone import read_systemone, systemone_request
 from app.upstream.base import Upstream
 from app.upstream.endpoint import DecisionEndpoint

@@ -29,7 +29,7 @@ from sqlalchemy import Select, and_, func, select
 from sqlalchemy.orm import Session
 
 from app.engine import Decision, decision_from_payload
-from app.engine.openai_decisions import openai_answer, openai_questions
+from app.engine.openai.answers import openai_answer, openai_questions
 from app.errors import InputError
 from app.store.models import (
     Answer,
@@ -136,7 +136,7 @@ def _body(decision: Decision, rows: Sequence[Any], model: str,
     for question, shape in zip(decision.questions, openai_questions(decision), strict=True):
         row = by_qid.get(question.id)
         if row is None:
-            answers.append({"type": "refusal", "name": shape.get("name")})
+            answers.append({"type": "refusal", "name": shape.name})
         else:
             answers.append(openai_answer(shape, question.labels, row.probs, row.label_mass,
                                          row.endpoint_confidence))

@@ -6,8 +6,11 @@ planned with dreads' vllm layout (the reproduction of vLLM's reader), sent throu
 simulator's own read path (validation, faults, the GPU batch, the scorer and its answer key),
 and folded as vLLM folds it. Request checks and messages follow vLLM's: a malformed body is a
 400 "validation error", an unaskable question a 400 ``BadRequestError`` naming it, an unknown
-model a 404. Answers carry vLLM's fields: ``diagnostics`` (``label_mass``, ``argmax_is_label``)
-and ``joint`` canvases on ``/v1/systemone``; ``confidence`` = top probability x label mass.
+model a 404. ``/v1/decisions`` reads its questions with dreads serve's question, choice and
+level models (``app.engine.openai.model``), instructions narrowed to text as vLLM reads them;
+one difference from vLLM: a ``description`` may be null. Answers carry vLLM's fields:
+``diagnostics`` (``label_mass``, ``argmax_is_label``) and ``joint`` canvases on
+``/v1/systemone``; ``confidence`` = top probability x label mass.
 """
 
 from __future__ import annotations
@@ -38,6 +41,16 @@ from app.engine import (
     encode_body,
     parse_response,
     plan_decision,
+)
+from app.engine.openai.model import (
+    MAX_LEVELS,
+    MAX_OPENAI_CHOICES,
+    ChoiceIn,
+    ChoiceQuestionIn,
+    LevelIn,
+    PredicateIn,
+    ScoreQuestionIn,
+    Text,
 )
 from app.engine.questions import LETTERS, score_labels
 from app.errors import MalformedResponse, TemplateError
@@ -83,9 +96,6 @@ class SystemOneRequest(BaseModel):
     request_id: str | None = None
 
 
-_Short = Annotated[StrictStr, Field(max_length=1048576)]
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -101,34 +111,31 @@ class _Message(_Strict):
     type: Literal["message"] = "message"
 
 
-class _Predicate(_Strict):
-    type: Literal["predicate"]
-    instructions: _Short
-    name: _Short | None = None
+# The question, choice and level models are dreads serve's (OpenAI's shape), so the two
+# readers cannot drift apart; vLLM 0.33 reads a question's instructions as text only, and a
+# choice's or level's description as a string (null is a validation error there).
+
+class _Choice(ChoiceIn):
+    description: Text = ""
 
 
-class _Choice(_Strict):
-    value: StrictStr | StrictBool
-    description: _Short = ""
+class _Level(LevelIn):
+    description: Text = ""
 
 
-class _ChoiceQuestion(_Strict):
-    type: Literal["choice"]
-    instructions: _Short
-    name: _Short | None = None
-    choices: list[_Choice] = Field(min_length=2, max_length=255)
+class _Predicate(PredicateIn):
+    instructions: Text
 
 
-class _Level(_Strict):
-    label: _Short
-    description: _Short = ""
+class _ChoiceQuestion(ChoiceQuestionIn):
+    instructions: Text
+    choices: list[_Choice] = Field(  # type: ignore[assignment]
+        min_length=2, max_length=MAX_OPENAI_CHOICES)
 
 
-class _ScoreQuestion(_Strict):
-    type: Literal["score"]
-    instructions: _Short
-    name: _Short | None = None
-    levels: list[_Level] = Field(min_length=2, max_length=10)
+class _ScoreQuestion(ScoreQuestionIn):
+    instructions: Text
+    levels: list[_Level] = Field(min_length=2, max_length=MAX_LEVELS)  # type: ignore[assignment]
 
 
 DecisionQuestion = Annotated[_Predicate | _ChoiceQuestion | _ScoreQuestion,
@@ -136,7 +143,7 @@ DecisionQuestion = Annotated[_Predicate | _ChoiceQuestion | _ScoreQuestion,
 
 
 class DecisionsRequest(_Strict):
-    model: _Short
+    model: Text
     input: StrictStr | list[_Message]
     questions: list[DecisionQuestion] = Field(min_length=1, max_length=200)
     safety_identifier: Annotated[StrictStr, Field(max_length=128)] | None = None
@@ -196,7 +203,7 @@ def _question(qid: str, type_name: str, instructions: Any, criteria: Any) -> Que
 
 
 def _choice_question(index: int, instructions: str,
-                     options: list[tuple[str, str]]) -> Question:
+                     options: list[tuple[str, str | None]]) -> Question:
     if len(options) > MAX_OPTIONS:
         raise DecisionRefused(f"This model supports at most {MAX_OPTIONS} choices per question")
     return Question(id=str(index), type=QuestionType.CHOICE, instructions=instructions,
@@ -205,8 +212,9 @@ def _choice_question(index: int, instructions: str,
 
 
 def _decision_question(index: int, question: Any) -> Question:
+    options: list[tuple[str, str | None]]
     if isinstance(question, _Predicate):
-        options = [("false", ""), ("true", "")]
+        options = [("false", None), ("true", None)]
     elif isinstance(question, _ChoiceQuestion):
         options = [(json.dumps(c.value, ensure_ascii=False), c.description)
                    for c in question.choices]

@@ -1,5 +1,5 @@
 """A decision asked of a decision endpoint and its answers read back (pure converters):
-``app.engine.systemone`` (Jev's shape), ``app.engine.openai_decisions`` (OpenAI's), and the
+``app.engine.systemone`` (Jev's shape), ``app.engine.openai`` (OpenAI's), and the
 answer-source fields of the run settings."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from app.engine import (
     settings_hash,
     settings_to_dict,
 )
-from app.engine.openai_decisions import decision_from_request, decisions_request, read_decisions
+from app.engine.openai.client import decisions_request, read_decisions
+from app.engine.openai.request import decision_from_request
 from app.engine.systemone import read_systemone, systemone_request
 from app.errors import ConfigError, MalformedResponse
 

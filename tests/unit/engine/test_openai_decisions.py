@@ -1,10 +1,11 @@
-"""OpenAI Decisions requests as dreads decisions and back (``app.engine.openai_decisions``)."""
+"""OpenAI Decisions requests as dreads decisions and back (``app.engine.openai``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
+from pydantic import BaseModel
 
 from app.engine import (
     Answer,
@@ -14,11 +15,11 @@ from app.engine import (
     decision_payload,
     parse_decision,
 )
-from app.engine.openai_decisions import (
-    DecisionsRequestError,
-    decision_from_request,
-    openai_answers,
-)
+from app.engine.openai.answers import openai_answers
+from app.engine.openai.errors import DecisionsRequestError, openai_param
+from app.engine.openai.model import TAGS, DecisionsBody
+from app.engine.openai.request import decision_from_request
+from app.engine.openai.shapes import ChoiceShape, PredicateShape, ScoreShape
 from app.errors import BadLine, InputError
 
 PREDICATE = {"type": "predicate", "name": "billing", "instructions": "About billing?"}
@@ -49,10 +50,9 @@ def test_questions_map_to_noul_choice_and_score_by_name_or_position() -> None:
     assert bools.options == ("true", '"true"', "false", '"false"')  # typed: four options
     assert bools.descriptions == (None, "the word", None, None)
     assert (urgency.id, urgency.options) == ("urgency", ("0", "1 - soon", "2"))
-    assert decision.openai == {"questions": [
-        {"type": "predicate", "name": "billing"},
-        {"type": "choice", "name": None, "values": [True, "true", False, "false"]},
-        {"type": "score", "name": "urgency", "labels": ["0", "1", "2"]}]}
+    assert decision.openai == (PredicateShape("billing"),
+                               ChoiceShape(None, (True, "true", False, "false")),
+                               ScoreShape("urgency", ("0", "1", "2")))
 
 
 def test_expected_values_are_typed_and_stored_as_labels_that_survive_the_payload() -> None:
@@ -158,3 +158,94 @@ def test_answers_come_back_in_openais_shape_with_typed_values() -> None:
     assert choice["confidence"] == pytest.approx(0.6 * 0.9)
     assert score["score"] == pytest.approx(0.3 + 2 * 0.5)
     assert score["probabilities"][2] == {"value": 2, "label": "2", "probability": 0.5}
+
+
+# -- pydantic's errors in OpenAI's terms -------------------------------------------------------
+@pytest.mark.parametrize(("body", "param", "message"), [
+    (request(zzz=1, aaa=2), "aaa", "unknown field(s) ['aaa', 'zzz']; allowed: ['input', "
+     "'metadata', 'model', 'prompt_cache_key', 'prompt_cache_options', 'questions', "
+     "'safety_identifier']"),
+    # the body's unknown fields are named first, then a question's, then its other errors
+    (request({"type": "predicate", "criteria": {}}, zzz=1), "zzz", "unknown field(s) ['zzz']"),
+    (request({"type": "choice", "instructions": "x", "choice": [{"value": "a"}]}),
+     "questions[0].choice", "questions[0]: unknown field(s) ['choice']; allowed: ['choices', "
+     "'instructions', 'name', 'type']"),
+    (request(input=[{"role": "user", "content": [{"type": "input_text", "text": "x", "y": 1}]}]),
+     "input[0].content[0].y", "input[0].content[0]: unknown field(s) ['y']"),
+    (request({"type": "bool", "instructions": "x"}), "questions[0].type",
+     "questions[0].type: unknown question type 'bool'; use one of ['predicate', 'choice', "
+     "'score']"),
+    (request({"instructions": "x"}), "questions[0].type", "unknown question type None"),
+    (request(input=[{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]),
+     "input[0].content[0].type", "unknown part type 'output_text'; use 'input_text' or "
+     "'input_json'"),
+    (request({**BOOLS, "choices": [{"value": "a"}]}), "questions[0].choices",
+     "questions[0].choices: must have 2 to 255 choices, got 1"),
+    (request({**SCORE, "levels": [{"label": "0"}]}), "questions[0].levels",
+     "questions[0].levels: must have 2 to 10 levels, got 1"),
+    (request({**SCORE, "levels": [{"label": "0"}, {"label": "0"}]}),
+     "questions[0].levels[1].label", "duplicate level label '0'; labels must be unique"),
+    (request({**SCORE, "levels": [{"label": "0"}, {"label": " "}]}),
+     "questions[0].levels[1].label", "must not be empty"),
+    (request({**PREDICATE, "name": ""}), "questions[0].name", "questions[0].name: must not be "
+     "empty"),
+    (request({**PREDICATE, "instructions": " "}), "questions[0].instructions", "must not be "
+     "empty"),
+    (request({**PREDICATE, "instructions": 5}), "questions[0].instructions",
+     "questions[0].instructions: must be a string or an array, got number"),
+    (request({**BOOLS, "choices": [{"value": "a"}, {"description": "b"}]}),
+     "questions[0].choices[1].value", "questions[0].choices[1].value: is required"),
+    (request(input=5), "input", "input: must be a string or an array, got number"),
+    (request(input=[]), "input", "input: must not be empty"),
+    (request(input=[{"role": "user", "content": [{"type": "input_json", "data": "x"}]}]),
+     "input[0].content[0].data", "must be a JSON object or an array of objects, got string"),
+    (request(model=5), "model", "model: must be a string, got number"),
+    (request(questions=[PREDICATE] * 401), "questions", "must have 1 to 400 questions, got 401"),
+])
+def test_malformed_bodies_name_the_param_in_openais_terms(body: dict[str, Any], param: str,
+                                                          message: str) -> None:
+    with pytest.raises(DecisionsRequestError) as err:
+        decision_from_request("k", body)
+    assert err.value.param == param
+    assert message in err.value.message
+
+
+def test_the_callers_own_fields_are_allowed_and_named() -> None:
+    body = request(dreads={"run": "r"})
+    assert decision_from_request("k", body, extra_keys=("dreads",)).id == "k"
+    with pytest.raises(DecisionsRequestError, match=r"unknown field\(s\) \['dreads'\]"):
+        decision_from_request("k", body)
+    with pytest.raises(DecisionsRequestError, match=r"allowed: \['dreads', 'input'"):
+        decision_from_request("k", request(zzz=1), extra_keys=("dreads",))
+
+
+@pytest.mark.parametrize(("loc", "param"), [
+    (("questions", 1, "choices"), "questions[1].choices"),
+    (("questions", 0, "choice", "choices", 2, "value", "str"), "questions[0].choices[2].value"),
+    (("input", "array", 0, "content", "array", 1, "input_image"), "input[0].content[1]"),
+    (("model",), "model"),
+    ((), ""),
+])
+def test_pydantic_locations_are_written_as_openais_param(loc: tuple[Any, ...],
+                                                         param: str) -> None:
+    assert openai_param(loc) == param
+
+
+def test_no_field_of_the_body_is_named_like_a_union_tag() -> None:
+    """``openai_param`` drops the tags from pydantic's locations: a field named like one
+    would vanish from the param."""
+    seen: set[str] = set()
+    pending: list[type[BaseModel]] = [DecisionsBody]
+    while pending:
+        model = pending.pop()
+        for name, info in model.model_fields.items():
+            assert name not in TAGS | {"str", "bool"}, (model.__name__, name)
+            pending += [m for m in _models_in(info.annotation) if m.__name__ not in seen]
+        seen.add(model.__name__)
+    assert {"PredicateIn", "ChoiceIn", "LevelIn", "MessageIn", "InputJsonIn"} <= seen
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
