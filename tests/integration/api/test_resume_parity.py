@@ -14,12 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.store.db import make_engine, make_sessionmaker, session_scope
-from app.store.runs import require_run
-from app.store.views import status_counts
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import StartServe
-from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+from tests.fixtures.runs_cli import CliResult, job_line, run_counts, write_jobs
 from tests.fixtures.services import RedisServer, free_port
 
 Dreads = Callable[..., CliResult]
@@ -31,22 +28,13 @@ def served() -> Iterator[SimHandle]:
         yield handle
 
 
-def _counts(db: str, run: str) -> dict[str, int]:
-    engine = make_engine(db)
-    try:
-        with session_scope(make_sessionmaker(engine)) as session:
-            return status_counts(session, require_run(session, run).id)
-    finally:
-        engine.dispose()
-
-
 def _open_run(dreads: Dreads, db: str, served: SimHandle, tmp_path: Path, name: str) -> str:
     """A run with work left: submitted while the broker was down (its decisions pending)."""
     path = write_jobs(tmp_path / f"{name}.jsonl", [job_line(f"{name}{i}") for i in range(3)])
     result = dreads("submit", str(path), "--run", name, "--database-url", db, "--broker",
                     f"redis://127.0.0.1:{free_port()}/0", "--upstream", served.url)
     assert result.code == 0, result.stderr
-    assert _counts(db, name) == {"pending": 3}
+    assert run_counts(db, name) == {"pending": 3}
     return name
 
 
@@ -70,7 +58,7 @@ def test_a_changed_setting_is_refused_the_same_way(
                      ("--threshold", "0.3"), {"threshold": "0.3"})
     assert cli.code != 0
     assert "threshold: 0.1 -> 0.3" in api and api in cli.stderr
-    assert _counts(cli_pg, run) == {"pending": 3}
+    assert run_counts(cli_pg, run) == {"pending": 3}
 
 
 def test_a_cancelled_run_is_refused_the_same_way(

@@ -13,10 +13,9 @@ from app.broker.names import queue_for
 from app.runs.embedded import EmbeddedConfig, execute_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.runs import require_run
-from app.store.views import status_counts
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
-from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
+from tests.fixtures.runs_cli import CliResult, job_line, run_counts, write_jobs
 from tests.fixtures.services import RedisServer, free_port
 
 Dreads = Callable[..., CliResult]
@@ -28,15 +27,6 @@ QUEUE = queue_for("dgemma", 320)  #: the runs' queue: their model and canvas
 def served() -> Iterator[SimHandle]:
     with start_sim_thread(SimOptions()) as handle:
         yield handle
-
-
-def _counts(db: str, run: str) -> dict[str, int]:
-    engine = make_engine(db)
-    try:
-        with session_scope(make_sessionmaker(engine)) as session:
-            return status_counts(session, require_run(session, run).id)
-    finally:
-        engine.dispose()
 
 
 def _finish(db: str, run: str, url: str) -> None:
@@ -59,7 +49,7 @@ def done_run(dreads: Dreads, cli_pg: str, cli_redis: RedisServer, served: SimHan
     assert result.code == 0, result.stderr
     assert result.json()["fingerprint"]["model_id"] == "dgemma"  # taken at first contact
     _finish(cli_pg, "fin", served.url)
-    assert _counts(cli_pg, "fin") == {"done": 6}
+    assert run_counts(cli_pg, "fin") == {"done": 6}
     return "fin"
 
 
@@ -72,7 +62,7 @@ def open_run(dreads: Dreads, cli_pg: str, served: SimHandle,
     result = dreads("submit", str(path), "--run", "open", "--database-url", cli_pg, "--broker",
                     f"redis://127.0.0.1:{free_port()}/0", "--upstream", served.url)
     assert result.code == 0, result.stderr
-    assert _counts(cli_pg, "open") == {"pending": 4}
+    assert run_counts(cli_pg, "open") == {"pending": 4}
     return "open"
 
 
@@ -90,7 +80,7 @@ def test_finished_run_publishes_nothing(dreads: Dreads, cli_pg: str, cli_redis: 
         doc = result.json()
         assert doc["sweep"]["published"] == 0 and doc["retried_failed"] == 0
         assert cli_redis.client().llen(QUEUE) == 0
-    assert _counts(cli_pg, done_run) == {"done": 6}
+    assert run_counts(cli_pg, done_run) == {"done": 6}
 
 
 def test_a_settled_run_needs_no_server(dreads: Dreads, cli_pg: str, cli_redis: RedisServer,
@@ -136,16 +126,16 @@ def test_pending_published_and_dry_run(dreads: Dreads, cli_pg: str, cli_redis: R
     submitted = dreads("submit", str(path), "--run", "pend", "--database-url", cli_pg,
                        "--broker", down, "--upstream", served.url)
     assert submitted.code == 0
-    assert _counts(cli_pg, "pend") == {"pending": 5}
+    assert run_counts(cli_pg, "pend") == {"pending": 5}
     cli_redis.wipe()
     dry = _resume(dreads, cli_pg, cli_redis, "pend", "--dry-run")
     assert dry.code == 0 and "5 pending" in dry.stdout and "dry run" in dry.stdout
-    assert _counts(cli_pg, "pend") == {"pending": 5}
+    assert run_counts(cli_pg, "pend") == {"pending": 5}
     result = _resume(dreads, cli_pg, cli_redis, "pend", "--chunk-size", "2", "--json")
     assert result.code == 0, result.stderr
     assert result.json()["sweep"]["published"] == 5
     assert cli_redis.client().llen(QUEUE) == 3
-    assert _counts(cli_pg, "pend") == {"queued": 5}
+    assert run_counts(cli_pg, "pend") == {"queued": 5}
     again = _resume(dreads, cli_pg, cli_redis, "pend", "--json")
     assert again.json()["sweep"]["published"] == 0  # queued recently: their messages are live
     assert cli_redis.client().llen(QUEUE) == 3
