@@ -124,7 +124,7 @@ class AttemptInfo:
     usage: Mapping[str, Any] | None = None  #: a decision endpoint's usage object
 
 
-@dataclass
+@dataclass(frozen=True)
 class Expired:
     """What one ``expire_leases`` did."""
 
@@ -515,28 +515,18 @@ def expire_leases(session: Session, *, now: datetime | None = None, max_attempts
     (a ``worker_lost`` attempt each) or failed at the cap (``poison``), locked ``SKIP LOCKED``
     so two sweepers never take the same row. The sweeper (``app.runs.sweep``) pages through
     them."""
-    result = Expired()
-    _expire_leases(session, now=now or utcnow(), max_attempts=max_attempts, run_id=run_id,
-                   limit=limit, result=result)
-    return result
-
-
-def _scope(stmt: Any, run_id: int | None) -> Any:
-    return stmt if run_id is None else stmt.where(Decision.run_id == run_id)
-
-
-def _expire_leases(session: Session, *, now: datetime, max_attempts: int, run_id: int | None,
-                   limit: int, result: Expired) -> None:
-    stmt = _scope(
+    now = now or utcnow()
+    stmt = (
         select(Decision.id, Decision.run_id, Decision.lease_token, Decision.lease_owner,
                Decision.attempts)
         .where(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at < now)
-        .order_by(Decision.id).limit(limit).with_for_update(skip_locked=True, of=Decision),
-        run_id,
+        .order_by(Decision.id).limit(limit).with_for_update(skip_locked=True, of=Decision)
     )
+    if run_id is not None:
+        stmt = stmt.where(Decision.run_id == run_id)
     rows = session.execute(stmt).all()
     if not rows:
-        return
+        return Expired()
     attempts: list[dict[str, Any]] = []
     lost: list[int] = []
     poisoned: list[int] = []
@@ -552,8 +542,7 @@ def _expire_leases(session: Session, *, now: datetime, max_attempts: int, run_id
     session.execute(insert(Attempt), attempts)
     _set_lost(session, lost, DecisionStatus.PENDING, OutcomeKind.WORKER_LOST, now)
     _set_lost(session, poisoned, DecisionStatus.FAILED, OutcomeKind.POISON, now)
-    result.lost += len(lost)
-    result.poisoned += len(poisoned)
+    return Expired(lost=len(lost), poisoned=len(poisoned))
 
 
 def _set_lost(session: Session, ids: list[int], status: str, kind: str, now: datetime) -> None:
