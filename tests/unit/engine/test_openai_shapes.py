@@ -26,13 +26,9 @@ from app.engine.openai.shapes import (
     shape_from_json,
 )
 from app.errors import InputError
+from tests.fixtures.openai_bodies import MIXED_BODY
 
-BODY = {"model": "dgemma", "input": "I was charged twice.", "questions": [
-    {"type": "predicate", "name": "billing", "instructions": "About billing?"},
-    {"type": "choice", "instructions": "Refund due?",
-     "choices": [{"value": True}, {"value": "true", "description": "the word"}]},
-    {"type": "score", "name": "urgency", "instructions": "How urgent?",
-     "levels": [{"label": "low"}, {"label": "high", "description": "today"}]}]}
+BODY = MIXED_BODY
 #: The ``openai`` field of a payload as dreads wrote it before the shapes were typed.
 STORED = {"questions": [
     {"type": "predicate", "name": "billing"},

@@ -21,13 +21,9 @@ from app.engine.openai.model import (
 )
 from app.engine.openai.request import decision_from_request
 from app.upstream.sim.decisions import DecisionsRequest, _validation_error
+from tests.fixtures.openai_bodies import MIXED_BODY
 
-OPENAI_BODY = {"model": "dgemma", "input": "I was charged twice.", "questions": [
-    {"type": "predicate", "name": "billing", "instructions": "About billing?"},
-    {"type": "choice", "instructions": "Refund due?",
-     "choices": [{"value": True}, {"value": "true", "description": "the word"}]},
-    {"type": "score", "name": "urgency", "instructions": "How urgent?",
-     "levels": [{"label": "low"}, {"label": "high", "description": "today"}]}]}
+OPENAI_BODY = MIXED_BODY
 JEV_LINE = {"id": "d", "state": {"clause": 4}, "questions": {
     "n": {"type": "noul", "criteria": {"true": "it is", "false": None}},
     "c": {"type": "choice", "criteria": {"a": None, "b": "the other"}},
