@@ -315,10 +315,12 @@ def _norms_in_dtype() -> Callable[[], None]:
         DiffusionGemmaRMSNorm,
     )
 
+    from app.upstream.transformers_engine.kernels import norm_eps
+
     original = DiffusionGemmaRMSNorm.forward
 
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        mean_squared = hidden_states.pow(2).mean(-1, keepdim=True) + self.eps
+        mean_squared = hidden_states.pow(2).mean(-1, keepdim=True) + norm_eps(self)
         normed = hidden_states * torch.pow(mean_squared, -0.5)
         return normed * self.weight if self.with_scale else normed
 

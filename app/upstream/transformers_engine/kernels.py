@@ -36,15 +36,22 @@ from transformers.integrations.moe import (
     grouped_mm_experts_forward,
 )
 
-__all__ = ["GROUPED_EXPERTS", "fuse_norms", "grouped_experts", "rotary", "set_kernels"]
+__all__ = ["GROUPED_EXPERTS", "fuse_norms", "grouped_experts", "norm_eps", "rotary",
+           "set_kernels"]
 
 GROUPED_EXPERTS = "dreads_grouped"
+
+
+def norm_eps(norm: Any) -> float:
+    """A DiffusionGemma RMSNorm's epsilon: ``variance_epsilon`` from transformers 5.25 on,
+    ``eps`` before."""
+    return float(getattr(norm, "variance_epsilon", None) or norm.eps)
 
 
 def _fused_norm(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     weight = self.weight.to(hidden_states.dtype) if self.with_scale else None
     return torch.nn.functional.rms_norm(hidden_states, (hidden_states.shape[-1],), weight,
-                                        self.eps)
+                                        norm_eps(self))
 
 
 def fuse_norms(model: torch.nn.Module, on: bool = True) -> int:
