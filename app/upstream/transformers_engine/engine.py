@@ -117,7 +117,8 @@ class TransformersUpstream:
             engine=ENGINE,
             model_id=self.model_id,
             max_model_len=self.max_model_len,
-            version=f"transformers {transformers.__version__}; torch {torch.__version__}",
+            version=(f"transformers {transformers.__version__}; torch {torch.__version__}; "
+                     f"weights {self.model.weights}"),
             canvas_length=self.canvas_length,
         )
 

@@ -23,6 +23,8 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
 from app.upstream.transformers_engine.compiled import compile_layers
+from app.upstream.transformers_engine.fp8 import fp8_products, set_fp8_mode
+from app.upstream.transformers_engine.fp8_load import load_fp8_checkpoint, local_checkpoint
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
@@ -32,6 +34,7 @@ from app.upstream.transformers_engine.packed import (
     PackedPrefill,
     register_read_attention,
 )
+from app.upstream.transformers_engine.quant_format import Fp8Scheme, read_fp8_scheme
 from app.upstream.transformers_engine.varlen import FUSED_BACKENDS, VarlenPrefill
 
 __all__ = [
@@ -78,7 +81,16 @@ class SlotLogprobs:
 def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
                compiled: bool = False) -> ReadModel:
     """Load a DiffusionGemma checkpoint (local dir or hub id) for reads (``compiled``: see
-    ``ReadModel``)."""
+    ``ReadModel``): unquantized, or FP8 in compressed-tensors' format (``fp8_load.py``; its
+    products in FP8 where the device has them, ``fp8.fp8_products``).
+
+    Raises:
+        ConfigError: no checkpoint there, or one quantized in a format the engine cannot read.
+    """
+    scheme = read_fp8_scheme(local_checkpoint(path) or path)
+    if scheme is not None:
+        return _load_fp8(local_checkpoint(path) or path, scheme, device=device, dtype=dtype,
+                         compiled=compiled)
     options: dict[str, Any] = {"dtype": getattr(torch, dtype)}
     if device != "cpu" and importlib.util.find_spec("accelerate") is not None:
         options["device_map"] = device  # straight onto the GPU, no full copy in CPU memory
@@ -91,6 +103,18 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
             "a tiny one) or a hub id cached locally") from exc
     return ReadModel(model if str(model.device) == device else model.to(device),  # type: ignore[arg-type]
                      compiled=compiled)
+
+
+def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,
+              compiled: bool) -> ReadModel:
+    try:
+        model = load_fp8_checkpoint(path, scheme, device=device, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load the FP8 checkpoint at {path!r}: {exc}") from exc
+    mode = fp8_products(torch.device(device))
+    set_fp8_mode(model, mode)
+    return ReadModel(model, compiled=compiled,
+                     weights=f"{scheme.describe()}; products {mode.describe(model.dtype)}")
 
 
 class ReadModel:
@@ -106,6 +130,8 @@ class ReadModel:
     replayed from CUDA graphs (``graphs.py``); a batch that fits none reads as ``packed``.
     ``compiled`` (default: off): the packed prefill's encoder layers through ``torch.compile``
     (``compiled.py``), compiled on first use.
+    ``weights``: how the weights are stored and multiplied, for the fingerprint (default: the
+    model's dtype).
 
     Packed prefills run the encoder's layers here (``_encode``), not through its forward: the
     last layer's feed-forward and the final norm are skipped, since only the keys and values
@@ -114,7 +140,8 @@ class ReadModel:
 
     def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
                  kernels: bool = True, graphs: bool | None = None,
-                 graph_key_slots: int = DEFAULT_KEY_SLOTS, compiled: bool = False) -> None:
+                 graph_key_slots: int = DEFAULT_KEY_SLOTS, compiled: bool = False,
+                 weights: str | None = None) -> None:
         register_read_attention()
         if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
@@ -135,6 +162,7 @@ class ReadModel:
         self._steps: DecodeGraphs | None = None
         self.compiled = compiled
         self._layers: list[Any] | None = None  #: made at the first compiled prefill
+        self.weights = weights or str(model.dtype).removeprefix("torch.")
 
     @property
     def kernels(self) -> bool:

@@ -1,0 +1,220 @@
+"""Load a compressed-tensors FP8 DiffusionGemma checkpoint (``quant_format``) as llm-compressor
+writes it.
+
+On disk every quantized ``nn.Linear`` holds ``weight`` (float8_e4m3fn) and ``weight_scale``;
+the experts were unpacked for calibration (llm-compressor's permanent MoE calibration module),
+so each layer's experts are ``experts.{i}.gate_proj|up_proj|down_proj`` linear layers, not
+transformers' packed ``gate_up_proj`` / ``down_proj``. The ignored modules (router, embeddings,
+``lm_head``, the vision tower) are plain tensors.
+
+The model is built with its parameters on the meta device (buffers, computed from the config,
+are real), quantized linear layers become ``Fp8Linear``, each experts module gets FP8
+``(experts, out, in)`` weights, and every tensor is then read from the safetensors files
+straight into its place on the device: the weights are never held in bf16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+
+from app.errors import ConfigError
+from app.upstream.transformers_engine.fp8 import (
+    FP8_EXPERTS,
+    Fp8Linear,
+    pack_expert_weights,
+    register_fp8_experts,
+)
+from app.upstream.transformers_engine.quant_format import Fp8Scheme
+
+__all__ = ["checkpoint_keys", "load_fp8_checkpoint", "local_checkpoint"]
+
+_SCALE = ".weight_scale"
+_EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>gate_proj|up_proj|"
+                     r"down_proj)\.(?P<what>weight|weight_scale)$")
+
+
+def checkpoint_keys(path: str) -> dict[str, Path]:
+    """Every tensor name of the safetensors checkpoint at ``path`` and the file holding it."""
+    root = Path(path)
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return {name: root / file for name, file in weight_map.items()}
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"no *.safetensors files in {path!r}")
+    keys: dict[str, Path] = {}
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            keys.update(dict.fromkeys(handle.keys(), file))
+    return keys
+
+
+def load_fp8_checkpoint(path: str, scheme: Fp8Scheme, *, device: str,
+                        dtype: torch.dtype) -> DiffusionGemmaForBlockDiffusion:
+    """The FP8 checkpoint at ``path`` on ``device``: unquantized tensors in ``dtype``, the
+    quantized ones in FP8 with float32 scales, experts through ``fp8_experts``.
+
+    Raises:
+        ConfigError: the files do not match the model (names of missing or unexpected tensors).
+    """
+    config = DiffusionGemmaConfig.from_pretrained(path)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    keys = checkpoint_keys(path)
+    with _parameters_on_meta():
+        model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
+    quantized = {name.removesuffix(_SCALE) for name in keys if name.endswith(_SCALE)}
+    experts = _experts_modules(model)
+    _install_fp8_linears(model, {q for q in quantized if not _EXPERT.match(q + _SCALE)},
+                         scheme.dynamic)
+    for name, module in experts.items():
+        if f"{name}.0.gate_proj{_SCALE}" in keys:
+            pack_expert_weights(module, dynamic=scheme.dynamic)
+    _materialize(model, device, dtype)
+    _load_tensors(model, keys, experts, device)
+    model.tie_weights()
+    register_fp8_experts()
+    model.set_experts_implementation(FP8_EXPERTS)
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Parameters registered inside go to the meta device (no memory); buffers stay real."""
+    original = torch.nn.Module.register_parameter
+
+    def register(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        original(module, name, param)
+
+    torch.nn.Module.register_parameter = register  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def _experts_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    return {name: module for name, module in model.named_modules()
+            if type(module).__name__.endswith("TextExperts")}
+
+
+def _install_fp8_linears(model: torch.nn.Module, names: set[str], dynamic: bool) -> None:
+    for name in sorted(names):
+        parent_name, _, child = name.rpartition(".")
+        try:
+            linear = model.get_submodule(name)
+        except AttributeError as exc:
+            raise ConfigError(f"the checkpoint quantizes {name!r}, which DiffusionGemma does "
+                              "not have") from exc
+        if not isinstance(linear, torch.nn.Linear) or linear.bias is not None:
+            raise ConfigError(f"the checkpoint quantizes {name!r}, which is no bias-free "
+                              f"linear layer ({type(linear).__name__})")
+        setattr(model.get_submodule(parent_name), child,
+                Fp8Linear(linear.in_features, linear.out_features, dynamic=dynamic,
+                          device="meta"))
+
+
+def _materialize(model: torch.nn.Module, device: str, dtype: torch.dtype) -> None:
+    """Give every meta parameter uninitialised memory on ``device`` (floating ones not FP8 or
+    float32 scales in ``dtype``), once per tied group; the loader fills them all."""
+    made: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None or param.device.type != "meta":
+                continue
+            if id(param) not in made:
+                keep = param.dtype == torch.float8_e4m3fn or name.endswith("_scale")
+                kind = param.dtype if keep or not param.is_floating_point() else dtype
+                made[id(param)] = torch.nn.Parameter(
+                    torch.empty(param.shape, dtype=kind, device=device), requires_grad=False)
+            module._parameters[name] = made[id(param)]
+    model.to(device)  # the buffers
+
+
+def _load_tensors(model: torch.nn.Module, keys: dict[str, Path],
+                  experts: dict[str, torch.nn.Module], device: str) -> None:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers())
+    filled: set[int] = set()
+    unexpected: list[str] = []
+    for name, tensor in _tensors(keys):
+        target = _expert_slice(name, experts)
+        if target is None:
+            target = params.get(name, buffers.get(name))
+        if target is None:
+            unexpected.append(name)
+            continue
+        _fill(target, tensor, device)
+        filled.add(id(params.get(_expert_param(name) or name)))
+    missing = [name for name, param in params.items() if id(param) not in filled]
+    if unexpected or missing:
+        raise ConfigError(f"the checkpoint does not match DiffusionGemma: unexpected tensors "
+                          f"{unexpected[:5]}, missing {missing[:5]}")
+
+
+def _tensors(keys: dict[str, Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    by_file: dict[Path, list[str]] = {}
+    for name, file in keys.items():
+        by_file.setdefault(file, []).append(name)
+    for file, names in by_file.items():
+        with safe_open(str(file), "pt") as handle:
+            for name in names:
+                yield name, handle.get_tensor(name)
+
+
+def _fill(target: torch.Tensor, tensor: torch.Tensor, device: str) -> None:
+    value = tensor.to(device)
+    if value.shape != target.shape:
+        value = value.reshape(-1, 1) if target.shape[-1:] == (1,) else value.reshape(-1)
+        value = value.expand(target.shape)  # a per-tensor scale for every channel
+    with torch.no_grad():
+        target.copy_(value)
+
+
+def _expert_slice(name: str, experts: dict[str, Any]) -> torch.Tensor | None:
+    """Where an unpacked expert's tensor goes in its module's packed parameter."""
+    match = _EXPERT.match(name)
+    if match is None or match["experts"] not in experts:
+        return None
+    module = experts[match["experts"]]
+    index, proj = int(match["index"]), match["proj"]
+    packed = "down_proj" if proj == "down_proj" else "gate_up_proj"
+    scale = match["what"] == "weight_scale"
+    param = getattr(module, f"{packed}_scale" if scale else packed)
+    half = int(module.intermediate_dim)
+    rows = {"gate_proj": slice(0, half), "up_proj": slice(half, 2 * half)}.get(
+        proj, slice(None))
+    return param[index, rows]
+
+
+def _expert_param(name: str) -> str | None:
+    match = _EXPERT.match(name)
+    if match is None:
+        return None
+    packed = "down_proj" if match["proj"] == "down_proj" else "gate_up_proj"
+    return f"{match['experts']}.{packed}{'_scale' if match['what'] == 'weight_scale' else ''}"
+
+
+def local_checkpoint(path: str) -> str | None:
+    """``path`` if it is a directory, else the snapshot of a hub id already in the local cache
+    (nothing is downloaded), else None."""
+    if Path(path).is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return str(snapshot_download(path, local_files_only=True))
+    except Exception:  # not a hub id, or not cached: transformers says why when it loads
+        return None
