@@ -35,7 +35,7 @@ from app.upstream.transformers_engine.fp8 import (
 )
 from app.upstream.transformers_engine.quant_format import Fp8Scheme
 
-__all__ = ["checkpoint_keys", "load_fp8_checkpoint", "local_checkpoint"]
+__all__ = ["checkpoint_keys", "load_fp8_checkpoint", "local_checkpoint", "skeleton"]
 
 _SCALE = ".weight_scale"
 _EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>gate_proj|up_proj|"
@@ -65,27 +65,51 @@ def load_fp8_checkpoint(path: str, scheme: Fp8Scheme, *, device: str,
     quantized ones in FP8 with float32 scales, experts through ``fp8_experts``.
 
     Raises:
-        ConfigError: the files do not match the model (names of missing or unexpected tensors).
+        ConfigError: the files do not match the model (names of missing or unexpected tensors,
+            or copies of one shared weight that differ).
     """
-    config = DiffusionGemmaConfig.from_pretrained(path)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
     keys = checkpoint_keys(path)
-    with _parameters_on_meta():
-        model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
-    quantized = {name.removesuffix(_SCALE) for name in keys if name.endswith(_SCALE)}
-    experts = _experts_modules(model)
-    _install_fp8_linears(model, {q for q in quantized if not _EXPERT.match(q + _SCALE)},
-                         scheme.dynamic)
-    for name, module in experts.items():
-        if f"{name}.0.gate_proj{_SCALE}" in keys:
-            pack_expert_weights(module, dynamic=scheme.dynamic)
-    _materialize(model, device, dtype)
-    _load_tensors(model, keys, experts, device)
-    model.tie_weights()
+    model = skeleton(path, dtype, scheme=scheme, keys=keys)
+    _materialize(model, device)
+    _load_tensors(model, keys, _experts_modules(model), device)
     register_fp8_experts()
     model.set_experts_implementation(FP8_EXPERTS)
     return model.eval()
+
+
+def skeleton(path: str, dtype: torch.dtype, *, scheme: Fp8Scheme | None = None,
+             keys: dict[str, Path] | None = None) -> DiffusionGemmaForBlockDiffusion:
+    """The model of the checkpoint at ``path`` with its parameters on the meta device (no
+    memory; buffers real, on the CPU): with ``scheme``, its quantized linear layers as
+    ``Fp8Linear`` and its experts packed in FP8. Weights the encoder and decoder share stay
+    shared."""
+    config = DiffusionGemmaConfig.from_pretrained(path)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    with _parameters_on_meta():
+        model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
+    if scheme is None:
+        return model
+    keys = checkpoint_keys(path) if keys is None else keys
+    quantized = {name.removesuffix(_SCALE) for name in keys if name.endswith(_SCALE)}
+    _install_fp8_linears(model, {q for q in quantized if not _EXPERT.match(q + _SCALE)},
+                         scheme.dynamic)
+    packed: dict[int, Any] = {}
+    for name, module in _experts_modules(model).items():
+        if f"{name}.0.gate_proj{_SCALE}" not in keys:
+            continue
+        first = packed.setdefault(id(module.gate_up_proj), module)
+        if first is module:
+            pack_expert_weights(module, dynamic=scheme.dynamic)
+        else:  # the decoder's experts are the encoder's
+            _share_experts(first, module)
+    return model
+
+
+def _share_experts(source: Any, target: Any) -> None:
+    for name in ("gate_up_proj", "down_proj", "gate_up_proj_scale", "down_proj_scale"):
+        setattr(target, name, getattr(source, name))
+    target.fp8_dynamic, target.use_fp8 = source.fp8_dynamic, source.use_fp8
 
 
 @contextlib.contextmanager
@@ -111,6 +135,8 @@ def _experts_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
 
 def _install_fp8_linears(model: torch.nn.Module, names: set[str], dynamic: bool) -> None:
+    """``names`` become ``Fp8Linear``; linear layers that shared a weight share one module."""
+    made: dict[int, Fp8Linear] = {}
     for name in sorted(names):
         parent_name, _, child = name.rpartition(".")
         try:
@@ -121,33 +147,36 @@ def _install_fp8_linears(model: torch.nn.Module, names: set[str], dynamic: bool)
         if not isinstance(linear, torch.nn.Linear) or linear.bias is not None:
             raise ConfigError(f"the checkpoint quantizes {name!r}, which is no bias-free "
                               f"linear layer ({type(linear).__name__})")
-        setattr(model.get_submodule(parent_name), child,
-                Fp8Linear(linear.in_features, linear.out_features, dynamic=dynamic,
-                          device="meta"))
+        if id(linear.weight) not in made:
+            made[id(linear.weight)] = Fp8Linear(linear.in_features, linear.out_features,
+                                                dynamic=dynamic, device="meta")
+        setattr(model.get_submodule(parent_name), child, made[id(linear.weight)])
 
 
-def _materialize(model: torch.nn.Module, device: str, dtype: torch.dtype) -> None:
-    """Give every meta parameter uninitialised memory on ``device`` (floating ones not FP8 or
-    float32 scales in ``dtype``), once per tied group; the loader fills them all."""
+def _materialize(model: torch.nn.Module, device: str) -> None:
+    """Give every meta parameter uninitialised memory on ``device``, in its own dtype (the
+    skeleton's: the model's, FP8, float32 scales), once per tied group; the loader fills them
+    all."""
     made: dict[int, torch.nn.Parameter] = {}
     for module in model.modules():
         for name, param in list(module._parameters.items()):
             if param is None or param.device.type != "meta":
                 continue
             if id(param) not in made:
-                keep = param.dtype == torch.float8_e4m3fn or name.endswith("_scale")
-                kind = param.dtype if keep or not param.is_floating_point() else dtype
                 made[id(param)] = torch.nn.Parameter(
-                    torch.empty(param.shape, dtype=kind, device=device), requires_grad=False)
+                    torch.empty(param.shape, dtype=param.dtype, device=device),
+                    requires_grad=False)
             module._parameters[name] = made[id(param)]
     model.to(device)  # the buffers
 
 
 def _load_tensors(model: torch.nn.Module, keys: dict[str, Path],
                   experts: dict[str, torch.nn.Module], device: str) -> None:
+    """Every tensor of the checkpoint into its place; a second copy of a shared weight (the
+    encoder's and decoder's, saved apart once quantization untied them) must equal the first."""
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers())
-    filled: set[int] = set()
+    filled: set[tuple[int, str]] = set()
     unexpected: list[str] = []
     for name, tensor in _tensors(keys):
         target = _expert_slice(name, experts)
@@ -156,12 +185,26 @@ def _load_tensors(model: torch.nn.Module, keys: dict[str, Path],
         if target is None:
             unexpected.append(name)
             continue
-        _fill(target, tensor, device)
-        filled.add(id(params.get(_expert_param(name) or name)))
-    missing = [name for name, param in params.items() if id(param) not in filled]
+        where = _place(name, params, buffers)
+        if where in filled:
+            _check_copy(name, target, tensor, device)
+        else:
+            _fill(target, tensor, device)
+            filled.add(where)
+    filled_ids = {place for place, _ in filled}
+    missing = [name for name, param in params.items() if id(param) not in filled_ids]
     if unexpected or missing:
         raise ConfigError(f"the checkpoint does not match DiffusionGemma: unexpected tensors "
                           f"{unexpected[:5]}, missing {missing[:5]}")
+
+
+def _place(name: str, params: dict[str, Any], buffers: dict[str, Any]) -> tuple[int, str]:
+    """The tensor a checkpoint name fills (shared ones once) and which part of it."""
+    match = _EXPERT.match(name)
+    if match is None:
+        return id(params.get(name, buffers.get(name))), ""
+    packed = _expert_param(name) or name
+    return id(params[packed]), f"{match['index']}.{match['proj']}"
 
 
 def _tensors(keys: dict[str, Path]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -174,13 +217,24 @@ def _tensors(keys: dict[str, Path]) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, handle.get_tensor(name)
 
 
-def _fill(target: torch.Tensor, tensor: torch.Tensor, device: str) -> None:
+def _shaped(target: torch.Tensor, tensor: torch.Tensor, device: str) -> torch.Tensor:
+    """``tensor`` on ``device`` in ``target``'s shape (a per-tensor scale for every channel)."""
     value = tensor.to(device)
     if value.shape != target.shape:
         value = value.reshape(-1, 1) if target.shape[-1:] == (1,) else value.reshape(-1)
-        value = value.expand(target.shape)  # a per-tensor scale for every channel
+        value = value.expand(target.shape)
+    return value
+
+
+def _fill(target: torch.Tensor, tensor: torch.Tensor, device: str) -> None:
     with torch.no_grad():
-        target.copy_(value)
+        target.copy_(_shaped(target, tensor, device))
+
+
+def _check_copy(name: str, target: torch.Tensor, tensor: torch.Tensor, device: str) -> None:
+    if not torch.equal(target.float(), _shaped(target, tensor, device).float()):
+        raise ConfigError(f"the checkpoint's {name!r} differs from the other copy of the same "
+                          "shared weight (DiffusionGemma's encoder and decoder share theirs)")
 
 
 def _expert_slice(name: str, experts: dict[str, Any]) -> torch.Tensor | None:

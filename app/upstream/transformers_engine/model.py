@@ -24,10 +24,20 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 from app.errors import ConfigError
 from app.upstream.transformers_engine.compiled import compile_layers
 from app.upstream.transformers_engine.fp8 import fp8_products, set_fp8_mode
-from app.upstream.transformers_engine.fp8_load import load_fp8_checkpoint, local_checkpoint
+from app.upstream.transformers_engine.fp8_load import (
+    load_fp8_checkpoint,
+    local_checkpoint,
+    skeleton,
+)
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
+from app.upstream.transformers_engine.memory import (
+    GIB,
+    check_weights_fit,
+    model_bytes,
+    set_memory_limit,
+)
 from app.upstream.transformers_engine.packed import (
     READ_ATTENTION,
     PackedBatch,
@@ -79,18 +89,22 @@ class SlotLogprobs:
 
 
 def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
-               compiled: bool = False) -> ReadModel:
+               compiled: bool = False, memory_gib: float | None = None) -> ReadModel:
     """Load a DiffusionGemma checkpoint (local dir or hub id) for reads (``compiled``: see
     ``ReadModel``): unquantized, or FP8 in compressed-tensors' format (``fp8_load.py``; its
-    products in FP8 where the device has them, ``fp8.fp8_products``).
+    products in FP8 where the device has them, ``fp8.fp8_products``). ``memory_gib``: the
+    process's limit on the device (``memory.py``), checked against the weights first.
 
     Raises:
-        ConfigError: no checkpoint there, or one quantized in a format the engine cannot read.
+        ConfigError: no checkpoint there, one quantized in a format the engine cannot read, or
+            weights too large for ``memory_gib``.
     """
-    scheme = read_fp8_scheme(local_checkpoint(path) or path)
+    local = local_checkpoint(path)
+    scheme = read_fp8_scheme(local or path)
+    if memory_gib is not None:
+        _limit_memory(path, local, scheme, device=device, dtype=dtype, gib=memory_gib)
     if scheme is not None:
-        return _load_fp8(local_checkpoint(path) or path, scheme, device=device, dtype=dtype,
-                         compiled=compiled)
+        return _load_fp8(local or path, scheme, device=device, dtype=dtype, compiled=compiled)
     options: dict[str, Any] = {"dtype": getattr(torch, dtype)}
     if device != "cpu" and importlib.util.find_spec("accelerate") is not None:
         options["device_map"] = device  # straight onto the GPU, no full copy in CPU memory
@@ -103,6 +117,17 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
             "a tiny one) or a hub id cached locally") from exc
     return ReadModel(model if str(model.device) == device else model.to(device),  # type: ignore[arg-type]
                      compiled=compiled)
+
+
+def _limit_memory(path: str, local: str | None, scheme: Fp8Scheme | None, *, device: str,
+                  dtype: str, gib: float) -> None:
+    """Refuse weights the limit cannot hold (a local checkpoint: read from its headers), then
+    cap the allocator there."""
+    limit = int(gib * GIB)
+    if local is not None:
+        weights = model_bytes(skeleton(local, getattr(torch, dtype), scheme=scheme))
+        check_weights_fit(path, weights, limit)
+    set_memory_limit(torch.device(device), limit)
 
 
 def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,

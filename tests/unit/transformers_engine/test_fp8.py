@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 from app.engine import (  # noqa: E402
     DecisionFlow,
@@ -127,6 +130,29 @@ def test_every_weight_is_compressed_tensors_dequantization(fp8_model: ReadModel,
             assert torch.equal(weight, reference[f"{name}.{proj}"]), name
     for name in ("lm_head.weight", "model.decoder.layers.0.router.proj.weight"):
         assert torch.equal(model.state_dict()[name], reference[name])
+
+
+def test_the_encoder_and_decoder_share_their_fp8_weights(fp8_model: ReadModel) -> None:
+    """transformers' DiffusionGemma shares every layer weight between encoder and decoder;
+    quantization untied them on disk (two copies), the loader keeps one in memory."""
+    encoder = fp8_model.model.model.encoder.language_model.layers
+    decoder = fp8_model.model.model.decoder.layers
+    for enc, dec in zip(encoder, decoder, strict=True):
+        assert enc.self_attn.q_proj.weight is dec.self_attn.q_proj.weight
+        assert enc.mlp.down_proj.weight_scale is dec.mlp.down_proj.weight_scale
+        assert enc.experts.gate_up_proj is dec.experts.gate_up_proj
+        assert enc.experts.down_proj_scale is dec.experts.down_proj_scale
+
+
+def test_copies_of_a_shared_weight_that_differ_are_refused(fp8_dir: Path,
+                                                           tmp_path: Path) -> None:
+    tensors = load_file(str(fp8_dir / "model.safetensors"))
+    name = "model.encoder.language_model.layers.1.experts.2.up_proj.weight_scale"
+    tensors[name] = tensors[name] * 2
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(fp8_dir / "config.json", tmp_path / "config.json")
+    with pytest.raises(ConfigError, match="differs from the other copy"):
+        load_model(str(tmp_path), dtype="float32")
 
 
 def _inputs_quantized(model: ReadModel, on: bool) -> None:
