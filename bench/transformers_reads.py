@@ -23,7 +23,13 @@ mask and no cache bookkeeping; decoder over one prompt's cache expanded to the b
 same slots), so the table says how much of the wall time is model time, how much the cache and
 batching cost, and how much is left outside the forwards.
 
+``--weights fp8`` quantizes the random weights on the device as llm-compressor's ``FP8_DYNAMIC``
+recipe does (``fp8.quantize_model``) and reads with the FP8 products the device has;
+``--gpu-memory GiB`` then caps the process as ``DREADS_ENGINE_GPU_MEMORY`` does (refusing weights
+the cap cannot hold, with the figures) and each figure reports the peak memory allocated.
+
     python bench/transformers_reads.py --config full --device cuda      # H200
+    python bench/transformers_reads.py --config full --device cuda --weights fp8 --gpu-memory 32
     python bench/transformers_reads.py --config small --device cpu --states 24 --multi-states 4
 """
 
@@ -58,10 +64,18 @@ from app.engine import (
     parse_decision,
     plan_decision,
 )
+from app.errors import ConfigError
 from app.runs.answer import drive
 from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
+from app.upstream.transformers_engine.fp8 import fp8_products, quantize_model, set_fp8_mode
 from app.upstream.transformers_engine.kv import layers_of
+from app.upstream.transformers_engine.memory import (
+    GIB,
+    check_weights_fit,
+    model_bytes,
+    set_memory_limit,
+)
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
 from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
 
@@ -113,6 +127,41 @@ def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16
         torch.set_default_dtype(previous)
     torch.nn.Module.to(model, dtype=dtype)  # in place, parameter by parameter (tied ones once)
     return ReadModel(model.eval(), packed=packed)
+
+
+def to_fp8(model: ReadModel) -> None:
+    """The model's weights quantized in place (FP8_DYNAMIC), read with the device's FP8
+    products."""
+    quantize_model(model.model)
+    mode = fp8_products(model.device)
+    set_fp8_mode(model.model, mode)
+    products = mode.describe(model.model.dtype)
+    model.weights = f"fp8 (FP8_DYNAMIC, quantized in memory); products {products}"
+    gc.collect()
+    if model.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def cap_memory(model: ReadModel, gib: float) -> bool:
+    """Cap the process at ``gib`` as the engine's limit does; False (and the refusal printed)
+    when the weights leave too little under it."""
+    limit = int(gib * GIB)
+    try:
+        check_weights_fit("the benchmark model", model_bytes(model.model), limit)
+    except ConfigError as exc:
+        print(f"refused at a {gib:g} GiB limit: {exc}", flush=True)
+        return False
+    set_memory_limit(model.device, limit)
+    if model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(model.device)
+    return True
+
+
+def peak(model: ReadModel) -> str:
+    if model.device.type != "cuda":
+        return ""
+    return (f", peak {torch.cuda.max_memory_allocated(model.device) / GIB:.2f} GiB allocated "
+            f"({torch.cuda.max_memory_reserved(model.device) / GIB:.2f} reserved)")
 
 
 # -- workloads --------------------------------------------------------------------------------
@@ -583,6 +632,10 @@ def main() -> None:
     parser.add_argument("--profile", default="", help="write a torch profile of 128 field "
                         "decisions x DRAWS here (e.g. $OUT/profile.txt:1)")
     parser.add_argument("--time-limit-s", type=float, default=480.0)
+    parser.add_argument("--weights", choices=("bf16", "fp8"), default="bf16",
+                        help="fp8: the random weights quantized on the device (FP8_DYNAMIC)")
+    parser.add_argument("--gpu-memory", type=float, default=0.0,
+                        help="GiB: cap the process as DREADS_ENGINE_GPU_MEMORY does (0: no cap)")
     args = parser.parse_args()
     began = time.perf_counter()
     tok_dir = args.tokenizer or (str(ROOT.parent / "shared" / "tokenizers" /
@@ -593,12 +646,17 @@ def main() -> None:
     run_checks(args, vocab)
     paths = args.paths.split(",")
     model = build_model(args.config, args.device, vocab=vocab)
+    if args.weights == "fp8":
+        to_fp8(model)
     use_path(model, paths[-1].partition("@")[0])
     print(f"model {args.config} on {args.device}: "
-          f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters; "
+          f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters, "
+          f"weights {model.weights}, {model_bytes(model.model) / GIB:.2f} GiB; "
           f"built at {time.perf_counter() - began:.1f}s; torch {torch.__version__}; "
           f"tokenizer {tok_dir} ({tokenizer.info.vocab_size} ids)", flush=True)
-    if args.check:
+    if args.gpu_memory and not cap_memory(model, args.gpu_memory):
+        return
+    if args.check and args.weights == "bf16":
         check_experts(model)
     field = field_decisions(args.states, tokenizer)
     multi = multi_decisions(args.multi_states, tokenizer)
@@ -642,7 +700,7 @@ def main() -> None:
             print(f"  {path} {item}: {figures.wall_s:.2f}s, {figures.decisions_per_s:.1f} "
                   f"decisions/s, enc {figures.encoder_s:.2f}s dec {figures.decoder_s:.2f}s, "
                   f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s"
-                  f"{graphs} [{time.perf_counter() - began:.0f}s]", flush=True)
+                  f"{graphs}{peak(model)} [{time.perf_counter() - began:.0f}s]", flush=True)
     _print(results)
 
 

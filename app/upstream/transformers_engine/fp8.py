@@ -39,7 +39,9 @@ __all__ = [
     "fp8_experts",
     "fp8_products",
     "pack_expert_weights",
+    "quantize_model",
     "quantize_rows",
+    "register_fp8_experts",
     "set_fp8_mode",
 ]
 
@@ -220,3 +222,57 @@ def _probe(device: torch.device, *, grouped: bool) -> bool:
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         return False
     return bool(torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2))
+
+
+def _ignored(name: str) -> bool:
+    """llm-compressor's ignore list for Gemma 4 models (``lm_head``, ``re:.*embed.*``,
+    ``re:.*router``, ``re:.*vision_tower.*``), matched as compressed-tensors matches it."""
+    return name == "lm_head" or any(part in name for part in ("embed", "router", "vision_tower"))
+
+
+def quantize_model(model: Any, *, dynamic: bool = True) -> int:
+    """Quantize a loaded DiffusionGemma in place as llm-compressor's ``FP8_DYNAMIC`` recipe
+    does (the benchmark's full-size random FP8 model, built on the device): every bias-free
+    linear layer outside the ignore list becomes an ``Fp8Linear``, every experts module FP8,
+    each weight scaled per output channel. A weight shared by several modules (the encoder's
+    and the decoder's) is quantized once and replaced everywhere at once, so its bf16 copy is
+    freed before the next is quantized. Returns how many weights were quantized."""
+    linears: dict[int, list[str]] = {}
+    experts: dict[int, list[str]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        if isinstance(module, torch.nn.Linear) and module.bias is None and not _ignored(name):
+            linears.setdefault(id(module.weight), []).append(name)
+        elif type(module).__name__.endswith("TextExperts"):
+            experts.setdefault(id(module.gate_up_proj), []).append(name)
+    for names in linears.values():
+        layer = _fp8_linear(model.get_submodule(names[0]), dynamic)
+        for name in names:
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer)
+    for names in experts.values():
+        _quantize_experts([model.get_submodule(name) for name in names], dynamic)
+    register_fp8_experts()
+    model.set_experts_implementation(FP8_EXPERTS)
+    return len(linears) + 2 * len(experts)
+
+
+def _fp8_linear(linear: torch.nn.Linear, dynamic: bool) -> Fp8Linear:
+    layer = Fp8Linear(linear.in_features, linear.out_features, dynamic=dynamic,
+                      device=linear.weight.device)
+    layer.weight.data, layer.weight_scale.data = quantize_rows(linear.weight.data)
+    return layer
+
+
+def _quantize_experts(modules: list[Any], dynamic: bool) -> None:
+    """The experts ``modules`` (sharing their weights) on one set of FP8 weights."""
+    for name in ("gate_up_proj", "down_proj"):
+        weight = getattr(modules[0], name).data
+        q, scale = quantize_rows(weight.reshape(-1, weight.shape[-1]))
+        del weight
+        fp8 = torch.nn.Parameter(q.reshape(getattr(modules[0], name).shape), requires_grad=False)
+        scales = torch.nn.Parameter(scale.reshape(fp8.shape[:2]), requires_grad=False)
+        for module in modules:  # the last reference to the bf16 weight goes here
+            setattr(module, name, fp8)
+            setattr(module, f"{name}_scale", scales)
+    for module in modules:
+        module.fp8_dynamic, module.use_fp8 = dynamic, False

@@ -48,11 +48,13 @@ def check_weights_fit(path: str, weights: int, limit: int) -> None:
     """
     if weights + WORKING_MIN <= limit:
         return
+    where = (f"more than the memory limit of {limit / GIB:.2f} GiB" if weights > limit else
+             f"leaving {(limit - weights) / GIB:.2f} GiB of the memory limit of "
+             f"{limit / GIB:.2f} GiB")
     raise ConfigError(
-        f"the weights of {path!r} take {weights / GIB:.2f} GiB on the device: a memory limit "
-        f"of {limit / GIB:.2f} GiB leaves {(limit - weights) / GIB:.2f} GiB beside them, and "
-        f"reads need at least {WORKING_MIN / GIB:.0f} GiB (activations, prompt cache, step "
-        "arena). Raise DREADS_ENGINE_GPU_MEMORY, or use a smaller checkpoint (FP8 weights "
+        f"the weights of {path!r} take {weights / GIB:.2f} GiB on the device, {where}; reads "
+        f"need at least {WORKING_MIN / GIB:.0f} GiB beside them (activations, prompt cache, "
+        "step arena). Raise DREADS_ENGINE_GPU_MEMORY, or use a smaller checkpoint (FP8 weights "
         "take half of bf16's)")
 
 

@@ -33,9 +33,11 @@ from app.upstream.transformers_engine.fp8 import (  # noqa: E402
     Fp8Linear,
     Fp8Mode,
     fp8_products,
+    quantize_model,
     quantize_rows,
     set_fp8_mode,
 )
+from app.upstream.transformers_engine.tiny import build_tiny_model, rounded_vocab  # noqa: E402
 from tests.fixtures.runs_cli import CliResult, sqlite_rows  # noqa: E402
 from tests.unit.transformers_engine.fp8_checkpoint import (  # noqa: E402
     dequantized_dir,
@@ -142,6 +144,30 @@ def test_the_encoder_and_decoder_share_their_fp8_weights(fp8_model: ReadModel) -
         assert enc.mlp.down_proj.weight_scale is dec.mlp.down_proj.weight_scale
         assert enc.experts.gate_up_proj is dec.experts.gate_up_proj
         assert enc.experts.down_proj_scale is dec.experts.down_proj_scale
+
+
+def test_a_model_in_memory_is_quantized_as_llm_compressor_does(fp8_model: ReadModel) -> None:
+    """``quantize_model`` (the benchmark's FP8 model): the layers llm-compressor's recipe
+    quantizes, each weight within e4m3's rounding of its original, shared weights shared."""
+    model = build_tiny_model(rounded_vocab(fp8_model.vocab_size), layers=3, seed=3)
+    original = {n: p.detach().clone()
+                for n, p in model.named_parameters(remove_duplicate=False)}
+    quantize_model(model)
+    names = {n for n, m in model.named_modules() if isinstance(m, Fp8Linear)}
+    assert names == {n for n, m in fp8_model.model.named_modules() if isinstance(m, Fp8Linear)}
+    quantized = {**{f"{n}.weight": (m.weight, m.weight_scale) for n, m in
+                    model.named_modules() if isinstance(m, Fp8Linear)},
+                 **{f"{n}.{p}": (getattr(m, p), getattr(m, f"{p}_scale")[..., None])
+                    for n, m in model.named_modules() if hasattr(m, "fp8_dynamic")
+                    for p in ("gate_up_proj", "down_proj")}}
+    assert len(quantized) > 30  # each shared weight once
+    for name, (weight, scale) in quantized.items():
+        want = original[name]
+        error = (weight.float() * scale - want).abs()
+        assert (error <= want.abs() / 16 + scale * 2.0**-10 + 1e-12).all(), name
+    encoder, decoder = model.model.encoder.language_model.layers, model.model.decoder.layers
+    assert encoder[0].experts.gate_up_proj is decoder[0].experts.gate_up_proj
+    assert encoder[2].self_attn.o_proj is decoder[2].self_attn.o_proj
 
 
 def test_copies_of_a_shared_weight_that_differ_are_refused(fp8_dir: Path,

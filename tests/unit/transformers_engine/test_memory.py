@@ -64,9 +64,11 @@ def test_weights_the_limit_cannot_hold_are_refused_with_the_figures(
     with pytest.raises(ConfigError) as refused:
         load_model(str(tiny_model_dir), dtype="float32", memory_gib=limit_gib - 0.01)
     message = str(refused.value)
-    assert f"take {size / GIB:.2f} GiB" in message
+    assert f"take {size / GIB:.2f} GiB on the device, leaving" in message
     assert f"memory limit of {limit_gib - 0.01:.2f} GiB" in message
-    assert "at least 2 GiB" in message and "DREADS_ENGINE_GPU_MEMORY" in message
+    assert "at least 2 GiB beside them" in message and "DREADS_ENGINE_GPU_MEMORY" in message
+    with pytest.raises(ConfigError, match=r"more than the memory limit of 0\.00 GiB"):
+        load_model(str(tiny_model_dir), dtype="float32", memory_gib=size / GIB / 2)
 
 
 def test_the_setting_reaches_the_loader(monkeypatch: pytest.MonkeyPatch,
