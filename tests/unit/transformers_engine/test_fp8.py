@@ -252,6 +252,19 @@ def test_fp8_products_give_the_dequantized_products_answers(
     torch.testing.assert_close(scaled, dequantized, rtol=0, atol=1e-5)
 
 
+def test_fixed_layout_steps_read_the_fp8_model_as_the_packed_path(
+        fp8_model: ReadModel, standin_tokenizer: HFTextTokenizer) -> None:
+    """The decoder steps a GPU replays from CUDA graphs (run eagerly here) over FP8 layers."""
+    packed = torch.tensor(_label_logprobs(fp8_model, standin_tokenizer, n=2))
+    fp8_model.graphs, fp8_model._steps = True, None
+    try:
+        stepped = torch.tensor(_label_logprobs(fp8_model, standin_tokenizer, n=2))
+        assert fp8_model.steps.steps and fp8_model.steps.fallbacks == 0
+    finally:
+        fp8_model.graphs, fp8_model._steps = False, None
+    torch.testing.assert_close(stepped, packed, rtol=0, atol=1e-5)
+
+
 def test_fp8_linear_quantizes_each_input_row() -> None:
     torch.manual_seed(0)
     layer = Fp8Linear(32, 16)
