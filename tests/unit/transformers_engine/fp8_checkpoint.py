@@ -86,8 +86,11 @@ def _calibrate_weights(model: torch.nn.Module) -> int:
         if scheme is None:
             continue
         weight = module.weight.data
-        scale, _ = calculate_qparams(weight.amin(dim=1, keepdim=True),
-                                     weight.amax(dim=1, keepdim=True), scheme.weights)
+        if scheme.weights.strategy == "tensor":
+            low, high = weight.amin().reshape(1), weight.amax().reshape(1)
+        else:  # channel: one scale per output row
+            low, high = weight.amin(dim=1, keepdim=True), weight.amax(dim=1, keepdim=True)
+        scale, _ = calculate_qparams(low, high, scheme.weights)
         module.weight_scale.data = scale.to(module.weight_scale.dtype)
         module.quantization_status = QuantizationStatus.FROZEN
         count += 1
@@ -100,14 +103,16 @@ def _save_tokenizer(out: Path) -> None:
     shutil.copy(source / "chat_template.jinja", out / "chat_template.jinja")
 
 
-def make_fp8_dir(out: Path, *, layers: int = 3, seed: int = 3) -> Path:
+def make_fp8_dir(out: Path, *, layers: int = 3, seed: int = 3,
+                 weight_strategy: str = "channel") -> Path:
     """The tiny model (bf16), FP8-dynamic as llm-compressor saves it, with the stand-in
-    tokenizer."""
+    tokenizer (``weight_strategy`` "tensor": one scale per weight instead of per channel)."""
     out.mkdir(parents=True, exist_ok=True)
     vocab = rounded_vocab(len(AutoTokenizer.from_pretrained(standin_path())))
     model = build_tiny_model(vocab, layers=layers, seed=seed).to(torch.bfloat16)
     _unpack_experts(model)
     scheme = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"])
+    scheme.weights = scheme.weights.model_copy(update={"strategy": weight_strategy})
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme},
                                                         ignore=IGNORE), show_progress=False)
     assert _calibrate_weights(model) > 0

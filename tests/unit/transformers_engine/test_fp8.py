@@ -134,6 +134,23 @@ def test_every_weight_is_compressed_tensors_dequantization(fp8_model: ReadModel,
         assert torch.equal(model.state_dict()[name], reference[name])
 
 
+def test_per_tensor_weight_scales_are_read_for_every_channel(tmp_path: Path) -> None:
+    fp8_dir = make_fp8_dir(tmp_path / "fp8", weight_strategy="tensor")
+    quant = json.loads((fp8_dir / "config.json").read_text())["quantization_config"]
+    assert quant["config_groups"]["group_0"]["weights"]["strategy"] == "tensor"
+    reference = load_model(str(dequantized_dir(fp8_dir, tmp_path / "f32", torch.float32)),
+                           dtype="float32").model.state_dict()
+    model = load_model(str(fp8_dir), dtype="float32").model
+    layer = model.model.decoder.layers[1].self_attn.q_proj
+    assert layer.weight_scale.unique().numel() == 1
+    name = "model.decoder.layers.1.self_attn.q_proj.weight"
+    assert torch.equal(layer.weight.float() * layer.weight_scale, reference[name])
+    experts = model.model.decoder.layers[1].experts
+    assert experts.gate_up_proj_scale[2, :32].unique().numel() == 1  # gate_proj's one scale
+    assert torch.equal(experts.gate_up_proj.float() * experts.gate_up_proj_scale[..., None],
+                       reference["model.decoder.layers.1.experts.gate_up_proj"])
+
+
 def test_the_encoder_and_decoder_share_their_fp8_weights(fp8_model: ReadModel) -> None:
     """transformers' DiffusionGemma shares every layer weight between encoder and decoder;
     quantization untied them on disk (two copies), the loader keeps one in memory."""
