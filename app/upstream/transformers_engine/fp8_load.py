@@ -94,16 +94,22 @@ def skeleton(path: str, dtype: torch.dtype, *, scheme: Fp8Scheme | None = None,
     quantized = {name.removesuffix(_SCALE) for name in keys if name.endswith(_SCALE)}
     _install_fp8_linears(model, {q for q in quantized if not _EXPERT.match(q + _SCALE)},
                          scheme.dynamic)
-    packed: dict[int, Any] = {}
-    for name, module in _experts_modules(model).items():
-        if f"{name}.0.gate_proj{_SCALE}" not in keys:
-            continue
-        first = packed.setdefault(id(module.gate_up_proj), module)
-        if first is module:
-            pack_expert_weights(module, dynamic=scheme.dynamic)
-        else:  # the decoder's experts are the encoder's
-            _share_experts(first, module)
+    for group in _shared(model, _experts_modules(model), "gate_up_proj"):
+        if any(f"{name}.0.gate_proj{_SCALE}" in keys for name, _ in group):
+            pack_expert_weights(group[0][1], dynamic=scheme.dynamic)
+            for _, module in group[1:]:  # the decoder's experts are the encoder's
+                _share_experts(group[0][1], module)
     return model
+
+
+def _shared(model: torch.nn.Module, modules: dict[str, Any],
+            attribute: str) -> list[list[tuple[str, Any]]]:
+    """``modules`` grouped by the parameter ``attribute`` they share (DiffusionGemma's encoder
+    and decoder layers share theirs), in model order."""
+    groups: dict[int, list[tuple[str, Any]]] = {}
+    for name, module in modules.items():
+        groups.setdefault(id(getattr(module, attribute)), []).append((name, module))
+    return list(groups.values())
 
 
 def _share_experts(source: Any, target: Any) -> None:
@@ -130,27 +136,28 @@ def _parameters_on_meta() -> Iterator[None]:
 
 
 def _experts_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    return {name: module for name, module in model.named_modules()
+    return {name: module for name, module in model.named_modules(remove_duplicate=False)
             if type(module).__name__.endswith("TextExperts")}
 
 
 def _install_fp8_linears(model: torch.nn.Module, names: set[str], dynamic: bool) -> None:
-    """``names`` become ``Fp8Linear``; linear layers that shared a weight share one module."""
-    made: dict[int, Fp8Linear] = {}
+    """``names`` become ``Fp8Linear``, and with each every linear layer sharing its weight
+    (one module for all of them)."""
+    linears = {name: module for name, module in model.named_modules(remove_duplicate=False)
+               if isinstance(module, torch.nn.Linear)}
+    by_weight = {id(group[0][1].weight): group for group in _shared(model, linears, "weight")}
     for name in sorted(names):
-        parent_name, _, child = name.rpartition(".")
-        try:
-            linear = model.get_submodule(name)
-        except AttributeError as exc:
-            raise ConfigError(f"the checkpoint quantizes {name!r}, which DiffusionGemma does "
-                              "not have") from exc
-        if not isinstance(linear, torch.nn.Linear) or linear.bias is not None:
-            raise ConfigError(f"the checkpoint quantizes {name!r}, which is no bias-free "
-                              f"linear layer ({type(linear).__name__})")
-        if id(linear.weight) not in made:
-            made[id(linear.weight)] = Fp8Linear(linear.in_features, linear.out_features,
-                                                dynamic=dynamic, device="meta")
-        setattr(model.get_submodule(parent_name), child, made[id(linear.weight)])
+        linear = linears.get(name)
+        if linear is None:
+            raise ConfigError(f"the checkpoint quantizes {name!r}, which is no linear layer of "
+                              "DiffusionGemma")
+        if linear.bias is not None:
+            raise ConfigError(f"the checkpoint quantizes {name!r}, a linear layer with a bias")
+        layer = Fp8Linear(linear.in_features, linear.out_features, dynamic=dynamic,
+                          device="meta")
+        for shared_name, _ in by_weight.pop(id(linear.weight), []):
+            parent, _, child = shared_name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer)
 
 
 def _materialize(model: torch.nn.Module, device: str) -> None:

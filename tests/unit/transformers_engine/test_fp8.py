@@ -187,6 +187,27 @@ def test_a_model_in_memory_is_quantized_as_llm_compressor_does(fp8_model: ReadMo
     assert encoder[2].self_attn.o_proj is decoder[2].self_attn.o_proj
 
 
+def test_one_saved_copy_of_the_shared_weights_is_enough(
+        fp8_model: ReadModel, fp8_dir: Path, tmp_path: Path,
+        standin_tokenizer: HFTextTokenizer) -> None:
+    """A checkpoint that keeps the tie (the decoder's copy only) loads the same model."""
+    tensors = load_file(str(fp8_dir / "model.safetensors"))
+    encoder = "model.encoder.language_model.layers."
+    kept = {name: t for name, t in tensors.items()
+            if not (name.startswith(encoder) and name.replace(encoder, "model.decoder.layers.")
+                    in tensors)}
+    assert len(kept) < len(tensors) - 50
+    save_file(kept, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(fp8_dir / "config.json", tmp_path / "config.json")
+    model = load_model(str(tmp_path), dtype="float32")
+    layers = model.model.model.encoder.language_model.layers, model.model.model.decoder.layers
+    assert layers[0][1].self_attn.v_proj is layers[1][1].self_attn.v_proj
+    assert layers[0][1].experts.down_proj is layers[1][1].experts.down_proj
+    torch.testing.assert_close(torch.tensor(_label_logprobs(model, standin_tokenizer, n=1)),
+                               torch.tensor(_label_logprobs(fp8_model, standin_tokenizer, n=1)),
+                               rtol=0, atol=0)
+
+
 def test_copies_of_a_shared_weight_that_differ_are_refused(fp8_dir: Path,
                                                            tmp_path: Path) -> None:
     tensors = load_file(str(fp8_dir / "model.safetensors"))
