@@ -141,7 +141,7 @@ def to_fp8(model: ReadModel) -> None:
     """The model's weights quantized in place (FP8_DYNAMIC), read with the device's FP8
     products."""
     quantize_model(model.model)
-    mode = fp8_products(model.device)
+    mode = fp8_products(model.device, model.model.dtype)
     set_fp8_mode(model.model, mode)
     products = mode.describe(model.model.dtype)
     model.weights = f"fp8 (FP8_DYNAMIC, quantized in memory); products {products}"

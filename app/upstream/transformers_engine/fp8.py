@@ -192,11 +192,13 @@ def set_fp8_mode(model: torch.nn.Module, mode: Fp8Mode) -> None:
             module.use_fp8 = mode.experts
 
 
-def fp8_products(device: torch.device) -> Fp8Mode:
-    """Which FP8 products work on ``device``: on a GPU of compute capability 8.9 and up, each
-    kind is tried once on a small product and kept only when it gives the dequantized
-    product's answer; elsewhere none."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < _MIN_CAPABILITY:
+def fp8_products(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> Fp8Mode:
+    """Which FP8 products work on ``device`` for a model in ``dtype``: for a bf16 model (torch's
+    row-wise FP8 products write bf16) on a GPU of compute capability 8.9 and up, each kind is
+    tried once on a small product and kept only when it gives the dequantized product's answer
+    (torch's grouped one needs compute capability 9.0 or 10.0); otherwise none."""
+    if (device.type != "cuda" or dtype != torch.bfloat16
+            or torch.cuda.get_device_capability(device) < _MIN_CAPABILITY):
         return Fp8Mode()
     dense = _probe(device, grouped=False)
     return Fp8Mode(dense=dense, experts=dense and _probe(device, grouped=True))

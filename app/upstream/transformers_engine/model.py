@@ -136,7 +136,7 @@ def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,
         model = load_fp8_checkpoint(path, scheme, device=device, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load the FP8 checkpoint at {path!r}: {exc}") from exc
-    mode = fp8_products(torch.device(device))
+    mode = fp8_products(torch.device(device), model.dtype)
     set_fp8_mode(model, mode)
     return ReadModel(model, compiled=compiled,
                      weights=f"{scheme.describe()}; products {mode.describe(model.dtype)}")

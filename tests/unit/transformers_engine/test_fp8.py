@@ -319,6 +319,7 @@ def test_fp8_linear_quantizes_each_input_row() -> None:
 
 def test_no_fp8_products_on_the_cpu() -> None:
     assert fp8_products(torch.device("cpu")) == Fp8Mode()
+    assert fp8_products(torch.device("cpu"), torch.float32) == Fp8Mode()
 
 
 def test_the_fingerprint_names_the_weights_and_their_products(
