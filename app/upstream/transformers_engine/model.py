@@ -25,6 +25,7 @@ from app.errors import ConfigError
 from app.upstream.transformers_engine.compiled import compile_layers
 from app.upstream.transformers_engine.fp8 import fp8_products, set_fp8_mode
 from app.upstream.transformers_engine.fp8_load import (
+    drop_vision,
     load_fp8_checkpoint,
     local_checkpoint,
     skeleton,
@@ -115,6 +116,7 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
             f"cannot load a DiffusionGemma checkpoint from {path!r}: {exc}. Pass --model as a "
             "directory with config.json and *.safetensors (`dreads engine make-tiny DIR` writes "
             "a tiny one) or a hub id cached locally") from exc
+    drop_vision(model)  # text reads never run it (about 1 GB at full size)
     return ReadModel(model if str(model.device) == device else model.to(device),  # type: ignore[arg-type]
                      compiled=compiled)
 

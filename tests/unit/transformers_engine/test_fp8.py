@@ -132,6 +132,8 @@ def test_every_weight_is_compressed_tensors_dequantization(fp8_model: ReadModel,
             assert torch.equal(weight, reference[f"{name}.{proj}"]), name
     for name in ("lm_head.weight", "model.decoder.layers.0.router.proj.weight"):
         assert torch.equal(model.state_dict()[name], reference[name])
+    # the image encoder's tensors are in the checkpoint, but text reads never run it
+    assert model.model.encoder.vision_tower is None and model.model.encoder.embed_vision is None
 
 
 def test_per_tensor_weight_scales_are_read_for_every_channel(tmp_path: Path) -> None:
@@ -342,6 +344,7 @@ def _with_quantization(tmp_path: Path, fp8_dir: Path, quantization: dict[str, An
 
 @pytest.mark.parametrize(("change", "named"), [
     ({"quant_method": "gptq"}, "'gptq' (quant_method)"),
+    ({"quant_method": "modelopt"}, "'modelopt' (quant_method)"),  # nvidia's NVFP4 build
     ({"format": "pack-quantized", "group": {"format": "pack-quantized",
                                              "weights": {"num_bits": 4, "type": "int"}}},
      "'pack-quantized' (4-bit int weights)"),
