@@ -156,21 +156,31 @@ def fp8_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tenso
                 top_k_weights: torch.Tensor) -> torch.Tensor:
     """transformers' experts-interface signature over FP8 experts (``pack_expert_weights``):
     the arithmetic of ``kernels.grouped_experts`` with each (token, expert) row's input
-    quantized per row before each of the two products."""
+    quantized per row before each of the two products. A token's input to the first product is
+    the same for each of its experts: it is quantized once, then gathered in FP8."""
     tokens, top_k = top_k_index.shape
     dtype = hidden_states.dtype
     expert_ids, perm = torch.sort(top_k_index.reshape(-1))
     experts = torch.arange(self.num_experts, device=expert_ids.device, dtype=expert_ids.dtype)
     offsets = torch.searchsorted(expert_ids, experts, right=True).to(torch.int32)
 
-    def product(x: torch.Tensor, name: str) -> torch.Tensor:
-        q, scale = quantize_rows(x) if self.fp8_dynamic else (x, None)
-        return _grouped(q, scale, getattr(self, name), getattr(self, f"{name}_scale"),
+    def product(x: torch.Tensor, scale: torch.Tensor | None, name: str) -> torch.Tensor:
+        return _grouped(x, scale, getattr(self, name), getattr(self, f"{name}_scale"),
                         offsets, expert_ids, dtype, self.use_fp8)
 
-    gated = self._apply_gate(product(hidden_states[perm // top_k], "gate_up_proj"))
+    source = perm // top_k
+    if self.fp8_dynamic:
+        q, scale = quantize_rows(hidden_states)
+        gate_up = product(q[source], scale[source], "gate_up_proj")
+    else:
+        gate_up = product(hidden_states[source], None, "gate_up_proj")
+    gated = self._apply_gate(gate_up)
     weights = top_k_weights.reshape(-1)[perm]
-    out = product((gated.float() * weights[:, None]).to(dtype), "down_proj")
+    gated = (gated.float() * weights[:, None]).to(dtype)
+    if self.fp8_dynamic:
+        out = product(*quantize_rows(gated), "down_proj")
+    else:
+        out = product(gated, None, "down_proj")
     back = torch.empty_like(perm)
     back[perm] = torch.arange(perm.numel(), device=perm.device)
     return out[back].view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(dtype)
