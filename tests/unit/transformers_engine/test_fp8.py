@@ -336,6 +336,10 @@ def test_the_fingerprint_names_the_weights_and_their_products(
 
 
 def _with_quantization(tmp_path: Path, fp8_dir: Path, quantization: dict[str, Any]) -> str:
+    """The tiny checkpoint's config (and tokenizer) with another ``quantization_config``."""
+    for file in fp8_dir.iterdir():
+        if file.suffix != ".safetensors":
+            shutil.copy(file, tmp_path / file.name)
     config = json.loads((fp8_dir / "config.json").read_text())
     config["quantization_config"] = quantization
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -371,6 +375,15 @@ def test_an_nvfp4_checkpoint_is_refused_with_what_to_use(tmp_path: Path, fp8_dir
     message = str(refused.value)
     assert "'nvfp4-pack-quantized' (4-bit float weights)" in message
     assert "RedHatAI/diffusiongemma-26B-A4B-it-FP8-dynamic" in message and "vLLM" in message
+
+
+def test_dreads_run_refuses_an_nvfp4_checkpoint_in_one_line(
+        dreads: Callable[..., CliResult], fp8_dir: Path, tmp_path: Path) -> None:
+    model = _with_quantization(tmp_path, fp8_dir, nvfp4_quantization_config())
+    result = dreads("run", str(SMALL), "--engine", "transformers", "--model", model,
+                    "--db", str(tmp_path / "d.db"))
+    assert result.code != 0 and "Traceback" not in result.stderr
+    assert "'nvfp4-pack-quantized' (4-bit float weights)" in result.stderr
 
 
 def test_dreads_run_reads_small_jsonl_with_the_fp8_checkpoint(
