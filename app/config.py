@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     #: In-process engine: compile the encoder's layers with ``torch.compile`` (faster prefills
     #: on a GPU, about 3.5 minutes of compiling when a worker starts).
     engine_compile: bool = False
+    #: In-process engine: a memory limit on the GPU, in GiB (weights that do not fit are
+    #: refused at load; the prompt cache and step arena are sized under it). Unset: the card's.
+    engine_gpu_memory: float | None = None
     #: ``dreads serve``: bearer key every /v1 route requires (unset: no authentication).
     api_key: str | None = None
     #: ``dreads serve``: address and port.

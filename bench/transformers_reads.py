@@ -23,7 +23,16 @@ mask and no cache bookkeeping; decoder over one prompt's cache expanded to the b
 same slots), so the table says how much of the wall time is model time, how much the cache and
 batching cost, and how much is left outside the forwards.
 
+``--weights fp8`` quantizes the random weights on the device as llm-compressor's ``FP8_DYNAMIC``
+recipe does (``fp8.quantize_model``) and reads with the FP8 products the device has;
+``--compare-fp8 N`` reads N field decisions in bf16, then quantized (FP8 products, then
+dequantized ones), and prints mean/max |dP(yes)| and each run's AUC. ``--gpu-memory GiB``
+caps the process as ``DREADS_ENGINE_GPU_MEMORY`` does (refusing weights the cap cannot hold,
+with the figures); the table's GiB column is each run's peak memory allocated (use
+``--no-bare`` under a cap: the bare right-padded forwards are not the engine's).
+
     python bench/transformers_reads.py --config full --device cuda      # H200
+    python bench/transformers_reads.py --config full --device cuda --weights fp8 --gpu-memory 32
     python bench/transformers_reads.py --config small --device cpu --states 24 --multi-states 4
 """
 
@@ -58,10 +67,23 @@ from app.engine import (
     parse_decision,
     plan_decision,
 )
+from app.errors import ConfigError
 from app.runs.answer import drive
 from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
+from app.upstream.transformers_engine.fp8 import (
+    Fp8Mode,
+    fp8_products,
+    quantize_model,
+    set_fp8_mode,
+)
 from app.upstream.transformers_engine.kv import layers_of
+from app.upstream.transformers_engine.memory import (
+    GIB,
+    check_weights_fit,
+    model_bytes,
+    set_memory_limit,
+)
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
 from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
 
@@ -113,6 +135,34 @@ def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16
         torch.set_default_dtype(previous)
     torch.nn.Module.to(model, dtype=dtype)  # in place, parameter by parameter (tied ones once)
     return ReadModel(model.eval(), packed=packed)
+
+
+def to_fp8(model: ReadModel) -> None:
+    """The model's weights quantized in place (FP8_DYNAMIC), read with the device's FP8
+    products."""
+    quantize_model(model.model)
+    mode = fp8_products(model.device, model.model.dtype)
+    set_fp8_mode(model.model, mode)
+    products = mode.describe(model.model.dtype)
+    model.weights = f"fp8 (FP8_DYNAMIC, quantized in memory); products {products}"
+    gc.collect()
+    if model.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def cap_memory(model: ReadModel, gib: float) -> bool:
+    """Cap the process at ``gib`` as the engine's limit does; False (and the refusal printed)
+    when the weights leave too little under it."""
+    limit = int(gib * GIB)
+    try:
+        check_weights_fit("the benchmark model", model_bytes(model.model), limit)
+    except ConfigError as exc:
+        print(f"refused at a {gib:g} GiB limit: {exc}", flush=True)
+        return False
+    set_memory_limit(model.device, limit)
+    if model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(model.device)
+    return True
 
 
 # -- workloads --------------------------------------------------------------------------------
@@ -271,6 +321,60 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
                    qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
                    totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
                    statistics.mean(sizes), peak, trace=trace)
+
+
+# -- FP8 against bf16 --------------------------------------------------------------------------
+
+
+def p_yes(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[Decision],
+          args: Any) -> list[float]:
+    """Each field decision's P(yes) (one draw), read through the engine."""
+    settings = ReadSettings(policy=PolicyName.FIXED, fixed_draws=1,
+                            canvas_length=int(model.config.canvas_length or 256))
+    upstream = TransformersUpstream.from_model(model, tokenizer=tokenizer, name="bench",
+                                               max_batch=args.max_batch)
+
+    async def one(decision: Decision) -> float:
+        plan = plan_decision(decision, settings, tokenizer, max_model_len=upstream.max_model_len)
+        flow = DecisionFlow(plan, settings, vocab_size=tokenizer.info.vocab_size)
+        await drive(flow, upstream.read)
+        return float(flow.answers()[0].p_yes or 0.0)
+
+    async def main() -> list[float]:
+        try:
+            return list(await asyncio.gather(*(one(d) for d in decisions)))
+        finally:
+            await upstream.aclose()
+
+    return asyncio.run(main())
+
+
+def compare_fp8(model: ReadModel, tokenizer: HFTextTokenizer, n: int, args: Any) -> None:
+    """The field's P(yes) in bf16, then with the same weights quantized (FP8 products, then
+    dequantized products): mean and max |dP|, and each one's AUC against the expected labels
+    of ``examples/contracts.jsonl``."""
+    from sklearn.metrics import roc_auc_score
+
+    lines = [json.loads(x) for x in
+             (ROOT / "examples" / "contracts.jsonl").read_text().splitlines()]
+    picked = sorted(random.Random(0).sample(range(len(lines)), min(n, len(lines))))
+    truth = [lines[i]["expected"]["conflict"] == "yes" for i in picked]
+    every = field_decisions(len(lines), tokenizer)
+    decisions = [every[i] for i in picked]
+    n = len(decisions)
+    unquantized = model.weights
+    runs = {unquantized: p_yes(model, tokenizer, decisions, args)}
+    to_fp8(model)
+    runs[f"fp8 ({model.weights.rpartition('products ')[2]})"] = p_yes(
+        model, tokenizer, decisions, args)
+    set_fp8_mode(model.model, Fp8Mode())
+    runs["fp8, dequantized products"] = p_yes(model, tokenizer, decisions, args)
+    base = torch.tensor(runs[unquantized])
+    for name, values in runs.items():
+        delta = (torch.tensor(values) - base).abs()
+        print(f"{name}: AUC {roc_auc_score(truth, values):.4f}, |dP| vs {unquantized} mean "
+              f"{delta.mean().item():.4f} max {delta.max().item():.4f} ({n} decisions)",
+              flush=True)
 
 
 # -- the bare ceiling -------------------------------------------------------------------------
@@ -583,6 +687,12 @@ def main() -> None:
     parser.add_argument("--profile", default="", help="write a torch profile of 128 field "
                         "decisions x DRAWS here (e.g. $OUT/profile.txt:1)")
     parser.add_argument("--time-limit-s", type=float, default=480.0)
+    parser.add_argument("--weights", choices=("bf16", "fp8"), default="bf16",
+                        help="fp8: the random weights quantized on the device (FP8_DYNAMIC)")
+    parser.add_argument("--gpu-memory", type=float, default=0.0,
+                        help="GiB: cap the process as DREADS_ENGINE_GPU_MEMORY does (0: no cap)")
+    parser.add_argument("--compare-fp8", type=int, default=0, metavar="N",
+                        help="only compare P(yes) of N field decisions: bf16, then FP8")
     args = parser.parse_args()
     began = time.perf_counter()
     tok_dir = args.tokenizer or (str(ROOT.parent / "shared" / "tokenizers" /
@@ -593,12 +703,20 @@ def main() -> None:
     run_checks(args, vocab)
     paths = args.paths.split(",")
     model = build_model(args.config, args.device, vocab=vocab)
+    if args.compare_fp8:
+        compare_fp8(model, tokenizer, args.compare_fp8, args)
+        return
+    if args.weights == "fp8":
+        to_fp8(model)
     use_path(model, paths[-1].partition("@")[0])
     print(f"model {args.config} on {args.device}: "
-          f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters; "
+          f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters, "
+          f"weights {model.weights}, {model_bytes(model.model) / GIB:.2f} GiB; "
           f"built at {time.perf_counter() - began:.1f}s; torch {torch.__version__}; "
           f"tokenizer {tok_dir} ({tokenizer.info.vocab_size} ids)", flush=True)
-    if args.check:
+    if args.gpu_memory and not cap_memory(model, args.gpu_memory):
+        return
+    if args.check and args.weights == "bf16":
         check_experts(model)
     field = field_decisions(args.states, tokenizer)
     multi = multi_decisions(args.multi_states, tokenizer)
@@ -642,7 +760,8 @@ def main() -> None:
             print(f"  {path} {item}: {figures.wall_s:.2f}s, {figures.decisions_per_s:.1f} "
                   f"decisions/s, enc {figures.encoder_s:.2f}s dec {figures.decoder_s:.2f}s, "
                   f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s"
-                  f"{graphs} [{time.perf_counter() - began:.0f}s]", flush=True)
+                  f"{graphs}, peak {figures.peak_gib:.2f} GiB "
+                  f"[{time.perf_counter() - began:.0f}s]", flush=True)
     _print(results)
 
 

@@ -30,6 +30,7 @@ class UpstreamConfig:
     device: str = "cpu"  #: transformers engine
     dtype: str = "bfloat16"  #: transformers engine
     compile: bool = False  #: transformers engine: torch.compile the encoder layers
+    gpu_memory: float | None = None  #: transformers engine: the process's memory limit, GiB
     #: the simulator's tokenizer with ``url == "sim"`` (the run's, so it reads the same ids)
     tokenizer: str = "standin"
     #: bearer key of the server (vLLM's --api-key; ``DREADS_UPSTREAM_API_KEY``); None: none

@@ -43,14 +43,17 @@ def make_transformers_upstream(config: UpstreamConfig) -> TransformersUpstream:
     from app.upstream.tokenizer import load_tokenizer
 
     path = config.model_path or config.model
-    model = _shared_model(path, config.device, config.dtype, config.compile)  # fails first
+    model = _shared_model(path, config.device, config.dtype, config.compile,  # fails first
+                          config.gpu_memory)
     return TransformersUpstream(path, tokenizer=load_tokenizer(path), model=model,
                                 device=config.device, dtype=config.dtype,
                                 canvas_length=config.canvas_length)
 
 
 @functools.lru_cache(maxsize=2)
-def _shared_model(path: str, device: str, dtype: str, compiled: bool) -> ReadModel:
+def _shared_model(path: str, device: str, dtype: str, compiled: bool,
+                  memory_gib: float | None) -> ReadModel:
     """Weights are loaded once per process: a worker that makes an upstream per chunk (each
     with its own batcher and prompt cache) does not reload 50 GB each time."""
-    return load_model(path, device=device, dtype=dtype, compiled=compiled)
+    return load_model(path, device=device, dtype=dtype, compiled=compiled,
+                      memory_gib=memory_gib)

@@ -30,6 +30,7 @@ from app.errors import UpstreamRejected, UpstreamUnavailable
 from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.transformers_engine.batcher import MicroBatcher
 from app.upstream.transformers_engine.executor import BatchExecutor, JobOutput, ReadJob
+from app.upstream.transformers_engine.memory import free_bytes
 from app.upstream.transformers_engine.model import ReadModel, load_model
 from app.upstream.transformers_engine.prefill_cache import PrefillCache
 from app.upstream.vllm_rules import VllmBadRequest, validate_read
@@ -44,15 +45,12 @@ _PROMPT_MEMO = 4096
 
 def default_cache_bytes(device: str) -> int:
     """The prompt KV cache's budget: on a GPU, 30% of the memory free once the weights are
-    loaded (at least 1 GiB; the rest is left to forward activations and decoder buffers); 512
-    MiB on the CPU. A prompt of 460 tokens holds about 100 MiB of KV at full size in bf16, so
-    an H200 (about 90 GiB free after the weights) keeps some 270 prompts."""
+    loaded, under the engine's memory limit if one is set (``memory.free_bytes``; at least 256
+    MiB; the rest is left to forward activations and decoder buffers); 512 MiB on the CPU. A
+    prompt of 460 tokens holds about 100 MiB of KV at full size in bf16, so an H200 (about 90
+    GiB free after the weights) keeps some 270 prompts."""
     if device.startswith("cuda") and torch.cuda.is_available():
-        where = torch.device(device)
-        free, _ = torch.cuda.mem_get_info(where)
-        # memory torch's allocator holds but does not use is free for this purpose too
-        free += torch.cuda.memory_reserved(where) - torch.cuda.memory_allocated(where)
-        return max(1 << 30, int(free * 0.3))
+        return max(256 << 20, int(free_bytes(torch.device(device)) * 0.3))
     return 512 << 20
 
 
@@ -117,7 +115,8 @@ class TransformersUpstream:
             engine=ENGINE,
             model_id=self.model_id,
             max_model_len=self.max_model_len,
-            version=f"transformers {transformers.__version__}; torch {torch.__version__}",
+            version=(f"transformers {transformers.__version__}; torch {torch.__version__}; "
+                     f"weights {self.model.weights}"),
             canvas_length=self.canvas_length,
         )
 

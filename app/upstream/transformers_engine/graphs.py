@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from app.upstream.transformers_engine.kv import KVEntry, LayerKinds
+from app.upstream.transformers_engine.memory import free_bytes
 from app.upstream.transformers_engine.packed import Layout, StaticBatch, layout_for
 
 __all__ = ["DEFAULT_KEY_SLOTS", "DecodeGraphs"]
@@ -106,10 +107,8 @@ class DecodeGraphs:
         per_slot = sum(2 * k[0, :, 0].numel() * k.element_size() for k, _ in like.kinds)
         slots = self.key_slots
         device = like.kinds[0][0].device
-        if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-            slots = min(slots, int(free * _ARENA_SHARE) // per_slot)
+        if device.type == "cuda":  # a share of the memory free (under the limit, if any)
+            slots = min(slots, int(free_bytes(device) * _ARENA_SHARE) // per_slot)
         self.arena = []
         for k, _ in like.kinds:
             layers, heads, _, dim = k.shape

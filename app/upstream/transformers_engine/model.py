@@ -23,15 +23,29 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
 from app.upstream.transformers_engine.compiled import compile_layers
+from app.upstream.transformers_engine.fp8 import fp8_products, set_fp8_mode
+from app.upstream.transformers_engine.fp8_load import (
+    drop_vision,
+    load_fp8_checkpoint,
+    local_checkpoint,
+    skeleton,
+)
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
+from app.upstream.transformers_engine.memory import (
+    GIB,
+    check_weights_fit,
+    model_bytes,
+    set_memory_limit,
+)
 from app.upstream.transformers_engine.packed import (
     READ_ATTENTION,
     PackedBatch,
     PackedPrefill,
     register_read_attention,
 )
+from app.upstream.transformers_engine.quant_format import Fp8Scheme, read_fp8_scheme
 from app.upstream.transformers_engine.varlen import FUSED_BACKENDS, VarlenPrefill
 
 __all__ = [
@@ -76,9 +90,22 @@ class SlotLogprobs:
 
 
 def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
-               compiled: bool = False) -> ReadModel:
+               compiled: bool = False, memory_gib: float | None = None) -> ReadModel:
     """Load a DiffusionGemma checkpoint (local dir or hub id) for reads (``compiled``: see
-    ``ReadModel``)."""
+    ``ReadModel``): unquantized, or FP8 in compressed-tensors' format (``fp8_load.py``; its
+    products in FP8 where the device has them, ``fp8.fp8_products``). ``memory_gib``: the
+    process's limit on the device (``memory.py``), checked against the weights first.
+
+    Raises:
+        ConfigError: no checkpoint there, one quantized in a format the engine cannot read, or
+            weights too large for ``memory_gib``.
+    """
+    local = local_checkpoint(path)
+    scheme = read_fp8_scheme(local or path)
+    if memory_gib is not None:
+        _limit_memory(path, local, scheme, device=device, dtype=dtype, gib=memory_gib)
+    if scheme is not None:
+        return _load_fp8(local or path, scheme, device=device, dtype=dtype, compiled=compiled)
     options: dict[str, Any] = {"dtype": getattr(torch, dtype)}
     if device != "cpu" and importlib.util.find_spec("accelerate") is not None:
         options["device_map"] = device  # straight onto the GPU, no full copy in CPU memory
@@ -89,8 +116,32 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
             f"cannot load a DiffusionGemma checkpoint from {path!r}: {exc}. Pass --model as a "
             "directory with config.json and *.safetensors (`dreads engine make-tiny DIR` writes "
             "a tiny one) or a hub id cached locally") from exc
+    drop_vision(model)  # text reads never run it (about 1 GB at full size)
     return ReadModel(model if str(model.device) == device else model.to(device),  # type: ignore[arg-type]
                      compiled=compiled)
+
+
+def _limit_memory(path: str, local: str | None, scheme: Fp8Scheme | None, *, device: str,
+                  dtype: str, gib: float) -> None:
+    """Refuse weights the limit cannot hold (a local checkpoint: read from its headers), then
+    cap the allocator there."""
+    limit = int(gib * GIB)
+    if local is not None:
+        weights = model_bytes(skeleton(local, getattr(torch, dtype), scheme=scheme))
+        check_weights_fit(path, weights, limit)
+    set_memory_limit(torch.device(device), limit)
+
+
+def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,
+              compiled: bool) -> ReadModel:
+    try:
+        model = load_fp8_checkpoint(path, scheme, device=device, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load the FP8 checkpoint at {path!r}: {exc}") from exc
+    mode = fp8_products(torch.device(device), model.dtype)
+    set_fp8_mode(model, mode)
+    return ReadModel(model, compiled=compiled,
+                     weights=f"{scheme.describe()}; products {mode.describe(model.dtype)}")
 
 
 class ReadModel:
@@ -106,6 +157,8 @@ class ReadModel:
     replayed from CUDA graphs (``graphs.py``); a batch that fits none reads as ``packed``.
     ``compiled`` (default: off): the packed prefill's encoder layers through ``torch.compile``
     (``compiled.py``), compiled on first use.
+    ``weights``: how the weights are stored and multiplied, for the fingerprint (default: the
+    model's dtype).
 
     Packed prefills run the encoder's layers here (``_encode``), not through its forward: the
     last layer's feed-forward and the final norm are skipped, since only the keys and values
@@ -114,7 +167,8 @@ class ReadModel:
 
     def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
                  kernels: bool = True, graphs: bool | None = None,
-                 graph_key_slots: int = DEFAULT_KEY_SLOTS, compiled: bool = False) -> None:
+                 graph_key_slots: int = DEFAULT_KEY_SLOTS, compiled: bool = False,
+                 weights: str | None = None) -> None:
         register_read_attention()
         if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
@@ -135,6 +189,7 @@ class ReadModel:
         self._steps: DecodeGraphs | None = None
         self.compiled = compiled
         self._layers: list[Any] | None = None  #: made at the first compiled prefill
+        self.weights = weights or str(model.dtype).removeprefix("torch.")
 
     @property
     def kernels(self) -> bool:
