@@ -140,6 +140,7 @@ def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16
 def to_fp8(model: ReadModel) -> None:
     """The model's weights quantized in place (FP8_DYNAMIC), read with the device's FP8
     products."""
+    model.drop_steps()  # captured over the bf16 weights
     quantize_model(model.model)
     mode = fp8_products(model.device, model.model.dtype)
     set_fp8_mode(model.model, mode)
@@ -368,6 +369,7 @@ def compare_fp8(model: ReadModel, tokenizer: HFTextTokenizer, n: int, args: Any)
     runs[f"fp8 ({model.weights.rpartition('products ')[2]})"] = p_yes(
         model, tokenizer, decisions, args)
     set_fp8_mode(model.model, Fp8Mode())
+    model.drop_steps()  # captured with the FP8 products
     runs["fp8, dequantized products"] = p_yes(model, tokenizer, decisions, args)
     base = torch.tensor(runs[unquantized])
     for name, values in runs.items():

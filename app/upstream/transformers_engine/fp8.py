@@ -231,8 +231,8 @@ def _probe(device: torch.device, *, grouped: bool) -> bool:
         else:
             got = _scaled_mm(q, q_scale, w_q[0], w_scale[0][:, None], torch.bfloat16)
             want = _dequant_mm(q, q_scale, w_q[0], w_scale[0][:, None], torch.bfloat16)
-    except (RuntimeError, NotImplementedError, TypeError, ValueError):
-        return False
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError, ValueError):
+        return False  # AttributeError: a torch without these products (before 2.10)
     return bool(torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2))
 
 

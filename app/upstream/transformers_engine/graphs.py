@@ -27,7 +27,7 @@ from app.upstream.transformers_engine.kv import KVEntry, LayerKinds
 from app.upstream.transformers_engine.memory import free_bytes
 from app.upstream.transformers_engine.packed import Layout, StaticBatch, layout_for
 
-__all__ = ["DEFAULT_KEY_SLOTS", "DecodeGraphs"]
+__all__ = ["DEFAULT_KEY_SLOTS", "DecodeGraphs", "slot_bytes"]
 
 log = logging.getLogger("dreads.upstream.transformers")
 
@@ -44,6 +44,11 @@ class _Step:
     positions: torch.Tensor  #: (rows, width)
     graph: torch.cuda.CUDAGraph | None = None
     out: torch.Tensor | None = None  #: the captured step's last hidden state
+
+
+def slot_bytes(like: KVEntry) -> int:
+    """The arena's bytes per key slot: a key and a value of every layer of every kind."""
+    return sum(2 * k[:, :, 0].numel() * k.element_size() for k, _ in like.kinds)
 
 
 class DecodeGraphs:
@@ -94,6 +99,11 @@ class DecodeGraphs:
 
     # -- layouts and memory ---------------------------------------------------------------------
 
+    @property
+    def arena_bytes(self) -> int:
+        """What the arena holds (0 before the first step)."""
+        return sum(k.numel() * k.element_size() * 2 for k, _ in self.arena or [])
+
     def _fits(self, layout: Layout, like: KVEntry) -> bool:
         if self.arena is None:
             self._allocate(like)
@@ -104,7 +114,7 @@ class DecodeGraphs:
     def _allocate(self, like: KVEntry) -> None:
         """One flat (keys, values) buffer per kind, of ``key_slots`` slots each (fewer when the
         GPU has not the memory), zeroed: stale slots are masked but must be finite."""
-        per_slot = sum(2 * k[0, :, 0].numel() * k.element_size() for k, _ in like.kinds)
+        per_slot = slot_bytes(like)
         slots = self.key_slots
         device = like.kinds[0][0].device
         if device.type == "cuda":  # a share of the memory free (under the limit, if any)

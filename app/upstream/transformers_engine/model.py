@@ -211,6 +211,12 @@ class ReadModel:
                                        key_slots=self.graph_key_slots)
         return self._steps
 
+    def drop_steps(self) -> None:
+        """Forget the captured decoder steps: a CUDA graph replays the kernels and the weight
+        tensors it was captured with, so after the weights or their products change (quantized
+        in place, FP8 products turned off) the steps must be captured again."""
+        self._steps = None
+
     # -- cache plumbing -------------------------------------------------------------------------
 
     def collate(self, entries: Sequence[KVEntry]) -> tuple[DynamicCache, int]:

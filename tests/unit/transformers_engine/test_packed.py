@@ -266,3 +266,21 @@ def test_grouped_experts_with_unused_experts(model: Any) -> None:
         ours = grouped_experts(experts, hidden, index, weights)
         theirs = grouped_mm_experts_forward(experts, hidden, index, weights)
     assert torch.allclose(ours, theirs, atol=ATOL)
+
+
+def test_the_arena_is_sized_by_every_layer_of_a_slot(fixed: Any) -> None:
+    """The step arena's share of free memory is counted in whole slots: a slot holds a key and a
+    value of every layer of every kind, so the bytes the arena holds are its slots times
+    ``slot_bytes`` (a count of one layer per kind let an arena at full size grow to its layer
+    count times its share)."""
+    from app.upstream.transformers_engine.graphs import slot_bytes
+
+    rows, _ = _workload(fixed)
+    fixed.graphs = True
+    fixed.decode(rows)
+    steps = fixed.steps
+    slots = steps.arena[0][0].shape[0]
+    per_slot = slot_bytes(rows[0].entry)
+    assert steps.arena_bytes == slots * per_slot
+    layers = sum(k.shape[0] for k, _ in rows[0].entry.kinds)
+    assert layers > len(rows[0].entry.kinds)  # more than one layer per kind: the count matters
