@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.urls import DEFAULT_DATABASE_URL
@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     #: In-process engine: a memory limit on the GPU, in GiB (weights that do not fit are
     #: refused at load; the prompt cache and step arena are sized under it). Unset: the card's.
     engine_gpu_memory: float | None = None
+    #: In-process engine: reads batched into one forward at most (the prefill token budget is
+    #: 512 a read below the default 64); lower it where the card's memory is small.
+    engine_max_batch: Annotated[int, Field(ge=1)] = 64
     #: ``dreads serve``: bearer key every /v1 route requires (unset: no authentication).
     api_key: str | None = None
     #: ``dreads serve``: address and port.

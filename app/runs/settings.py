@@ -247,13 +247,15 @@ def engine_choice(recorded: str | None, *, engine: str | None, device: str | Non
 
 def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
     """``engine`` (default ``DREADS_ENGINE``) as ``DREADS_DEVICE``, ``DREADS_DTYPE``,
-    ``DREADS_ENGINE_COMPILE`` and ``DREADS_ENGINE_GPU_MEMORY`` set it up, with this process's
+    ``DREADS_ENGINE_COMPILE``, ``DREADS_ENGINE_GPU_MEMORY`` and ``DREADS_ENGINE_MAX_BATCH`` set
+    it up, with this process's
     read limits (reads in flight, timeout, retries) and the server's key
     (``DREADS_UPSTREAM_API_KEY``)."""
     from app.upstream.factory import UpstreamConfig
 
     return UpstreamConfig(engine=engine or env.engine, device=env.device, dtype=env.dtype,
                           compile=env.engine_compile, gpu_memory=env.engine_gpu_memory,
+                          max_batch=env.engine_max_batch,
                           max_in_flight=env.max_in_flight,
                           timeout_s=env.read_timeout_s, retries=env.read_retries,
                           api_key=secret(env.upstream_api_key))

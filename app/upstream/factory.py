@@ -31,6 +31,7 @@ class UpstreamConfig:
     dtype: str = "bfloat16"  #: transformers engine
     compile: bool = False  #: transformers engine: torch.compile the encoder layers
     gpu_memory: float | None = None  #: transformers engine: the process's memory limit, GiB
+    max_batch: int = 64  #: transformers engine: reads in one forward at most
     #: the simulator's tokenizer with ``url == "sim"`` (the run's, so it reads the same ids)
     tokenizer: str = "standin"
     #: bearer key of the server (vLLM's --api-key; ``DREADS_UPSTREAM_API_KEY``); None: none

@@ -14,6 +14,7 @@ from app.upstream.transformers_engine.engine import (
     ENGINE,
     TransformersUpstream,
     default_cache_bytes,
+    prefill_budget,
 )
 from app.upstream.transformers_engine.model import ReadModel, load_model
 from app.upstream.transformers_engine.tiny import build_tiny_model, make_tiny_dir
@@ -30,6 +31,7 @@ __all__ = [
     "load_model",
     "make_tiny_dir",
     "make_transformers_upstream",
+    "prefill_budget",
 ]
 
 
@@ -47,6 +49,8 @@ def make_transformers_upstream(config: UpstreamConfig) -> TransformersUpstream:
                           config.gpu_memory)
     return TransformersUpstream(path, tokenizer=load_tokenizer(path), model=model,
                                 device=config.device, dtype=config.dtype,
+                                max_batch=config.max_batch,
+                                prefill_token_budget=prefill_budget(config.max_batch),
                                 canvas_length=config.canvas_length)
 
 

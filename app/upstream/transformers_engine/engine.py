@@ -41,6 +41,15 @@ log = logging.getLogger("dreads.upstream.transformers")
 
 ENGINE = "transformers"
 _PROMPT_MEMO = 4096
+DEFAULT_MAX_BATCH = 64
+DEFAULT_PREFILL_BUDGET = 16384
+
+
+def prefill_budget(max_batch: int) -> int:
+    """The prefill token budget that goes with ``max_batch`` reads a forward: 16,384 tokens at
+    the default 64, and 512 a read below it (a field prompt is about 460 tokens), so a batch
+    lowered to fit a small card lowers its prefill's activations with it."""
+    return min(DEFAULT_PREFILL_BUDGET, max(512, 512 * max_batch))
 
 
 def default_cache_bytes(device: str) -> int:
@@ -68,9 +77,9 @@ class TransformersUpstream:
     engine: str = ENGINE
 
     def __init__(self, model_path: str, *, tokenizer: HFTextTokenizer, device: str = "cpu",
-                 dtype: str = "bfloat16", max_batch: int = 64, flush_ms: float = 3.0,
-                 prefill_token_budget: int = 16384, decode_token_budget: int = 65536,
-                 cache_bytes: int | None = None,
+                 dtype: str = "bfloat16", max_batch: int = DEFAULT_MAX_BATCH,
+                 flush_ms: float = 3.0, prefill_token_budget: int = DEFAULT_PREFILL_BUDGET,
+                 decode_token_budget: int = 65536, cache_bytes: int | None = None,
                  canvas_length: int | None = None, model: ReadModel | None = None) -> None:
         self.model_id = model_path
         self.model = model if model is not None else load_model(model_path, device=device,
@@ -197,7 +206,7 @@ class TransformersUpstream:
             self.cache.clear()
             raise UpstreamUnavailable(
                 f"the transformers engine ran out of device memory on a batch of {len(jobs)} "
-                "reads: lower --max-batch or the prefill token budget", kind="server_error",
+                "reads: lower DREADS_ENGINE_MAX_BATCH (reads in one forward)", kind="server_error",
             ) from exc
         except RuntimeError as exc:
             log.exception("transformers engine batch of %d reads failed", len(jobs))

@@ -92,3 +92,24 @@ def test_the_setting_reaches_the_loader(monkeypatch: pytest.MonkeyPatch,
 def test_the_room_for_cache_and_arena_stays_under_the_limit(
         free: int, reserved: int, allocated: int, limit: int | None, expected: int) -> None:
     assert room(free, reserved, allocated, limit) == expected
+
+
+def test_a_lower_batch_reaches_the_engine_with_its_prefill_budget(
+        monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
+    """``DREADS_ENGINE_MAX_BATCH`` (a small card's setting) bounds the reads of one forward and
+    the tokens of one prefill together; the default keeps 64 reads and 16,384 tokens."""
+    monkeypatch.setenv("DREADS_ENGINE_MAX_BATCH", "8")
+    get_settings.cache_clear()
+    try:
+        config = env_engine(get_settings(), engine="transformers")
+    finally:
+        get_settings.cache_clear()
+    assert config.max_batch == 8
+    tiny = UpstreamConfig(engine="transformers", model=str(tiny_model_dir),
+                          model_path=str(tiny_model_dir), max_batch=config.max_batch)
+    upstream = make_transformers_upstream(tiny)
+    assert upstream.batcher.max_batch == 8 and upstream.executor.decode_batch == 8
+    assert upstream.executor.prefill_token_budget == 4096
+    default = make_transformers_upstream(UpstreamConfig(
+        engine="transformers", model=str(tiny_model_dir), model_path=str(tiny_model_dir)))
+    assert default.executor.prefill_token_budget == 16384 and default.batcher.max_batch == 64
