@@ -73,17 +73,12 @@ from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
 from app.upstream.transformers_engine import ReadModel, TransformersUpstream
 from app.upstream.transformers_engine.fp8 import (
     Fp8Mode,
-    fp8_products,
     quantize_model,
     set_fp8_mode,
+    use_fp8_products,
 )
 from app.upstream.transformers_engine.kv import layers_of
-from app.upstream.transformers_engine.memory import (
-    GIB,
-    check_weights_fit,
-    model_bytes,
-    set_memory_limit,
-)
+from app.upstream.transformers_engine.memory import GIB, limit_memory, model_bytes
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
 from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
 
@@ -142,9 +137,7 @@ def to_fp8(model: ReadModel) -> None:
     products."""
     model.drop_steps()  # captured over the bf16 weights
     quantize_model(model.model)
-    mode = fp8_products(model.device, model.model.dtype)
-    set_fp8_mode(model.model, mode)
-    products = mode.describe(model.model.dtype)
+    products = use_fp8_products(model.model, model.device).describe(model.model.dtype)
     model.weights = f"fp8 (FP8_DYNAMIC, quantized in memory); products {products}"
     gc.collect()
     if model.device.type == "cuda":
@@ -154,13 +147,12 @@ def to_fp8(model: ReadModel) -> None:
 def cap_memory(model: ReadModel, gib: float) -> bool:
     """Cap the process at ``gib`` as the engine's limit does; False (and the refusal printed)
     when the weights leave too little under it."""
-    limit = int(gib * GIB)
     try:
-        check_weights_fit("the benchmark model", model_bytes(model.model), limit)
+        limit_memory("the benchmark model", model_bytes(model.model), model.device,
+                     int(gib * GIB))
     except ConfigError as exc:
         print(f"refused at a {gib:g} GiB limit: {exc}", flush=True)
         return False
-    set_memory_limit(model.device, limit)
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     return True

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _grouped_linear
 
+from app.upstream.transformers_engine.kernels import Routing
+
 __all__ = [
     "FP8",
     "FP8_EXPERTS",
@@ -43,6 +45,7 @@ __all__ = [
     "quantize_rows",
     "register_fp8_experts",
     "set_fp8_mode",
+    "use_fp8_products",
 ]
 
 FP8 = torch.float8_e4m3fn
@@ -158,32 +161,25 @@ def fp8_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tenso
     the arithmetic of ``kernels.grouped_experts`` with each (token, expert) row's input
     quantized per row before each of the two products. A token's input to the first product is
     the same for each of its experts: it is quantized once, then gathered in FP8."""
-    tokens, top_k = top_k_index.shape
     dtype = hidden_states.dtype
-    expert_ids, perm = torch.sort(top_k_index.reshape(-1))
-    experts = torch.arange(self.num_experts, device=expert_ids.device, dtype=expert_ids.dtype)
-    offsets = torch.searchsorted(expert_ids, experts, right=True).to(torch.int32)
+    routed = Routing.of(top_k_index, self.num_experts)
 
     def product(x: torch.Tensor, scale: torch.Tensor | None, name: str) -> torch.Tensor:
         return _grouped(x, scale, getattr(self, name), getattr(self, f"{name}_scale"),
-                        offsets, expert_ids, dtype, self.use_fp8)
+                        routed.offsets, routed.expert_ids, dtype, self.use_fp8)
 
-    source = perm // top_k
+    source = routed.source
     if self.fp8_dynamic:
         q, scale = quantize_rows(hidden_states)
         gate_up = product(q[source], scale[source], "gate_up_proj")
     else:
         gate_up = product(hidden_states[source], None, "gate_up_proj")
-    gated = self._apply_gate(gate_up)
-    weights = top_k_weights.reshape(-1)[perm]
-    gated = (gated.float() * weights[:, None]).to(dtype)
+    gated = routed.weighted(self._apply_gate(gate_up), top_k_weights)
     if self.fp8_dynamic:
         out = product(*quantize_rows(gated), "down_proj")
     else:
         out = product(gated, None, "down_proj")
-    back = torch.empty_like(perm)
-    back[perm] = torch.arange(perm.numel(), device=perm.device)
-    return out[back].view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(dtype)
+    return routed.combine(out, dtype)
 
 
 def register_fp8_experts() -> None:
@@ -200,6 +196,14 @@ def set_fp8_mode(model: torch.nn.Module, mode: Fp8Mode) -> None:
             module.use_fp8 = mode.dense
         elif hasattr(module, "fp8_dynamic"):
             module.use_fp8 = mode.experts
+
+
+def use_fp8_products(model: Any, device: torch.device) -> Fp8Mode:
+    """Every FP8 layer of ``model`` (a transformers model on ``device``) set to the FP8
+    products the device has for its dtype (``fp8_products``); which those are."""
+    mode = fp8_products(device, model.dtype)
+    set_fp8_mode(model, mode)
+    return mode
 
 
 def fp8_products(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> Fp8Mode:

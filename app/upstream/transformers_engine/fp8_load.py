@@ -100,7 +100,7 @@ def skeleton(path: str, dtype: torch.dtype, *, scheme: Fp8Scheme | None = None,
     quantized = {name.removesuffix(_SCALE) for name in keys if name.endswith(_SCALE)}
     _install_fp8_linears(model, {q for q in quantized if not _EXPERT.match(q + _SCALE)},
                          scheme.dynamic)
-    for group in _shared(model, _experts_modules(model), "gate_up_proj"):
+    for group in _shared(_experts_modules(model), "gate_up_proj"):
         if any(f"{name}.0.gate_proj{_SCALE}" in keys for name, _ in group):
             pack_expert_weights(group[0][1], dynamic=scheme.dynamic)
             for _, module in group[1:]:  # the decoder's experts are the encoder's
@@ -108,8 +108,7 @@ def skeleton(path: str, dtype: torch.dtype, *, scheme: Fp8Scheme | None = None,
     return model
 
 
-def _shared(model: torch.nn.Module, modules: dict[str, Any],
-            attribute: str) -> list[list[tuple[str, Any]]]:
+def _shared(modules: dict[str, Any], attribute: str) -> list[list[tuple[str, Any]]]:
     """``modules`` grouped by the parameter ``attribute`` they share (DiffusionGemma's encoder
     and decoder layers share theirs), in model order."""
     groups: dict[int, list[tuple[str, Any]]] = {}
@@ -159,7 +158,7 @@ def _install_fp8_linears(model: torch.nn.Module, names: set[str], dynamic: bool)
     (one module for all of them)."""
     linears = {name: module for name, module in model.named_modules(remove_duplicate=False)
                if isinstance(module, torch.nn.Linear)}
-    by_weight = {id(group[0][1].weight): group for group in _shared(model, linears, "weight")}
+    by_weight = {id(group[0][1].weight): group for group in _shared(linears, "weight")}
     for name in sorted(names):
         linear = linears.get(name)
         if linear is None:
@@ -201,13 +200,14 @@ def _load_tensors(model: torch.nn.Module, keys: dict[str, Path],
     unexpected: list[str] = []
     for name, tensor in _tensors({k: f for k, f in keys.items()
                                   if not k.startswith(tuple(f"{v}." for v in VISION))}):
-        target = _expert_slice(name, experts)
+        match = _EXPERT.match(name)
+        target = _expert_slice(match, experts) if match else None
         if target is None:
             target = params.get(name, buffers.get(name))
         if target is None:
             unexpected.append(name)
             continue
-        where = _place(name, params, buffers)
+        where = _place(name, match, params, buffers)
         if where in filled:
             _check_copy(name, target, tensor, device)
         else:
@@ -220,13 +220,13 @@ def _load_tensors(model: torch.nn.Module, keys: dict[str, Path],
                           f"{unexpected[:5]}, missing {missing[:5]}")
 
 
-def _place(name: str, params: dict[str, Any], buffers: dict[str, Any]) -> tuple[int, str]:
+def _place(name: str, match: re.Match[str] | None, params: dict[str, Any],
+           buffers: dict[str, Any]) -> tuple[int, str]:
     """The tensor a checkpoint name fills (shared ones once) and which part of it."""
-    match = _EXPERT.match(name)
     if match is None:
         return id(params.get(name, buffers.get(name))), ""
-    packed = _expert_param(name) or name
-    return id(params[packed]), f"{match['index']}.{match['proj']}"
+    return (id(params[f"{match['experts']}.{_packed_attribute(match)}"]),
+            f"{match['index']}.{match['proj']}")
 
 
 def _tensors(keys: dict[str, Path]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -259,28 +259,23 @@ def _check_copy(name: str, target: torch.Tensor, tensor: torch.Tensor, device: s
                           "shared weight (DiffusionGemma's encoder and decoder share theirs)")
 
 
-def _expert_slice(name: str, experts: dict[str, Any]) -> torch.Tensor | None:
+def _packed_attribute(match: re.Match[str]) -> str:
+    """The packed experts parameter an unpacked expert's tensor goes into: gate and up
+    projections into ``gate_up_proj``, the down projection into ``down_proj``; a scale into
+    the parameter's ``_scale``."""
+    packed = "down_proj" if match["proj"] == "down_proj" else "gate_up_proj"
+    return packed + ("_scale" if match["what"] == "weight_scale" else "")
+
+
+def _expert_slice(match: re.Match[str], experts: dict[str, Any]) -> torch.Tensor | None:
     """Where an unpacked expert's tensor goes in its module's packed parameter."""
-    match = _EXPERT.match(name)
-    if match is None or match["experts"] not in experts:
+    module = experts.get(match["experts"])
+    if module is None:
         return None
-    module = experts[match["experts"]]
-    index, proj = int(match["index"]), match["proj"]
-    packed = "down_proj" if proj == "down_proj" else "gate_up_proj"
-    scale = match["what"] == "weight_scale"
-    param = getattr(module, f"{packed}_scale" if scale else packed)
     half = int(module.intermediate_dim)
     rows = {"gate_proj": slice(0, half), "up_proj": slice(half, 2 * half)}.get(
-        proj, slice(None))
-    return param[index, rows]
-
-
-def _expert_param(name: str) -> str | None:
-    match = _EXPERT.match(name)
-    if match is None:
-        return None
-    packed = "down_proj" if match["proj"] == "down_proj" else "gate_up_proj"
-    return f"{match['experts']}.{packed}{'_scale' if match['what'] == 'weight_scale' else ''}"
+        match["proj"], slice(None))
+    return getattr(module, _packed_attribute(match))[int(match["index"]), rows]
 
 
 def local_checkpoint(path: str) -> str | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,7 +37,7 @@ from transformers.integrations.moe import (
     grouped_mm_experts_forward,
 )
 
-__all__ = ["GROUPED_EXPERTS", "fuse_norms", "grouped_experts", "norm_eps", "rotary",
+__all__ = ["GROUPED_EXPERTS", "Routing", "fuse_norms", "grouped_experts", "norm_eps", "rotary",
            "set_kernels"]
 
 GROUPED_EXPERTS = "dreads_grouped"
@@ -45,7 +46,7 @@ GROUPED_EXPERTS = "dreads_grouped"
 def norm_eps(norm: Any) -> float:
     """A DiffusionGemma RMSNorm's epsilon: ``variance_epsilon`` from transformers 5.25 on,
     ``eps`` before."""
-    return float(getattr(norm, "variance_epsilon", None) or norm.eps)
+    return float(norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps)
 
 
 def _fused_norm(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -74,22 +75,49 @@ def grouped_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
     if (self.has_bias or not self.has_gate or self.has_post_expert_norm
             or self._is_expert_parallel):
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
-    tokens, top_k = top_k_index.shape
-    expert_ids, perm = torch.sort(top_k_index.reshape(-1))
-    source = perm // top_k
-    # offsets[e]: how many of the sorted ids are <= e (the end of expert e's rows)
-    experts = torch.arange(self.num_experts, device=expert_ids.device, dtype=expert_ids.dtype)
-    offsets = torch.searchsorted(expert_ids, experts, right=True).to(torch.int32)
-    gate_up = _grouped_linear(hidden_states[source], self.gate_up_proj, offsets,
+    routed = Routing.of(top_k_index, self.num_experts)
+    gate_up = _grouped_linear(hidden_states[routed.source], self.gate_up_proj, routed.offsets,
                               is_transposed=self.is_transposed)
-    gated = self._apply_gate(gate_up)
-    weights = top_k_weights.reshape(-1)[perm]
-    gated = (gated.float() * weights[:, None]).to(gated.dtype)
-    out = _grouped_linear(gated, self.down_proj, offsets, is_transposed=self.is_transposed)
-    back = torch.empty_like(perm)
-    back[perm] = torch.arange(perm.numel(), device=perm.device)
-    summed = out[back].view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32)
-    return summed.to(hidden_states.dtype)
+    gated = routed.weighted(self._apply_gate(gate_up), top_k_weights)
+    out = _grouped_linear(gated, self.down_proj, routed.offsets,
+                          is_transposed=self.is_transposed)
+    return routed.combine(out, hidden_states.dtype)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The (token, expert) rows of a mixture-of-experts layer sorted by expert, as grouped
+    products take them, and the way back to the tokens."""
+
+    top_k: int
+    expert_ids: torch.Tensor  #: each row's expert, sorted
+    perm: torch.Tensor  #: row -> its index in the flattened (token, k) choices
+    offsets: torch.Tensor  #: offsets[e]: the end of expert e's rows (int32)
+
+    @classmethod
+    def of(cls, top_k_index: torch.Tensor, num_experts: int) -> Routing:
+        expert_ids, perm = torch.sort(top_k_index.reshape(-1))
+        # offsets[e]: how many of the sorted ids are <= e (the end of expert e's rows)
+        experts = torch.arange(num_experts, device=expert_ids.device, dtype=expert_ids.dtype)
+        offsets = torch.searchsorted(expert_ids, experts, right=True).to(torch.int32)
+        return cls(int(top_k_index.shape[1]), expert_ids, perm, offsets)
+
+    @property
+    def source(self) -> torch.Tensor:
+        """Each row's token."""
+        return self.perm // self.top_k
+
+    def weighted(self, rows: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        """``rows`` times their routing weight (in float32, back in their dtype)."""
+        weights = top_k_weights.reshape(-1)[self.perm]
+        return (rows.float() * weights[:, None]).to(rows.dtype)
+
+    def combine(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Each token's rows summed (in float32) back in token order: (tokens, hidden)."""
+        back = torch.empty_like(self.perm)
+        back[self.perm] = torch.arange(self.perm.numel(), device=self.perm.device)
+        summed = rows[back].view(-1, self.top_k, rows.shape[-1]).sum(dim=1, dtype=torch.float32)
+        return summed.to(dtype)
 
 
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

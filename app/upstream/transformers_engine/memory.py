@@ -19,8 +19,8 @@ import torch
 
 from app.errors import ConfigError
 
-__all__ = ["GIB", "WORKING_MIN", "check_weights_fit", "free_bytes", "model_bytes", "room",
-           "set_memory_limit"]
+__all__ = ["GIB", "WORKING_MIN", "check_weights_fit", "free_bytes", "limit_memory", "model_bytes",
+           "room", "set_memory_limit"]
 
 GIB = 1 << 30
 #: the least the limit must leave beside the weights: a prefill's activations at full size (16k
@@ -56,6 +56,13 @@ def check_weights_fit(path: str, weights: int, limit: int) -> None:
         f"need at least {WORKING_MIN / GIB:.0f} GiB beside them (activations, prompt cache, "
         "step arena). Raise DREADS_ENGINE_GPU_MEMORY, or use a smaller checkpoint (FP8 weights "
         "take half of bf16's)")
+
+
+def limit_memory(what: str, weights: int, device: torch.device, limit: int) -> None:
+    """Refuse ``weights`` (bytes) that ``limit`` cannot hold beside reads
+    (``check_weights_fit``), then cap the allocator on ``device`` there."""
+    check_weights_fit(what, weights, limit)
+    set_memory_limit(device, limit)
 
 
 def set_memory_limit(device: torch.device, limit: int) -> None:

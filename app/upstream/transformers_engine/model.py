@@ -23,7 +23,7 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from app.errors import ConfigError
 from app.upstream.transformers_engine.compiled import compile_layers
-from app.upstream.transformers_engine.fp8 import fp8_products, set_fp8_mode
+from app.upstream.transformers_engine.fp8 import use_fp8_products
 from app.upstream.transformers_engine.fp8_load import (
     drop_vision,
     load_fp8_checkpoint,
@@ -35,7 +35,7 @@ from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
 from app.upstream.transformers_engine.memory import (
     GIB,
-    check_weights_fit,
+    limit_memory,
     model_bytes,
     set_memory_limit,
 )
@@ -125,11 +125,12 @@ def _limit_memory(path: str, local: str | None, scheme: Fp8Scheme | None, *, dev
                   dtype: str, gib: float) -> None:
     """Refuse weights the limit cannot hold (a local checkpoint: read from its headers), then
     cap the allocator there."""
-    limit = int(gib * GIB)
-    if local is not None:
-        weights = model_bytes(skeleton(local, getattr(torch, dtype), scheme=scheme))
-        check_weights_fit(path, weights, limit)
-    set_memory_limit(torch.device(device), limit)
+    limit, where = int(gib * GIB), torch.device(device)
+    if local is None:  # a hub id not cached: nothing to count before transformers loads it
+        set_memory_limit(where, limit)
+        return
+    weights = model_bytes(skeleton(local, getattr(torch, dtype), scheme=scheme))
+    limit_memory(path, weights, where, limit)
 
 
 def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,
@@ -138,8 +139,7 @@ def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,
         model = load_fp8_checkpoint(path, scheme, device=device, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load the FP8 checkpoint at {path!r}: {exc}") from exc
-    mode = fp8_products(torch.device(device), model.dtype)
-    set_fp8_mode(model, mode)
+    mode = use_fp8_products(model, torch.device(device))
     return ReadModel(model, compiled=compiled,
                      weights=f"{scheme.describe()}; products {mode.describe(model.dtype)}")
 

@@ -28,13 +28,12 @@ _INSTEAD = ("use the bf16 checkpoint (google/diffusiongemma-26B-A4B-it) or an FP
 
 @dataclass(frozen=True)
 class Fp8Scheme:
-    """An FP8 checkpoint's scheme: ``dynamic`` inputs (per token) or weight-only, the module
-    patterns left unquantized (``ignore``), and the format's own name for messages."""
+    """An FP8 checkpoint's scheme: ``dynamic`` inputs (per token) or weight-only, and one scale
+    per output channel or per weight (``weight_strategy``). Which modules are quantized is read
+    from the tensors (those with a ``weight_scale``), not from the config's ignore list."""
 
     dynamic: bool
-    ignore: tuple[str, ...]
     weight_strategy: str
-    name: str
 
     def describe(self) -> str:
         inputs = "dynamic per-token FP8 inputs" if self.dynamic else "inputs unquantized"
@@ -83,9 +82,7 @@ def _scheme(quant: Mapping[str, Any], path: str) -> Fp8Scheme:
     if len(schemes) > 1:
         raise _refuse(path, f"{COMPRESSED_TENSORS} with groups of different schemes")
     dynamic, strategy = schemes.pop()
-    ignore = tuple(str(name) for name in quant.get("ignore") or ())
-    return Fp8Scheme(dynamic=dynamic, ignore=ignore, weight_strategy=strategy,
-                     name=f"{COMPRESSED_TENSORS} {FLOAT_QUANTIZED}")
+    return Fp8Scheme(dynamic=dynamic, weight_strategy=strategy)
 
 
 def _group_scheme(path: str, group: Mapping[str, Any], top: Any) -> tuple[bool, str]:
