@@ -14,11 +14,13 @@
     │   └── MalformedResponse     a missing row or label logprob (kind ``malformed_response``)
     ├── StoreError            the SQL store
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
+    │   ├── BadDatabaseUrl        a URL dreads cannot use as given (scheme, shape, directory)
     │   └── RunSettingsMismatch   resume under different settings / model / canvas
     └── ConfigError           a bad setting or combination of settings
 
 Each error class names its ``kind``: the ``OutcomeKind`` an attempt that fails with it is
-recorded as (the enum below; the attempts table stores its value).
+recorded as (the enum below; the attempts table stores its value), and its ``exit_code``: the
+status a command that ends with it exits with (``EXIT_*`` below; docs/commands.md#exit-status).
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "EXIT_BAD_LINES",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "BadDatabaseUrl",
     "BadLine",
     "ConfigError",
     "DreadsError",
@@ -42,6 +50,14 @@ __all__ = [
     "UpstreamUnauthorized",
     "UpstreamUnavailable",
 ]
+
+
+#: The exit statuses every command follows.
+EXIT_OK = 0  #: done
+EXIT_FAILURE = 1  #: the environment or a runtime failure: a server, the database, the broker
+EXIT_USAGE = 2  #: a usage or input error the user fixes (an option, a file, a setting, a name)
+EXIT_BAD_LINES = 3  #: done, but lines were bad (only with ``--fail-on-bad-lines``)
+EXIT_INTERRUPTED = 130  #: interrupted (Ctrl-C): nothing is lost
 
 
 class OutcomeKind(StrEnum):
@@ -75,6 +91,8 @@ class DreadsError(Exception):
     """Base of every error dreads raises on purpose."""
 
     kind: OutcomeKind = OutcomeKind.ERROR
+    #: What a command that ends with this error exits with.
+    exit_code: int = EXIT_FAILURE
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -85,6 +103,7 @@ class InputError(DreadsError):
     """A problem in what the user gave: fix the input, retrying cannot help."""
 
     kind = OutcomeKind.REJECTED
+    exit_code = EXIT_USAGE
 
 
 class BadLine(InputError):
@@ -132,6 +151,7 @@ class ModelNotServed(UpstreamRejected):
     decision: a worker re-queues it uncharged and stops taking that queue's work."""
 
     kind = OutcomeKind.NOT_SERVED
+    exit_code = EXIT_USAGE  # --model names a model the server does not serve
 
 
 class UpstreamUnauthorized(UpstreamRejected):
@@ -140,6 +160,7 @@ class UpstreamUnauthorized(UpstreamRejected):
     stops taking work, since every read would be refused the same way."""
 
     kind = OutcomeKind.UNAUTHORIZED
+    exit_code = EXIT_USAGE  # the key is a setting
 
     @classmethod
     def answered(cls, status: int, detail: str) -> UpstreamUnauthorized:
@@ -164,9 +185,20 @@ class StoreError(DreadsError):
 class SchemaNotReady(StoreError):
     """The database schema is missing or behind the code."""
 
+    exit_code = EXIT_USAGE  # `dreads db upgrade`
+
+
+class BadDatabaseUrl(StoreError):
+    """The database URL cannot be used as given: another database, not a URL, a SQLite file
+    in a directory that does not exist."""
+
+    exit_code = EXIT_USAGE
+
 
 class RunSettingsMismatch(StoreError):
     """A run would continue under settings or a server other than the ones it started with."""
+
+    exit_code = EXIT_USAGE
 
 
 class PublishError(DreadsError):
@@ -183,3 +215,4 @@ class ConfigError(DreadsError):
     """A setting, or a combination of settings, is invalid."""
 
     kind = OutcomeKind.ERROR
+    exit_code = EXIT_USAGE

@@ -114,7 +114,7 @@ def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None
         try:
             adopted = with_served_identity(settings)
             break
-        except ConfigError as exc:
+        except (ConfigError, UpstreamUnavailable) as exc:
             if max_wait_s is not None and time.monotonic() - started > max_wait_s:
                 raise
             log.info("worker %s waits for its upstream %s to list its model: %s",

@@ -7,6 +7,7 @@ import typer
 from app.cli._app import SETUP, app
 from app.cli._typer import DreadsTyper
 from app.cli.options import DatabaseOpt, cli_errors, console, database_url, err_console
+from app.errors import EXIT_USAGE
 
 __all__ = ["db_app"]
 
@@ -29,7 +30,8 @@ def db_upgrade(database: DatabaseOpt = None) -> None:
 
 @db_app.command("current")
 def db_current(database: DatabaseOpt = None) -> None:
-    """Show the schema revision of the database and the one the code needs (exit 1 if behind)."""
+    """Show the schema revision of the database and the one the code needs (exit 2 if behind:
+    every other command refuses it until `dreads db upgrade`)."""
     from app.store.db import make_engine, opening_errors
     from app.store.migrate import current_revision, head_revision, require_sqlite_file
 
@@ -45,4 +47,4 @@ def db_current(database: DatabaseOpt = None) -> None:
     console.print(f"database: {current or 'no schema'}; code: {head}", highlight=False)
     if current != head:
         err_console.print("run `dreads db upgrade` to bring the schema up to date")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_USAGE)

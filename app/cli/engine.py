@@ -18,6 +18,7 @@ import typer
 
 from app.cli._app import SETUP, app
 from app.cli._typer import DreadsTyper
+from app.errors import EXIT_FAILURE
 from app.runs.settings import engine_config
 from app.upstream.engines import ENGINES as ENGINE_SPECS
 from app.upstream.engines import engine_names
@@ -57,7 +58,7 @@ def make_tiny(
     except ImportError as exc:
         typer.echo(f"error: the transformers engine needs torch: pip install -e .[engine] "
                    f"({exc})", err=True)
-        raise typer.Exit(2) from exc
+        raise typer.Exit(EXIT_FAILURE) from exc
     path = make_tiny_dir(out_dir, tokenizer_dir=tokenizer, seed=seed)
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     typer.echo(f"tiny DiffusionGemma written to {path} ({size / 1e6:.1f} MB); serve it with "

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode
-from app.errors import DreadsError, InputError, SchemaNotReady
+from app.errors import DreadsError
 from app.runs.settings import (
     STANDIN,
     base_read_settings,
@@ -289,13 +289,11 @@ def opened_store(url: str) -> Iterator[SessionFactory]:
 
 @contextmanager
 def cli_errors() -> Iterator[None]:
-    """Map dreads errors to a red message and an exit code (2 input/schema, 1 otherwise)."""
+    """Map dreads errors to a red message and their exit code (``DreadsError.exit_code``)."""
     try:
         yield
-    except (InputError, SchemaNotReady) as exc:
-        exit_error(exc, 2)
     except DreadsError as exc:
-        exit_error(exc, 1)
+        exit_error(exc, exc.exit_code)
 
 
 def exit_error(exc: DreadsError, code: int, *, where: str = "") -> NoReturn:

@@ -6,7 +6,7 @@ store, the executor, the simulator, the tokenizer) is imported when the command 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,6 @@ from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     NOT_GIVEN,
-    ChunkSizeOpt,
     DatabaseOpt,
     FailOnBadLinesOpt,
     JobFileArg,
@@ -97,7 +96,9 @@ def run(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Chunks run at once.")] = 4,
     concurrency: Annotated[int, typer.Option(
         "--concurrency", min=1, help="Reads in flight, all chunks together.")] = 64,
-    chunk_size: ChunkSizeOpt = None,
+    chunk_size: Annotated[int | None, typer.Option(
+        "--chunk-size", min=1, help="Decisions each of the --workers claims and answers at a "
+        "time (16).")] = None,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
@@ -118,7 +119,7 @@ def run(
     with cli_errors():
         check_job_file(file)
         db = _sqlite_file(database)
-        with embedded_store(db) as factory:
+        with _removed_unless_used(db) as used, embedded_store(db) as factory:
             existing = existing_run(factory, name)
             choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
                                     env=env)
@@ -136,6 +137,7 @@ def run(
                 render.submit_report(report, None, queued=False)
             if report.refused or report.run is None:
                 raise typer.Exit(2)
+            used()
             job = _Job(factory, db, load_run(factory, name), target, file, config,
                        quiet=json_out)
             _execute(job)
@@ -152,11 +154,13 @@ def _settings(existing: RunInfo | None, given: ReadGiven, replicates: int | None
     try:
         return resolve_settings(existing, given, replicates, env=env, engine=engine,
                                 upstream=upstream)
-    except ConfigError as exc:
+    except (ConfigError, UpstreamUnavailable) as exc:
         if upstream is not None:
             raise
-        raise ConfigError(f"{exc.message}; or try --upstream sim (the built-in simulator)"
-                          ) from exc
+        hint = f"{exc.message}; or try --upstream sim (the built-in simulator)"
+        if isinstance(exc, UpstreamUnavailable):
+            raise UpstreamUnavailable(hint, kind=exc.kind) from exc
+        raise ConfigError(hint) from exc
 
 
 def _sqlite_file(database: str | None) -> Path:
@@ -177,6 +181,33 @@ def _sqlite_file(database: str | None) -> Path:
         raise InputError(f"--database-url {str(path)!r} is a directory; give a file such as "
                          f"{str(path / 'dreads.db')!r}")
     return path
+
+
+@contextmanager
+def _removed_unless_used(db: Path) -> Iterator[Callable[[], None]]:
+    """A database file this command creates is removed again (with its lock and journal files)
+    when the command stops before it stored a run: an unreachable upstream or a file of bad
+    lines leaves nothing behind. The context gives the function that marks the file used."""
+    created = [path for path in _store_files(db) if not path.exists()]
+    kept = False
+
+    def used() -> None:
+        nonlocal kept
+        kept = True
+
+    try:
+        yield used
+    except BaseException:
+        if not kept and db in created:
+            for path in created:
+                path.unlink(missing_ok=True)
+        raise
+
+
+def _store_files(db: Path) -> list[Path]:
+    """The SQLite file, its run lock and the journals SQLite may leave beside it."""
+    return [db, *(db.with_name(db.name + suffix) for suffix in (".lock", "-journal", "-wal",
+                                                                "-shm"))]
 
 
 @contextmanager

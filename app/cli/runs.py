@@ -406,7 +406,7 @@ def _confirm(question: str, *, yes: bool) -> None:
                          "script")
     if not typer.confirm(question, default=False, err=True):
         err_console.print("nothing deleted")
-        raise typer.Exit(1)
+        raise typer.Exit(0)
 
 
 class ExportFormat(StrEnum):

@@ -58,6 +58,19 @@ def check_exposure(host: str, api_key: str | None, *, insecure: bool) -> None:
                           "key (python3 -c \"import secrets; print(secrets.token_urlsafe(32))\")")
 
 
+#: Libraries that log a line per request or per migration step at INFO: only from --log-level
+#: debug on.
+_CHATTY = ("httpx", "httpcore", "alembic")
+
+
+def _configure_logging(log_level: str) -> None:
+    level = logging.getLevelName(log_level.upper())
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if level != logging.DEBUG:
+        for name in _CHATTY:
+            logging.getLogger(name).setLevel(max(logging.WARNING, level))
+
+
 def _check_store(url: str) -> None:
     """Open the store once before the server starts, so that a bad --database-url is one line
     here rather than a traceback from the server's startup."""
@@ -140,7 +153,7 @@ def serve(
             executor=executor.value, broker_url=broker, record_run=record,
             max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key)
         _check_store(db_url)
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    _configure_logging(log_level)
     where = f"http://{host or env.api_host}:{port or env.api_port}"
     err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "
                       f"store {db_url.split('://')[0]}); docs at {where}/docs"

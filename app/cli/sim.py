@@ -123,7 +123,7 @@ def sim(
     request), POST /sim/reset. Faults strike a body's first delivery only, so a
     retried read succeeds.
     """
-    from app.errors import ConfigError
+    from app.errors import EXIT_FAILURE, EXIT_USAGE, ConfigError
     from app.upstream.sim import SimOptions, run_sim_forever
 
     _configure_logging(log_level)
@@ -140,8 +140,11 @@ def sim(
             refuse_marker=refuse_marker,
         )
         run_sim_forever(options)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (ConfigError, ValueError) as exc:
         typer.echo(f"[dreads sim] error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise typer.Exit(EXIT_USAGE) from exc
+    except OSError as exc:  # the port is taken, a file cannot be read
+        typer.echo(f"[dreads sim] error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILURE) from exc
     except KeyboardInterrupt:
         pass

@@ -51,7 +51,7 @@ from app.engine import (
     build_probe_request,
     parse_decision,
 )
-from app.errors import ConfigError, DreadsError, InputError, UpstreamError
+from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
 from app.runs.settings import wait_served_settings
 from app.upstream.engines import is_in_process
 
@@ -174,7 +174,7 @@ def check_upstream(
                 check = asyncio.run(_check(url, settings, timeout, choice))
     except DreadsError as exc:
         _not_ready(url, exc, json_out)
-        raise typer.Exit(2 if isinstance(exc, (InputError, ConfigError)) else 1) from exc
+        raise typer.Exit(exc.exit_code) from exc
     if json_out:
         typer.echo(orjson.dumps({"ready": True, **asdict(check)}).decode())
     else:
@@ -294,16 +294,28 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+#: Printed once under the tables of ``dreads decide``.
+_LEGEND = ("P: P(yes) for noul, else the answer's probability; mass: label mass, mean/min over "
+           "the draws; argmax: the top token was a label; H: entropy; stop: why the draws "
+           "stopped")
+#: The numeric columns: never wrapped (the question and the answer wrap instead).
+_FIGURES = ("P", "mass", "argmax", "H", "stderr", "agree", "draws", "stop")
+
+
 def _answers_table(outcome: DecideOutcome) -> Table:
+    from rich import box
+
     table = Table(title=f"decision {outcome.decision_id} (line {outcome.line_no})",
-                  caption="P: P(yes) for noul, else the answer's probability; mass: label "
-                          "mass (mean, min); H: entropy")
-    for column in ("question", "answer", "P", "mass", "argmax label", "H", "stderr", "agree",
-                   "draws", "stop"):
-        table.add_column(column, overflow="fold")
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  padding=0)
+    table.add_column("question", overflow="fold", min_width=8)
+    table.add_column("answer", overflow="fold", min_width=6)
+    for column in _FIGURES:
+        table.add_column(column, no_wrap=True,
+                         justify="left" if column in ("argmax", "stop") else "right")
     for a in outcome.answers:
         prob = a.p_yes if a.p_yes is not None else a.top_prob
-        mass = f"{a.label_mass:.2f}, {a.min_label_mass:.2f}"
+        mass = f"{a.label_mass:.2f}/{a.min_label_mass:.2f}"
         table.add_row(escape(a.question_id), escape(f"{a.option} ({a.label})"), _fmt(prob), mass,
                       "yes" if a.argmax_is_label else "[red]no[/red]", _fmt(a.entropy, 2),
                       _fmt(a.stderr), _fmt(a.agreement, 2), str(a.draws), str(a.stop_reason))
@@ -323,6 +335,8 @@ def _print_outcomes(outcomes: list[DecideOutcome], fingerprint: ServerFingerprin
             err_console.print(f"[red]{outcome.status}[/red] {escape(where)}: "
                               f"{escape(outcome.error or '')}",
                               highlight=False)
+    if any(outcome.status == "done" for outcome in outcomes):
+        console.print(_LEGEND, highlight=False, style="dim")
 
 
 def _outcome_json(outcome: DecideOutcome) -> dict[str, Any]:
@@ -392,10 +406,8 @@ def decide(
         settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout,
                                                     env=env))
         outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
-    except (InputError, ConfigError) as exc:
-        exit_error(exc, 2)
     except DreadsError as exc:
-        exit_error(exc, 1, where=f"{url}: ")
+        exit_error(exc, exc.exit_code, where="" if exc.exit_code == EXIT_USAGE else f"{url}: ")
     if json_out:
         payload = {"upstream": asdict(fingerprint),
                    "decisions": [_outcome_json(o) for o in outcomes]}

@@ -143,7 +143,7 @@ def worker(
     try:
         _check_database(settings.database_url)
     except DreadsError as exc:
-        exit_error(exc, 2)
+        exit_error(exc, exc.exit_code)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname, extra=list(ctx.args))
     env = to_environ(flags, os.environ)

@@ -185,7 +185,7 @@ async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict
     while True:
         try:
             return base_read_settings(overrides, env=env, engine=choice.engine, upstream=url)
-        except ConfigError as exc:
+        except (ConfigError, UpstreamUnavailable) as exc:
             if time.monotonic() >= deadline:
                 raise UpstreamUnavailable(f"not ready after {timeout_s:g}s: {exc.message}"
                                           ) from exc

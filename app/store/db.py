@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.errors import StoreError
+from app.errors import BadDatabaseUrl, StoreError
 from app.store import dialects
 from app.store.urls import database_url, normalize_url, redacted, sqlite_path
 
@@ -43,13 +43,17 @@ def check_supported(url: str) -> None:
     """Refuse a database other than PostgreSQL and SQLite before trying its driver.
 
     Raises:
-        StoreError: what to use instead.
+        BadDatabaseUrl: what to use instead.
     """
     scheme = url.split(":", 1)[0]
     if ":" in url and scheme.split("+", 1)[0] not in _SUPPORTED:
-        raise StoreError(f"dreads stores runs in PostgreSQL or SQLite, not {scheme!r}; use "
-                         "postgresql+psycopg://user:password@host/db or a SQLite file path "
-                         f"({_CHECK})")
+        raise _other_database(scheme)
+
+
+def _other_database(scheme: str) -> BadDatabaseUrl:
+    return BadDatabaseUrl(f"dreads stores runs in PostgreSQL or SQLite, not {scheme!r}; use "
+                          "postgresql+psycopg://user:password@host/db or a SQLite file path "
+                          f"({_CHECK})")
 
 
 def _create(url: str, pool_size: int) -> Engine:
@@ -64,18 +68,20 @@ def opening_errors(url: str) -> Iterator[None]:
     except StoreError:
         raise
     except NoSuchModuleError as exc:
-        scheme = url.split(":", 1)[0]
-        raise StoreError(f"dreads stores runs in PostgreSQL or SQLite, not {scheme!r}; use "
-                         "postgresql+psycopg://user:password@host/db or a SQLite file path"
-                         ) from exc
+        raise _other_database(url.split(":", 1)[0]) from exc
     except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a port that is not a number
-        raise StoreError(f"{redacted(url)!r} is not a database URL; use "
-                         "postgresql+psycopg://user:password@host/db or a SQLite file path "
-                         f"({_CHECK})") from exc
+        raise BadDatabaseUrl(f"{redacted(url)!r} is not a database URL; use "
+                             "postgresql+psycopg://user:password@host/db or a SQLite file path "
+                             f"({_CHECK})") from exc
     except ImportError as exc:
         raise StoreError(f"the database driver for {url.split(':', 1)[0]!r} is not installed "
                          f"({exc.name}); use postgresql+psycopg:// or sqlite:///") from exc
     except DBAPIError as exc:
+        path = sqlite_path(url)
+        if path is not None and not path.parent.is_dir():
+            raise BadDatabaseUrl(f"cannot open the SQLite file {str(path)!r}: the directory "
+                                 f"{str(path.parent)!r} does not exist; create it or "
+                                 f"{_CHECK}") from exc
         raise StoreError(_unreachable(url, exc)) from exc
 
 
@@ -83,9 +89,6 @@ def _unreachable(url: str, exc: DBAPIError) -> str:
     reason = " ".join((str(exc.orig) or type(exc.orig).__name__).strip().splitlines()[0].split())
     path = sqlite_path(url)
     if path is not None:
-        if not path.parent.is_dir():
-            return (f"cannot open the SQLite file {str(path)!r}: the directory "
-                    f"{str(path.parent)!r} does not exist; create it or {_CHECK}")
         return f"cannot open the SQLite file {str(path)!r}: {reason}; {_CHECK}"
     if "does not exist" in reason:
         return (f"cannot open the database {redacted(url)}: {reason}; create it (createdb) "

@@ -8,9 +8,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.errors import ConfigError, UpstreamUnauthorized
+from app.errors import ConfigError, UpstreamUnauthorized, UpstreamUnavailable
 
 __all__ = ["ServedIdentity", "served_identity"]
+
+#: What to set instead of asking the server.
+_GIVE = ("--model NAME and --tokenizer HUB_ID_OR_PATH (or set DREADS_MODEL and "
+         "DREADS_TOKENIZER)")
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,8 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
     """``GET /v1/models`` and ``/version`` of ``url`` (``api_key``: the server's bearer key).
 
     Raises:
-        ConfigError: the server cannot be reached or lists no model; the message says what
-            to set.
+        UpstreamUnavailable: the server cannot be reached, or answers 5xx.
+        ConfigError: it lists no model, or is not a vLLM; the message says what to set.
         UpstreamUnauthorized: it refuses the key (waiting cannot help).
     """
     base = url.rstrip("/")
@@ -44,11 +48,14 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
             data = models.json().get("data") or []
             version = client.get("/version")
             text = version.json().get("version", "") if version.status_code == 200 else ""
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise ConfigError(
+    except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+        raise UpstreamUnavailable(
             f"cannot ask {base} which model it serves ({exc.__class__.__name__}: {exc}); "
-            "start the server first, or pass --model NAME and --tokenizer HUB_ID_OR_PATH "
-            "(or set DREADS_MODEL and DREADS_TOKENIZER)") from exc
+            f"start the server first, or pass {_GIVE}") from exc
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{base} does not answer /v1/models as vLLM does "
+                          f"({exc.__class__.__name__}: {exc}); check the URL, or pass {_GIVE}"
+                          ) from exc
     if not data or "id" not in data[0]:
         raise ConfigError(f"{base}/v1/models lists no model; pass --model and --tokenizer")
     return ServedIdentity(model_id=str(data[0]["id"]),

@@ -24,6 +24,21 @@ __all__ = ["SimHandle", "bind_socket", "run_sim_forever", "start_sim_thread"]
 
 logger = logging.getLogger("dreads.sim")
 
+#: The name of the thread a simulator serves in (``start_sim_thread``).
+_THREAD = "dreads-sim"
+
+
+class _QuietSimThread(logging.Filter):
+    """uvicorn logs every server's start and stop on the one ``uvicorn.error`` logger: in a
+    process that serves too (``dreads serve --upstream sim``), the simulator's lines would
+    read as the server's, twice. Below warnings, this drops those of the simulator's thread."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.threadName != _THREAD
+
+
+_QUIET = _QuietSimThread()
+
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket; port 0 picks a free one."""
@@ -94,7 +109,8 @@ def start_sim_thread(options: SimOptions | None = None, *, ready_timeout_s: floa
             time.sleep(options.down_for_s)
         server.run(sockets=[sock])
 
-    thread = threading.Thread(target=_serve, name="dreads-sim", daemon=True)
+    logging.getLogger("uvicorn.error").addFilter(_QUIET)  # the same filter once, however often
+    thread = threading.Thread(target=_serve, name=_THREAD, daemon=True)
     thread.start()
     host, port = sock.getsockname()[:2]
     handle = SimHandle(f"http://{host}:{port}", app, server, thread, sock)

@@ -249,7 +249,7 @@ def test_serve_refuses_an_open_api_beyond_loopback_before_opening_anything() -> 
     out = subprocess.run([str(VENV_BIN / "dreads"), "serve", "--host", "0.0.0.0",
                           "--upstream", "sim"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "needs DREADS_API_KEY" in out.stderr
 
 
@@ -271,3 +271,14 @@ def test_a_client_that_hangs_up_cancels_its_reads_up_to_the_model_server(
                    timeout_s=5, what="the model server to see the read abandoned")
     finally:
         sim.stop()
+
+
+def test_serve_logs_its_start_once_and_no_line_per_request(
+        serve_factory: Callable[..., ServeProcess]) -> None:
+    server = serve_factory("--upstream", "sim")
+    response = httpx.post(f"{server.url}/v1/systemone", json=body(), timeout=30.0)
+    assert response.status_code == 200
+    log = server.log_text()
+    assert log.count("Started server process") == 1, log  # not the simulator's too
+    assert log.count("Application startup complete") == 1, log
+    assert "HTTP Request:" not in log and "alembic" not in log, log

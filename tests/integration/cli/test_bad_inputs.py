@@ -13,54 +13,20 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.fixtures.cli_process import DREADS, Result, assert_one_line_error, dreads
 from tests.fixtures.runs_cli import job_line, sqlite_rows, write_jobs
 from tests.fixtures.services import SHARED_PG, RedisServer, free_port
 
-DREADS = str(Path(sys.executable).parent / "dreads")
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = ROOT / "examples" / "small.jsonl"
 PRECIOUS = "precious content the user wrote\n"
-
-
-@dataclass(frozen=True)
-class Result:
-    code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def error_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.strip()]
-
-
-def dreads(*args: str, cwd: Path, env: dict[str, str] | None = None,
-           timeout: float = 120) -> Result:
-    """Run the installed ``dreads`` in ``cwd`` with a clean DREADS_* environment."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DREADS_")}
-    base.update({"DREADS_MODEL": "dgemma", "DREADS_TOKENIZER": "standin", "NO_COLOR": "1",
-                 "COLUMNS": "100"})
-    done = subprocess.run([DREADS, *args], cwd=cwd, env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    return Result(done.returncode, done.stdout, done.stderr)
-
-
-def assert_one_line_error(result: Result, *, says: str, code: int | None = None) -> None:
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.code != 0, result
-    if code is not None:
-        assert result.code == code, result
-    assert len(result.error_lines) == 1, result.stderr
-    line = result.error_lines[0]
-    assert line.startswith("error:") and says in line, line
 
 
 def digest(path: Path) -> str:
@@ -219,7 +185,7 @@ def test_a_file_of_only_bad_lines_creates_no_run(work: Path) -> None:
     result = dreads("run", str(path), "--upstream", "sim", cwd=work)
     assert result.code == 2 and "Traceback" not in result.stderr
     assert "none of the 3 line(s) is a valid decision" in result.stderr
-    assert sqlite_rows(work / "dreads.db", "SELECT count(*) FROM runs") == [(0,)]
+    assert sorted(p.name for p in work.iterdir()) == ["bad.jsonl", "jobs.jsonl"]  # no database
 
 
 # -- the user's output files -------------------------------------------------------------------

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.errors import ConfigError
+from app.errors import ConfigError, UpstreamUnavailable
 from app.runs.settings import base_read_settings
 from app.upstream.served import served_identity
 
@@ -45,7 +45,7 @@ def test_an_unreachable_server_says_what_to_do() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    with pytest.raises(ConfigError, match="start the server first, or pass --model"):
+    with pytest.raises(UpstreamUnavailable, match="start the server first, or pass --model"):
         served_identity("http://pod:8001", transport=httpx.MockTransport(refuse))
 
 
