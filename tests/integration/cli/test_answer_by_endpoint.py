@@ -195,7 +195,7 @@ def test_a_refused_key_stops_the_run_and_fails_no_decision(
     path, db = jobs(tmp_path, 40), tmp_path / "k.db"
     args = ("--answer-by", "systemone", "--answer-url", sim.url, "--chunk-size", "4")
     refused = run(dreads, path, db, *args)
-    assert refused.code == 1
+    assert refused.code == 2
     assert "refused this client's API key (401" in refused.stderr
     assert "DREADS_ANSWER_API_KEY" in refused.stderr
     assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
@@ -219,10 +219,10 @@ def test_resume_refuses_to_switch_who_answers(dreads: Dreads, make_sim: MakeSim,
     assert run(dreads, path, db, "--answer-by", "systemone", "--answer-url", sim.url).code == 0
     url = f"sqlite:///{db}"
     switched = dreads("resume", "jobs", "--answer-by", "decisions", "--database-url", url)
-    assert switched.code == 1
+    assert switched.code == 2
     assert "answer_by: 'systemone' -> 'decisions'" in switched.stderr
     to_reads = run(dreads, path, db, "--answer-by", "reads")
-    assert to_reads.code == 1 and "exists with other settings" in to_reads.stderr
+    assert to_reads.code == 2 and "exists with other settings" in to_reads.stderr
     budget = dreads("resume", "jobs", "--answer-rps", "5", "--database-url", url)
     assert budget.code == 0, budget.stderr
     listed = dreads("runs", "--json", "--database-url", url).json()[0]

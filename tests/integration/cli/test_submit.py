@@ -99,7 +99,7 @@ def test_existing_run_under_other_settings_refused(dreads: Dreads, cli_pg: str,
     path = write_jobs(tmp_path / "j.jsonl", [job_line("m1")])
     assert _submit(dreads, cli_pg, cli_redis, path, "mis").code == 0
     result = _submit(dreads, cli_pg, cli_redis, path, "mis", "--seed", "7")
-    assert result.code == 1
+    assert result.code == 2
     assert "seed: 0 -> 7" in result.stderr and "--run" in result.stderr
 
 
