@@ -98,7 +98,7 @@ def identity_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
         HeadlineItem("policy", "policy", policy),
         HeadlineItem("answered_by", "answered by", str(i["answered_by"])),
         HeadlineItem("simulator", "simulator",
-                     "yes: synthetic answers, not a model" if i["simulator"] else "no"),
+                     "yes (synthetic answers)" if i["simulator"] else "no"),
     ]
 
 

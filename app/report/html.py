@@ -40,7 +40,8 @@ border-bottom:1px solid #ccc}h3{font-size:15px;margin:18px 0 6px}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(200px,1fr));gap:10px;
 margin:10px 0}
 .card{border:1px solid #d8d8d8;border-radius:6px;padding:8px 12px;background:#fafafa}
-.card .t{font-size:12px;color:#555}.card .v{font-size:18px;font-weight:600}
+.card .t{font-size:12px;color:#555}.card .v{font-size:18px;font-weight:600;
+overflow-wrap:anywhere}
 .cards.identity{grid-template-columns:repeat(auto-fill,minmax(160px,1fr))}
 .identity .card{background:#fff}.identity .card .v{font-size:14px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 12px;width:100%}
@@ -48,7 +49,7 @@ th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;vertical-align:top;
 overflow-wrap:break-word}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 td:first-child{white-space:nowrap}.list td:last-child{overflow-wrap:anywhere}
-.list td{text-align:left}.list td:nth-child(4),.list td:nth-child(5){text-align:right}
+.list td,.list th{text-align:left}.list td:nth-child(4),.list td:nth-child(5){text-align:right}
 tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
 .flags{color:#b00;font-weight:bold}
 .plots{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:14px}

@@ -276,8 +276,9 @@ def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def headline_table(h: Mapping[str, Any], title: str = "headline figures") -> Table:
-    """The headline figures with their counts: the items the HTML page shows as cards."""
-    table = Table(title=title, title_justify="left")
+    """The headline figures with their counts, one per line (the page's cards)."""
+    table = Table(title=title, title_justify="left", box=None, show_header=False,
+                  pad_edge=False, padding=(0, 3, 0, 2))
     table.add_column("figure", no_wrap=True)
     table.add_column("value", overflow="fold")
     for item in headline_items(h):
