@@ -180,7 +180,8 @@ def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
 
 def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
     """Headline figures of a run: AUC / recall / false positives for yes/no questions,
-    accuracy for choice and score, counts and flagged cells (for ``dreads run``'s summary)."""
+    accuracy for choice and score, counts and flagged cells, and ``headline`` (the same
+    headline as the report's, headline.py) for ``dreads run``'s summary."""
     run = run_by_id(session, run_id)
     if run is None:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
