@@ -319,6 +319,10 @@ def _report(ws: Workspace) -> str:
     return _shell(ws, "dreads report contracts")
 
 
+def _report_html(ws: Workspace) -> str:
+    return _shell(ws, "dreads report contracts --html report.html")
+
+
 def _status(ws: Workspace) -> str:
     return _shell(ws, "dreads status contracts")
 
@@ -368,10 +372,11 @@ def _post_run(ws: Workspace) -> str:
     return fence("bash", command) + "\n" + fence("json", dump_json(answer))
 
 
-#: In the order they run: ``run`` makes the run the next four read.
+#: In the order they run: ``run`` makes the run the next five read.
 SAMPLES = (
     Sample("run", "README.md", _run),
     Sample("report", "docs/commands.md", _report),
+    Sample("report-html", "README.md", _report_html),
     Sample("status", "docs/commands.md", _status),
     Sample("runs", "docs/commands.md", _runs),
     Sample("decide", "docs/commands.md", _decide),

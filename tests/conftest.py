@@ -15,6 +15,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.sim",
     "tests.fixtures.runs_cli",
     "tests.fixtures.api",
+    "tests.fixtures.browser",
 ]
 
 

@@ -56,7 +56,8 @@ def report(
                                        show_default=False)],
     json_out: JsonOpt = False,
     html: Annotated[Path | None, typer.Option(
-        "--html", help="Also write one self-contained HTML page (plots embedded).")] = None,
+        "--html", help="Write one self-contained HTML page (plots embedded) and print one "
+        "line: where it is and the headline figures.")] = None,
     threshold_recall: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="Recall counts P(yes) above this.", rich_help_panel=_FIG)] = 0.30,
     threshold_fp: Annotated[float, typer.Option(
@@ -101,14 +102,25 @@ def report(
             _write(html, render_html(doc, data.rows, cal_rows), option="--html")
     if json_out:
         typer.echo(json.dumps(doc, indent=2, allow_nan=False))
-    else:
+    elif html is None:
         # Piped output is not cropped to 80 columns: the per-cell tables are wide.
         from rich.console import Console
 
         wide = console if console.is_terminal else Console(width=max(console.width, 160))
         wide.print(report_view(doc))
     if html is not None:
-        err_console.print(f"wrote {html}", highlight=False)
+        _print_written(html, doc, to_stderr=json_out)
+
+
+def _print_written(path: Path, doc: dict[str, Any], *, to_stderr: bool) -> None:
+    """One line: where the page is and the headline figures (stderr when stdout is JSON)."""
+    from app.report.headline import headline_line
+
+    figures = headline_line(doc["headline"])
+    simulator = " (answers from the SIMULATOR)" if doc["run"].get("simulator") else ""
+    line = f"wrote {path}{simulator}: {figures}" if figures else f"wrote {path}{simulator}"
+    (err_console if to_stderr else console).print(line, highlight=False, markup=False,
+                                                  soft_wrap=True)
 
 
 def _write(path: Path, text: str, *, option: str) -> None:

@@ -442,17 +442,7 @@ def _headline(session: Session, run_id: int) -> dict[str, Any] | None:
 
 
 def _headline_table(headline: dict[str, Any]) -> Table:
-    from rich.table import Table
+    from app.report.tables import headline_table
 
-    from app.report.labels import headline_rows
-
-    table = Table(title="headline figures (questions with expected labels)",
-                  title_justify="left")
-    table.add_column("type")
-    table.add_column("figures", overflow="fold")
-    for qtype in _TYPES:
-        figures = headline.get(qtype) or {}
-        if figures.get("n"):
-            table.add_row(qtype, escape("; ".join(headline_rows(qtype, figures,
-                                                               headline.get("params")))))
-    return table
+    return headline_table(headline["headline"],
+                          "headline figures (questions with expected labels)")

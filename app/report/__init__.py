@@ -7,7 +7,10 @@
     calibration.py  isotonic / Platt maps fitted with scikit-learn, calib.json
     compare.py      two runs of the same decisions side by side
     document.py     build_report() -> the JSON document; summarize_run() for `dreads run`
-    tables.py       Rich rendering;  html.py  one self-contained HTML page (matplotlib Agg)
+    headline.py     the headline figures with counts, worded once for every rendering
+    review.py       the missed positives and top false positives
+    tables.py       Rich rendering;  html.py  one self-contained HTML page, with
+                    html_tables.py, plots.py (matplotlib Agg) and glossary.py
 """
 
 from __future__ import annotations

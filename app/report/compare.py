@@ -27,6 +27,7 @@ from app.report.figures import (
     typed_rows,
 )
 from app.report.load import QuestionRow
+from app.report.review import state_words
 
 __all__ = ["compare_rows", "diff_figures", "disagreement"]
 
@@ -120,5 +121,6 @@ def disagreement(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow],
         "cells": {cell: _tally(cells[cell]) for cell in sorted(cells)},
         "largest": [{"decision": a.decision_key, "replicate": a.replicate,
                      "question": a.question_id, "cell": a.cell, "a": a.label, "b": b.label,
-                     "distance": d} for a, b, d in furthest],
+                     "p_yes_a": a.p_yes, "p_yes_b": b.p_yes, "distance": d,
+                     "state": state_words(a.state_key)} for a, b, d in furthest],
     }

@@ -19,6 +19,13 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
     against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
                   cells: {cell: PAIR}}}; PAIR = {a: BLOCK, b: BLOCK, diff: {figure: a - b}}
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
+    headline     the figures every rendering leads with (headline.py): identity {run, model,
+                 layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
+                 noul {n, positives, auc, recall, recall_hits, top_share, ...} or null,
+                 ece {raw, calibrated}, choice, score, questions, answered, unanswered,
+                 in_flight, attempts, failed_attempts, decisions_failed, reads, low_mass_reads
+    review       {missed_positives, false_positives}: {total, items: [{decision, replicate,
+                 question, cell, p_yes, label_mass, state}]} (review.py), raw P(yes)
 
     BLOCK        {replicates, figures: {name: value}, std: {name: sd}} (figures.py)
     CALIBRATION  {overall, questions: {qid: {n, positives, auc, ece, brier, reliability}}}
@@ -50,7 +57,9 @@ from app.report.figures import (
     section,
     typed_rows,
 )
+from app.report.headline import headline
 from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
+from app.report.review import review
 from app.store.models import Run
 from app.store.report_rows import run_by_id
 from app.store.types import Session
@@ -124,7 +133,7 @@ def report_from_rows(
     p = params or Params()
     doc: dict[str, Any] = {
         "format": FORMAT, "run": _run_info(data.run), "params": asdict(p),
-        "labelled": _labelled_counts(data.rows),
+        "labelled": _labelled_counts(data.rows), "headline": None, "review": None,
         "raw": _typed_sections(data.rows, p),
         "calibrated": None, "calibration_source": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
@@ -136,7 +145,17 @@ def report_from_rows(
                                      "scope": calibration.scope, **calibration.source}
     if against is not None:
         doc["against"] = _against(session, data, against, p)
+    doc["headline"] = _headline_of(doc)
+    doc["review"] = review(data.rows, p)
     return doc
+
+
+def _headline_of(doc: dict[str, Any]) -> dict[str, Any]:
+    overall = {k: doc["raw"][k]["overall"]["figures"] for k in ("noul", "choice", "score")}
+    calibrated = doc["calibrated"]["noul"]["overall"]["figures"]["ece"] if doc[
+        "calibrated"] else None
+    return headline(doc["run"], doc["params"], overall, doc["diagnostics"]["overall"],
+                    calibrated)
 
 
 def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
@@ -161,7 +180,8 @@ def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
 
 def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
     """Headline figures of a run: AUC / recall / false positives for yes/no questions,
-    accuracy for choice and score, counts and flagged cells (for ``dreads run``'s summary)."""
+    accuracy for choice and score, counts and flagged cells, and ``headline`` (the same
+    headline as the report's, headline.py) for ``dreads run``'s summary."""
     run = run_by_id(session, run_id)
     if run is None:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
@@ -185,4 +205,7 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         "choice": {k: choice[k] for k in ("n", "accuracy")},
         "score": {k: score[k] for k in ("n", "accuracy", "mae_level")},
         "flagged_cells": diag["flagged"],
+        "headline": headline(_run_info(run), asdict(p),
+                             {"noul": noul, "choice": choice, "score": score},
+                             diag["overall"]),
     }

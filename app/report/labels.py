@@ -17,8 +17,8 @@ __all__ = [
     "NOUL_THRESHOLD_COLUMNS",
     "SCORE_COLUMNS",
     "column_titles",
-    "headline_rows",
     "run_identity",
+    "thresholds",
 ]
 
 #: figure name -> column title, in display order; the yes/no figures print as two tables
@@ -39,53 +39,16 @@ SCORE_COLUMNS = {"n": "n", "mae_level": "MAE of level", "accuracy": "top-level a
                  "unanswered": "unanswered"}
 
 
-def _thresholds(params: Mapping[str, Any]) -> dict[str, str]:
+def thresholds(params: Mapping[str, Any]) -> dict[str, str]:
+    """The thresholds as shown: ``r`` recall, ``f`` false positives, ``t`` top share."""
     return {"r": f"{params['threshold_recall']:.2f}", "f": f"{params['threshold_fp']:.2f}",
             "t": f"{params['top_share']:.0%}"}
 
 
 def column_titles(columns: Mapping[str, str], params: Mapping[str, Any]) -> list[str]:
     """The column titles with the thresholds of ``params`` filled in."""
-    values = _thresholds(params)
+    values = thresholds(params)
     return [t.format(**values) for t in columns.values()]
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
-
-
-def _noul_rows(f: Mapping[str, Any], t: Mapping[str, str]) -> list[str]:
-    rows = [f"{f['n']} question(s) ({f.get('positives')} yes, {f.get('negatives')} no)",
-            f"AUC {_num(f.get('auc'), 4)}"]
-    if "recall_hits" in f:
-        rows.append(f"recall >{t['r']} {_num(f.get('recall'))} "
-                    f"({f['recall_hits']}/{f.get('positives')})")
-    if "top_share_hits" in f:
-        rows.append(f"in top {t['t']} {_num(f.get('top_share'))} "
-                    f"({f['top_share_hits']}/{f.get('positives')})")
-    if "rank_median_pct" in f:
-        rows.append(f"median rank {_num(f.get('rank_median_pct'))}%, worst "
-                    f"{_num(f.get('rank_worst_pct'))}%")
-    rows.append(f"false positives >{t['f']}: {f.get('fp_count')} "
-                f"({_num(f.get('fp_per_100_states'))} per 100 states)")
-    if "referral_band" in f:
-        rows.append(f"referral band {t['r']}-{t['f']}: {f['referral_band']}")
-    return rows
-
-
-def headline_rows(qtype: str, figures: Mapping[str, Any],
-                  params: Mapping[str, Any] | None = None) -> list[str]:
-    """The headline figures of one question type as labelled phrases (``dreads run``)."""
-    t = _thresholds(params or {"threshold_recall": 0.30, "threshold_fp": 0.70,
-                               "top_share": 0.05})
-    if qtype == "noul":
-        return _noul_rows(figures, t)
-    rows = [f"{figures['n']} question(s)", f"accuracy {_num(figures.get('accuracy'))}"]
-    if qtype == "score":
-        rows.append(f"MAE of level {_num(figures.get('mae_level'))}")
-    return rows
 
 
 def run_identity(run: Mapping[str, Any]) -> list[str]:

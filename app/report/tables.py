@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from app.report.headline import headline_items
 from app.report.labels import (
     CHOICE_COLUMNS,
     NOUL_COLUMNS,
@@ -18,14 +19,18 @@ from app.report.labels import (
     SCORE_COLUMNS,
     column_titles,
     run_identity,
+    thresholds,
 )
 
 __all__ = [
+    "block_cells",
     "diagnostics_tables",
     "fmt",
+    "headline_table",
     "pct",
     "reasons_table",
     "report_view",
+    "review_tables",
 ]
 
 def fmt(value: Any, std: Any = None) -> str:
@@ -46,7 +51,8 @@ def fmt(value: Any, std: Any = None) -> str:
 _WITH_HITS = {"recall": "recall_hits", "top_share": "top_share_hits"}
 
 
-def _block_cells(block: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+def block_cells(block: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """The figures `names` of a block as text, shares with their counts ("1 (24/24)")."""
     figures, std = block["figures"], block.get("std") or {}
     out = []
     for n in names:
@@ -68,8 +74,8 @@ def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str
     names = list(columns)
     for cell, block in section["cells"].items():
         mark = " [red]⚑[/red]" if flags and flags.get(cell) else ""
-        table.add_row(escape(cell) + mark, *_block_cells(block, names))
-    table.add_row(Text("overall", style="bold"), *_block_cells(section["overall"], names))
+        table.add_row(escape(cell) + mark, *block_cells(block, names))
+    table.add_row(Text("overall", style="bold"), *block_cells(section["overall"], names))
     return table
 
 
@@ -269,6 +275,52 @@ def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def headline_table(h: Mapping[str, Any], title: str = "headline figures") -> Table:
+    """The headline figures with their counts, one per line (the page's cards)."""
+    table = Table(title=title, title_justify="left", box=None, show_header=False,
+                  pad_edge=False, padding=(0, 3, 0, 2))
+    table.add_column("figure", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for item in headline_items(h):
+        table.add_row(escape(item.title), escape(item.value))
+    return table
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _listed_title(title: str, listed: Mapping[str, Any]) -> str:
+    total, shown = listed["total"], len(listed["items"])
+    return f"{title}: {total}" if shown == total else f"{title}: the top {shown} of {total}"
+
+
+def _review_table(title: str, listed: Mapping[str, Any]) -> RenderableType:
+    if not listed["items"]:
+        return Text(_listed_title(title, listed))
+    table = Table(title=_listed_title(title, listed), title_justify="left")
+    for name in ("id", "question", "cell", "P", "label mass", "state (first words)"):
+        table.add_column(name, justify="right" if name in ("P", "label mass") else "left",
+                         overflow="fold")
+    for i in listed["items"]:
+        table.add_row(escape(str(i["decision"])), escape(str(i["question"])),
+                      escape(str(i["cell"])), _p(i["p_yes"]), _p(i["label_mass"]),
+                      escape(str(i["state"])))
+    return table
+
+
+def review_tables(doc: Mapping[str, Any]) -> list[RenderableType]:
+    """Every missed positive (lowest P(yes) first) and the top false positives (highest
+    first), the lists of the HTML page."""
+    if not doc["labelled"]["noul"]:
+        return []
+    t = thresholds(doc["params"])
+    return [_review_table(f"missed positives (P(yes) ≤ {t['r']})",
+                          doc["review"]["missed_positives"]),
+            _review_table(f"false positives (P(yes) > {t['f']})",
+                          doc["review"]["false_positives"])]
+
+
 def report_view(doc: Mapping[str, Any]) -> Group:
     """Everything ``dreads report`` prints without ``--json``."""
     run, params = doc["run"], doc["params"]
@@ -278,6 +330,8 @@ def report_view(doc: Mapping[str, Any]) -> Group:
     if not doc["labelled"]["with_expected"]:
         parts.append(Text("no question has an expected label: add \"expected\" to the job lines "
                           "to get accuracy figures; diagnostics follow", style="yellow"))
+    parts.append(headline_table(doc["headline"]))
+    parts += review_tables(doc)
     flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
     parts += _typed_tables(doc, params, flags)
     parts += diagnostics_tables(doc["diagnostics"])

@@ -10,21 +10,18 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.fixtures.api import ServeProcess
+from tests.fixtures.browser import needs_chromium
 from tests.fixtures.services import VENV_BIN, wait_until
 from tests.integration.durability.harness import Sim
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="no system Chromium: apt-get install chromium chromium-driver")
+pytestmark = needs_chromium
 
 KEY = "live-page-key-0123456789abcdef"
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,24 +38,6 @@ def _job(n: int) -> bytes:
     long = {"id": "too-long", "cell": "C9/long", "state": "word " * 3000,
             "questions": {"q": {"type": "noul", "instructions": "Is it long?"}}}
     return ("\n".join([*lines, json.dumps(long)]) + "\n").encode()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1300,1250"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 #: Reads what the page shows in one go (a render between two reads cannot mix them).

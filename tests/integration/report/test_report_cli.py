@@ -140,6 +140,25 @@ def test_against_puts_runs_side_by_side(report_db: DB) -> None:
     assert re.search(r"c0 +│ +1 \| [0-9.]+ \| ", out)  # per cell: AUC a | b | a - b
 
 
+def test_against_page_lists_the_most_disagreeing_questions(report_db: DB,
+                                                            tmp_path: Path) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        a, b = RunBuilder(session, "a"), RunBuilder(session, "b")
+        for i in range(12):
+            a.noul(f"d{i}", 0.5, "yes", state=f"State <{i}> of the decision")
+            b.noul(f"d{i}", 0.5 + i / 25, "yes")
+    page = tmp_path / "against.html"
+    code, out = _cli(url, "report", "a", "--against", "b", "--html", str(page))
+    assert code == 0, out
+    html = page.read_text()
+    section = html[html.index('id="disagreements"'):]
+    section = section[:section.index("</section>")]
+    shown = re.findall(r"<tr><td>(d\d+)</td>", section)
+    assert shown == [f"d{i}" for i in range(11, 1, -1)]  # largest |ΔP| first, ten of them
+    assert "State &lt;11&gt; of the decision" in section  # the state's words, escaped
+
+
 def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
     url, factory = report_db
     with session_scope(factory) as session:
@@ -150,7 +169,17 @@ def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     code, out = _cli(url, "report", "page", "--html", str(page), "--calibration", str(calib))
     assert code == 0, out
+    # one line: where the page is and the headline figures, not the terminal report
+    doc = json.loads(_cli(url, "report", "page", "--calibration", str(calib), "--json")[1])
+    h = doc["headline"]["noul"]
+    assert out.count("\n") == 1 and out.startswith(f"wrote {page}: AUC ")
+    assert f"recall >0.30 {h['recall_hits']}/{h['positives']} (" in out
+    assert f"false positives >0.70 {h['fp_count']} (" in out and " calibrated" in out
     html = page.read_text()
+    assert 'id="headline"' in html and 'data-figure="recall"' in html
+    missed = doc["review"]["missed_positives"]
+    assert missed["total"] == len(missed["items"]) > 0
+    assert all(f"<td>{i['decision']}</td>" in html for i in missed["items"])
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
     # scores raw + calibrated, reliability, ranks, reliability per question, label mass
     assert len(images) == 6

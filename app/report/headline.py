@@ -1,0 +1,163 @@
+"""The headline of a report: who answered, and the field report's figures with their counts.
+
+``headline`` gathers the figures from the parts of a report (the run, the overall figure
+blocks, the diagnostics); ``headline_items`` words them, one ``HeadlineItem`` each. The
+terminal report, the ``dreads run`` summary, the HTML page and the one line of ``--html`` all
+print these items, so a reader sees the same numbers everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.report.labels import thresholds
+
+__all__ = ["LINE_KEYS", "HeadlineItem", "headline", "headline_items", "headline_line",
+           "identity_items"]
+
+_NOUL = ("n", "positives", "negatives", "auc", "recall", "recall_hits", "top_share",
+         "top_share_hits", "rank_median_pct", "rank_worst_pct", "fp_count", "fp_per_1000_neg",
+         "fp_per_100_states", "referral_band", "ece")
+#: the items of the one line ``dreads report --html`` prints
+LINE_KEYS = ("auc", "recall", "top_share", "false_positives", "ece", "unanswered", "failed")
+
+
+@dataclass(frozen=True)
+class HeadlineItem:
+    """One figure of the headline: a stable key, its title, its value with counts."""
+
+    key: str
+    title: str
+    value: str
+
+
+def _identity(run: Mapping[str, Any]) -> dict[str, Any]:
+    settings = run.get("settings") or {}
+    policy = settings.get("policy")
+    if policy == "fixed":
+        policy = f"fixed {settings.get('fixed_draws')} draws"
+    return {"run": run.get("name"), "model": settings.get("model"),
+            "layout": settings.get("layout"), "mode": settings.get("read_mode"),
+            "policy": policy, "max_draws": settings.get("max_draws"),
+            "answered_by": f"{'dreads sim' if run.get('simulator') else run.get('engine')} at "
+                           f"{run.get('upstream')}",
+            "simulator": bool(run.get("simulator")), "replicates": run.get("replicates")}
+
+
+def headline(run: Mapping[str, Any], params: Mapping[str, Any],
+             overall: Mapping[str, Mapping[str, Any]], diag: Mapping[str, Any],
+             calibrated_ece: float | None = None) -> dict[str, Any]:
+    """The headline as data: ``overall`` maps noul / choice / score to overall figures."""
+    noul = overall.get("noul") or {}
+    return {
+        "identity": _identity(run),
+        "params": {k: params[k] for k in ("threshold_recall", "threshold_fp", "top_share")},
+        "noul": {k: noul.get(k) for k in _NOUL} if noul.get("n") else None,
+        "ece": {"raw": noul.get("ece"), "calibrated": calibrated_ece},
+        "choice": _typed(overall.get("choice"), ("n", "accuracy")),
+        "score": _typed(overall.get("score"), ("n", "accuracy", "mae_level")),
+        "questions": diag["questions"], "answered": diag["answered"],
+        "unanswered": diag["unanswered"], "in_flight": diag["in_flight"],
+        "attempts": diag["attempts"], "failed_attempts": diag["failed_attempts"],
+        "decisions_failed": diag["decision_statuses"].get("failed", 0),
+        "reads": diag["mass_reads"], "low_mass_reads": diag["low_mass_reads"],
+    }
+
+
+def _typed(figures: Mapping[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    if not figures or not figures.get("n"):
+        return None
+    return {k: figures.get(k) for k in keys}
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.{digits}g}"
+    return str(int(value)) if isinstance(value, float) else str(value)
+
+
+def _of(hits: Any, total: Any, share: Any) -> str:
+    """``k/n`` first, then the rate: "20/24 (83.3%)"."""
+    rate = "-" if share is None else f"{share * 100:.3g}%"
+    return f"{_num(hits)}/{_num(total)} ({rate})"
+
+
+def identity_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
+    """Who answered and how: model, layout, mode, policy, answered by, simulator."""
+    i = h["identity"]
+    policy = f"{i['policy']}, at most {i['max_draws']} draws" if i.get("max_draws") else (
+        str(i["policy"]))
+    return [
+        HeadlineItem("model", "model", str(i["model"])),
+        HeadlineItem("layout", "layout", str(i["layout"])),
+        HeadlineItem("mode", "mode", f"{i['mode']} reads"),
+        HeadlineItem("policy", "policy", policy),
+        HeadlineItem("answered_by", "answered by", str(i["answered_by"])),
+        HeadlineItem("simulator", "simulator",
+                     "yes (synthetic answers)" if i["simulator"] else "no"),
+    ]
+
+
+def _noul_items(n: Mapping[str, Any], t: Mapping[str, str]) -> list[HeadlineItem]:
+    return [
+        HeadlineItem("auc", "AUC", _num(n["auc"])),
+        HeadlineItem("recall", f"recall >{t['r']}",
+                     _of(n["recall_hits"], n["positives"], n["recall"])),
+        HeadlineItem("top_share", f"in top {t['t']}",
+                     _of(n["top_share_hits"], n["positives"], n["top_share"])),
+        HeadlineItem("rank", "median rank, worst",
+                     f"{_num(n['rank_median_pct'], 3)}%, {_num(n['rank_worst_pct'], 3)}%"),
+        HeadlineItem("false_positives", f"false positives >{t['f']}",
+                     f"{_num(n['fp_count'])} ({_num(n['fp_per_100_states'], 3)} per 100 "
+                     "states)"),
+        HeadlineItem("referral_band", f"referral band {t['r']}-{t['f']}",
+                     f"{_num(n['referral_band'])} of {_num(n['n'])}"),
+    ]
+
+
+def _ece_item(ece: Mapping[str, Any]) -> HeadlineItem:
+    value = f"{_num(ece['raw'], 3)} raw"
+    if ece.get("calibrated") is not None:
+        value += f", {_num(ece['calibrated'], 3)} calibrated"
+    return HeadlineItem("ece", "ECE", value)
+
+
+def _typed_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
+    out = []
+    if h.get("choice"):
+        c = h["choice"]
+        out.append(HeadlineItem("choice", "choice accuracy",
+                                f"{_num(c['accuracy'], 3)} of {c['n']}"))
+    if h.get("score"):
+        s = h["score"]
+        out.append(HeadlineItem("score", "score: MAE of level, accuracy",
+                                f"{_num(s['mae_level'], 3)}, {_num(s['accuracy'], 3)} of "
+                                f"{s['n']}"))
+    return out
+
+
+def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
+    return [
+        HeadlineItem("unanswered", "unanswered", f"{h['unanswered']}/{h['questions']}"),
+        HeadlineItem("failed", "failed attempts", f"{h['failed_attempts']}/{h['attempts']}"),
+        HeadlineItem("low_mass", "label mass <0.5", f"{h['low_mass_reads']}/{h['reads']} reads"),
+    ]
+
+
+def headline_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
+    """The headline's figures, worded with their counts (identity excluded)."""
+    t = thresholds(h["params"])
+    items = _noul_items(h["noul"], t) if h.get("noul") else []
+    if h.get("noul"):
+        items.append(_ece_item(h["ece"]))
+    return [*items, *_typed_items(h), *_run_items(h)]
+
+
+def headline_line(h: Mapping[str, Any]) -> str:
+    """The headline in one line: "AUC 0.9832; recall >0.30 24/24 (1); ..."."""
+    items = [i for i in headline_items(h) if i.key in LINE_KEYS or i.key in ("choice", "score")]
+    return "; ".join(f"{i.title} {i.value}" for i in items)

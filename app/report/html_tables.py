@@ -1,0 +1,206 @@
+"""The HTML tables of a report page: the reviewer's lists, figures per cell, diagnostics,
+calibration per question, the comparison with another run, the failure reasons.
+
+Every table fits the page: cells wrap, and the yes/no figures come as two tables (ranking,
+thresholds) as in the terminal. Rates carry their counts ("1 (24/24)", "0 (0.00%)").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from app.report.labels import (
+    CHOICE_COLUMNS,
+    NOUL_RANK_COLUMNS,
+    NOUL_THRESHOLD_COLUMNS,
+    SCORE_COLUMNS,
+    column_titles,
+    thresholds,
+)
+from app.report.tables import block_cells, fmt, pct
+
+__all__ = ["against_tables", "diagnostics_table", "figure_tables", "reasons_table",
+           "review_lists"]
+
+
+def _row(cells: Sequence[str], cls: str = "") -> str:
+    attr = f' class="{cls}"' if cls else ""
+    return f"<tr{attr}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+
+
+def _table(head: Sequence[str], rows: Sequence[str], table_id: str = "") -> str:
+    attr = f' id="{table_id}"' if table_id else ""
+    heads = "".join(f"<th>{escape(c)}</th>" for c in head)
+    return f"<table{attr}><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _p(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _item_cells(item: Mapping[str, Any]) -> list[str]:
+    decision = str(item["decision"]) + (f" (replicate {item['replicate']})"
+                                        if item.get("replicate") else "")
+    return [decision, str(item["question"]), str(item["cell"]), _p(item["p_yes"]),
+            _p(item["label_mass"]), str(item["state"])]
+
+
+def _list(list_id: str, title: str, listed: Mapping[str, Any], empty: str) -> str:
+    total, items = listed["total"], listed["items"]
+    shown = f"{total}" if len(items) == total else f"the top {len(items)} of {total}"
+    head = f'<h3>{escape(title)}: {shown}</h3>'
+    if not items:
+        return f'<section class="list" id="{list_id}">{head}<p class="note">{escape(empty)}' \
+               "</p></section>"
+    rows = [_row(_item_cells(i)) for i in items]
+    table = _table(["id", "question", "cell", "P", "label mass", "state (first words)"], rows)
+    return f'<section class="list" id="{list_id}">{head}{table}</section>'
+
+
+def review_lists(doc: Mapping[str, Any]) -> str:
+    """Every missed positive and the top false positives; the most disagreeing questions."""
+    t = thresholds(doc["params"])
+    lists = doc["review"]
+    parts = [] if not doc["labelled"]["noul"] else [
+        _list("missed-positives", f"missed positives (P(yes) ≤ {t['r']}, lowest first)",
+              lists["missed_positives"], f"No missed positive: every answered positive has "
+              f"P(yes) above {t['r']}."),
+        _list("false-positives", f"false positives (P(yes) > {t['f']}, highest first)",
+              lists["false_positives"], f"No false positive: no answered negative has P(yes) "
+              f"above {t['f']}."),
+    ]
+    if doc.get("against"):
+        parts.append(_disagreeing(doc["against"]))
+    return "".join(parts)
+
+
+def _disagreeing(cmp: Mapping[str, Any]) -> str:
+    items = cmp["disagreement"]["largest"]
+    title = (f"most disagreeing questions: {escape(cmp['a'])} (a) against "
+             f"{escape(cmp['b'])} (b), largest |ΔP| first")
+    rows = [_row([str(r["decision"]), str(r["question"]), str(r["cell"]),
+                  f"{r['a']} ({_p(r.get('p_yes_a'))})", f"{r['b']} ({_p(r.get('p_yes_b'))})",
+                  _p(r["distance"]), str(r.get("state", ""))]) for r in items]
+    table = _table(["id", "question", "cell", "a (P)", "b (P)", "|ΔP|", "state (first words)"],
+                   rows) if rows else '<p class="note">No question answered by both runs.</p>'
+    return f'<section class="list" id="disagreements"><h3>{title}</h3>{table}</section>'
+
+
+def _cell_table(section: Mapping[str, Any], columns: Mapping[str, str],
+                params: Mapping[str, Any], flags: Mapping[str, list[str]]) -> str:
+    names = list(columns)
+    rows = []
+    for cell, block in section["cells"].items():
+        cell_flags = flags.get(cell) or []
+        label = cell + (" ⚑ " + ", ".join(cell_flags) if cell_flags else "")
+        rows.append(_row([label, *block_cells(block, names)], "flag" if cell_flags else ""))
+    rows.append(_row(["overall", *block_cells(section["overall"], names)], "overall"))
+    return _table(["cell", *column_titles(columns, params)], rows)
+
+
+_KINDS = (("noul", (NOUL_RANK_COLUMNS, NOUL_THRESHOLD_COLUMNS), "yes/no"),
+          ("choice", (CHOICE_COLUMNS,), "choice"), ("score", (SCORE_COLUMNS,), "score"))
+
+
+def figure_tables(doc: Mapping[str, Any], flags: Mapping[str, list[str]]) -> list[str]:
+    """Figures per cell of each question type (raw, then calibrated), calibration per
+    question."""
+    out: list[str] = []
+    params = doc["params"]
+    for kind, parts, title in _KINDS:
+        if not doc["labelled"][kind]:
+            continue
+        out.append(f"<h3>{title} per cell</h3>")
+        out += [_cell_table(doc["raw"][kind], cols, params, flags) for cols in parts]
+        if kind == "noul" and doc["calibrated"]:
+            out.append("<h3>yes/no per cell, calibrated</h3>")
+            out.append(_cell_table(doc["calibrated"]["noul"], NOUL_THRESHOLD_COLUMNS, params,
+                                   flags))
+        if kind == "noul":
+            out += ["<h3>calibration per question (yes/no)</h3>", _calibration_table(doc)]
+    return out
+
+
+def _calibration_table(doc: Mapping[str, Any]) -> str:
+    raw = doc["raw"]["calibration"]
+    cal = doc["calibrated"]["calibration"] if doc["calibrated"] else None
+    head = ["question", "n", "yes", "AUC", "ECE", "Brier",
+            *(["ECE calibrated", "Brier calibrated"] if cal else [])]
+    rows = []
+    for qid, c in [*raw["questions"].items(), ("overall", raw["overall"])]:
+        extra = []
+        if cal:
+            cq = cal["overall"] if qid == "overall" else cal["questions"][qid]
+            extra = [fmt(cq["ece"]), fmt(cq["brier"])]
+        rows.append(_row([qid, fmt(c["n"]), fmt(c["positives"]), fmt(c["auc"]), fmt(c["ece"]),
+                          fmt(c["brier"]), *extra], "overall" if qid == "overall" else ""))
+    return _table(head, rows)
+
+
+def _count_rate(count: int, rate: float | None) -> str:
+    return f"{count} ({pct(rate)})"
+
+
+def _diag_cells(d: Mapping[str, Any]) -> list[str]:
+    return [
+        fmt(d["questions"]), _count_rate(d["unanswered"], d["unanswered_rate"]),
+        fmt(d["in_flight"]),
+        f"{d['failed_attempts']}/{d['attempts']}: "
+        + (", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"),
+        _count_rate(d["low_mass_reads"], d["low_mass_share"]),
+        _count_rate(d["argmax_not_label_reads"], d["argmax_not_label_share"]),
+        fmt(d["draws_mean"]),
+        ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
+        f"{fmt(d['stderr']['p50'])}, {fmt(d['stderr']['p90'])}",
+    ]
+
+
+def diagnostics_table(diag: Mapping[str, Any]) -> str:
+    """Per cell: unanswered, failures by kind, low label mass, argmax, draws, stderr."""
+    rows = []
+    for cell, d in [*diag["cells"].items(), ("overall", diag["overall"])]:
+        label = cell + (" ⚑ " + ", ".join(d["flags"]) if d["flags"] else "")
+        cls = "flag" if d["flags"] else ("overall" if cell == "overall" else "")
+        rows.append(_row([label, *_diag_cells(d)], cls))
+    return _table(["cell", "questions", "unanswered", "in flight", "failed attempts",
+                   "label mass <0.5", "argmax≠label", "draws mean", "stop reasons",
+                   "stderr p50, p90"], rows)
+
+
+def _side_by_side(pair: Mapping[str, Any], columns: Mapping[str, str],
+                  params: Mapping[str, Any]) -> str:
+    rows = []
+    for name, title in zip(columns, column_titles(columns, params), strict=True):
+        a, b = (block_cells(pair[k], [name])[0] for k in ("a", "b"))
+        rows.append(_row([title, a, b, fmt(pair["diff"].get(name))]))
+    return _table(["figure", "a", "b", "Δ (a-b)"], rows)
+
+
+def against_tables(doc: Mapping[str, Any]) -> list[str]:
+    """Two runs side by side, overall per question type, and where they disagree per cell."""
+    cmp = doc["against"]
+    out = [f'<p class="note">a = {escape(cmp["a"])}, b = {escape(cmp["b"])}: {cmp["matched"]} '
+           f"matched question(s); {cmp['only_a']} only in a, {cmp['only_b']} only in b.</p>"]
+    for kind, parts, title in _KINDS:
+        if cmp[kind]["cells"]:
+            columns = {k: v for cols in parts for k, v in cols.items()}
+            out += [f"<h3>{title} overall: a and b</h3>",
+                    _side_by_side(cmp[kind]["overall"], columns, doc["params"])]
+    dis = cmp.get("disagreement")
+    if dis:
+        rows = [_row([c, fmt(t["both_answered"]), _count_rate(t["differ"], t["differ_rate"]),
+                      fmt(t["mean_distance"]), fmt(t["max_distance"])],
+                     "overall" if c == "overall" else "")
+                for c, t in [*dis["cells"].items(), ("overall", dis["overall"])]]
+        out += ["<h3>where a and b disagree, per cell</h3>",
+                _table(["cell", "both answered", "other answer", "mean |ΔP|", "max |ΔP|"],
+                       rows)]
+    return out
+
+
+def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> str:
+    """Why decisions failed or were rejected, counted, with an example each."""
+    rows = [_row([r["kind"], str(r["count"]), r["example"]]) for r in reasons]
+    return _table(["kind", "decisions", "reason (an example)"], rows)
