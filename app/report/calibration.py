@@ -33,15 +33,18 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, logit
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
 
 from app.errors import InputError
 from app.report.methods import CalibrationMethod
 
 __all__ = [
+    "CROSS_FOLDS",
     "EPSILON",
     "FORMAT",
     "Calibration",
     "CalibrationMethod",
+    "cross_fitted",
     "fit_calibration",
     "fit_map",
     "load_calibration",
@@ -51,6 +54,7 @@ FORMAT = "dreads.calibration/1"
 EPSILON = 1e-6
 _CLIP = 1e-6  #: logit domain for Platt scaling
 MIN_PER_QUESTION = 20  #: fewer labelled answers (or one class only): the global map applies
+CROSS_FOLDS = 5  #: folds of the cross-fitted calibration a report shows without --calibration
 
 FloatArray = NDArray[np.float64]
 
@@ -67,6 +71,23 @@ def fit_map(y: ArrayLike, s: ArrayLike, method: CalibrationMethod) -> dict[str, 
     model = LogisticRegression(C=1e6, max_iter=1000)
     model.fit(_logit(sa).reshape(-1, 1), ya.astype(np.int64))
     return {"a": float(model.coef_[0][0]), "b": float(model.intercept_[0])}
+
+
+def cross_fitted(y: ArrayLike, s: ArrayLike, *, folds: int = CROSS_FOLDS,
+                 seed: int = 0) -> FloatArray | None:
+    """What a calibration of this run would give, measured honestly: each score through an
+    isotonic map fitted on the other ``folds - 1`` stratified folds, never on itself. None
+    when either class has fewer than ``folds`` answers."""
+    ya = np.asarray(y, dtype=np.int64)
+    sa = np.asarray(s, dtype=np.float64)
+    positives = int(ya.sum())
+    if min(positives, ya.size - positives) < folds:
+        return None
+    out = np.empty_like(sa)
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(sa, ya):
+        params = fit_map(ya[train], sa[train], CalibrationMethod.ISOTONIC)
+        out[test] = (1.0 - EPSILON) * _apply_map(params, sa[test]) + EPSILON * sa[test]
+    return out
 
 
 def _logit(s: FloatArray) -> FloatArray:

@@ -14,6 +14,8 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
                   choice.confusion: {labels, matrix}, calibration: CALIBRATION}
     calibrated   like raw, P(yes) through --calibration; null without it
     calibration_source  {method, scope, run, n, positives} of calib.json; or null
+    cross_fitted {method, folds, ece}: without --calibration, the yes/no ECE of a 5-fold
+                  cross-fitted isotonic map of the run itself; null with it, or too few labels
     diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
                   rate, others_rate, p_value}]}
     against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
@@ -22,8 +24,9 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
     headline     the figures every rendering leads with (headline.py): identity {run, model,
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
                  noul {n, positives, auc, recall, recall_hits, top_share, ...} or null,
-                 ece {raw, calibrated}, choice, score, questions, answered, unanswered,
-                 in_flight, attempts, failed_attempts, decisions_failed, reads, low_mass_reads
+                 ece {raw, calibrated, calibrated_by}, choice, score, questions, answered,
+                 unanswered, in_flight, attempts, failed_attempts, decisions_failed, reads,
+                 low_mass_reads
     review       {missed_positives, false_positives}: {total, items: [{decision, replicate,
                  question, cell, p_yes, label_mass, state}]} (review.py), raw P(yes)
 
@@ -43,7 +46,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from app.errors import InputError
-from app.report.calibration import Calibration
+from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
 from app.report.diagnostics import diagnostics
 from app.report.figures import (
@@ -65,7 +68,11 @@ from app.store.report_rows import run_by_id
 from app.store.types import Session
 from app.store.views import failure_reasons
 
-__all__ = ["FORMAT", "build_report", "calibrate_rows", "report_from_rows", "summarize_run"]
+__all__ = ["FORMAT", "build_report", "calibrate_rows", "calibrated_rows", "cross_fitted_rows",
+           "report_from_rows", "summarize_run"]
+
+#: How the calibrated figures of a report without --calibration are made.
+CROSS_FITTED = f"{CROSS_FOLDS}-fold cross-fitted isotonic"
 
 FORMAT = "dreads.report/1"
 
@@ -81,6 +88,30 @@ def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> lis
     for i, value in zip(index, scores, strict=True):
         out[i] = replace(rows[i], p_yes=float(value))
     return out
+
+
+def cross_fitted_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow] | None:
+    """The rows with every answered, labelled noul P(yes) cross-fitted (``cross_fitted``: a
+    map fitted on the other folds); None when either class has too few answers."""
+    index = [i for i, r in enumerate(rows) if r.question_type == "noul" and r.answered
+             and r.p_yes is not None and r.expected is not None]
+    scores = cross_fitted([1 if rows[i].expected == "yes" else 0 for i in index],
+                          [float(rows[i].p_yes or 0.0) for i in index])
+    if scores is None:
+        return None
+    out = list(rows)
+    for i, value in zip(index, scores, strict=True):
+        out[i] = replace(rows[i], p_yes=float(value))
+    return out
+
+
+def calibrated_rows(rows: Sequence[QuestionRow],
+                    calibration: Calibration | None) -> list[QuestionRow] | None:
+    """The rows a report's calibrated figures come from: through ``calibration`` when given,
+    else cross-fitted on the run itself (None: too few labels)."""
+    if calibration is not None:
+        return calibrate_rows(rows, calibration)
+    return cross_fitted_rows(rows)
 
 
 def _run_info(run: Run) -> dict[str, Any]:
@@ -135,7 +166,7 @@ def report_from_rows(
         "format": FORMAT, "run": _run_info(data.run), "params": asdict(p),
         "labelled": _labelled_counts(data.rows), "headline": None, "review": None,
         "raw": _typed_sections(data.rows, p),
-        "calibrated": None, "calibration_source": None,
+        "calibrated": None, "calibration_source": None, "cross_fitted": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
         "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
     }
@@ -143,6 +174,10 @@ def report_from_rows(
         doc["calibrated"] = _typed_sections(calibrate_rows(data.rows, calibration), p)
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
+    else:
+        fitted_ece = _cross_fitted_ece(data.rows, p)
+        doc["cross_fitted"] = None if fitted_ece is None else {
+            "method": "isotonic", "folds": CROSS_FOLDS, "ece": fitted_ece}
     if against is not None:
         doc["against"] = _against(session, data, against, p)
     doc["headline"] = _headline_of(doc)
@@ -150,12 +185,23 @@ def report_from_rows(
     return doc
 
 
+def _cross_fitted_ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
+    fitted = cross_fitted_rows(rows)
+    if fitted is None:
+        return None
+    ece: float | None = calibration_figures(typed_rows(fitted, "noul"), p)["overall"]["ece"]
+    return ece
+
+
 def _headline_of(doc: dict[str, Any]) -> dict[str, Any]:
     overall = {k: doc["raw"][k]["overall"]["figures"] for k in ("noul", "choice", "score")}
-    calibrated = doc["calibrated"]["noul"]["overall"]["figures"]["ece"] if doc[
-        "calibrated"] else None
+    calibrated, by = None, None
+    if doc["calibrated"]:
+        calibrated, by = doc["calibrated"]["noul"]["overall"]["figures"]["ece"], "--calibration"
+    elif doc.get("cross_fitted"):
+        calibrated, by = doc["cross_fitted"]["ece"], CROSS_FITTED
     return headline(doc["run"], doc["params"], overall, doc["diagnostics"]["overall"],
-                    calibrated)
+                    calibrated, calibrated_by=by)
 
 
 def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
@@ -207,5 +253,6 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         "flagged_cells": diag["flagged"],
         "headline": headline(_run_info(run), asdict(p),
                              {"noul": noul, "choice": choice, "score": score},
-                             diag["overall"]),
+                             diag["overall"], _cross_fitted_ece(data.rows, p),
+                             calibrated_by=CROSS_FITTED),
     }

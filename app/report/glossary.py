@@ -31,8 +31,10 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("ECE", "expected calibration error: over ten equal bins of P(yes), the count-weighted "
      "gap between the mean P(yes) and the share of positives; 0 is calibrated."),
     ("Brier", "mean squared difference between P(yes) and the outcome (1 yes, 0 no)."),
-    ("raw, calibrated", "P(yes) as the model gave it, and through the monotone map of "
-     "--calibration (from `dreads calibrate`); ranking figures are equal for both."),
+    ("raw, calibrated", "P(yes) as the model gave it, and through a monotone map: the one "
+     "of --calibration (from `dreads calibrate` on another run), or else a 5-fold "
+     "cross-fitted isotonic map of this run, each answer mapped by a fit on the other folds "
+     "(what calibrating this model would give); ranking figures are equal for both."),
     ("missed positive", "a positive with P(yes) at or below {r}: one recall does not count; "
      "listed from the lowest P(yes)."),
     ("top false positives", "negatives with P(yes) above {f}, listed from the highest."),

@@ -26,11 +26,18 @@ LINE_KEYS = ("auc", "recall", "top_share", "false_positives", "ece", "unanswered
 
 @dataclass(frozen=True)
 class HeadlineItem:
-    """One figure of the headline: a stable key, its title, its value with counts."""
+    """One figure of the headline: a stable key, its title, its value with counts, and a note
+    on how it was made (small print on the page, in parentheses elsewhere)."""
 
     key: str
     title: str
     value: str
+    note: str = ""
+
+    @property
+    def text(self) -> str:
+        """The value with its note, on one line."""
+        return f"{self.value} ({self.note})" if self.note else self.value
 
 
 def _identity(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,14 +55,17 @@ def _identity(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def headline(run: Mapping[str, Any], params: Mapping[str, Any],
              overall: Mapping[str, Mapping[str, Any]], diag: Mapping[str, Any],
-             calibrated_ece: float | None = None) -> dict[str, Any]:
-    """The headline as data: ``overall`` maps noul / choice / score to overall figures."""
+             calibrated_ece: float | None = None, *,
+             calibrated_by: str | None = None) -> dict[str, Any]:
+    """The headline as data: ``overall`` maps noul / choice / score to overall figures;
+    ``calibrated_by`` says where the calibrated ECE comes from."""
     noul = overall.get("noul") or {}
     return {
         "identity": _identity(run),
         "params": {k: params[k] for k in ("threshold_recall", "threshold_fp", "top_share")},
         "noul": {k: noul.get(k) for k in _NOUL} if noul.get("n") else None,
-        "ece": {"raw": noul.get("ece"), "calibrated": calibrated_ece},
+        "ece": {"raw": noul.get("ece"), "calibrated": calibrated_ece,
+                "calibrated_by": calibrated_by if calibrated_ece is not None else None},
         "choice": _typed(overall.get("choice"), ("n", "accuracy")),
         "score": _typed(overall.get("score"), ("n", "accuracy", "mae_level")),
         "questions": diag["questions"], "answered": diag["answered"],
@@ -120,10 +130,12 @@ def _noul_items(n: Mapping[str, Any], t: Mapping[str, str]) -> list[HeadlineItem
 
 
 def _ece_item(ece: Mapping[str, Any]) -> HeadlineItem:
-    value = f"{_num(ece['raw'], 3)} raw"
+    value, note = f"{_num(ece['raw'], 3)} raw", ""
     if ece.get("calibrated") is not None:
         value += f", {_num(ece['calibrated'], 3)} calibrated"
-    return HeadlineItem("ece", "ECE", value)
+        if ece.get("calibrated_by") and ece["calibrated_by"] != "--calibration":
+            note = ece["calibrated_by"]
+    return HeadlineItem("ece", "ECE", value, note)
 
 
 def _typed_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
@@ -160,4 +172,4 @@ def headline_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
 def headline_line(h: Mapping[str, Any]) -> str:
     """The headline in one line: "AUC 0.9832; recall >0.30 24/24 (1); ..."."""
     items = [i for i in headline_items(h) if i.key in LINE_KEYS or i.key in ("choice", "score")]
-    return "; ".join(f"{i.title} {i.value}" for i in items)
+    return "; ".join(f"{i.title} {i.text}" for i in items)

@@ -41,7 +41,7 @@ border-bottom:1px solid #ccc}h3{font-size:15px;margin:18px 0 6px}
 margin:10px 0}
 .card{border:1px solid #d8d8d8;border-radius:6px;padding:8px 12px;background:#fafafa}
 .card .t{font-size:12px;color:#555}.card .v{font-size:18px;font-weight:600;
-overflow-wrap:anywhere}
+overflow-wrap:anywhere}.card .n{font-size:11px;color:#666;margin-top:2px}
 .cards.identity{grid-template-columns:repeat(auto-fill,minmax(160px,1fr))}
 .identity .card{background:#fff}.identity .card .v{font-size:14px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 12px;width:100%}
@@ -63,7 +63,8 @@ dl.glossary dt{font-weight:600}dl.glossary dd{margin:0}
 
 def _card(item: HeadlineItem) -> str:
     return (f'<div class="card" data-figure="{item.key}"><div class="t">{escape(item.title)}'
-            f'</div><div class="v">{escape(item.value)}</div></div>')
+            f'</div><div class="v">{escape(item.value)}</div>'
+            + (f'<div class="n">{escape(item.note)}</div>' if item.note else "") + "</div>")
 
 
 def _flagged(doc: Mapping[str, Any]) -> str:
@@ -136,7 +137,8 @@ def render_html(
         *_top(doc),
         *(['<h2 id="review">what to review</h2>', review_lists(doc)] if has_lists else []),
         '<h2>plots</h2><div class="plots" id="plots">'
-        + "".join(_plot(p) for p in report_plots(rows, calibrated)) + "</div>",
+        + "".join(_plot(p) for p in report_plots(
+            rows, calibrated, doc["headline"]["ece"]["calibrated_by"])) + "</div>",
         *_details(doc),
         _glossary(doc["params"]),
     ]

@@ -133,19 +133,23 @@ def _per_question(rows: Sequence[QuestionRow]) -> dict[str, tuple[np.ndarray, np
     return curves
 
 
-def _reliability(curves: Curves) -> Plot:
+def _reliability(curves: Curves, calibrated_by: str | None) -> Plot:
     caption = ("Answers binned by P(yes): the mean P(yes) of a bin against the share of "
                "positives in it. On the dashed line P(yes) means what it says")
-    if "calibrated" in curves:
+    if "calibrated" not in curves:
+        caption += "; too few labels of either class for a calibrated curve."
+    elif calibrated_by == "--calibration":
         caption += "; the calibrated curve is P(yes) through --calibration."
     else:
-        caption += "; --calibration adds the calibrated curve."
+        caption += (f"; the calibrated curve is P(yes) through a {calibrated_by} map (each "
+                    "answer's map fitted on the other folds): what calibrating this model "
+                    "would give. --calibration applies a map fitted on another run.")
     return _reliability_plot(curves, "calibration: raw and calibrated" if "calibrated" in
                              curves else "calibration (raw)", caption)
 
 
 def _noul_plots(noul: Sequence[QuestionRow], calibrated: Sequence[QuestionRow] | None,
-                top: int) -> list[Plot]:
+                top: int, calibrated_by: str | None) -> list[Plot]:
     y, s, _ = noul_arrays(noul)
     if not y.size:
         return []
@@ -154,8 +158,8 @@ def _noul_plots(noul: Sequence[QuestionRow], calibrated: Sequence[QuestionRow] |
     if calibrated is not None:
         yc, sc, _ = noul_arrays(typed_rows(calibrated, "noul"))
         curves["calibrated"] = (yc, sc)
-    plots += [_reliability(curves), _rank_plot(y, s)]
-    if calibrated is not None:
+    plots += [_reliability(curves, calibrated_by), _rank_plot(y, s)]
+    if calibrated is not None and calibrated_by == "--calibration":
         plots.append(_score_plot(*curves["calibrated"], top, "calibrated"))
     per_question = _per_question(noul)
     if 1 < len(per_question) <= _MAX_QUESTION_CURVES:
@@ -165,9 +169,12 @@ def _noul_plots(noul: Sequence[QuestionRow], calibrated: Sequence[QuestionRow] |
 
 
 def report_plots(rows: Sequence[QuestionRow],
-                 calibrated: Sequence[QuestionRow] | None = None) -> list[Plot]:
+                 calibrated: Sequence[QuestionRow] | None = None,
+                 calibrated_by: str | None = None) -> list[Plot]:
     """Every plot of the page: P(yes) of positives and negatives, calibration (raw and
-    calibrated), ranks of the positives, label mass; per question when 2-8 questions."""
+    ``calibrated``, made as ``calibrated_by`` says), ranks of the positives, label mass; per
+    question when 2-8 questions."""
     mass = np.array([r.label_mass for r in rows if r.label_mass is not None], dtype=float)
     top = max(len(rows), 1)
-    return [*_noul_plots(typed_rows(rows, "noul"), calibrated, top), _mass_plot(mass, top)]
+    return [*_noul_plots(typed_rows(rows, "noul"), calibrated, top, calibrated_by),
+            _mass_plot(mass, top)]

@@ -282,7 +282,7 @@ def headline_table(h: Mapping[str, Any], title: str = "headline figures") -> Tab
     table.add_column("figure", no_wrap=True)
     table.add_column("value", overflow="fold")
     for item in headline_items(h):
-        table.add_row(escape(item.title), escape(item.value))
+        table.add_row(escape(item.title), escape(item.text))
     return table
 
 
