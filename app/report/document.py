@@ -51,7 +51,6 @@ from app.report.figures import (
     typed_rows,
 )
 from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
-from app.store.models import Run
 from app.store.report_rows import run_by_id
 from app.store.types import Session
 from app.store.views import failure_reasons
@@ -74,10 +73,11 @@ def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> lis
     return out
 
 
-def _run_info(run: Run) -> dict[str, Any]:
+def _run_info(data: RunRows) -> dict[str, Any]:
+    run = data.run
     fingerprint = dict(run.fingerprint or {})
     return {"id": run.id, "name": run.name, "upstream": run.upstream, "engine": run.engine,
-            "replicates": run.replicates, "status": run.status,
+            "replicates": run.replicates, "status": data.state.value,
             "settings_hash": run.settings_hash, "settings": dict(run.settings or {}),
             "fingerprint": fingerprint or None,
             "created": run.created_at.isoformat() if run.created_at else None,
@@ -123,7 +123,7 @@ def report_from_rows(
     """The report of already loaded rows (``session`` loads the ``against`` run)."""
     p = params or Params()
     doc: dict[str, Any] = {
-        "format": FORMAT, "run": _run_info(data.run), "params": asdict(p),
+        "format": FORMAT, "run": _run_info(data), "params": asdict(p),
         "labelled": _labelled_counts(data.rows),
         "raw": _typed_sections(data.rows, p),
         "calibrated": None, "calibration_source": None,
