@@ -31,8 +31,8 @@ from app.store.states import (
 )
 
 __all__ = ["LOW_MASS", "CellStats", "Reader", "ReasonGroup", "RunOverview", "RunStatusReport",
-           "aware", "cell_key", "failure_reasons", "find_run", "is_settled", "list_runs",
-           "run_from_row", "run_status", "status_counts"]
+           "aware", "cell_key", "cell_stats", "failure_reasons", "find_run", "is_settled",
+           "list_runs", "run_from_row", "run_status", "status_counts"]
 
 #: An answer whose label mass is below this is counted as low mass.
 LOW_MASS = 0.5
@@ -245,6 +245,23 @@ def is_settled(reader: Reader, run_id: int, *, count_failed: bool) -> bool:
 def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> RunStatusReport:
     """Counts by status, per-cell diagnostics and throughput, from SQL only."""
     now = now or datetime.now(UTC)
+    params = {"run": run.id}
+    windows = {"since_1m": now - timedelta(minutes=1), "since_5m": now - timedelta(minutes=5)}
+    stamps = {key: _stamp(reader, moment) for key, moment in windows.items()}
+    finished_1m, finished_5m = (int(n or 0) for n in
+                                reader.rows(FINISHED_SINCE, {**params, **stamps})[0])
+    firsts = reader.rows(ACTIVE_SINCE, {**params, **stamps})[0]
+    active_1m, active_5m = (_span(now, window, first)
+                            for window, first in zip((60.0, 300.0), firsts, strict=True))
+    return RunStatusReport(
+        run=run, counts=status_counts(reader, run), cells=cell_stats(reader, run),
+        finished_1m=finished_1m, finished_5m=finished_5m, active_1m_s=active_1m,
+        active_5m_s=active_5m, reasons=failure_reasons(reader, run.id))
+
+
+def cell_stats(reader: Reader, run: RunInfo) -> list[CellStats]:
+    """Per cell, by name: decisions, done, questions of settled decisions and those with no
+    answer (``states``), failed attempts by kind, low mass, argmax not a label."""
     cells: dict[str, CellStats] = {}
 
     def cell(name: str | None) -> CellStats:
@@ -265,17 +282,7 @@ def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> 
         stats.low_mass, stats.argmax_not_label = int(low_mass or 0), int(not_label or 0)
     for name, outcome, n in reader.rows(CELL_FAILURES, params):
         cell(name).failures[outcome] = int(n)
-    windows = {"since_1m": now - timedelta(minutes=1), "since_5m": now - timedelta(minutes=5)}
-    stamps = {key: _stamp(reader, moment) for key, moment in windows.items()}
-    finished_1m, finished_5m = (int(n or 0) for n in
-                                reader.rows(FINISHED_SINCE, {**params, **stamps})[0])
-    firsts = reader.rows(ACTIVE_SINCE, {**params, **stamps})[0]
-    active_1m, active_5m = (_span(now, window, first)
-                            for window, first in zip((60.0, 300.0), firsts, strict=True))
-    return RunStatusReport(
-        run=run, counts=status_counts(reader, run), cells=[cells[k] for k in sorted(cells)],
-        finished_1m=finished_1m, finished_5m=finished_5m, active_1m_s=active_1m,
-        active_5m_s=active_5m, reasons=failure_reasons(reader, run.id))
+    return [cells[k] for k in sorted(cells)]
 
 
 _NUMBER = re.compile(r"\d[\d,._]*")
