@@ -117,7 +117,7 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     #: ``dreads serve``: seconds one SQL snapshot of the per-run gauges serves scrapes.
     metrics_cache_s: float = 10.0
-    #: ``dreads serve``: the most recent runs (not cancelled) that get per-run gauges.
+    #: ``dreads serve``: the most recent runs (cancelled ones too) that get per-run gauges.
     metrics_max_runs: int = 20
 
 

@@ -53,7 +53,7 @@ class ServeConfig:
     chunk_size: int = 64  #: decisions per queue message (queue executor)
     sim_key: str | None = None  #: answer key of the in-process simulator (``upstream`` "sim")
     metrics_cache_s: float = 10.0  #: seconds one SQL snapshot of the per-run gauges serves
-    metrics_max_runs: int = 20  #: the most recent runs (not cancelled) with per-run gauges
+    metrics_max_runs: int = 20  #: the most recent runs (cancelled ones too) with per-run gauges
     #: how the local executor runs a run (leases, attempts, reads in flight, endpoints)
     local: EmbeddedConfig = field(default_factory=EmbeddedConfig)
     #: how a resume sweeps a run of the queue executor (and what counts as a lost message)

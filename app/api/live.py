@@ -1,6 +1,7 @@
 """The live view of a run: ``dreads status --json`` plus what the run page shows beside it
 (per-cell open decisions, the latest reason of each failure kind, rejected decisions, label
-mass warnings, the report link once the run is finished)."""
+mass warnings, the report link once nothing is left to run). Its ``status`` is the run's
+state (``app.store.states``), as everywhere."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from urllib.parse import quote
 
 from app.store.live import latest_failures, rejected_decisions
-from app.store.runs import ACTIVE, RunInfo
+from app.store.runs import RunInfo
+from app.store.states import OPEN
 from app.store.types import Session
 from app.store.views import run_status, status_by_cell
 
@@ -26,17 +28,16 @@ def live_view(session: Session, run: RunInfo) -> dict[str, Any]:
     view = report.as_dict()
     by_cell = status_by_cell(session, run.id)
     for cell in view["cells"]:
-        cell["open"] = sum(by_cell.get((cell["cell"], s), 0) for s in ACTIVE)
+        cell["open"] = sum(by_cell.get((cell["cell"], s), 0) for s in OPEN)
     view["settled"] = report.total - report.remaining
     view["failures"] = _failures(session, run.id, view["cells"])
     view["rejected"] = [{"decision": r.decision, "cell": r.cell, "reason": r.reason}
                         for r in rejected_decisions(session, run.id, limit=REJECTED_SHOWN)]
     view["warnings"] = _mass_warnings(view["cells"])
-    finished = report.total > 0 and report.remaining == 0
     base = f"/runs/{quote(run.name, safe='')}"
-    view["finished"] = finished
+    view["ended"] = report.ended
     view["links"] = {"status": f"/v1/runs/{quote(run.name, safe='')}",
-                     "report": f"{base}/report" if finished else None}
+                     "report": f"{base}/report" if report.ended else None}
     view["updated"] = datetime.now(UTC).isoformat()
     return view
 

@@ -39,7 +39,7 @@ from app.errors import ConfigError, DreadsError
 from app.runs.jobfile import decode_lines, has_content
 from app.runs.resume import ResumeOptions, resume_run
 from app.runs.submit import SubmitReport, SubmitRequest, submit_job
-from app.store.admin import cancel_not_started, delete_run, discard_empty_run, run_contents
+from app.store.admin import cancel_run, delete_run, discard_empty_run, run_contents
 from app.store.db import session_scope
 from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, find_run
@@ -321,10 +321,11 @@ async def resume(run: str, api: Api, params: Annotated[ResumeParams, Query()]
 @router.post("/{run}/cancel")
 async def cancel(run: str, api: Api) -> dict[str, Any]:
     """Cancel a run: no decision of it starts any more (``cancelled``); those in flight
-    finish and keep their answers (``in_flight``)."""
-    def _cancel() -> dict[str, int]:
+    finish and keep their answers (``in_flight``). A finished or cancelled run is left as it
+    is (``changed`` false, ``state`` says which)."""
+    def _cancel() -> dict[str, Any]:
         with session_scope(api.factory) as session:
-            return cancel_not_started(session, _required(session, run).id).as_dict()
+            return cancel_run(session, _required(session, run).id).as_dict()
 
     return {"run": run, **await asyncio.to_thread(_cancel)}
 

@@ -16,10 +16,12 @@ from app.report.tables import reasons_table
 
 if TYPE_CHECKING:
     from app.runs.submit import LineProblem, SubmitReport
+    from app.store.admin import CancelOutcome
     from app.store.views import RunOverview, RunStatusReport
 
 __all__ = [
     "BAD_LINES_EXIT",
+    "cancel_lines",
     "cells_table",
     "counts_text",
     "duration",
@@ -59,6 +61,31 @@ def duration(seconds: float | None) -> str:
 def counts_text(counts: dict[str, int]) -> str:
     keys = [k for k in _ORDER if counts.get(k)] + sorted(set(counts) - set(_ORDER))
     return ", ".join(f"{k} {counts[k]}" for k in keys) or "no decisions"
+
+
+def cancel_lines(run: str, outcome: CancelOutcome) -> list[str]:
+    """What ``dreads cancel`` says: what it cancelled, or why it changed nothing."""
+    counts = outcome.counts
+    if outcome.changed:
+        lines = [f"run {run!r} cancelled: {outcome.cancelled} decision(s) not started are "
+                 "cancelled"]
+    elif outcome.state == "finished":
+        shown = {"done": counts.get("done", 0), "failed": counts.get("failed", 0),
+                 "rejected": counts.get("rejected", 0)}
+        lines = [f"run {run!r} is finished ({_tally(shown, keep=('done', 'failed'))}): "
+                 "nothing to cancel"]
+    else:
+        lines = [f"run {run!r} is already cancelled ({_tally(counts)}): nothing to change"]
+    if outcome.in_flight:
+        lines.append(f"{outcome.in_flight} decision(s) are in flight on workers: they finish "
+                     f"and keep their answers (`dreads status {run}` shows them)")
+    return lines
+
+
+def _tally(counts: dict[str, int], keep: tuple[str, ...] = ()) -> str:
+    """``12 done, 3 failed``: the counts in status order, zeros left out unless kept."""
+    keys = [k for k in _ORDER if counts.get(k) or k in keep]
+    return ", ".join(f"{counts.get(k, 0)} {k}" for k in keys) or "no decisions"
 
 
 def settings_summary(settings: dict[str, Any]) -> str:
@@ -129,7 +156,7 @@ def runs_table(overview: list[RunOverview]) -> Table:
         table.add_column(name, overflow="fold")
     for o in overview:
         created = o.run.created_at.strftime("%Y-%m-%d %H:%M") if o.run.created_at else ""
-        table.add_row(escape(o.run.name), o.run.status, created,
+        table.add_row(escape(o.run.name), o.state.value, created,
                       escape(settings_summary(dict(o.run.settings))),
                       counts_text(o.counts))
     return table
@@ -147,7 +174,7 @@ def cells_table(report: RunStatusReport) -> Table:
 
 
 def status_view(report: RunStatusReport) -> Group:
-    head = Text(f"run {report.run.name} ({report.run.status}): {report.total} decision(s): "
+    head = Text(f"run {report.run.name} ({report.state.value}): {report.total} decision(s): "
                 f"{counts_text(report.counts)}")
     rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
                 f"{report.rate_per_s:.2f}/s; {report.remaining} left; "

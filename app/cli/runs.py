@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import logging
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -185,8 +184,9 @@ def runs(json_out: JsonOpt = False, database: DatabaseOpt = None) -> None:
 def status(
     run: RunArg,
     json_out: JsonOpt = False,
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh until done (Ctrl-C stops).")]
-    = False,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Refresh until the run has ended (Ctrl-C stops); not on a terminal, "
+                        "a line per interval.")] = False,
     interval_s: Annotated[float, typer.Option(
         "--interval", min=0.2, metavar="SECONDS", help="Watch period.")] = 2.0,
     database: DatabaseOpt = None,
@@ -197,7 +197,9 @@ def status(
     if report is None:
         with cli_errors(), opened_store(database_url(database)) as factory:
             if watching:
-                _watch(factory, run, interval_s)
+                from app.cli._watch import watch as watch_status
+
+                watch_status(lambda: _status(factory, run), interval_s)
                 return
             report = _status(factory, run)
     if json_out:
@@ -238,20 +240,6 @@ def _status(factory: SessionFactory, name: str) -> RunStatusReport:
 
     with session_scope(factory) as session:
         return run_status(session, require_run(session, name))
-
-
-def _watch(factory: SessionFactory, name: str, interval_s: float) -> None:
-    from rich.live import Live
-
-    report = _status(factory, name)
-    try:
-        with Live(render.status_view(report), console=console, auto_refresh=False) as live:
-            while report.remaining > 0:
-                time.sleep(interval_s)
-                report = _status(factory, name)
-                live.update(render.status_view(report), refresh=True)
-    except KeyboardInterrupt:
-        err_console.print("stopped watching; the run goes on")
 
 
 @app.command(rich_help_panel=RUN_JOBS)
@@ -345,22 +333,19 @@ def _print_resume(report: Any, json_out: bool) -> None:
 
 @app.command(rich_help_panel=RUN_JOBS)
 def cancel(run: RunArg, json_out: JsonOpt = False, database: DatabaseOpt = None) -> None:
-    """Cancel a run: no worker starts its decisions; those in flight finish."""
-    from app.store.admin import cancel_not_started
+    """Cancel a run: no worker starts its decisions; those in flight finish. A finished or
+    cancelled run is left as it is."""
+    from app.store.admin import cancel_run
     from app.store.runs import require_run
 
     with cli_errors(), _session(database) as session:
         info = require_run(session, run)
-        outcome = cancel_not_started(session, info.id)
+        outcome = cancel_run(session, info.id)
     if json_out:
         console.print_json(render.json_text({"run": run, **outcome.as_dict()}))
         return
-    console.print(f"run {run!r} cancelled: {outcome.cancelled} decision(s) not started are "
-                  "cancelled", highlight=False, markup=False)
-    if outcome.in_flight:
-        console.print(f"{outcome.in_flight} decision(s) were in flight on workers: they finish "
-                      f"and keep their answers (`dreads status {run}` shows them)",
-                      highlight=False, markup=False)
+    for line in render.cancel_lines(run, outcome):
+        console.print(line, highlight=False, markup=False)
 
 
 @app.command(rich_help_panel=RUN_JOBS)

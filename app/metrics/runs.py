@@ -1,10 +1,10 @@
 """Per-run gauges of ``dreads serve``'s ``/metrics``, read from SQL when Prometheus scrapes.
 
-The SQL is what ``dreads status`` runs (``app.store.views``), for the most recent runs that are
-not cancelled. One snapshot serves every scrape for ``ttl_s`` seconds, and concurrent scrapes
-wait for the one query round in progress instead of starting another, so a scrape never runs
-the heavy queries twice in a short interval. A database that does not answer leaves the last
-snapshot in place (logged) until the next round.
+The SQL is what ``dreads status`` runs (``app.store.views``), for the most recent runs; their
+state and counts are those of ``app.store.states``. One snapshot serves every scrape for
+``ttl_s`` seconds, and concurrent scrapes wait for the one query round in progress instead of
+starting another, so a scrape never runs the heavy queries twice in a short interval. A
+database that does not answer leaves the last snapshot in place (logged) until the next round.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from app.errors import StoreError
 from app.store.db import session_scope
 from app.store.queue import translate_db_errors
+from app.store.states import RunState
 from app.store.types import SessionFactory
 from app.store.views import RunStatusReport, recent_runs, run_status, status_by_cell
 
@@ -77,6 +78,33 @@ class RunMetrics:
 
 
 def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
+    yield from _run_families(snapshot)
+    yield from _cell_families(snapshot)
+
+
+def _run_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
+    state = GaugeMetricFamily("dreads_run_state", "The run's state: 1 for the one it is in "
+                              "(active, finished, cancelled), 0 for the others.",
+                              labels=["run", "state"])
+    remaining = GaugeMetricFamily("dreads_run_remaining_decisions", "Decisions pending, "
+                                  "queued or leased.", labels=["run"])
+    rate = GaugeMetricFamily("dreads_run_decisions_per_second", "Decisions finished per "
+                             "second over the last 5 minutes (1 minute when busier).",
+                             labels=["run"])
+    eta = GaugeMetricFamily("dreads_run_eta_seconds", "Seconds left at the current rate "
+                            "(absent while nothing finishes).", labels=["run"])
+    for item in snapshot:
+        name, report = item.report.run.name, item.report
+        for value in RunState:
+            state.add_metric([name, value.value], 1.0 if report.state is value else 0.0)
+        remaining.add_metric([name], report.remaining)
+        rate.add_metric([name], report.rate_per_s)
+        if report.eta_s is not None:
+            eta.add_metric([name], report.eta_s)
+    yield from (state, remaining, rate, eta)
+
+
+def _cell_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
     decisions = GaugeMetricFamily("dreads_run_decisions", "Decisions of the run by cell and "
                                   "status (pending, queued, leased, done, failed, rejected, "
                                   "cancelled).", labels=["run", "cell", "status"])
@@ -89,13 +117,8 @@ def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
                                   labels=["run", "cell"])
     answers = GaugeMetricFamily("dreads_run_questions_settled", "Questions of settled "
                                 "decisions, by cell.", labels=["run", "cell"])
-    remaining = GaugeMetricFamily("dreads_run_remaining_decisions", "Decisions pending, "
-                                  "queued or leased.", labels=["run"])
-    rate = GaugeMetricFamily("dreads_run_decisions_per_second", "Decisions finished per "
-                             "second over the last 5 minutes (1 minute when busier).",
-                             labels=["run"])
-    eta = GaugeMetricFamily("dreads_run_eta_seconds", "Seconds left at the current rate "
-                            "(absent while nothing finishes).", labels=["run"])
+    unanswered = GaugeMetricFamily("dreads_run_unanswered_questions", "Questions of settled "
+                                   "decisions with no answer, by cell.", labels=["run", "cell"])
     for item in snapshot:
         name = item.report.run.name
         for (cell_name, status), n in sorted(item.by_cell.items()):
@@ -106,8 +129,5 @@ def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
             low_mass.add_metric([name, cell.cell], cell.low_mass)
             not_label.add_metric([name, cell.cell], cell.argmax_not_label)
             answers.add_metric([name, cell.cell], cell.questions)
-        remaining.add_metric([name], item.report.remaining)
-        rate.add_metric([name], item.report.rate_per_s)
-        if item.report.eta_s is not None:
-            eta.add_metric([name], item.report.eta_s)
-    yield from (decisions, failures, low_mass, not_label, answers, remaining, rate, eta)
+            unanswered.add_metric([name, cell.cell], cell.unanswered)
+    yield from (decisions, failures, low_mass, not_label, answers, unanswered)

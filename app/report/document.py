@@ -63,7 +63,6 @@ from app.report.figures import (
 from app.report.headline import headline
 from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
 from app.report.review import review
-from app.store.models import Run
 from app.store.report_rows import run_by_id
 from app.store.types import Session
 from app.store.views import failure_reasons
@@ -114,10 +113,11 @@ def calibrated_rows(rows: Sequence[QuestionRow],
     return cross_fitted_rows(rows)
 
 
-def _run_info(run: Run) -> dict[str, Any]:
+def _run_info(data: RunRows) -> dict[str, Any]:
+    run = data.run
     fingerprint = dict(run.fingerprint or {})
     return {"id": run.id, "name": run.name, "upstream": run.upstream, "engine": run.engine,
-            "replicates": run.replicates, "status": run.status,
+            "replicates": run.replicates, "status": data.state.value,
             "settings_hash": run.settings_hash, "settings": dict(run.settings or {}),
             "fingerprint": fingerprint or None,
             "created": run.created_at.isoformat() if run.created_at else None,
@@ -163,7 +163,7 @@ def report_from_rows(
     """The report of already loaded rows (``session`` loads the ``against`` run)."""
     p = params or Params()
     doc: dict[str, Any] = {
-        "format": FORMAT, "run": _run_info(data.run), "params": asdict(p),
+        "format": FORMAT, "run": _run_info(data), "params": asdict(p),
         "labelled": _labelled_counts(data.rows), "headline": None, "review": None,
         "raw": _typed_sections(data.rows, p),
         "calibrated": None, "calibration_source": None, "cross_fitted": None,
@@ -251,7 +251,7 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         "choice": {k: choice[k] for k in ("n", "accuracy")},
         "score": {k: score[k] for k in ("n", "accuracy", "mae_level")},
         "flagged_cells": diag["flagged"],
-        "headline": headline(_run_info(run), asdict(p),
+        "headline": headline(_run_info(data), asdict(p),
                              {"noul": noul, "choice": choice, "score": score},
                              diag["overall"], _cross_fitted_ece(data.rows, p),
                              calibrated_by=CROSS_FITTED),

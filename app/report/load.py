@@ -16,7 +16,7 @@ from typing import Any
 
 from app.engine import decision_from_payload
 from app.errors import InputError, OutcomeKind
-from app.store.models import Run, shown_status
+from app.store.models import Run
 from app.store.report_rows import (
     answer_rows,
     attempt_counts_by_cell,
@@ -24,6 +24,7 @@ from app.store.report_rows import (
     find_run_by_ref,
     read_counts_by_cell,
 )
+from app.store.states import OPEN, RunState, is_unanswered, run_state, shown_status
 from app.store.types import Session
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 
 NO_CELL = "(none)"
 #: decision statuses whose answers may still come
-IN_FLIGHT = frozenset({"pending", "queued", "leased"})
+IN_FLIGHT = frozenset(OPEN)
 _YES = {"yes", "true", "1", "y"}
 _NO = {"no", "false", "0", "n"}
 
@@ -69,8 +70,8 @@ class QuestionRow:
 
     @property
     def unanswered(self) -> bool:
-        """No answer and none coming: the decision finished (failed, rejected, cancelled)."""
-        return not self.answered and self.status not in IN_FLIGHT
+        """No answer and none coming: the decision is settled (``states.is_unanswered``)."""
+        return is_unanswered(answered=self.answered, shown=self.status)
 
     @property
     def in_flight(self) -> bool:
@@ -97,6 +98,11 @@ class RunRows:
     run: Run
     rows: tuple[QuestionRow, ...]
     cells: Mapping[str, CellCounts]
+    counts: Mapping[str, int]  #: decisions by status, as a user sees them
+
+    @property
+    def state(self) -> RunState:
+        return run_state(self.run.status, self.counts)
 
 
 def resolve_run(session: Session, ref: str) -> Run:
@@ -115,9 +121,13 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
     """Every decision question of ``run`` with its answer, and per-cell read/attempt counts."""
     answers = _answers_by_decision(session, run.id)
     rows: list[QuestionRow] = []
+    counts: dict[str, int] = {}
     for decision in decision_rows(session, run.id):
-        rows.extend(_decision_rows(decision, answers.get(decision.id, {}), run.status))
-    return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id))
+        shown = shown_status(decision.status, run.status)
+        counts[shown] = counts.get(shown, 0) + 1
+        rows.extend(_decision_rows(decision, answers.get(decision.id, {}), shown))
+    return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id),
+                   counts=counts)
 
 
 def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Any]]:
@@ -128,13 +138,13 @@ def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, A
 
 
 def _decision_rows(decision: Any, answers: Mapping[str, Any],
-                   run_status: str) -> Iterator[QuestionRow]:
+                   shown: str) -> Iterator[QuestionRow]:
     payload = decision.payload or {}
     common = {
         "decision_key": decision.key, "replicate": decision.replicate,
         "cell": decision.cell if decision.cell is not None else NO_CELL,
         "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
-        "status": shown_status(decision.status, run_status),
+        "status": shown,
     }
     questions, expected = _parsed(payload)
     for qid, qtype, labels, options in questions:

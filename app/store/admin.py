@@ -1,12 +1,13 @@
-"""Run administration: cancel what has not started (saying what is still in flight), delete a
-run with everything it recorded, and drop the run a file of only bad lines created.
+"""Run administration: cancel what has not started (saying what is still in flight; a run
+finished or cancelled already is left as it is), delete a run with everything it recorded,
+and drop the run a file of only bad lines created.
 
 Repositories flush, never commit: the caller's ``session_scope`` owns the transaction.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -14,7 +15,6 @@ from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.store.models import (
-    NOT_STARTED,
     Answer,
     Attempt,
     Decision,
@@ -24,8 +24,10 @@ from app.store.models import (
     Run,
     RunStatus,
 )
+from app.store.states import NOT_STARTED, RunState, run_state
+from app.store.views import status_counts
 
-__all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "delete_run",
+__all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "cancel_run", "delete_run",
            "discard_empty_run", "run_contents", "settle_cancelled"]
 
 
@@ -36,13 +38,37 @@ class CancelOutcome:
 
     cancelled: int
     in_flight: int
+    state: RunState = RunState.CANCELLED  #: the run's state after the call
+    #: False: the run was finished or cancelled already, and nothing was changed
+    changed: bool = True
+    counts: dict[str, int] = field(default_factory=dict)  #: decisions by status, after
 
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "state": self.state.value}
 
 
 def _live_lease(now: datetime) -> Any:
     return and_(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at >= now)
+
+
+def cancel_run(session: Session, run_id: int, *, now: datetime | None = None
+               ) -> CancelOutcome:
+    """Cancel an active run (``cancel_not_started``); a run that is finished or cancelled
+    already is left as it is (``changed`` False), and the outcome says which."""
+    now = now or datetime.now(UTC)
+    stored = str(session.scalar(select(Run.status).where(Run.id == run_id)))
+    state = run_state(stored, status_counts(session, run_id))
+    if state is RunState.ACTIVE:
+        outcome = cancel_not_started(session, run_id, now=now)
+    else:
+        outcome = CancelOutcome(cancelled=0, in_flight=_in_flight(session, run_id, now),
+                                state=state, changed=False)
+    return replace(outcome, counts=status_counts(session, run_id))
+
+
+def _in_flight(session: Session, run_id: int, now: datetime) -> int:
+    return int(session.scalar(select(func.count()).where(Decision.run_id == run_id,
+                                                         _live_lease(now))) or 0)
 
 
 def cancel_not_started(session: Session, run_id: int, *, now: datetime | None = None
@@ -67,10 +93,8 @@ def cancel_not_started(session: Session, run_id: int, *, now: datetime | None = 
         .execution_options(synchronize_session=False))
     not_started = session.scalar(
         select(func.count()).select_from(_not_started(run_id).subquery()))
-    in_flight = session.scalar(select(func.count()).where(Decision.run_id == run_id,
-                                                          _live_lease(now)))
     cancelled = int(getattr(result, "rowcount", 0) or 0) + int(not_started or 0)
-    return CancelOutcome(cancelled=cancelled, in_flight=int(in_flight or 0))
+    return CancelOutcome(cancelled=cancelled, in_flight=_in_flight(session, run_id, now))
 
 
 def _not_started(run_id: Any) -> Any:
@@ -124,12 +148,11 @@ def _count(session: Session, model: Any, run_id: int) -> int:
 def run_contents(session: Session, run_id: int, *, now: datetime | None = None) -> RunContents:
     """Counts of what the run holds (for the confirmation before ``delete_run``)."""
     now = now or datetime.now(UTC)
-    in_flight = session.scalar(select(func.count()).where(Decision.run_id == run_id,
-                                                          _live_lease(now)))
     return RunContents(decisions=_count(session, Decision, run_id),
                        answers=_count(session, Answer, run_id),
                        attempts=_count(session, Attempt, run_id),
-                       draws=_count(session, Draw, run_id), in_flight=int(in_flight or 0))
+                       draws=_count(session, Draw, run_id),
+                       in_flight=_in_flight(session, run_id, now))
 
 
 def delete_run(session: Session, run_id: int) -> None:

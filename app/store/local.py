@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 from app.errors import OutcomeKind
 from app.store import dialects
 from app.store.models import (
-    NOT_STARTED,
     Answer,
     Attempt,
     Decision,
@@ -22,13 +21,10 @@ from app.store.models import (
     RunStatus,
 )
 from app.store.queue import claimable, run_active
+from app.store.states import settled_statuses
 
-__all__ = ["SETTLED", "claimable_ids", "draws_used", "expire_leases_of", "release_leases_of",
+__all__ = ["claimable_ids", "draws_used", "expire_leases_of", "release_leases_of",
            "settled_count"]
-
-#: Statuses a decision ends in (progress counts them).
-SETTLED = (DecisionStatus.DONE, DecisionStatus.FAILED, DecisionStatus.REJECTED,
-           DecisionStatus.CANCELLED)
 
 
 def expire_leases_of(session: Session, run_id: int, *, owner_prefix: str,
@@ -62,8 +58,8 @@ def release_leases_of(session: Session, run_id: int, *, owner: str, detail: str)
     return len(rows)
 
 
-def _cancelled(session: Session, run_id: int) -> bool:
-    return session.scalar(select(Run.status).where(Run.id == run_id)) == RunStatus.CANCELLED
+def _run_status(session: Session, run_id: int) -> str:
+    return str(session.scalar(select(Run.status).where(Run.id == run_id)) or RunStatus.ACTIVE)
 
 
 def claimable_ids(session: Session, run_id: int, *, max_attempts: int,
@@ -78,9 +74,7 @@ def claimable_ids(session: Session, run_id: int, *, max_attempts: int,
 
 def settled_count(session: Session, run_id: int) -> tuple[int, int]:
     """(settled, total) decisions of the run (a cancelled run's not started ones are)."""
-    statuses: tuple[str, ...] = SETTLED
-    if _cancelled(session, run_id):
-        statuses = (*SETTLED, *NOT_STARTED)
+    statuses = settled_statuses(_run_status(session, run_id))
     settled = func.sum(case((Decision.status.in_(statuses), 1), else_=0))
     row = session.execute(select(settled, func.count()).where(Decision.run_id == run_id)).one()
     return int(row[0] or 0), int(row[1])

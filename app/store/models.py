@@ -29,7 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.errors import OutcomeKind  # the attempt outcome kinds live with the error tree
-from app.store.records import NOT_STARTED, DecisionStatus, RunStatus, shown_status
+from app.store.records import DecisionStatus, RunStatus
+from app.store.states import NOT_STARTED, shown_status
 
 __all__ = [
     "NOT_STARTED",

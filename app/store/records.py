@@ -1,7 +1,8 @@
-"""What the store's rows mean, without SQLAlchemy: statuses, how a user sees them, a run.
+"""What the store's rows hold, without SQLAlchemy: the status columns' values, a run.
 
-``app.store.models`` (the tables) and every query module use these; so do the plain
-read-only views (``app.store.plain``), which start without loading SQLAlchemy at all.
+``app.store.models`` (the tables), ``app.store.states`` (what they mean to a user) and every
+query module use these; so do the plain read-only views (``app.store.plain``), which start
+without loading SQLAlchemy at all.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["ACTIVE", "NOT_STARTED", "DecisionStatus", "RunInfo", "RunStatus", "shown_status"]
+__all__ = ["DecisionStatus", "RunInfo", "RunStatus"]
 
 
 class RunStatus(StrEnum):
-    ACTIVE = "active"  #: accepting and processing work
+    """``runs.status``: whether the run was cancelled. What a user sees is the run's state,
+    derived from this and its decisions (``app.store.states.run_state``)."""
+
+    ACTIVE = "active"  #: not cancelled
     CANCELLED = "cancelled"  #: workers skip its decisions
 
 
@@ -30,28 +34,13 @@ class DecisionStatus(StrEnum):
     CANCELLED = "cancelled"  #: the run was cancelled before it ran
 
 
-#: What no worker has started: cancelling a run cancels these.
-NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
-#: What is still to run or running.
-ACTIVE = (DecisionStatus.PENDING, DecisionStatus.QUEUED, DecisionStatus.LEASED)
-
-
-def shown_status(status: str, run_status: str) -> str:
-    """A decision's status as a user sees it. ``cancel`` marks the run at once (no worker
-    takes its decisions from then on) and leaves the rows no worker started to the sweeper,
-    which settles them a page at a time: they are cancelled already, whatever the row says."""
-    if run_status == RunStatus.CANCELLED and status in NOT_STARTED:
-        return DecisionStatus.CANCELLED.value  # plain text, as read from SQL
-    return status
-
-
 @dataclass(frozen=True)
 class RunInfo:
     """A run as the commands see it."""
 
     id: int
     name: str
-    status: str
+    status: str  #: ``runs.status`` (``RunStatus``); a user sees ``states.run_state``
     settings: Mapping[str, Any]
     settings_hash: str
     fingerprint: Mapping[str, Any] | None

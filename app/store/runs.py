@@ -27,13 +27,11 @@ from app.store.models import (
     Run,
     RunStatus,
 )
-from app.store.records import ACTIVE, RunInfo
+from app.store.records import RunInfo
 
 __all__ = [
-    "ACTIVE",
     "DecisionRow",
     "RunInfo",
-    "cancel_run",
     "ensure_run",
     "existing_lines",
     "find_run",
@@ -334,17 +332,5 @@ def reset_failed(session: Session, run_id: int) -> int:
         .where(Decision.run_id == run_id, Decision.status == DecisionStatus.FAILED)
         .values(status=DecisionStatus.PENDING, attempts=0, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=None)
-    )
-    return int(getattr(result, "rowcount", 0) or 0)
-
-
-def cancel_run(session: Session, run_id: int) -> int:
-    """Mark the run cancelled; its decisions not yet settled become ``cancelled``."""
-    session.execute(update(Run).where(Run.id == run_id).values(status=RunStatus.CANCELLED))
-    result = session.execute(
-        update(Decision)
-        .where(Decision.run_id == run_id, Decision.status.in_(ACTIVE))
-        .values(status=DecisionStatus.CANCELLED, lease_owner=None, lease_token=None,
-                lease_expires_at=None, finished_at=datetime.now(UTC))
     )
     return int(getattr(result, "rowcount", 0) or 0)

@@ -19,11 +19,20 @@ from typing import Any, Protocol
 import orjson
 
 from app.errors import OutcomeKind
-from app.store.records import ACTIVE, DecisionStatus, RunInfo, shown_status
+from app.store.records import DecisionStatus, RunInfo
+from app.store.states import (
+    OPEN,
+    RunState,
+    has_ended,
+    run_state,
+    settled_statuses,
+    shown_status,
+    unanswered_count,
+)
 
 __all__ = ["LOW_MASS", "CellStats", "Reader", "ReasonGroup", "RunOverview", "RunStatusReport",
-           "aware", "cell_key", "failure_reasons", "find_run", "is_settled", "list_runs",
-           "run_from_row", "run_status", "status_counts"]
+           "aware", "cell_key", "cell_stats", "failure_reasons", "find_run", "is_settled",
+           "list_runs", "run_from_row", "run_status", "status_counts"]
 
 #: An answer whose label mass is below this is counted as low mass.
 LOW_MASS = 0.5
@@ -45,7 +54,6 @@ def _quoted(values: Iterable[str]) -> str:
     return ", ".join(f"'{v}'" for v in values)  # the statuses and kinds: constants of ours
 
 
-_SETTLED = _quoted((DecisionStatus.DONE, DecisionStatus.FAILED, DecisionStatus.REJECTED))
 _ENDED_BADLY = _quoted((DecisionStatus.FAILED, DecisionStatus.REJECTED))
 _RUN_COLUMNS = ("id, name, status, settings, settings_hash, fingerprint, upstream, engine, "
                 "source, replicates, created_at")
@@ -54,17 +62,20 @@ FIND_RUN = f"SELECT {_RUN_COLUMNS} FROM runs WHERE name = :name"
 ALL_RUNS = f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id"
 COUNTS_BY_RUN = "SELECT run_id, status, count(*) FROM decisions GROUP BY run_id, status"
 COUNTS = "SELECT status, count(*) FROM decisions WHERE run_id = :run GROUP BY status"
+#: Per cell: decisions, done, questions of settled decisions (``{settled}``: the statuses
+#: ``states.settled_statuses`` gives for the run).
 CELL_DECISIONS = f"""
 SELECT cell, count(*),
        sum(CASE WHEN status = '{DecisionStatus.DONE}' THEN 1 ELSE 0 END),
-       sum(CASE WHEN status IN ({_SETTLED}) THEN n_questions ELSE 0 END)
+       sum(CASE WHEN status IN ({{settled}}) THEN n_questions ELSE 0 END)
 FROM decisions WHERE run_id = :run GROUP BY cell"""
-CELL_ANSWERS = f"""
+#: Per cell: answers of settled decisions, low mass, argmax not a label.
+CELL_ANSWERS = """
 SELECT d.cell, count(a.id),
        sum(CASE WHEN a.label_mass < :low_mass THEN 1 ELSE 0 END),
        sum(CASE WHEN a.argmax_is_label IS FALSE THEN 1 ELSE 0 END)
 FROM answers AS a JOIN decisions AS d ON d.id = a.decision_id
-WHERE a.run_id = :run AND d.status IN ({_SETTLED}) GROUP BY d.cell"""
+WHERE a.run_id = :run AND d.status IN ({settled}) GROUP BY d.cell"""
 CELL_FAILURES = f"""
 SELECT d.cell, a.outcome, count(*)
 FROM attempts AS a JOIN decisions AS d ON d.id = a.decision_id
@@ -92,8 +103,8 @@ class CellStats:
     cell: str
     total: int = 0
     done: int = 0
-    questions: int = 0
-    unanswered: int = 0
+    questions: int = 0  #: questions of settled decisions
+    unanswered: int = 0  #: of those, questions with no answer (``states``)
     failures: dict[str, int] = field(default_factory=dict)
     low_mass: int = 0
     argmax_not_label: int = 0
@@ -138,8 +149,21 @@ class RunStatusReport:
         return sum(self.counts.values())
 
     @property
+    def state(self) -> RunState:
+        return run_state(self.run.status, self.counts)
+
+    @property
     def remaining(self) -> int:
-        return sum(self.counts.get(s, 0) for s in ACTIVE)
+        return sum(self.counts.get(s, 0) for s in OPEN)
+
+    @property
+    def unanswered(self) -> int:
+        return sum(c.unanswered for c in self.cells)
+
+    @property
+    def ended(self) -> bool:
+        """Nothing about the run changes any more (``states.has_ended``)."""
+        return has_ended(self.state, self.remaining)
 
     @property
     def rate_per_s(self) -> float:
@@ -154,8 +178,9 @@ class RunStatusReport:
         return self.remaining / self.rate_per_s if self.rate_per_s > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run": self.run.name, "status": self.run.status, "total": self.total,
+        return {"run": self.run.name, "status": self.state.value, "total": self.total,
                 "counts": dict(sorted(self.counts.items())), "remaining": self.remaining,
+                "unanswered": self.unanswered,
                 "finished_last_1m": self.finished_1m, "finished_last_5m": self.finished_5m,
                 "rate_per_s": round(self.rate_per_s, 3), "eta_s": self.eta_s,
                 "cells": [c.as_dict() for c in self.cells],
@@ -167,10 +192,14 @@ class RunOverview:
     run: RunInfo
     counts: dict[str, int]
 
+    @property
+    def state(self) -> RunState:
+        return run_state(self.run.status, self.counts)
+
     def as_dict(self) -> dict[str, Any]:
         """As ``dreads runs --json`` and ``GET /v1/runs`` show it."""
         run = self.run
-        return {"name": run.name, "status": run.status,
+        return {"name": run.name, "status": self.state.value,
                 "created": run.created_at.isoformat() if run.created_at else None,
                 "settings": dict(run.settings), "settings_hash": run.settings_hash,
                 "fingerprint": run.fingerprint, "upstream": run.upstream,
@@ -209,30 +238,14 @@ def status_counts(reader: Reader, run: RunInfo) -> dict[str, int]:
 def is_settled(reader: Reader, run_id: int, *, count_failed: bool) -> bool:
     """No decision of the run is pending, queued or leased (nor failed, with
     ``count_failed``): resume has nothing to publish or repair."""
-    statuses = (*ACTIVE, DecisionStatus.FAILED) if count_failed else ACTIVE
+    statuses = (*OPEN, DecisionStatus.FAILED) if count_failed else OPEN
     return not reader.rows(ANY_OPEN.format(statuses=_quoted(statuses)), {"run": run_id})
 
 
 def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> RunStatusReport:
     """Counts by status, per-cell diagnostics and throughput, from SQL only."""
     now = now or datetime.now(UTC)
-    cells: dict[str, CellStats] = {}
-
-    def cell(name: str | None) -> CellStats:
-        return cells.setdefault(cell_key(name), CellStats(cell=cell_key(name)))
-
     params = {"run": run.id}
-    for name, total, done, settled_questions in reader.rows(CELL_DECISIONS, params):
-        stats = cell(name)
-        stats.total, stats.done = int(total), int(done or 0)
-        stats.questions = stats.unanswered = int(settled_questions or 0)
-    for name, answered, low_mass, not_label in reader.rows(
-            CELL_ANSWERS, {**params, "low_mass": LOW_MASS}):
-        stats = cell(name)
-        stats.unanswered = max(stats.questions - int(answered), 0)
-        stats.low_mass, stats.argmax_not_label = int(low_mass or 0), int(not_label or 0)
-    for name, outcome, n in reader.rows(CELL_FAILURES, params):
-        cell(name).failures[outcome] = int(n)
     windows = {"since_1m": now - timedelta(minutes=1), "since_5m": now - timedelta(minutes=5)}
     stamps = {key: _stamp(reader, moment) for key, moment in windows.items()}
     finished_1m, finished_5m = (int(n or 0) for n in
@@ -241,9 +254,35 @@ def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> 
     active_1m, active_5m = (_span(now, window, first)
                             for window, first in zip((60.0, 300.0), firsts, strict=True))
     return RunStatusReport(
-        run=run, counts=status_counts(reader, run), cells=[cells[k] for k in sorted(cells)],
+        run=run, counts=status_counts(reader, run), cells=cell_stats(reader, run),
         finished_1m=finished_1m, finished_5m=finished_5m, active_1m_s=active_1m,
         active_5m_s=active_5m, reasons=failure_reasons(reader, run.id))
+
+
+def cell_stats(reader: Reader, run: RunInfo) -> list[CellStats]:
+    """Per cell, by name: decisions, done, questions of settled decisions and those with no
+    answer (``states``), failed attempts by kind, low mass, argmax not a label."""
+    cells: dict[str, CellStats] = {}
+
+    def cell(name: str | None) -> CellStats:
+        return cells.setdefault(cell_key(name), CellStats(cell=cell_key(name)))
+
+    params = {"run": run.id}
+    settled = _quoted(settled_statuses(run.status))
+    for name, total, done, settled_questions in reader.rows(
+            CELL_DECISIONS.format(settled=settled), params):
+        stats = cell(name)
+        stats.total, stats.done = int(total), int(done or 0)
+        stats.questions = stats.unanswered = int(settled_questions or 0)
+    for name, answered, low_mass, not_label in reader.rows(
+            CELL_ANSWERS.format(settled=settled), {**params, "low_mass": LOW_MASS}):
+        stats = cell(name)
+        stats.unanswered = unanswered_count(settled_questions=stats.questions,
+                                            answered=int(answered))
+        stats.low_mass, stats.argmax_not_label = int(low_mass or 0), int(not_label or 0)
+    for name, outcome, n in reader.rows(CELL_FAILURES, params):
+        cell(name).failures[outcome] = int(n)
+    return [cells[k] for k in sorted(cells)]
 
 
 _NUMBER = re.compile(r"\d[\d,._]*")

@@ -22,7 +22,8 @@ from app.store.models import (
     RunStatus,
     shown_status,
 )
-from app.store.runs import ACTIVE, RunInfo, run_info
+from app.store.runs import RunInfo, run_info
+from app.store.states import OPEN
 from app.store.status_sql import (
     LOW_MASS,
     CellStats,
@@ -52,7 +53,7 @@ __all__ = [
     "status_counts",
 ]
 
-_OPEN = (*ACTIVE, DecisionStatus.FAILED)
+_OPEN = (*OPEN, DecisionStatus.FAILED)
 #: Answer columns exported per question, in order.
 ANSWER_FIELDS = (
     "label", "option", "probs", "p_yes", "expected_level", "confidence", "top_prob", "stderr",
@@ -120,9 +121,8 @@ def _run(session: Session, run_id: int) -> RunInfo:
 
 
 def recent_runs(session: Session, limit: int) -> list[RunInfo]:
-    """The ``limit`` most recently created runs that are not cancelled, newest first."""
-    stmt = (select(Run).where(Run.status != RunStatus.CANCELLED).order_by(Run.id.desc())
-            .limit(limit))
+    """The ``limit`` most recently created runs (cancelled ones too), newest first."""
+    stmt = select(Run).order_by(Run.id.desc()).limit(limit)
     return [run_info(r) for r in session.scalars(stmt)]
 
 

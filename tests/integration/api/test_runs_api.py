@@ -176,7 +176,8 @@ def test_delete_removes_a_run_and_cancel_says_what_was_in_flight(local: ServePro
     assert submit(local, SMALL.read_bytes(), run="gone").status_code == 201
     wait_finished(local, "gone")
     cancelled = httpx.post(f"{local.url}/v1/runs/gone/cancel", timeout=10.0).json()
-    assert cancelled == {"run": "gone", "cancelled": 0, "in_flight": 0}
+    assert cancelled == {"run": "gone", "cancelled": 0, "in_flight": 0, "state": "finished",
+                         "changed": False, "counts": {"done": 5}}
     deleted = httpx.delete(f"{local.url}/v1/runs/gone", timeout=10.0)
     assert deleted.status_code == 200, deleted.text
     assert deleted.json()["deleted"]["decisions"] == 5
