@@ -23,6 +23,7 @@ from app.engine.questions import (
     SpecsMemo,
     decision_from_payload,
     decision_payload,
+    line_id,
     parse_decision,
     parse_question,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "derive_seed",
     "encode_body",
     "fold_row",
+    "line_id",
     "parse_decision",
     "parse_messages",
     "parse_question",
