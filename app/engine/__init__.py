@@ -6,6 +6,7 @@ Other layers import from here, never from the private modules.
 from __future__ import annotations
 
 from app.engine.aggregate import aggregate, trivial_answer
+from app.engine.digest import content_digest
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
 from app.engine.noise import derive_seed, seed_canvas
@@ -110,6 +111,7 @@ __all__ = [
     "changed_fingerprint",
     "changed_settings",
     "check_settings",
+    "content_digest",
     "decision_from_payload",
     "decision_payload",
     "derive_seed",
