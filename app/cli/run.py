@@ -136,7 +136,7 @@ def run(
             discard_empty_run(factory, report)
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
-                render.changed_report(report, replace_changed=replace_changed)
+            render.changed_report(report, replace_changed=replace_changed)  # stderr
             if report.refused or report.run is None:
                 raise typer.Exit(2)
             job = _Job(factory, db, load_run(factory, name), target, file, config,

@@ -120,7 +120,7 @@ def submit(
                                              "fingerprint_error": fp_error}))
     else:
         render.submit_report(report, fp_error)
-        render.changed_report(report, replace_changed=replace_changed)
+    render.changed_report(report, replace_changed=replace_changed)  # stderr
     if report.refused or report.run is None:
         raise typer.Exit(2)
     if report.changed:
