@@ -104,6 +104,9 @@ class RunParams(ReadParams):
     run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
     replicates: int | None = Field(None, ge=1)
     strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
+    replace_changed: bool = Field(False, description="A line whose id the run holds with other "
+                                  "content replaces the stored decision when nothing has read "
+                                  "it yet; answered ones are kept (and listed in 'changed').")
 
     def settings(self, base: ReadSettings, upstream: str) -> ReadSettings:
         """``base`` with these parameters; a run answered by a decision endpoint defaults to
@@ -191,6 +194,7 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
     request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
                             upstream=api.config.upstream, engine=api.config.engine.engine,
                             replicates=replicates, strict=params.strict,
+                            replace_changed=params.replace_changed,
                             fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
                             else None)
     report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
@@ -207,7 +211,9 @@ def _links(name: str) -> dict[str, str]:
 @router.post("", status_code=201, responses={
     200: {"description": "Lines added to an existing run."},
     400: {"description": "--strict and a bad line: nothing written; or no lines at all."},
-    409: {"description": "The run exists with other settings."}},
+    409: {"description": "The run exists with other settings; or lines changed under ids the "
+                         "run holds were kept as stored (the error's report lists them in "
+                         "'changed'; the other lines are stored and run)."}},
     openapi_extra={"requestBody": {"content": {
         "application/x-ndjson": {"schema": {"type": "string"}},
         "multipart/form-data": {"schema": {"type": "object", "properties": {
@@ -238,7 +244,18 @@ async def submit(request: Request, params: Annotated[RunParams, Query()], api: A
     assert report.run is not None
     body["execution"] = await api.executor.started(report.run, report.publish)
     body["links"] = _links(report.run.name)
+    if report.changed:
+        raise api_error(409, "conflict_error", _changed_message(report), report=body)
     return JSONResponse(body, status_code=201 if report.created else 200)
+
+
+def _changed_message(report: SubmitReport) -> str:
+    ids = ", ".join(p.key or "" for p in report.changed[:10])
+    more = " …" if len(report.changed) > 10 else ""
+    return (f"{len(report.changed)} line(s) changed under an existing id (ids: {ids}{more}): the "
+            "stored decision is kept; the other lines are stored (see report). To ask them "
+            "again, submit to a new run, or pass replace_changed=true to replace those not "
+            "yet answered")
 
 
 @router.get("")

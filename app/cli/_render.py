@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli.options import console, database_url, err_console
+from app.errors import EXIT_BAD_LINES, EXIT_USAGE
 from app.report.tables import reasons_table
 
 if TYPE_CHECKING:
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BAD_LINES_EXIT",
+    "CHANGED_EXIT",
     "cancel_lines",
     "cells_table",
+    "changed_report",
     "counts_text",
     "duration",
     "json_text",
@@ -37,7 +40,11 @@ __all__ = [
 
 _ORDER = ("pending", "queued", "leased", "done", "failed", "rejected", "cancelled")
 #: Exit status of ``run`` / ``submit --fail-on-bad-lines`` when a line was bad or rejected.
-BAD_LINES_EXIT = 3
+BAD_LINES_EXIT = EXIT_BAD_LINES
+#: Exit status of ``run`` / ``submit`` when a changed line's stored decision was kept.
+CHANGED_EXIT = EXIT_USAGE
+#: Ids of changed lines named on the terminal (``--json`` lists them all).
+_SHOWN_IDS = 10
 #: Problem lines listed in full on the terminal (``--json`` lists them all).
 _SHOWN_PROBLEMS = 20
 
@@ -135,9 +142,12 @@ def _submit_summary(report: SubmitReport, fp_error: str | None, queued: bool) ->
     run = report.run
     assert run is not None
     verb = "created" if report.created else "existing"
+    changes = ""
+    if report.changed or report.replaced:
+        changes = f", {len(report.changed) + report.replaced} changed"
     console.print(f"run {escape(repr(run.name))} ({verb}): {report.lines} line(s), "
                   f"{report.valid} valid; {report.inserted} decision(s) stored, "
-                  f"{report.already_present} already there", highlight=False)
+                  f"{report.already_present} already there{changes}", highlight=False)
     if fp_error:
         err_console.print(f"[yellow]upstream not reached ({escape(fp_error)}); the server "
                           "fingerprint is recorded at the first worker contact or `dreads "
@@ -148,6 +158,29 @@ def _submit_summary(report: SubmitReport, fp_error: str | None, queued: bool) ->
                           f"{escape(pub.error)}[/yellow]")
     elif report.readable and queued:
         console.print(f"queued {pub.published} decision(s) in {pub.messages} message(s)")
+
+
+def changed_report(report: SubmitReport, *, replace_changed: bool) -> None:
+    """What became of the lines changed under an id the run holds (stderr); nothing when
+    there were none."""
+    if report.replaced:
+        err_console.print(f"{report.replaced} changed line(s) replaced the stored decision "
+                          "(not started yet): they are asked with the new content",
+                          highlight=False)
+    if not report.changed:
+        return
+    ids = [p.key or "" for p in report.changed]
+    shown = ", ".join(ids[:_SHOWN_IDS]) + (" …" if len(ids) > _SHOWN_IDS else "")
+    head = (f"{len(ids)} line(s) changed under an existing id (ids: {shown}): the stored "
+            "decision is kept.")
+    if replace_changed:
+        advice = ("They were answered or started already; to ask them again, submit them to "
+                  "a new run.")
+    else:
+        advice = ("To ask them again, submit to a new run, or pass --replace-changed to "
+                  "replace those not yet answered.")
+    err_console.print(f"[yellow]{escape(head)}[/yellow] {escape(advice)}", highlight=False,
+                      soft_wrap=True)
 
 
 def runs_table(overview: list[RunOverview]) -> Table:

@@ -30,8 +30,9 @@ def db_upgrade(database: DatabaseOpt = None) -> None:
 
 @db_app.command("current")
 def db_current(database: DatabaseOpt = None) -> None:
-    """Show the schema revision of the database and the one the code needs (exit 2 if behind:
-    every other command refuses it until `dreads db upgrade`)."""
+    """Show the schema revision of the database ("none" before `dreads db upgrade`) and the one
+    the code needs (exit 2 when it is none or behind: every other command refuses it until
+    `dreads db upgrade`)."""
     from app.store.db import make_engine, opening_errors
     from app.store.migrate import current_revision, head_revision, require_sqlite_file
 
@@ -44,7 +45,11 @@ def db_current(database: DatabaseOpt = None) -> None:
         finally:
             engine.dispose()
     head = head_revision()
-    console.print(f"database: {current or 'no schema'}; code: {head}", highlight=False)
+    console.print(f"database: {current or 'none'}; code: {head}", highlight=False)
+    if current is None:
+        err_console.print("no dreads schema in this database yet: run `dreads db upgrade` to "
+                          "create it", highlight=False)
+        raise typer.Exit(EXIT_USAGE)
     if current != head:
         err_console.print("run `dreads db upgrade` to bring the schema up to date")
         raise typer.Exit(EXIT_USAGE)

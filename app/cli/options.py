@@ -61,6 +61,7 @@ __all__ = [
     "ModelOpt",
     "PolicyOpt",
     "ReadGiven",
+    "ReplaceChangedOpt",
     "ReplicatesOpt",
     "RunArg",
     "SeedOpt",
@@ -202,6 +203,10 @@ RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", show_def
 JobFileArg = Annotated[Path, typer.Argument(
     metavar="FILE", show_default=False, readable=False,  # checked by app.runs.jobfile, in one line
     help="Job file: JSON lines, one decision per line (see examples/).")]
+ReplaceChangedOpt = Annotated[bool, typer.Option(
+    "--replace-changed",
+    help="A line whose id the run holds with other content replaces the stored decision "
+    "when nothing has read it yet (pending or queued); answered ones are kept and listed.")]
 FailOnBadLinesOpt = Annotated[bool, typer.Option(
     "--fail-on-bad-lines",
     help="Exit with status 3 when a line was bad or a decision was rejected (the good lines "

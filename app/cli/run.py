@@ -26,6 +26,7 @@ from app.cli.options import (
     JobFileArg,
     JsonOpt,
     ReadGiven,
+    ReplaceChangedOpt,
     cli_errors,
     console,
     database_url,
@@ -93,6 +94,7 @@ def run(
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
     = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,
+    replace_changed: ReplaceChangedOpt = False,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Chunks run at once.")] = 4,
     concurrency: Annotated[int, typer.Option(
         "--concurrency", min=1, help="Reads in flight, all chunks together.")] = 64,
@@ -130,11 +132,12 @@ def run(
             target = run_upstream(upstream, existing, choice, settings, env)
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
-                                    strict=strict)
+                                    strict=strict, replace_changed=replace_changed)
             report = submit_job(request, factory, tok)
             discard_empty_run(factory, report)
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
+            render.changed_report(report, replace_changed=replace_changed)  # stderr
             if report.refused or report.run is None:
                 raise typer.Exit(2)
             used()
@@ -142,6 +145,8 @@ def run(
                        quiet=json_out)
             _execute(job)
             _summary(factory, name, json_out, db)
+    if report.changed:
+        raise typer.Exit(render.CHANGED_EXIT)
     if fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)
 

@@ -39,6 +39,7 @@ from app.cli.options import (
     JobFileArg,
     JsonOpt,
     ReadGiven,
+    ReplaceChangedOpt,
     RunArg,
     UpstreamOpt,
     cli_errors,
@@ -74,6 +75,7 @@ def submit(
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,
+    replace_changed: ReplaceChangedOpt = False,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
@@ -82,7 +84,8 @@ def submit(
     """Validate a job file, store its decisions and queue them for the workers.
 
     Bad lines are listed with their line numbers and reasons; the good ones are stored
-    (unless --strict). Submitting the same file again adds nothing.
+    (unless --strict). Submitting the same file again adds nothing; a line whose id the run
+    holds with other content is reported (exit 2), or replaces it with --replace-changed.
     """
     from app.broker.process import PublisherProcess
     from app.runs.jobfile import check_job_file
@@ -108,15 +111,19 @@ def submit(
                 else ServerAt(url, choice).fingerprint(settings, tok)
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,
-                                    strict=strict, fingerprint=fingerprint)
+                                    strict=strict, fingerprint=fingerprint,
+                                    replace_changed=replace_changed)
             report = _submit(factory, request, tok, publisher)
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),
                                              "fingerprint_error": fp_error}))
     else:
         render.submit_report(report, fp_error)
+    render.changed_report(report, replace_changed=replace_changed)  # stderr
     if report.refused or report.run is None:
         raise typer.Exit(2)
+    if report.changed:
+        raise typer.Exit(render.CHANGED_EXIT)
     if fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)
 

@@ -6,6 +6,7 @@ Other layers import from here, never from the private modules.
 from __future__ import annotations
 
 from app.engine.aggregate import aggregate, trivial_answer
+from app.engine.digest import content_digest
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
 from app.engine.noise import derive_seed, seed_canvas
@@ -23,6 +24,7 @@ from app.engine.questions import (
     SpecsMemo,
     decision_from_payload,
     decision_payload,
+    line_id,
     parse_decision,
     parse_question,
 )
@@ -109,11 +111,13 @@ __all__ = [
     "changed_fingerprint",
     "changed_settings",
     "check_settings",
+    "content_digest",
     "decision_from_payload",
     "decision_payload",
     "derive_seed",
     "encode_body",
     "fold_row",
+    "line_id",
     "parse_decision",
     "parse_messages",
     "parse_question",

@@ -23,6 +23,13 @@ from typing import Any
 
 import orjson
 
+from app.engine.fields import (
+    BATCH_BODY_FIELDS,
+    BATCH_LINE_FIELDS,
+    LINE_FIELDS,
+    QUESTION_FIELDS,
+    check_fields,
+)
 from app.engine.openai.shapes import QuestionShape, shape_from_json
 from app.engine.prompt import serialize_state
 from app.engine.types import Decision, Question, QuestionType
@@ -34,6 +41,7 @@ __all__ = [
     "build_decision",
     "decision_from_payload",
     "decision_payload",
+    "line_id",
     "parse_decision",
     "parse_question",
     "questions_spec",
@@ -128,6 +136,7 @@ def _question_type(spec: Mapping[str, Any]) -> QuestionType:
 def _build_question(qid: str, spec: Any) -> Question:
     if not isinstance(spec, Mapping):
         raise InputError("must be an object with 'type' and 'instructions'")
+    check_fields(spec, QUESTION_FIELDS, what="a question")
     qtype = _question_type(spec)
     if qtype is not QuestionType.NOUL and spec.get("criteria") is None:
         raise InputError(f"a {qtype.value} question needs 'criteria'")
@@ -283,16 +292,34 @@ def _from_line(obj: Mapping[str, Any], line_no: int | None,
         if is_decisions_line(obj):
             return parse_decisions_line(obj, line_no=line_no)
     if "custom_id" in obj or "body" in obj:
+        check_fields(obj, BATCH_LINE_FIELDS, what="an OpenAI-batch line")
         body = obj.get("body")
         if not isinstance(body, Mapping):
             raise InputError("an OpenAI-batch line needs 'body': {\"state\", \"questions\"}")
+        check_fields(body, BATCH_BODY_FIELDS, what="an OpenAI-batch line's body")
         sources = (obj, body, obj.get("metadata"), body.get("metadata"))
         return _build(obj.get("custom_id"), body.get("state"), body.get("questions"),
                       _pick("cell", *sources), _pick("expected", *sources), memo)
     if "id" not in obj:
         raise InputError("missing 'id' (or 'custom_id' for an OpenAI-batch line)")
+    check_fields(obj, LINE_FIELDS, what="a line")
     return _build(obj["id"], obj.get("state"), obj.get("questions"), obj.get("cell"),
                   obj.get("expected"), memo)
+
+
+def line_id(obj: Any) -> str | None:
+    """The decision id a job line gives (``id``, ``custom_id`` or ``metadata.id``), as text,
+    even when the rest of the line is not a decision (None: it gives none)."""
+    if not isinstance(obj, Mapping):
+        return None
+    body = obj.get("body")
+    sources = (obj, obj, obj.get("metadata"), body.get("metadata") if isinstance(body, Mapping)
+               else None)
+    for source, key in zip(sources, ("custom_id", "id", "id", "id"), strict=True):
+        value = source.get(key) if isinstance(source, Mapping) else None
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return None
 
 
 def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None,

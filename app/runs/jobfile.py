@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import orjson
 
-from app.engine import Decision, QuestionsMemo, parse_decision
+from app.engine import Decision, QuestionsMemo, line_id, parse_decision
 from app.errors import BadLine, InputError
 
 __all__ = ["LineProblem", "NumberedLine", "ParsedJob", "bounded_memo", "check_job_file",
@@ -136,10 +136,12 @@ def iter_job_lines(lines: Iterable[NumberedLine]
     ids are found where the decisions are written (``submit_job``), not here."""
     memo: QuestionsMemo = {}
     for line_no, text in lines:
+        obj: Any = None
         try:
-            yield line_no, _parse_line(line_no, text, bounded_memo(memo))
+            obj = _load_line(line_no, text)
+            yield line_no, _parse_line(line_no, obj, bounded_memo(memo))
         except BadLine as exc:
-            yield line_no, LineProblem(line_no, None, exc.reason)
+            yield line_no, LineProblem(line_no, line_id(obj), exc.reason)
 
 
 def parse_job_lines(lines: Iterable[NumberedLine]) -> ParsedJob:
@@ -170,7 +172,8 @@ def duplicate_reason(key: str, first_line: int | None) -> str:
     return f"duplicate id {key!r} (first on line {first_line})"
 
 
-def _parse_line(line_no: int, text: str | BadLine, memo: QuestionsMemo) -> Decision:
+def _load_line(line_no: int, text: str | BadLine) -> dict[str, Any]:
+    """The JSON object of a line."""
     if isinstance(text, BadLine):  # not UTF-8 (decode_lines)
         raise text
     try:
@@ -179,6 +182,10 @@ def _parse_line(line_no: int, text: str | BadLine, memo: QuestionsMemo) -> Decis
         raise BadLine(f"not valid JSON ({exc})", line_no=line_no) from exc
     if not isinstance(obj, dict):
         raise BadLine(f"a line must be a JSON object, got {type(obj).__name__}", line_no=line_no)
+    return obj
+
+
+def _parse_line(line_no: int, obj: dict[str, Any], memo: QuestionsMemo) -> Decision:
     try:
         return parse_decision(obj, line_no=line_no, memo=memo)
     except BadLine:

@@ -38,18 +38,19 @@ from app.engine import (
     ServerFingerprint,
     SpecsMemo,
     TextTokenizer,
+    content_digest,
     decision_payload,
     plan_decision,
     settings_hash,
     settings_to_dict,
 )
 from app.errors import DreadsError, TemplateError
+from app.runs.changed import sort_skipped
 from app.runs.jobfile import (
     LineProblem,
     NumberedLine,
     ParsedJob,
     bounded_memo,
-    duplicate_reason,
     iter_job_lines,
     read_job_file,
     split_lines,
@@ -59,7 +60,7 @@ from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
 from app.store.models import DecisionStatus
 from app.store.queue import database_now, translate_db_errors, unpublish
-from app.store.runs import DecisionRow, RunInfo, ensure_run, existing_lines, insert_decisions
+from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
 from app.store.types import Session, SessionFactory
 
 __all__ = ["PublishOutcome", "Publisher", "SubmitReport", "SubmitRequest", "check_templates",
@@ -99,6 +100,8 @@ class SubmitRequest:
     replicates: int = 1
     strict: bool = False
     fingerprint: ServerFingerprint | None = None
+    #: a changed line under an id the run holds replaces the stored decision if not started
+    replace_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,9 @@ class SubmitReport:
     refused: bool = False  #: --strict and problems: nothing written
     readable: int = 0  #: inserted and not rejected: the decisions to run
     publish: PublishOutcome = field(default_factory=PublishOutcome)
+    #: lines changed under an id the run holds, whose stored decision is kept
+    changed: list[LineProblem] = field(default_factory=list)
+    replaced: int = 0  #: changed lines whose decision took the new content (--replace-changed)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +135,7 @@ class SubmitReport:
             "already_present": self.already_present, "refused": self.refused,
             "bad_lines": [p.as_dict() for p in self.bad],
             "rejected": [p.as_dict() for p in self.rejected],
+            "changed": [p.as_dict() for p in self.changed], "replaced": self.replaced,
             "published": self.publish.published, "messages": self.publish.messages,
             "publish_error": self.publish.error,
             "fingerprint": dict(self.run.fingerprint) if self.run and self.run.fingerprint
@@ -174,10 +181,11 @@ def _rows(decisions: Sequence[tuple[int, Decision]], rejected: Mapping[str, Line
         problem = rejected.get(decision.id) if rejected else None
         payload = decision_payload(decision, memo=memo)
         reason = problem.reason if problem else None
+        digest = content_digest(decision.cell, payload)
         for replicate in range(replicates):
             # positional: a million of these
             yield DecisionRow(decision.id, replicate, decision.cell, line_no, payload,
-                              len(decision.questions), reason)
+                              len(decision.questions), reason, digest)
 
 
 class _Refused(Exception):
@@ -254,14 +262,22 @@ class _Writer:
         if inserted:
             low = min(rid for rid, _ in inserted)
             self.first_id = low if self.first_id is None else min(self.first_id, low)
-        dupes = self._duplicates(session, batch, {row.key for _, row in inserted})
-        report.bad += sorted(batch.bad + dupes, key=lambda p: p.line_no)
-        report.valid += len(batch.decisions) - len(dupes)
+        won = {row.key for _, row in inserted}
+        skipped = sort_skipped(session, run.id, {d.id: n for n, d in batch.decisions
+                                                 if d.id not in won},
+                               rows, first_id=self.first_id,
+                               replace=self.request.replace_changed)
+        report.bad += sorted(batch.bad + skipped.duplicates, key=lambda p: p.line_no)
+        report.changed += sorted(skipped.changed, key=lambda p: p.line_no)
+        report.replaced += len(skipped.replaced)
+        report.valid += len(batch.decisions) - len(skipped.duplicates)
         report.inserted += len(inserted)
-        report.already_present += len(rows) - len(inserted) - len(dupes) * self.request.replicates
+        report.already_present += (len(rows) - len(inserted)
+                                   - skipped.not_already_there * self.request.replicates)
         readable = sorted(rid for rid, row in inserted if row.rejected_reason is None)
         report.readable += len(readable)
-        if self.request.strict and (batch.bad or dupes or rejected):
+        if self.request.strict and (batch.bad or skipped.duplicates or skipped.changed
+                                    or rejected):
             raise _Refused
         return readable if status == DecisionStatus.QUEUED else []
 
@@ -275,20 +291,6 @@ class _Writer:
             self.ids.extend(ids)  # published once the single transaction commits
         elif self.publishing is not None and ids:
             self.publishing.put(ids)
-
-    def _duplicates(self, session: Session, batch: ParsedJob,
-                    inserted: set[str]) -> list[LineProblem]:
-        """Lines whose id an earlier batch of this submission already wrote (a conflict with
-        a row this submission inserted, from another line); conflicts with rows of earlier
-        submissions are ``already_present``."""
-        missed = {d.id: n for n, d in batch.decisions if d.id not in inserted}
-        if not missed or self.first_id is None:
-            return []
-        assert self.report.run is not None
-        found = existing_lines(session, self.report.run.id, list(missed))
-        return [LineProblem(n, key, duplicate_reason(key, found[key][1]))
-                for key, n in missed.items()
-                if key in found and found[key][0] >= self.first_id and found[key][1] != n]
 
 
 def submit_job(

@@ -32,8 +32,8 @@ __all__ = ["LaidOut", "copy_laid_out", "copy_text", "decisions_copy", "lay_out",
 
 #: The columns of ``decisions`` a laid-out batch fills (the rest take their defaults).
 DECISION_COLUMNS = ("id", "run_id", "key", "replicate", "cell", "line_no", "n_questions",
-                    "status", "attempts", "last_error_kind", "last_error", "finished_at",
-                    "enqueued_at")
+                    "content_hash", "status", "attempts", "last_error_kind", "last_error",
+                    "finished_at", "enqueued_at")
 _DRAW_IDS = ("SELECT nextval(pg_get_serial_sequence('decisions', 'id')) "
              "FROM generate_series(1, %s)")
 #: The timestamp input 'now' is read by PostgreSQL as the transaction's start: ``now()``.
@@ -85,7 +85,7 @@ def decisions_copy(run_id: int, rows: Sequence[DecisionRow], ids: Sequence[int],
         if cell is None:
             cell = cells[row.cell] = _escaped(row.cell)  # type: ignore[arg-type]
         head = (f"{did}\t{run_id}\t{_escaped(row.key)}\t{row.replicate}\t{cell}\t"
-                f"{copy_text(row.line_no)}\t{row.n_questions}")
+                f"{copy_text(row.line_no)}\t{row.n_questions}\t{copy_text(row.content_hash)}")
         if row.rejected_reason is None:
             lines.append(head + readable)
         else:

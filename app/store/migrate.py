@@ -2,17 +2,16 @@
 
 Checking the schema is on every command's path (``open_store``), so it does not load Alembic:
 the head revision is read from the migration files' ``revision`` / ``down_revision`` lines and
-the current one from ``alembic_version`` with one SELECT. Alembic itself is imported only to
-upgrade, or when the files do not show a single head.
+the current one from ``alembic_version``, once the table is known to be there. Alembic itself
+is imported only to upgrade, or when the files do not show a single head.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import SchemaNotReady, StoreError
@@ -50,20 +49,16 @@ def _alembic_head() -> str | None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The schema revision recorded in the database (None: no dreads schema)."""
+    """The schema revision recorded in the database (None: no dreads schema).
+
+    The table is looked for before it is read: on PostgreSQL a failed SELECT would abort the
+    transaction, and every statement after it on that connection would fail for that reason
+    instead of its own.
+    """
     with engine.connect() as conn:
-        try:
-            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except DBAPIError:
-            if not _has_version_table(conn):
-                return None
-            raise
-
-
-def _has_version_table(conn: object) -> bool:
-    from sqlalchemy import inspect
-
-    return bool(inspect(conn).has_table("alembic_version"))
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def upgrade(url: str, revision: str = "head") -> None:

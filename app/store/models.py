@@ -2,7 +2,8 @@
 
 runs 1--* decisions 1--* attempts 1--* draws
                     1--* answers (one per decision question; UNIQUE)
-                    1--1 decision_payloads (what was asked: written once, never updated)
+                    1--1 decision_payloads (what was asked: written at submit, replaced only
+                         by ``submit --replace-changed`` while the decision is not started)
 
 Failure counts are derived from the append-only ``attempts`` table, never from counters.
 """
@@ -99,6 +100,9 @@ class Decision(Base):
     cell: Mapped[str | None] = mapped_column(String(200), nullable=True)
     line_no: Mapped[int | None] = mapped_column(Integer, nullable=True)
     n_questions: Mapped[int] = mapped_column(Integer, default=1)
+    #: what the decision asks (cell and payload), hashed: a line under the same id is compared
+    #: with it at submit (None: written before migration 0006; computed from the payload then)
+    content_hash: Mapped[str | None] = mapped_column(String(32), nullable=True)
     status: Mapped[str] = mapped_column(String(16), default=DecisionStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  #: claims so far
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)

@@ -33,7 +33,6 @@ __all__ = [
     "DecisionRow",
     "RunInfo",
     "ensure_run",
-    "existing_lines",
     "find_run",
     "first_of_each",
     "insert_decisions",
@@ -62,6 +61,7 @@ class DecisionRow(NamedTuple):
     payload: Mapping[str, Any]
     n_questions: int
     rejected_reason: str | None = None
+    content_hash: str | None = None  #: ``app.engine.content_digest`` of cell and payload
 
 
 def run_info(run: Run) -> RunInfo:
@@ -157,17 +157,19 @@ def record_fingerprint(session: Session, run_id: int, fingerprint: Mapping[str, 
 
 #: What ``dreads submit`` sends per row (PostgreSQL: COPY into a temporary table); the rest of
 #: a new row is the same for the whole batch and is filled in by the INSERT ... SELECT.
-_COPIED = ("key", "replicate", "cell", "line_no", "payload", "n_questions", "rejected")
+_COPIED = ("key", "replicate", "cell", "line_no", "payload", "n_questions", "rejected",
+           "content_hash")
 _STAGING = """CREATE TEMP TABLE IF NOT EXISTS dreads_incoming (
     key varchar(500), replicate int, cell varchar(200), line_no int, payload json,
-    n_questions int, rejected text) ON COMMIT DROP"""
+    n_questions int, rejected text, content_hash varchar(32)) ON COMMIT DROP"""
 # Queued rows are stamped with the database's clock (compared with the broker's epoch). The
 # payloads go to their own table in the same statement, keyed by the ids the insert returns.
 _FROM_STAGING = """
 WITH fresh AS (
-    INSERT INTO decisions (run_id, key, replicate, cell, line_no, n_questions, status, attempts,
-                           last_error_kind, last_error, finished_at, enqueued_at)
-    SELECT %(run_id)s, key, replicate, cell, line_no, n_questions,
+    INSERT INTO decisions (run_id, key, replicate, cell, line_no, n_questions, content_hash,
+                           status, attempts, last_error_kind, last_error, finished_at,
+                           enqueued_at)
+    SELECT %(run_id)s, key, replicate, cell, line_no, n_questions, content_hash,
            CASE WHEN rejected IS NULL THEN %(status)s ELSE %(rejected)s END, 0,
            CASE WHEN rejected IS NOT NULL THEN %(rejected_kind)s END, rejected,
            CASE WHEN rejected IS NOT NULL THEN now() END,
@@ -211,14 +213,6 @@ def insert_decisions(
     if batch:
         inserted += _write_batch(session, writer, run_id, batch, status)
     return inserted
-
-
-def existing_lines(session: Session, run_id: int,
-                   keys: Sequence[str]) -> dict[str, tuple[int, int | None]]:
-    """Key -> (id, line number) of the replicate-0 rows of ``keys`` already in run ``run_id``."""
-    stmt = select(Decision.key, Decision.id, Decision.line_no).where(
-        Decision.run_id == run_id, Decision.replicate == 0, Decision.key.in_(list(keys)))
-    return {key: (int(did), line) for key, did, line in session.execute(stmt)}
 
 
 def _batch_writer(session: Session) -> BatchWriter:
@@ -286,7 +280,8 @@ def _copy_batch(session: Session, run_id: int, batch: Sequence[DecisionRow],
             write = copy.write_row
             for row in batch:
                 write((row.key, row.replicate, row.cell, row.line_no,
-                       dumps(row.payload).decode(), row.n_questions, row.rejected_reason))
+                       dumps(row.payload).decode(), row.n_questions, row.rejected_reason,
+                       row.content_hash))
         cur.execute(_FROM_STAGING, {
             "run_id": run_id, "status": status, "queued": DecisionStatus.QUEUED.value,
             "rejected": DecisionStatus.REJECTED.value,
@@ -299,6 +294,7 @@ def _row_values(run_id: int, row: DecisionRow, status: str, now: datetime) -> di
     return {
         "run_id": run_id, "key": row.key, "replicate": row.replicate, "cell": row.cell,
         "line_no": row.line_no, "n_questions": row.n_questions,
+        "content_hash": row.content_hash,
         "status": DecisionStatus.REJECTED if rejected else status,
         "attempts": 0, "last_error_kind": OutcomeKind.REJECTED if rejected else None,
         "last_error": row.rejected_reason,

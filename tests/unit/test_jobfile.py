@@ -5,10 +5,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import orjson
 import pytest
 
 from app.errors import BadLine, InputError
-from app.runs.jobfile import check_job_file, decode_lines, has_content, read_job_file
+from app.runs.jobfile import (
+    check_job_file,
+    decode_lines,
+    has_content,
+    parse_job_lines,
+    read_job_file,
+)
 
 
 def test_lines_are_numbered_from_one_and_blank_lines_skipped() -> None:
@@ -52,3 +59,56 @@ def test_a_file_that_cannot_be_used_at_all(tmp_path: Path, content: bytes | str 
         check_job_file(path)
     with pytest.raises(InputError, match=says):
         list(read_job_file(path))
+
+
+# -- fields: an unknown one makes the line bad, named with the closest known one --------------
+_NOUL = {"type": "noul", "instructions": "Conflict?"}
+
+
+def _problems(*objs: object) -> list[tuple[int, str | None, str]]:
+    lines = [(n, orjson.dumps(o).decode()) for n, o in enumerate(objs, start=1)]
+    return [(p.line_no, p.key, p.reason) for p in parse_job_lines(lines).bad]
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ({"id": "d1", "state": "s", "questions": {"c": _NOUL}, "expeted": {"c": "yes"}},
+     "unknown field 'expeted' (did you mean 'expected'?)"),
+    ({"id": "d1", "state": "s", "questions": {"c": _NOUL}, "cel": "C1"},
+     "unknown field 'cel' (did you mean 'cell'?)"),
+    ({"id": "d1", "state": "s", "questions": {"c": {**_NOUL, "critera": None}}},
+     "question 'c': unknown field 'critera' (did you mean 'criteria'?)"),
+    ({"id": "d1", "state": "s", "questions": {"c": _NOUL}, "zzz": 1},
+     "unknown field 'zzz'; a line has the fields id, cell, state, questions, expected"),
+    ({"custom_id": "d1", "body": {"state": "s", "questions": {"c": _NOUL}},
+      "metdata": {"cell": "C1"}}, "unknown field 'metdata' (did you mean 'metadata'?)"),
+    ({"custom_id": "d1", "body": {"state": "s", "questions": {"c": _NOUL}, "expectd": {}}},
+     "unknown field 'expectd' (did you mean 'expected'?)"),
+])
+def test_an_unknown_field_is_a_bad_line_that_names_it_and_the_closest_known_one(
+        line: dict[str, object], says: str) -> None:
+    [(line_no, key, reason)] = _problems(line)
+    assert (line_no, key) == (1, "d1")
+    assert says in reason
+
+
+def test_metadata_of_a_batch_line_stays_free_form() -> None:
+    line = {"custom_id": "d1", "method": "POST", "url": "/v1/systemone",
+            "body": {"model": "m", "state": "s", "questions": {"c": _NOUL}},
+            "metadata": {"cell": "C1", "expected": {"c": "yes"}, "owner": "ann", "n": 3}}
+    job = parse_job_lines([(1, orjson.dumps(line).decode())])
+    assert job.bad == []
+    [(_, decision)] = job.decisions
+    assert (decision.cell, decision.expected) == ("C1", {"c": "yes"})
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ({"id": "d7", "state": "s", "questions": {}}, "d7"),
+    ({"id": 42, "questions": {"c": _NOUL}}, "42"),
+    ({"custom_id": "b3", "body": "not an object"}, "b3"),
+    ({"input": "x", "questions": [{"type": "predicate", "name": "p", "instructions": "?"}],
+      "model": "m", "metadata": {"id": "m9"}, "extra": 1}, "m9"),
+    (["not", "an", "object"], None),
+])
+def test_a_bad_line_keeps_its_id_in_the_report(line: object, key: str | None) -> None:
+    [(_, found, _)] = _problems(line)
+    assert found == key

@@ -278,3 +278,24 @@ def test_runs_over_http_are_executed_by_celery_workers(
         assert resumed["execution"]["sweep"]["published"] == 0
     finally:
         sim.stop()
+
+
+def test_a_changed_line_under_an_existing_id_is_a_409_listing_it_and_the_rest_is_stored(
+        local: ServeProcess) -> None:
+    lines = SMALL.read_bytes().splitlines()
+    first = json.loads(lines[0])
+    assert submit(local, b"\n".join(lines[:2]) + b"\n", run="changed").status_code == 201
+    assert submit(local, b"\n".join(lines[:2]) + b"\n", run="changed").status_code == 200
+    first["state"] = first["state"] + " (corrected)"
+    body = json.dumps(first).encode() + b"\n" + lines[1] + b"\n" + lines[2] + b"\n"
+    response = submit(local, body, run="changed")
+    assert response.status_code == 409, response.text
+    detail = response.json()["detail"]
+    assert detail["error_type"] == "conflict_error"
+    assert f"ids: {first['id']}" in detail["message"]
+    assert "replace_changed=true" in detail["message"]
+    report = detail["report"]
+    assert [p["id"] for p in report["changed"]] == [first["id"]]
+    assert (report["inserted"], report["already_present"]) == (1, 1)
+    assert report["links"] == {"status": "/v1/runs/changed",
+                               "results": "/v1/runs/changed/results"}

@@ -22,7 +22,13 @@ import pytest
 
 from tests.fixtures.cli_process import DREADS, Result, assert_one_line_error, dreads
 from tests.fixtures.runs_cli import job_line, sqlite_rows, write_jobs
-from tests.fixtures.services import SHARED_PG, RedisServer, free_port
+from tests.fixtures.services import (
+    SHARED_PG,
+    RedisServer,
+    create_pg_database,
+    drop_pg_database,
+    free_port,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = ROOT / "examples" / "small.jsonl"
@@ -87,6 +93,51 @@ def test_each_kind_of_bad_database_url_is_one_line(work: Path, case: str, comman
     result = dreads(*args, cwd=work, env={"DREADS_DATABASE_URL": url})
     assert_one_line_error(result, says=says)
     assert not (work / "missing").exists()
+
+
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+def empty_database(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database that exists and holds no dreads schema: a new PostgreSQL database, or an
+    empty SQLite file."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("empty") / "empty.db"
+        path.touch()
+        yield f"sqlite:///{path}"
+        return
+    url = create_pg_database(SHARED_PG, "empty", migrate=False)
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.mark.parametrize("command", sorted(set(STORE_COMMANDS) - {"db current"}))
+def test_every_store_command_says_a_database_without_the_schema_needs_db_upgrade(
+        work: Path, empty_database: str, command: str) -> None:
+    result = dreads(*STORE_COMMANDS[command], "--database-url", empty_database, cwd=work)
+    assert_one_line_error(result, says="has no dreads schema", code=2)
+    assert "dreads db upgrade" in result.stderr
+
+
+def test_serve_says_a_postgresql_database_without_the_schema_needs_db_upgrade(
+        work: Path) -> None:
+    url = create_pg_database(SHARED_PG, "empty", migrate=False)
+    try:
+        result = dreads("serve", "--database-url", url, "--upstream", "sim", "--port",
+                        str(free_port()), cwd=work)
+    finally:
+        drop_pg_database(url)
+    assert_one_line_error(result, says="has no dreads schema", code=2)
+    assert "dreads db upgrade" in result.stderr
+
+
+def test_db_current_of_a_database_without_the_schema_is_none(work: Path,
+                                                              empty_database: str) -> None:
+    result = dreads("db", "current", "--database-url", empty_database, cwd=work)
+    assert result.code == 2, result  # `dreads db current || dreads db upgrade`
+    assert result.stdout.startswith("database: none; code: "), result.stdout
+    assert "dreads db upgrade" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_read_command_never_creates_an_empty_database(work: Path) -> None:
