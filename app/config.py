@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     canvas: int = 320
     #: Bearer key of the upstream (vLLM's --api-key); sent on every request, never stored.
     upstream_api_key: SecretStr | None = None
+    #: Whether the upstream was started batch-invariant (vLLM's ``VLLM_BATCH_INVARIANT=1``),
+    #: as the operator declares it; recorded in a run's fingerprint when the server does not
+    #: say (unset: not known).
+    upstream_batch_invariant: bool | None = None
     #: Bearer key of a decision endpoint that answers runs (``--answer-by systemone|decisions``):
     #: sent on every request to it, never stored with the run or in the database.
     answer_api_key: SecretStr | None = None

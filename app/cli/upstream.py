@@ -127,6 +127,7 @@ def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table
     for name, value in (("engine", engine), ("model", fp.model_id),
                         ("max_model_len", fp.max_model_len), ("version", fp.version),
                         ("canvas_length", fp.canvas_length),
+                        ("batch invariant", _invariance(fp)),
                         ("ready after", f"{check.waited_s:.1f}s"),
                         ("read latency", f"{check.read_latency_ms:.1f} ms"),
                         ("probe prompt tokens", check.prompt_tokens)):
@@ -136,6 +137,13 @@ def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table
                       f"the server's canvas is {fp.canvas_length}, the settings say "
                       f"{settings.canvas_length}: pass --canvas {fp.canvas_length}")
     return table
+
+
+def _invariance(fp: ServerFingerprint) -> str | None:
+    """The fingerprint's batch invariance in words, and where it comes from."""
+    if fp.batch_invariant is None:
+        return None
+    return f"{'yes' if fp.batch_invariant else 'no'} ({fp.batch_invariant_from})"
 
 
 @app.command("check-upstream", rich_help_panel=SERVERS)

@@ -30,6 +30,7 @@ from app.engine.questions import (
 )
 from app.engine.settings_hash import (
     SettingChange,
+    changed_batch_invariance,
     changed_fingerprint,
     changed_settings,
     check_settings,
@@ -108,6 +109,7 @@ __all__ = [
     "build_probe_request",
     "build_request",
     "canvas_width",
+    "changed_batch_invariance",
     "changed_fingerprint",
     "changed_settings",
     "check_settings",

@@ -25,6 +25,7 @@ __all__ = [
     "ANSWER_FIELDS",
     "BUDGET_FIELDS",
     "SettingChange",
+    "changed_batch_invariance",
     "changed_fingerprint",
     "changed_settings",
     "check_settings",
@@ -163,3 +164,13 @@ def changed_fingerprint(old: Mapping[str, Any] | None,
         return []
     return [SettingChange(n, old.get(n), getattr(new, n)) for n in _SERVER_IDENTITY
             if old.get(n) != getattr(new, n)]
+
+
+def changed_batch_invariance(old: Mapping[str, Any] | None,
+                             new: ServerFingerprint) -> SettingChange | None:
+    """Whether ``new`` differs from a run's recorded fingerprint ``old`` in batch invariance
+    (None when the run has no fingerprint yet or nothing changed): a run's earlier answers and
+    its later ones may then differ by more than their noise."""
+    if not old or old.get("batch_invariant") == new.batch_invariant:
+        return None
+    return SettingChange("batch_invariant", old.get("batch_invariant"), new.batch_invariant)

@@ -330,3 +330,9 @@ class ServerFingerprint:
     version: str | None
     canvas_length: int
     constrained: bool = False
+    #: whether the server returns the same logprobs for a read whatever it batches it with
+    #: (vLLM's ``VLLM_BATCH_INVARIANT``); None: not known
+    batch_invariant: bool | None = None
+    #: where ``batch_invariant`` comes from: "observed" (the server says so) or "declared"
+    #: (``DREADS_UPSTREAM_BATCH_INVARIANT``); None when it is not known
+    batch_invariant_from: str | None = None

@@ -17,7 +17,7 @@ A ``Server`` is where a run's reads go, as these checks see it:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from app.engine import (
     ServerFingerprint,
     TextTokenizer,
     build_probe_request,
+    changed_batch_invariance,
     changed_fingerprint,
 )
 from app.errors import (
@@ -67,7 +68,9 @@ def fingerprint_dict(fingerprint: ServerFingerprint | None) -> dict[str, Any] | 
     return {"engine": fingerprint.engine, "model_id": fingerprint.model_id,
             "max_model_len": fingerprint.max_model_len, "version": fingerprint.version,
             "canvas_length": fingerprint.canvas_length,
-            "constrained": fingerprint.constrained}
+            "constrained": fingerprint.constrained,
+            "batch_invariant": fingerprint.batch_invariant,
+            "batch_invariant_from": fingerprint.batch_invariant_from}
 
 
 class Server(Protocol):
@@ -202,12 +205,31 @@ def check_server(factory: SessionFactory, run: RunInfo, server: Server, settings
             f"models or canvases: {_GO_ON}")
     if run.fingerprint is None:
         return _record(factory, run, fingerprint, dry_run=dry_run)
+    notes = [_invariance_note(run.fingerprint, fingerprint)]
     if changes:
-        return f"--force: continuing against a different server ({diffs})"
-    if force and tokenizer is not None:
-        return (f"--force: the served canvas was not proved by a read at the run's width "
-                f"{settings.canvas_length}")
-    return None
+        notes.insert(0, f"--force: continuing against a different server ({diffs})")
+    elif force and tokenizer is not None:
+        notes.insert(0, f"--force: the served canvas was not proved by a read at the run's "
+                        f"width {settings.canvas_length}")
+    return "; ".join(note for note in notes if note) or None
+
+
+def _invariance_note(recorded: Mapping[str, Any], fingerprint: ServerFingerprint) -> str | None:
+    """A note (never a refusal) when the server's batch invariance is not the recorded one."""
+    if changed_batch_invariance(recorded, fingerprint) is None:
+        return None
+    was = _invariance_words(recorded.get("batch_invariant"),
+                            recorded.get("batch_invariant_from"))
+    now = _invariance_words(fingerprint.batch_invariant, fingerprint.batch_invariant_from)
+    return (f"the server's batch invariance differs from the run's ({was} when recorded, {now} "
+            "now): the same read may not give the same answer as before (docs/deployment.md, "
+            "'Same request, same answer')")
+
+
+def _invariance_words(value: object, source: object) -> str:
+    if value is None:
+        return "unknown"
+    return f"{'on' if value else 'off'} ({source or 'declared'})"
 
 
 def _record(factory: SessionFactory, run: RunInfo, fingerprint: ServerFingerprint, *,

@@ -249,8 +249,9 @@ def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
     """``engine`` (default ``DREADS_ENGINE``) as ``DREADS_DEVICE``, ``DREADS_DTYPE``,
     ``DREADS_ENGINE_COMPILE``, ``DREADS_ENGINE_GPU_MEMORY`` and ``DREADS_ENGINE_MAX_BATCH`` set
     it up, with this process's
-    read limits (reads in flight, timeout, retries) and the server's key
-    (``DREADS_UPSTREAM_API_KEY``)."""
+    read limits (reads in flight, timeout, retries), the server's key
+    (``DREADS_UPSTREAM_API_KEY``) and its declared batch invariance
+    (``DREADS_UPSTREAM_BATCH_INVARIANT``)."""
     from app.upstream.factory import UpstreamConfig
 
     return UpstreamConfig(engine=engine or env.engine, device=env.device, dtype=env.dtype,
@@ -258,7 +259,8 @@ def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
                           max_batch=env.engine_max_batch,
                           max_in_flight=env.max_in_flight,
                           timeout_s=env.read_timeout_s, retries=env.read_retries,
-                          api_key=secret(env.upstream_api_key))
+                          api_key=secret(env.upstream_api_key),
+                          batch_invariant=env.upstream_batch_invariant)
 
 
 def upstream_url(given: str | None, recorded: str | None, env: Settings) -> str:

@@ -36,6 +36,9 @@ class UpstreamConfig:
     tokenizer: str = "standin"
     #: bearer key of the server (vLLM's --api-key; ``DREADS_UPSTREAM_API_KEY``); None: none
     api_key: str | None = field(default=None, repr=False)
+    #: whether the server was started batch-invariant, as the operator declares it
+    #: (``DREADS_UPSTREAM_BATCH_INVARIANT``); None: not declared
+    batch_invariant: bool | None = None
 
 
 def make_upstream(config: UpstreamConfig) -> Upstream:
@@ -76,4 +79,5 @@ def _vllm_upstream(config: UpstreamConfig, url: str, **extra: Any) -> Upstream:
     extra.setdefault("api_key", config.api_key)
     return VllmUpstream(url, model=config.model, canvas_length=config.canvas_length,
                         max_in_flight=config.max_in_flight, timeout_s=config.timeout_s,
-                        retries=config.retries, backoff_s=config.backoff_s, **extra)
+                        retries=config.retries, backoff_s=config.backoff_s,
+                        batch_invariant=config.batch_invariant, **extra)

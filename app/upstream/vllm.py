@@ -51,6 +51,11 @@ from app.upstream.http_errors import (
     json_object,
     names_missing_model,
 )
+from app.upstream.invariance import (
+    SERVER_INFO_PATH,
+    batch_invariance,
+    observed_batch_invariance,
+)
 
 __all__ = ["VllmUpstream"]
 
@@ -63,6 +68,8 @@ _KEEPALIVE_S = 4.0
 #: 4xx a proxy in front of vLLM may answer that say "later", not "never".
 _TRANSIENT_4XX = frozenset({408, 429})
 _UNAUTHORIZED = frozenset({401, 403})
+#: ``/server_info`` gathers the host's environment on its first call: do not wait long for it.
+_SERVER_INFO_S = 5.0
 
 
 @dataclass
@@ -80,6 +87,7 @@ class VllmUpstream:
     def __init__(self, base_url: str, *, model: str, canvas_length: int,
                  max_in_flight: int = 256, timeout_s: float = 60.0, retries: int = 4,
                  backoff_s: float = 0.5, engine: str = "vllm", api_key: str | None = None,
+                 batch_invariant: bool | None = None,
                  on_close: Callable[[], None] | None = None) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -91,6 +99,8 @@ class VllmUpstream:
         self.retries = max(0, retries)
         self.backoff_s = backoff_s
         self.engine = engine
+        #: what the operator declared (``DREADS_UPSTREAM_BATCH_INVARIANT``); None: nothing
+        self.batch_invariant = batch_invariant
         self.max_model_len: int | None = None
         self._headers = dict(_HEADERS)
         if api_key:
@@ -170,18 +180,22 @@ class VllmUpstream:
 
     # -- control plane ------------------------------------------------------------------------
     async def fingerprint(self) -> ServerFingerprint:
-        """Served model id and ``max_model_len`` (``/v1/models``), version (``/version``)."""
+        """Served model id and ``max_model_len`` (``/v1/models``), version (``/version``),
+        batch invariance (``/server_info`` where served, else as declared)."""
         async with self._control_client() as client:
             entry = await self._served_entry(client)
             version = await _version(client)
+            observed = await _observed_invariance(client)
         engine = "sim" if version and version.startswith("dreads-sim") else self.engine
         canvas = entry.get("canvas_length")
+        invariant, invariant_from = batch_invariance(observed, self.batch_invariant)
         return ServerFingerprint(
             engine=engine,
             model_id=str(entry.get("id", self.model)),
             max_model_len=entry.get("max_model_len"),
             version=version,
             canvas_length=int(canvas) if isinstance(canvas, int) else self.canvas_length,
+            batch_invariant=invariant, batch_invariant_from=invariant_from,
         )
 
     async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
@@ -298,3 +312,12 @@ async def _version(client: httpx.AsyncClient) -> str | None:
         return None
     version = obj.get("version") if isinstance(obj, dict) else None
     return str(version) if version is not None else None
+
+
+async def _observed_invariance(client: httpx.AsyncClient) -> bool | None:
+    """What ``/server_info`` says (vLLM serves it in its development mode only), else None."""
+    try:
+        obj = await asyncio.wait_for(_get_json(client, SERVER_INFO_PATH), _SERVER_INFO_S)
+    except (UpstreamUnavailable, UpstreamRejected, TimeoutError):
+        return None
+    return observed_batch_invariance(obj)

@@ -209,3 +209,16 @@ def test_a_stack_without_monitoring_needs_none_of_its_variables(tmp_path: Path) 
     env = _env_with(tmp_path, GRAFANA_ADMIN_PASSWORD=None, PROMETHEUS_PASSWORD=None,
                     PROMETHEUS_PASSWORD_BCRYPT=None)
     assert "worker" in _services(env)
+
+
+def test_vllm_image_is_pinned_to_the_checked_version(tmp_path: Path) -> None:
+    for env in (ENV_EXAMPLE, _env_with(tmp_path, VLLM_IMAGE=None)):
+        assert _services(env)["vllm"]["image"] == "vllm/vllm-openai:v0.33.0"
+
+
+def test_batch_invariance_is_off_by_default_and_declared_to_the_workers(tmp_path: Path) -> None:
+    for given, value in ((None, "0"), ("0", "0"), ("1", "1")):
+        services = _services(_env_with(tmp_path, VLLM_BATCH_INVARIANT=given))
+        assert services["vllm"]["environment"]["VLLM_BATCH_INVARIANT"] == value
+        for name in ("worker", "api"):
+            assert services[name]["environment"]["DREADS_UPSTREAM_BATCH_INVARIANT"] == value

@@ -1,9 +1,12 @@
 """The simulator's ASGI app: vLLM 0.33's read routes plus ``/sim/*`` controls.
 
 Routes: ``GET /health`` (200, empty), ``GET /v1/models`` (with ``max_model_len``), ``GET
-/version``, ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/systemone`` and
-``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``), ``GET /metrics``
-(vLLM's running/waiting/KV-cache gauges: ``metrics.py``), ``GET /sim/stats``
+/version``, ``GET /server_info`` (vLLM's development route; only ``vllm_env`` with
+``VLLM_BATCH_INVARIANT``: true, since the synthetic scorer's rows are a function of the request
+alone, whatever it is batched with; false with ``--engine transformers``, which batches reads
+into one forward), ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST
+/v1/systemone`` and ``POST /v1/decisions`` (vLLM's own decision reader: ``decisions.py``),
+``GET /metrics`` (vLLM's running/waiting/KV-cache gauges: ``metrics.py``), ``GET /sim/stats``
 (counters), ``POST /sim/down?seconds=N`` (503 on every model route for N seconds), ``POST
 /sim/up``, ``POST /sim/throttle?seconds=N&retry_after=S`` (429 with ``retry-after: S`` on every
 decision request for N seconds: ``limits.py``), ``POST /sim/reset`` (zero the counters).
@@ -27,6 +30,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from app.upstream.invariance import ENV_NAME, SERVER_INFO_PATH
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
 from app.upstream.sim.limits import DecisionLimits
@@ -173,6 +177,8 @@ class SimApp:
             return 200, models_response(opts.model, self.created, opts.max_model_len)
         if path == "/version":
             return 200, {"version": self.version}
+        if path == SERVER_INFO_PATH:
+            return 200, {"vllm_env": {ENV_NAME: self.engine_rows is None}}
         raise _Reply(404, error_body(f"unknown route GET {path}", None, 404))
 
     def _control(self, method: str, path: str, query: bytes) -> tuple[int, Any]:

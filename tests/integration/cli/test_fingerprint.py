@@ -87,3 +87,42 @@ def test_resume_dry_run_changes_nothing_and_resume_checks_dreads_upstream(
     assert (_fingerprint(db, "moved") or {}).get("engine") == "sim"
     assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == \
         [("done", 3)]
+
+
+def _execute(db: Path, sql: str, **params: Any) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sql), params)
+    finally:
+        engine.dispose()
+
+
+def test_a_run_records_batch_invariance_and_resume_notes_a_change(
+        dreads: Dreads, tmp_path: Path) -> None:
+    """The simulator says it is batch-invariant; a run recorded against a server that was not
+    (declared) goes on against it with a note, not a refusal."""
+    import orjson
+
+    db = tmp_path / "inv.db"
+    path = write_jobs(tmp_path / "j.jsonl", [job_line(f"i{i}") for i in range(3)])
+    ran = dreads("run", str(path), "--run", "inv", "--upstream", "sim",
+                 "--database-url", str(db))
+    assert ran.code == 0, ran.stderr
+    recorded = _fingerprint(db, "inv")
+    assert (recorded["batch_invariant"], recorded["batch_invariant_from"]) == (True, "observed")
+
+    earlier = {**recorded, "batch_invariant": False, "batch_invariant_from": "declared"}
+    _execute(db, "UPDATE runs SET fingerprint = :fp", fp=orjson.dumps(earlier).decode())
+    _execute(db, "UPDATE decisions SET status = 'pending', finished_at = NULL "
+                 "WHERE id = (SELECT min(id) FROM decisions)")
+    resumed = dreads("resume", "inv", "--upstream", "sim", "--database-url", str(db))
+    assert resumed.code == 0, resumed.stderr
+    note = " ".join(resumed.stdout.split())
+    assert "batch invariance differs from the run's (off (declared) when recorded, on " \
+           "(observed) now)" in note
+    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == \
+        [("done", 3)]
+    assert _fingerprint(db, "inv") == earlier  # the run keeps the server it started on
