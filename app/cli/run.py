@@ -18,6 +18,16 @@ from rich.markup import escape
 from app.cli import _render as render
 from app.cli._app import RUN_JOBS, app
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
+from app.cli.dryrun import (
+    DryRunArgs,
+    DryRunOpt,
+    GpuPriceHourOpt,
+    PriceInputOpt,
+    PriceOutputOpt,
+    ReadsPerSecondOpt,
+    Spend,
+    dry_run_command,
+)
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     NOT_GIVEN,
@@ -103,13 +113,23 @@ def run(
         "time (16).")] = None,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
+    price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
+    reads_per_second: ReadsPerSecondOpt = None,
 ) -> None:
     """Run a job file start to finish here: a SQLite file, no Redis, no worker.
 
     Stores everything in the SQLite file of --database-url (default ./dreads.db); run the same
     command again after Ctrl-C or a crash and it continues where it stopped. Then: [bold]dreads
-    report RUN --html report.html[/bold].
+    report RUN --html report.html[/bold]. With --dry-run: the decisions, reads, tokens and
+    cost it would take; nothing stored, nothing read.
     """
+    if dry_run:
+        dry_run_command(DryRunArgs(
+            file, run_name or file.stem, given, replicates, strict, fail_on_bad_lines,
+            upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out,
+            Spend(price_input, price_output, gpu_price_hour, reads_per_second)))
+        return
     from app.config import get_settings
     from app.runs.jobfile import check_job_file
     from app.runs.submit import SubmitRequest, submit_job

@@ -29,6 +29,16 @@ from app.cli._wiring import (
     run_upstream,
     upstream_url,
 )
+from app.cli.dryrun import (
+    DryRunArgs,
+    DryRunOpt,
+    GpuPriceHourOpt,
+    PriceInputOpt,
+    PriceOutputOpt,
+    ReadsPerSecondOpt,
+    Spend,
+    dry_run_command,
+)
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     NOT_GIVEN,
@@ -80,16 +90,26 @@ def submit(
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
+    price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
+    reads_per_second: ReadsPerSecondOpt = None,
 ) -> None:
     """Validate a job file, store its decisions and queue them for the workers.
 
     Bad lines are listed with their line numbers and reasons; the good ones are stored
     (unless --strict). Submitting the same file again adds nothing; a line whose id the run
     holds with other content is reported (exit 2), or replaces it with --replace-changed.
+    With --dry-run: the decisions, reads, tokens and cost it would take; nothing stored.
     """
     from app.broker.process import PublisherProcess
     from app.runs.jobfile import check_job_file
 
+    if dry_run:
+        dry_run_command(DryRunArgs(
+            file, run, given, replicates, strict, fail_on_bad_lines, upstream,
+            {"engine": engine, "device": device, "dtype": dtype}, json_out,
+            Spend(price_input, price_output, gpu_price_hour, reads_per_second)))
+        return
     with cli_errors():
         check_job_file(file)
         # started first: its Celery start-up overlaps the tokenizer's and the probe's

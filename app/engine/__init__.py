@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from app.engine.aggregate import aggregate, trivial_answer
 from app.engine.digest import content_digest
+from app.engine.estimate import Estimate, Prices, ReadTally, Span, draw_span, estimate
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
 from app.engine.noise import derive_seed, seed_canvas
@@ -78,10 +79,12 @@ __all__ = [
     "DecisionPlan",
     "DrawRecord",
     "Endpoint",
+    "Estimate",
     "Layout",
     "Message",
     "PolicyName",
     "PredicateShape",
+    "Prices",
     "PromptParts",
     "Question",
     "QuestionShape",
@@ -91,6 +94,7 @@ __all__ = [
     "ReadRequest",
     "ReadResult",
     "ReadSettings",
+    "ReadTally",
     "ReadUnit",
     "Refusal",
     "ScoreShape",
@@ -99,6 +103,7 @@ __all__ = [
     "SlotRead",
     "SlotRow",
     "SlotSpec",
+    "Span",
     "SpecsMemo",
     "StopReason",
     "TextTokenizer",
@@ -117,7 +122,9 @@ __all__ = [
     "decision_from_payload",
     "decision_payload",
     "derive_seed",
+    "draw_span",
     "encode_body",
+    "estimate",
     "fold_row",
     "line_id",
     "parse_decision",

@@ -4,6 +4,7 @@
                   and flags, at the entry points)
     jobfile.py    a job file's lines: each a decision or a bad line with its reason
     submit.py     submit: validate, write the run and its decisions batch by batch, publish
+    dryrun.py     --dry-run: validate and plan a job file; its reads, tokens and cost; no I/O
     probe.py      is this server the run's? its fingerprint and a read at the canvas width
     chunk.py      run a chunk: claim, answer each decision, commit as each ends
     commit.py     group commit: the decisions that finish together, in one transaction

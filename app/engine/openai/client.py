@@ -9,6 +9,7 @@ own, or a dreads line's as predicate, choice and score. ``app.sources`` sends th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,10 +23,11 @@ from app.engine.endpoint import (
 )
 from app.engine.openai.answers import openai_questions
 from app.engine.prompt import serialize_state
-from app.engine.types import Answer, Decision, DrawRecord, Refusal
+from app.engine.questions import LETTERS
+from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
 from app.errors import MalformedResponse
 
-__all__ = ["decisions_request", "read_decisions"]
+__all__ = ["decisions_request", "read_decisions", "reader_decision"]
 
 
 def decisions_request(decision: Decision, model: str) -> dict[str, Any]:
@@ -36,6 +38,30 @@ def decisions_request(decision: Decision, model: str) -> dict[str, Any]:
     return {"model": model, "input": serialize_state(decision.state),
             "questions": [shape.asked(q)
                           for q, shape in zip(decision.questions, shapes, strict=True)]}
+
+
+def reader_decision(decision: Decision, model: str) -> Decision:
+    """The decision vLLM's reader reads from ``decisions_request(decision, model)``: the input
+    as the state, and each question as a choice of its request options (a predicate: false,
+    true; a choice: its values as JSON; a score: its level labels), with their descriptions.
+    What ``--dry-run`` counts the endpoint's tokens on."""
+    body = decisions_request(decision, model)
+    questions = tuple(_reader_question(i, asked) for i, asked in enumerate(body["questions"]))
+    return Decision(id=decision.id, state=body["input"], questions=questions)
+
+
+def _reader_question(index: int, asked: Mapping[str, Any]) -> Question:
+    options: list[tuple[str, str | None]]
+    if asked["type"] == "predicate":
+        options = [("false", None), ("true", None)]
+    elif asked["type"] == "choice":
+        options = [(json.dumps(c["value"], ensure_ascii=False), c.get("description"))
+                   for c in asked["choices"]]
+    else:
+        options = [(level["label"], level.get("description")) for level in asked["levels"]]
+    return Question(id=str(index), type=QuestionType.CHOICE, instructions=asked["instructions"],
+                    labels=LETTERS[:len(options)], options=tuple(n for n, _ in options),
+                    descriptions=tuple(d or None for _, d in options))
 
 
 def _dreads_diagnostics(body: Mapping[str, Any], qid: str) -> Mapping[str, Any]:

@@ -1,0 +1,169 @@
+"""``submit --dry-run`` and ``run --dry-run``: what a job file would read and cost.
+
+The file is read and validated line by line as ``submit_job`` reads it (the same bad lines,
+with the same reasons; an id repeated anywhere in the file is a bad line), and every decision
+is planned with the run's tokenizer and settings, as a worker plans it. A decision the template
+cannot read is counted as rejected, with the reason a submit stores. Nothing is written and
+nothing is published: this module opens no database and no broker, and keeps only counts (and
+the ids seen, to find repeated ones), so a file of a million lines streams through.
+
+    lines --iter_job_lines--> decisions | bad lines --plan_decision--> ReadTally --> Estimate
+
+A run answered by a decision endpoint (``--answer-by systemone|decisions``) sends one request
+per decision; the endpoint plans its own reads. Its input tokens are estimated as vLLM's
+reader plans them (the ``vllm`` layout, one read per question, one draw) with the run's
+tokenizer: exact for vLLM's own reader serving that tokenizer, an estimate for any other
+endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from app.engine import (
+    AnswerBy,
+    Decision,
+    Endpoint,
+    Estimate,
+    Layout,
+    PolicyName,
+    Prices,
+    ReadMode,
+    ReadSettings,
+    ReadTally,
+    TextTokenizer,
+    draw_span,
+    estimate,
+    plan_decision,
+)
+from app.engine.openai.client import reader_decision
+from app.errors import TemplateError
+from app.runs.jobfile import (
+    LineProblem,
+    NumberedLine,
+    duplicate_reason,
+    iter_job_lines,
+    read_job_file,
+)
+
+__all__ = ["DryRunReport", "DryRunRequest", "dry_run"]
+
+
+@dataclass(frozen=True)
+class DryRunRequest:
+    path: Path
+    run_name: str
+    settings: ReadSettings
+    replicates: int = 1
+    strict: bool = False
+    prices: Prices = field(default_factory=Prices)
+
+
+@dataclass
+class DryRunReport:
+    """What a submit of the file would store, and what its run would read."""
+
+    request: DryRunRequest
+    lines: int = 0
+    valid: int = 0
+    bad: list[LineProblem] = field(default_factory=list)
+    rejected: list[LineProblem] = field(default_factory=list)
+    #: endpoint runs: decisions whose reads the reader's plan cannot lay out here (not in
+    #: the token counts; the endpoint may still answer them)
+    unplanned: int = 0
+    tally: ReadTally = field(default_factory=ReadTally)
+
+    @property
+    def refused(self) -> bool:
+        """--strict would refuse the file (nothing written)."""
+        return self.request.strict and bool(self.bad or self.rejected)
+
+    @property
+    def by_endpoint(self) -> bool:
+        return self.request.settings.answer_by is not AnswerBy.READS
+
+    def estimate(self) -> Estimate:
+        return estimate(self.tally, draw_span(self.request.settings),
+                        replicates=self.request.replicates, prices=self.request.prices)
+
+    def as_dict(self) -> dict[str, Any]:
+        settings, tally, prices = self.request.settings, self.tally, self.request.prices
+        return {
+            "dry_run": True, "run": self.request.run_name, "lines": self.lines,
+            "valid": self.valid, "refused": self.refused,
+            "bad_lines": [p.as_dict() for p in self.bad],
+            "rejected": [p.as_dict() for p in self.rejected],
+            "answer_by": settings.answer_by.value, "tokenizer": settings.tokenizer,
+            "layout": settings.layout.value, "mode": settings.read_mode.value,
+            "policy": settings.policy.value, "decisions": tally.decisions,
+            "questions": tally.questions, "questions_without_read": tally.trivial,
+            "replicates": self.request.replicates, "unplanned": self.unplanned,
+            "requests": (tally.decisions * self.request.replicates if self.by_endpoint
+                         else None),
+            "reads_per_draw": tally.units,
+            "prompt_tokens_per_read": {"min": tally.prompt_min or 0, "max": tally.prompt_max},
+            "prices": {"input_per_mtok": prices.input_per_mtok,
+                       "output_per_mtok": prices.output_per_mtok,
+                       "gpu_per_hour": prices.gpu_per_hour, "reads_per_s": prices.reads_per_s},
+            **self.estimate().as_dict(),
+        }
+
+
+def dry_run(request: DryRunRequest, tokenizer: TextTokenizer, *,
+            lines: Iterable[NumberedLine] | None = None) -> DryRunReport:
+    """Read, validate and plan every line of ``request.path`` (or ``lines``); store nothing.
+
+    Raises:
+        InputError: the file cannot be read at all (``check_job_file``).
+        ConfigError: the settings cannot lay a read out with this tokenizer.
+    """
+    source = lines if lines is not None else read_job_file(request.path)
+    report = DryRunReport(request)
+    planning = _planning_settings(request.settings)
+    first_line: dict[str, int] = {}
+    for line_no, item in iter_job_lines(source):
+        report.lines += 1
+        if isinstance(item, LineProblem):
+            report.bad.append(item)
+        elif item.id in first_line:
+            report.bad.append(LineProblem(line_no, item.id,
+                                          duplicate_reason(item.id, first_line[item.id])))
+        else:
+            first_line[item.id] = line_no
+            report.valid += 1
+            _plan(report, line_no, item, planning, tokenizer)
+    return report
+
+
+def _planning_settings(settings: ReadSettings) -> ReadSettings:
+    """The settings the reads are planned with: the run's own, or for a decision endpoint
+    those of vLLM's reader (the ``vllm`` layout, isolated, one draw, the prompt as ids)."""
+    if settings.answer_by is AnswerBy.READS:
+        return settings
+    return replace(settings, layout=Layout.VLLM, read_mode=ReadMode.ISOLATED,
+                   policy=PolicyName.FIXED, fixed_draws=1, endpoint=Endpoint.COMPLETIONS)
+
+
+def _asked(decision: Decision, settings: ReadSettings) -> Decision:
+    """The decision as the reads see it: a ``/v1/decisions`` endpoint's reader reads the
+    request's own wording of the questions (``reader_decision``); the others, the decision."""
+    if settings.answer_by is AnswerBy.DECISIONS:
+        return reader_decision(decision, settings.model)
+    return decision
+
+
+def _plan(report: DryRunReport, line_no: int, decision: Decision, settings: ReadSettings,
+          tokenizer: TextTokenizer) -> None:
+    try:
+        plan = plan_decision(_asked(decision, settings), settings, tokenizer)
+    except TemplateError as exc:
+        if report.by_endpoint:  # the endpoint plans its own reads: not rejected at submit
+            report.unplanned += 1
+            report.tally.count_unplanned(len(decision.questions))
+        else:
+            report.rejected.append(LineProblem(line_no, decision.id, exc.message))
+        return
+    report.tally.add(plan)
