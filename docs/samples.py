@@ -315,6 +315,12 @@ def _run(ws: Workspace) -> str:
     return _shell(ws, "dreads run examples/contracts.jsonl --upstream sim")
 
 
+def _submit_dry_run(ws: Workspace) -> str:
+    return _shell(ws, "dreads submit examples/contracts.jsonl --run hosted --dry-run "
+                  "--answer-by decisions --answer-url https://api.openai.com/v1 --model MODEL "
+                  "--tokenizer standin --price-input 0.10", keep=50)
+
+
 def _report(ws: Workspace) -> str:
     return _shell(ws, "dreads report contracts")
 
@@ -377,6 +383,7 @@ SAMPLES = (
     Sample("run", "README.md", _run),
     Sample("report", "docs/commands.md", _report),
     Sample("report-html", "README.md", _report_html),
+    Sample("submit-dry-run", "README.md", _submit_dry_run),
     Sample("status", "docs/commands.md", _status),
     Sample("runs", "docs/commands.md", _runs),
     Sample("decide", "docs/commands.md", _decide),
