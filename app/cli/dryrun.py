@@ -60,6 +60,18 @@ class Spend:
     gpu_price_hour: float | None = None
     reads_per_second: float | None = None
 
+    def require_dry_run(self, dry_run: bool) -> None:
+        """Refuse a price flag on a command that spends: it would be silently unused (only
+        the estimate reads prices)."""
+        given = [flag for flag, value in (
+            ("--price-input", self.price_input), ("--price-output", self.price_output),
+            ("--gpu-price-hour", self.gpu_price_hour),
+            ("--reads-per-second", self.reads_per_second)) if value is not None]
+        if given and not dry_run:
+            with cli_errors():
+                raise ConfigError(f"{', '.join(given)} only price --dry-run's estimate; add "
+                                  "--dry-run, or leave them out to run")
+
     def prices(self) -> Prices:
         """The flags over ``DREADS_PRICE_*`` and ``DREADS_GPU_PRICE_HOUR``."""
         from app.config import settings_with

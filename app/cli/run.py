@@ -124,11 +124,12 @@ def run(
     report RUN --html report.html[/bold]. With --dry-run: the decisions, reads, tokens and
     cost it would take; nothing stored, nothing read.
     """
+    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second)
+    spend.require_dry_run(dry_run)
     if dry_run:
         dry_run_command(DryRunArgs(
             file, run_name or file.stem, given, replicates, strict, fail_on_bad_lines,
-            upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out,
-            Spend(price_input, price_output, gpu_price_hour, reads_per_second)))
+            upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend))
         return
     from app.config import get_settings
     from app.runs.jobfile import check_job_file

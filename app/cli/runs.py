@@ -104,11 +104,12 @@ def submit(
     from app.broker.process import PublisherProcess
     from app.runs.jobfile import check_job_file
 
+    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second)
+    spend.require_dry_run(dry_run)
     if dry_run:
         dry_run_command(DryRunArgs(
             file, run, given, replicates, strict, fail_on_bad_lines, upstream,
-            {"engine": engine, "device": device, "dtype": dtype}, json_out,
-            Spend(price_input, price_output, gpu_price_hour, reads_per_second)))
+            {"engine": engine, "device": device, "dtype": dtype}, json_out, spend))
         return
     with cli_errors():
         check_job_file(file)

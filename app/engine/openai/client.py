@@ -27,7 +27,7 @@ from app.engine.questions import LETTERS
 from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
 from app.errors import MalformedResponse
 
-__all__ = ["decisions_request", "read_decisions", "reader_decision"]
+__all__ = ["decisions_request", "read_decisions", "reader_decision", "reader_options"]
 
 
 def decisions_request(decision: Decision, model: str) -> dict[str, Any]:
@@ -50,15 +50,19 @@ def reader_decision(decision: Decision, model: str) -> Decision:
     return Decision(id=decision.id, state=body["input"], questions=questions)
 
 
-def _reader_question(index: int, asked: Mapping[str, Any]) -> Question:
-    options: list[tuple[str, str | None]]
+def reader_options(asked: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """The options (name, description) vLLM's reader reads a ``/v1/decisions`` question as:
+    a predicate: false, true; a choice: its values as JSON; a score: its level labels."""
     if asked["type"] == "predicate":
-        options = [("false", None), ("true", None)]
-    elif asked["type"] == "choice":
-        options = [(json.dumps(c["value"], ensure_ascii=False), c.get("description"))
-                   for c in asked["choices"]]
-    else:
-        options = [(level["label"], level.get("description")) for level in asked["levels"]]
+        return [("false", None), ("true", None)]
+    if asked["type"] == "choice":
+        return [(json.dumps(c["value"], ensure_ascii=False), c.get("description"))
+                for c in asked["choices"]]
+    return [(level["label"], level.get("description")) for level in asked["levels"]]
+
+
+def _reader_question(index: int, asked: Mapping[str, Any]) -> Question:
+    options = reader_options(asked)
     return Question(id=str(index), type=QuestionType.CHOICE, instructions=asked["instructions"],
                     labels=LETTERS[:len(options)], options=tuple(n for n, _ in options),
                     descriptions=tuple(d or None for _, d in options))

@@ -16,7 +16,6 @@ one difference from vLLM: a ``description`` may be null. Answers carry vLLM's fi
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -42,6 +41,7 @@ from app.engine import (
     parse_response,
     plan_decision,
 )
+from app.engine.openai.client import reader_options
 from app.engine.openai.model import (
     MAX_LEVELS,
     MAX_OPENAI_CHOICES,
@@ -212,15 +212,8 @@ def _choice_question(index: int, instructions: str,
 
 
 def _decision_question(index: int, question: Any) -> Question:
-    options: list[tuple[str, str | None]]
-    if isinstance(question, _Predicate):
-        options = [("false", None), ("true", None)]
-    elif isinstance(question, _ChoiceQuestion):
-        options = [(json.dumps(c.value, ensure_ascii=False), c.description)
-                   for c in question.choices]
-    else:
-        options = [(level.label, level.description) for level in question.levels]
-    return _choice_question(index, question.instructions, options)
+    return _choice_question(index, question.instructions,
+                            reader_options(question.model_dump(mode="json")))
 
 
 def _input_text(value: str | list[_Message]) -> str:

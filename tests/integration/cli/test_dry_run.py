@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import EXIT_BAD_LINES, EXIT_OK, EXIT_USAGE
-from tests.fixtures.cli_process import Result, dreads
+from tests.fixtures.cli_process import Result, assert_one_line_error, dreads
 from tests.fixtures.services import RedisServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -117,3 +117,11 @@ def test_an_unreachable_server_says_what_to_pass(jobs: Path) -> None:
                     "http://127.0.0.1:9", cwd=jobs.parent, model=False)
     assert result.code != EXIT_OK
     assert "pass --model and --tokenizer" in result.stderr
+
+
+def test_a_price_without_dry_run_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    shutil.copy(CONTRACTS, tmp_path / "jobs.jsonl")
+    result = dreads("run", "jobs.jsonl", "--upstream", "sim", "--price-input", "0.1",
+                    cwd=tmp_path)
+    assert_one_line_error(result, says="--price-input only price --dry-run's estimate", code=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.jsonl"]
