@@ -95,38 +95,54 @@ class Recorded:
 
 def record_failure(session: Session, failure: Failure, *, breaker: BreakerPolicy,
                    run_name: str, now: datetime) -> Recorded:
-    """Record ``failure`` and, when it is of a tripping kind, look at the run's recent
-    attempts and pause it if they keep failing the same way; all in ``session``'s
-    transaction. A transient failure of a run paused meanwhile is not charged."""
+    """Record ``failure``, in ``session``'s transaction. A transient failure of a run that is
+    paused is not charged. A failure of a tripping kind first looks at the run's recent
+    attempts with it: when they keep failing the same way, it pauses the run (and is charged:
+    it is the last), or, when another worker paused it meanwhile, it is not charged. The
+    checks of one run take turns (its row is locked), so at most the window's failures are
+    charged."""
     claim = failure.claim
-    if not failure.permanent and run_status_of(session, claim.run_id) == RunStatus.PAUSED:
-        held = release_unserved(session, claim=claim, attempt=failure.attempt, now=now,
-                                kind=OutcomeKind.PAUSED,
-                                detail=f"{failure.kind}: {failure.detail} (run paused: not "
-                                       "charged)")
-        return Recorded(status="pending" if held else None, uncharged=True)
-    status = fail_decision(session, claim=claim, kind=failure.kind, detail=failure.detail,
-                           permanent=failure.permanent, attempt=failure.attempt,
-                           max_attempts=failure.max_attempts, now=now)
-    if not breaker.enabled or failure.kind not in TRIPPING:
-        return Recorded(status=status)
-    reason = _trip_reason(session, claim.run_id, breaker, run_name)
-    if reason is None or not pause_run(session, claim.run_id, kind=PauseKind.BREAKER,
-                                       reason=reason, now=now):
-        return Recorded(status=status)
-    return Recorded(status=status, paused=reason)
+    if failure.permanent:
+        return Recorded(status=_charged(session, failure, now))
+    tripping = breaker.enabled and failure.kind in TRIPPING
+    if run_status_of(session, claim.run_id, lock=tripping) == RunStatus.PAUSED:
+        return _uncharged(session, failure, now)
+    reason = _trip_reason(session, failure, breaker, run_name) if tripping else None
+    if reason is not None and not pause_run(session, claim.run_id, kind=PauseKind.BREAKER,
+                                            reason=reason, now=now):
+        return _uncharged(session, failure, now)  # paused by another worker meanwhile
+    return Recorded(status=_charged(session, failure, now), paused=reason)
 
 
-def _trip_reason(session: Session, run_id: int, breaker: BreakerPolicy,
+def _charged(session: Session, failure: Failure, now: datetime) -> str | None:
+    return fail_decision(session, claim=failure.claim, kind=failure.kind,
+                         detail=failure.detail, permanent=failure.permanent,
+                         attempt=failure.attempt, max_attempts=failure.max_attempts, now=now)
+
+
+def _uncharged(session: Session, failure: Failure, now: datetime) -> Recorded:
+    held = release_unserved(session, claim=failure.claim, attempt=failure.attempt, now=now,
+                            kind=OutcomeKind.PAUSED,
+                            detail=f"{failure.kind}: {failure.detail} (run paused: not charged)")
+    return Recorded(status="pending" if held else None, uncharged=True)
+
+
+def _trip_reason(session: Session, failure: Failure, breaker: BreakerPolicy,
                  run_name: str) -> str | None:
-    recent = recent_outcomes(session, run_id, window=breaker.window, not_counted=NOT_COUNTED)
-    if recent.counted < breaker.window:
+    """The pause's reason when ``failure`` and the run's attempts before it fill the window
+    with enough failures of one tripping kind; None otherwise."""
+    recent = recent_outcomes(session, failure.claim.run_id, window=breaker.window - 1,
+                             not_counted=NOT_COUNTED)
+    if recent.counted + 1 < breaker.window:
         return None
-    kind, n = max(((k, n) for k, n in recent.by_kind.items() if k in TRIPPING),
-                  key=lambda kn: kn[1], default=("", 0))
+    by_kind = dict(recent.by_kind)
+    by_kind[failure.kind] = by_kind.get(failure.kind, 0) + 1
+    kind, n = max(((k, n) for k, n in by_kind.items() if k in TRIPPING),
+                  key=lambda kn: kn[1])
     if n < breaker.trip_count:
         return None
-    return breaker_reason(kind, n, breaker.window, recent.latest_detail.get(kind, ""), run_name)
+    detail = failure.detail if kind == failure.kind else recent.latest_detail.get(kind, "")
+    return breaker_reason(kind, n, breaker.window, detail, run_name)
 
 
 def breaker_reason(kind: str, failed: int, window: int, detail: str, run_name: str) -> str:

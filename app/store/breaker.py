@@ -5,7 +5,8 @@
                       of each kind
     pause_run         ``runs.status`` active -> paused with its kind and reason: one UPDATE
                       guarded by the status, so of several workers tripping at once one wins
-    run_status_of     the run's ``runs.status`` (read in the caller's transaction)
+    run_status_of     the run's ``runs.status`` (read in the caller's transaction; locked
+                      for the breaker's check)
     pause_reason      why the run is paused (None: it is not)
     unpause_run       paused -> active, the reason cleared, the breaker's count started over
                       after the run's last attempt, and its queued decisions back to pending
@@ -56,8 +57,14 @@ def recent_outcomes(session: Session, run_id: int, *, window: int,
     return RecentOutcomes(counted=len(rows), by_kind=by_kind, latest_detail=latest)
 
 
-def run_status_of(session: Session, run_id: int) -> str | None:
-    return session.scalar(select(Run.status).where(Run.id == run_id))
+def run_status_of(session: Session, run_id: int, *, lock: bool = False) -> str | None:
+    """The run's ``runs.status``; with ``lock``, the run's row is held until the caller's
+    transaction ends (``FOR NO KEY UPDATE``: the breaker's checks of one run take turns, so
+    each sees the failures before it; inserts that reference the run are not blocked)."""
+    stmt = select(Run.status).where(Run.id == run_id)
+    if lock:
+        stmt = stmt.with_for_update(key_share=True)
+    return session.scalar(stmt)
 
 
 def pause_reason(session: Session, run_id: int) -> str | None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import OutcomeKind
@@ -149,3 +149,7 @@ def test_concurrent_failures_pause_the_run_once(factory: Factory) -> None:
         recorded = list(pool.map(lambda c: _fail(factory, c), claims[17:41]))
     assert sum(r.paused is not None for r in recorded) == 1
     assert _run(factory).status == "paused"
+    # the checks take turns: the window's 20 failures are charged, none after them
+    with session_scope(factory) as s:
+        outcomes = s.execute(select(Attempt.outcome, func.count()).group_by(Attempt.outcome))
+        assert dict(outcomes.all()) == {"server_error": 20, "paused": 21}
