@@ -174,8 +174,11 @@ class RunStatusReport:
 
     @property
     def eta_s(self) -> float | None:
+        """Seconds left at the current rate; None while nothing finishes (a paused run)."""
         if self.remaining == 0:
             return 0.0
+        if self.state is RunState.PAUSED:
+            return None
         return self.remaining / self.rate_per_s if self.rate_per_s > 0 else None
 
     @property

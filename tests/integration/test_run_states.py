@@ -216,6 +216,7 @@ def test_every_view_says_why_a_paused_run_paused(
              "live": api.get("/runs/paused/live").json()["paused"]}
     for view, shown in views.items():
         assert {k: shown[k] for k in pause} == pause and shown["since"], view
+    assert _json(dreads, "status", "paused")["eta_s"] is None  # nothing runs until resume
     assert _json(dreads, "status", "running")["paused"] is None
     code, out = dreads("status", "paused", "--watch", "--interval", "0.2")  # stops, exit 1
     assert code == 1 and out.startswith(tuple("0123456789")) and " paused: done 1/3" in out
