@@ -20,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, func, select, update
 
+from app.store import dialects
 from app.store.models import Attempt, Decision, DecisionStatus, Run, RunStatus
 from app.store.types import Session
 
@@ -58,13 +60,12 @@ def recent_outcomes(session: Session, run_id: int, *, window: int,
 
 
 def run_status_of(session: Session, run_id: int, *, lock: bool = False) -> str | None:
-    """The run's ``runs.status``; with ``lock``, the run's row is held until the caller's
-    transaction ends (``FOR NO KEY UPDATE``: the breaker's checks of one run take turns, so
-    each sees the failures before it; inserts that reference the run are not blocked)."""
-    stmt = select(Run.status).where(Run.id == run_id)
+    """The run's ``runs.status``; with ``lock``, the run's row is held first, until the
+    caller's transaction ends (``dialects.hold_row``): the breaker's checks of one run take
+    turns, so each sees the failures before it."""
     if lock:
-        stmt = stmt.with_for_update(key_share=True)
-    return session.scalar(stmt)
+        dialects.hold_row(session, cast(Table, Run.__table__), run_id)
+    return session.scalar(select(Run.status).where(Run.id == run_id))
 
 
 def pause_reason(session: Session, run_id: int) -> str | None:
