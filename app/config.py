@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     lease_s: float = 15.0
     #: Attempts after which a decision stops as failed/poison.
     max_attempts: int = 5
+    #: The breaker: a run pauses when at least this share of its last ``breaker_window``
+    #: attempts failed with one upstream kind (server_error, upstream_unreachable, timeout,
+    #: throttled). Either 0 turns it off.
+    breaker_window: Annotated[int, Field(ge=0)] = 50
+    breaker_threshold: Annotated[float, Field(ge=0, le=1)] = 0.9
     #: Sweeper period in seconds.
     sweep_interval_s: float = 3.0
     #: A queued decision stamped this long ago without a claim is re-published once its queue

@@ -16,6 +16,7 @@
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
     │   ├── BadDatabaseUrl        a URL dreads cannot use as given (scheme, shape, directory)
     │   └── RunSettingsMismatch   resume under different settings / model / canvas
+    ├── RunPaused             the run paused (the breaker): ``dreads resume RUN`` goes on
     └── ConfigError           a bad setting or combination of settings
 
 Each error class names its ``kind``: the ``OutcomeKind`` an attempt that fails with it is
@@ -41,6 +42,7 @@ __all__ = [
     "MalformedResponse",
     "ModelNotServed",
     "OutcomeKind",
+    "RunPaused",
     "RunSettingsMismatch",
     "SchemaNotReady",
     "StoreError",
@@ -81,6 +83,8 @@ class OutcomeKind(StrEnum):
     REFUSED = "refused"
     #: a decision endpoint kept answering 429/529 (rate limited) past the retry deadline
     THROTTLED = "throttled"
+    #: the attempt failed after its run paused: back to pending, not charged
+    PAUSED = "paused"
     #: not an attempt outcome: the kind of errors that never end an attempt (configuration)
     ERROR = "error"
     #: not an attempt outcome: the broker did not take a message (rows stay in SQL)
@@ -209,6 +213,14 @@ class PublishError(DreadsError):
 
 class RunCancelled(InputError):
     """A cancelled run was asked to go on: it never runs again (submit it under a new name)."""
+
+
+class RunPaused(DreadsError):
+    """The run paused while it ran (the breaker tripped): nothing more is charged to its
+    decisions; ``dreads resume RUN`` closes the breaker and goes on. Exits 1: the environment
+    failed, not the input."""
+
+    kind = OutcomeKind.PAUSED
 
 
 class ConfigError(DreadsError):

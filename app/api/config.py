@@ -90,14 +90,14 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     if env.api_executor not in EXECUTORS:
         raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
                           f"{env.api_executor!r}")
-    from app.runs.settings import endpoint_options, sweep_policy
+    from app.runs.settings import breaker_policy, endpoint_options, sweep_policy
 
     chosen = executor if executor is not None and executor != "auto" else env.api_executor
     if chosen == "auto":
         chosen = "local" if database_url.startswith("sqlite") else "queue"
     local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
                            max_in_flight=env.max_in_flight, engine=engine,
-                           endpoints=endpoint_options(env))
+                           endpoints=endpoint_options(env), breaker=breaker_policy(env))
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
         broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,

@@ -212,7 +212,10 @@ def status_view(report: RunStatusReport) -> Group:
     rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
                 f"{report.rate_per_s:.2f}/s; {report.remaining} left; "
                 f"ETA {duration(report.eta_s)}")
-    parts: list[Any] = [head, rate, cells_table(report)]
+    parts: list[Any] = [head, rate]
+    if report.pause is not None:
+        parts.append(Text(f"paused: {report.pause['reason']}", style="bold yellow"))
+    parts.append(cells_table(report))
     if report.reasons:
         parts.append(reasons_table([r.as_dict() for r in report.reasons]))
     return Group(*parts)

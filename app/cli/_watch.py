@@ -1,7 +1,8 @@
 """``dreads status --watch``: the status view refreshed in place on a terminal; elsewhere (a
 file, a pipe) one summary line per interval, as ``watch``-like tools print.
 
-Both stop when the run has ended (``states.has_ended``: exit 0) or on Ctrl-C (exit 130).
+Both stop when the run has ended (``states.has_ended``: exit 0), when it is paused (exit 1,
+with the reason: it waits for ``resume``), or on Ctrl-C (exit 130).
 """
 
 from __future__ import annotations
@@ -20,49 +21,58 @@ from app.cli.options import console, err_console
 if TYPE_CHECKING:
     from app.store.status_sql import RunStatusReport
 
-__all__ = ["INTERRUPTED_EXIT", "status_line", "watch"]
+__all__ = ["INTERRUPTED_EXIT", "PAUSED_EXIT", "status_line", "watch"]
 
 #: Exit status of a watch stopped by Ctrl-C.
 INTERRUPTED_EXIT = 130
+#: Exit status of a watch that found the run paused (it waits for ``resume``).
+PAUSED_EXIT = 1
 
 Load = Callable[[], "RunStatusReport"]
 
 
 def watch(load: Load, interval_s: float) -> None:
-    """Show ``load()``'s report every ``interval_s`` until the run has ended."""
+    """Show ``load()``'s report every ``interval_s`` until the run has ended or is paused."""
     try:
-        if console.is_terminal:
-            _live(load, interval_s)
-        else:
-            _lines(load, interval_s)
+        report = _live(load, interval_s) if console.is_terminal else _lines(load, interval_s)
     except KeyboardInterrupt:
         err_console.print("stopped watching; the run goes on")
         raise typer.Exit(INTERRUPTED_EXIT) from None
+    if report is not None and report.pause is not None:
+        err_console.print(f"run {report.run.name} paused: {report.pause['reason']}",
+                          highlight=False, markup=False)
+        raise typer.Exit(PAUSED_EXIT)
 
 
-def _live(load: Load, interval_s: float) -> None:
+def _stops(report: RunStatusReport) -> bool:
+    return report.ended or report.pause is not None
+
+
+def _live(load: Load, interval_s: float) -> RunStatusReport:
     from rich.live import Live
 
     report = load()
     with Live(render.status_view(report), console=console, auto_refresh=False) as live:
-        while not report.ended:
+        while not _stops(report):
             time.sleep(interval_s)
             report = load()
             live.update(render.status_view(report), refresh=True)
+    return report
 
 
-def _lines(load: Load, interval_s: float) -> None:
+def _lines(load: Load, interval_s: float) -> RunStatusReport | None:
     """One line per interval, each flushed at once; a reader that goes away ends it."""
     try:
         while True:
             report = load()
             sys.stdout.write(status_line(report, datetime.now().astimezone()) + "\n")
             sys.stdout.flush()
-            if report.ended:
-                return
+            if _stops(report):
+                return report
             time.sleep(interval_s)
     except BrokenPipeError:
         _drop_stdout()
+        return None
 
 
 def status_line(report: RunStatusReport, now: datetime) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -43,7 +43,7 @@ from app.cli.options import (
     err_console,
     with_read_options,
 )
-from app.errors import InputError, UpstreamUnavailable
+from app.errors import InputError, RunPaused, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -254,10 +254,11 @@ def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> Embe
     ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
     reading with the engine ``choice``."""
     from app.runs.embedded import EmbeddedConfig
-    from app.runs.settings import endpoint_options
+    from app.runs.settings import breaker_policy, endpoint_options
 
     return EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts, engine=choice,
-                          endpoints=endpoint_options(env), **given)
+                          endpoints=endpoint_options(env), breaker=breaker_policy(env),
+                          **given)
 
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
@@ -301,6 +302,8 @@ def _execute(job: _Job) -> ExecutorStats:
     if job.run.status == RunStatus.CANCELLED:
         raise InputError(f"run {job.run.name!r} was cancelled; run the file under a new --run "
                          "name to run it again")
+    if job.run.status == RunStatus.PAUSED:
+        job = _go_on_paused(job)
     reclaimed = reclaim_dead_leases(job.factory, job.run.id, max_attempts=job.config.max_attempts)
     if reclaimed and not job.quiet:
         err_console.print(f"{reclaimed} decision(s) left leased by an earlier, stopped run "
@@ -330,6 +333,23 @@ def _execute(job: _Job) -> ExecutorStats:
     finally:
         if sim is not None:
             sim.stop()
+
+
+def _go_on_paused(job: _Job) -> _Job:
+    """Running a paused run's command again resumes it (as ``dreads resume`` does)."""
+
+    from app.store.breaker import unpause_run
+    from app.store.db import session_scope
+    from app.store.models import RunStatus
+
+    with session_scope(job.factory) as session:
+        unpause_run(session, job.run.id)
+    if not job.quiet:
+        err_console.print(f"run {job.run.name} was paused ({job.run.pause_reason}); going on",
+                          highlight=False, markup=False)
+    run = replace(job.run, status=RunStatus.ACTIVE, pause_kind=None, pause_reason=None,
+                  paused_at=None)
+    return replace(job, run=run)
 
 
 def _has_work(job: _Job) -> bool:
@@ -421,6 +441,10 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
             raise UpstreamUnavailable(
                 f"{exc.message}; start the model server there, pass --upstream URL, or try "
                 "--upstream sim (the built-in simulator)", kind=exc.kind) from exc
+        except RunPaused as exc:
+            bar.stop()
+            raise RunPaused(f"{exc.message} (running this same command again also resumes "
+                            "it)") from exc
         except KeyboardInterrupt:
             bar.stop()
             released = release_own_leases(job.factory, job.run.id)

@@ -84,7 +84,7 @@ def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
 
 def _run_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
     state = GaugeMetricFamily("dreads_run_state", "The run's state: 1 for the one it is in "
-                              "(active, finished, cancelled), 0 for the others.",
+                              "(active, paused, finished, cancelled), 0 for the others.",
                               labels=["run", "state"])
     remaining = GaugeMetricFamily("dreads_run_remaining_decisions", "Decisions pending, "
                                   "queued or leased.", labels=["run"])

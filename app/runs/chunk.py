@@ -12,7 +12,8 @@ loop, the upstream's connection pool and one bound on reads in flight. Leases ar
 the background every ``lease_s / 3``. SQL work runs in threads (``asyncio.to_thread``) so the
 loop keeps reading while a commit waits.
 
-Failures become attempt rows: ``UpstreamUnavailable.kind`` (transient), ``bad_request``
+Failures become attempt rows: ``UpstreamUnavailable.kind`` (transient; a run whose recent
+attempts keep failing with one such kind pauses: ``app.runs.breaker``), ``bad_request``
 (permanent), ``not_served`` or ``unauthorized`` (the upstream does not serve the run's model, or
 refuses the worker's API key: the decision goes back to pending uncharged, and
 ``ChunkResult.not_served`` tells the caller to stop taking such work), ``malformed_response``
@@ -64,6 +65,7 @@ from app.metrics.worker import (
     start_run,
 )
 from app.runs.answer import Answered, AnswerSource, EndpointPool, ReadsSource
+from app.runs.breaker import BreakerPolicy, Failure, Recorded, record_failure
 from app.runs.commit import GroupCommit, in_transaction
 from app.store.dialects import ping
 from app.store.fingerprints import record_first_fingerprint
@@ -74,7 +76,6 @@ from app.store.queue import (
     Claimed,
     Finished,
     claim_decisions,
-    fail_decision,
     release_unserved,
     renew_leases,
     utcnow,
@@ -109,6 +110,8 @@ class ChunkResult:
     not_served: str | None = None
     #: after a chunk that met a down upstream and waited for it: whether it answered again
     upstream_ready: bool | None = None
+    #: a failure of this chunk paused the run (the breaker): why
+    paused: str | None = None
 
     def count(self, kind: str) -> None:
         self.failed[kind] = self.failed.get(kind, 0) + 1
@@ -121,7 +124,7 @@ class ChunkResult:
         return {"claimed": self.claimed, "done": self.done, "won": self.won,
                 "rejected": self.rejected, "failed": dict(self.failed),
                 "left_for_sweeper": self.left_for_sweeper, "n_reads": self.n_reads,
-                "not_served": self.not_served}
+                "not_served": self.not_served, "paused": self.paused}
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class ChunkPolicy:
     #: again before returning (0: not at all), so a worker does not burn through the queue
     #: while its model server is down
     recover_wait_s: float = 0.0
+    #: when a run whose recent attempts keep failing the same way pauses
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
 
 
 @dataclass(frozen=True)
@@ -400,19 +405,25 @@ async def _record_failure(chunk: _Chunk, claim: Claimed, kind: str, detail: str,
     if wait_for_db and not await _wait_db(chunk.session_factory, chunk.policy.commit_wait_s):
         chunk.result.left_for_sweeper += 1
         return
+    failure = Failure(claim=claim, kind=kind, detail=detail, permanent=permanent,
+                      attempt=chunk.info, max_attempts=chunk.policy.max_attempts)
     try:
-        status = await chunk.db(fail_decision, claim=claim, kind=kind, detail=detail,
-                                permanent=permanent, attempt=chunk.info,
-                                max_attempts=chunk.policy.max_attempts)
+        recorded: Recorded = await chunk.db(record_failure, failure,
+                                            breaker=chunk.policy.breaker,
+                                            run_name=chunk.run_name, now=utcnow())
     except StoreError as exc:
         log.warning("could not record %s for decision %s (%s); the sweeper will",
                     kind, claim.id, exc.message)
         chunk.result.left_for_sweeper += 1
         return
-    if status == DecisionStatus.REJECTED:
+    if recorded.status == DecisionStatus.REJECTED:
         chunk.result.rejected += 1
-    chunk.result.count(kind)
-    record_attempt(chunk.run_name, kind)
+    shown = OutcomeKind.PAUSED if recorded.uncharged else kind
+    chunk.result.count(shown)
+    record_attempt(chunk.run_name, shown)
+    if recorded.paused is not None:
+        chunk.result.paused = recorded.paused
+        log.warning("run %s paused: %s", chunk.run_name, recorded.paused)
 
 
 async def _release_unserved(chunk: _Chunk, claim: Claimed, kind: str, detail: str) -> None:

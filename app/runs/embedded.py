@@ -39,13 +39,16 @@ from app.errors import (
     InputError,
     ModelNotServed,
     OutcomeKind,
+    RunPaused,
     UpstreamRejected,
     UpstreamUnauthorized,
 )
 from app.runs.answer import EndpointOptions, EndpointPool
+from app.runs.breaker import BreakerPolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.probe import reads_config
 from app.runs.sweep import expire_dead_leases
+from app.store.breaker import pause_reason
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.local import (
     claimable_ids as _claimable_ids,
@@ -107,10 +110,12 @@ class EmbeddedConfig:
     engine: UpstreamConfig = field(default_factory=UpstreamConfig)
     #: how a run answered by a decision endpoint asks it
     endpoints: EndpointOptions = field(default_factory=EndpointOptions)
+    #: when the run pauses (its recent attempts keep failing the same way)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
 
     def policy(self) -> ChunkPolicy:
         return ChunkPolicy(lease_s=self.lease_s, max_in_flight=self.max_in_flight,
-                           max_attempts=self.max_attempts)
+                           max_attempts=self.max_attempts, breaker=self.breaker)
 
 
 @dataclass
@@ -122,6 +127,7 @@ class ExecutorStats:
     n_reads: int = 0
     #: why the run stopped early (a refused key, a model not served): raised by execute_run
     stopped: UpstreamRejected | None = None
+    paused: bool = False  #: the run paused (the breaker): no more chunks are taken
 
     def add(self, result: ChunkResult) -> None:
         self.chunks += 1
@@ -238,6 +244,8 @@ async def execute_run(
     Raises:
         UpstreamUnauthorized, ModelNotServed: the upstream or endpoint refuses this process's
             key or the run's model: the run stops, its decisions back to pending uncharged.
+        RunPaused: the run paused (the breaker): it stops once the decisions in flight end,
+            resumable.
     """
     settings = settings_from_dict(dict(run.settings))
     stats = ExecutorStats()
@@ -257,7 +265,16 @@ async def execute_run(
     finally:
         poller.cancel()
         await _report_progress(factory, run.id, progress)
+    paused = await asyncio.to_thread(_pause_reason, factory, run.id)
+    if paused is not None:
+        raise RunPaused(f"run {run.name} paused: {paused}")
     return stats
+
+
+def _pause_reason(factory: SessionFactory, run_id: int) -> str | None:
+    """Why the run is paused, or None when it is not."""
+    with session_scope(factory) as session:
+        return pause_reason(session, run_id)
 
 
 async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,
@@ -291,6 +308,8 @@ async def _rounds(factory: SessionFactory, run: RunInfo, answerers: Answerers,
         await asyncio.gather(*slots)
         if stats.stopped is not None:
             raise stats.stopped
+        if stats.paused:
+            return
 
 
 def _claimable(factory: SessionFactory, run_id: int, max_attempts: int) -> list[int]:
@@ -302,11 +321,13 @@ def _claimable(factory: SessionFactory, run_id: int, max_attempts: int) -> list[
 async def _slot(queue: asyncio.Queue[Sequence[int]], factory: SessionFactory, run_id: int,
                 answerers: Answerers, policy: ChunkPolicy, stats: ExecutorStats) -> None:
     delivery = Delivery(_owner())
-    while not queue.empty() and stats.stopped is None:
+    while not queue.empty() and stats.stopped is None and not stats.paused:
         chunk = queue.get_nowait()
         result = await run_chunk(factory, run_id, chunk, answerers=answerers, policy=policy,
                                  delivery=delivery)
         stats.add(result)
+        stats.paused = stats.paused or result.paused is not None \
+            or OutcomeKind.PAUSED in result.failed
         if result.not_served is not None and stats.stopped is None:
             # every request would be refused the same way: stop, nothing charged
             unauthorized = OutcomeKind.UNAUTHORIZED in result.failed

@@ -36,11 +36,14 @@ class ResumeReport:
     retried: int = 0
     sweep: SweepReport | None = None
     server_note: str | None = None
+    #: the run was paused (the breaker) and now goes on: why it had paused
+    unpaused: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         sweep = self.sweep.as_dict() if self.sweep is not None else None
         return {"run": self.run, "dry_run": self.dry_run, "before": self.before,
-                "retried_failed": self.retried, "sweep": sweep, "server": self.server_note}
+                "retried_failed": self.retried, "sweep": sweep, "server": self.server_note,
+                "unpaused": self.unpaused}
 
     def lines(self) -> list[str]:
         b = self.before
@@ -49,6 +52,8 @@ class ResumeReport:
         out = [found] + ([self.server_note] if self.server_note else [])
         if self.dry_run:
             return [*out, "dry run: nothing changed"]
+        if self.unpaused:
+            out.append(f"the run was paused ({self.unpaused}); it goes on")
         if self.retried:
             out.append(f"{self.retried} failed decision(s) put back to pending")
         s = self.sweep

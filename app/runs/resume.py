@@ -11,8 +11,9 @@ the API's executors), so each refuses exactly the same things with the same word
       4. a settled run: nothing to do (no server asked)
       5. the server must serve the run's model and canvas       RunSettingsMismatch
          (``app.runs.probe.check_server``; ``force`` overrides)
-      6. failed decisions back to pending (``retry_failed``)
-      7. ``proceed``: a sweep publishes what is left (the distributed mode), or the embedded
+      6. a paused run goes on: the breaker closes, its count starts over
+      7. failed decisions back to pending (``retry_failed``)
+      8. ``proceed``: a sweep publishes what is left (the distributed mode), or the embedded
          executor runs it here
 
 ``dry_run`` stops after the checks and says what would be done.
@@ -29,6 +30,7 @@ from app.engine.settings_hash import changed_settings
 from app.errors import RunCancelled, RunSettingsMismatch
 from app.runs.probe import ProbeTokenizer, Server, check_server
 from app.runs.reports import ResumeReport, SweepReport, settled_report
+from app.store.breaker import unpause_run
 from app.store.db import session_scope
 from app.store.models import RunStatus
 from app.store.records import RunInfo
@@ -103,11 +105,23 @@ def resume_run(factory: SessionFactory, run: RunInfo, given: Mapping[str, Any], 
                           server_note=note)
     if options.dry_run:
         return report
+    if run.status == RunStatus.PAUSED:
+        run = _unpause(factory, run, report)
     if options.retry_failed:
         with session_scope(factory) as session:
             report.retried = reset_failed(session, run.id)
     report.sweep = proceed(run, report)
     return report
+
+
+def _unpause(factory: SessionFactory, run: RunInfo, report: ResumeReport) -> RunInfo:
+    """Close the breaker of a paused run: it is active again (the report says why it had
+    paused)."""
+    with session_scope(factory) as session:
+        if unpause_run(session, run.id):
+            report.unpaused = run.pause_reason or "paused"
+    return replace(run, status=RunStatus.ACTIVE, pause_kind=None, pause_reason=None,
+                   paused_at=None)
 
 
 def _run_tokenizer(settings: ReadSettings) -> ProbeTokenizer:

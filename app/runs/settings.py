@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from app.config import Settings
     from app.runs.answer import EndpointOptions
+    from app.runs.breaker import BreakerPolicy
     from app.runs.chunk import ChunkPolicy
     from app.runs.sweep import SweepPolicy
     from app.upstream.factory import UpstreamConfig
@@ -296,11 +297,19 @@ def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig
 def chunk_policy(env: Settings, *, recover_wait_s: float = 0.0,
                  max_in_flight: int | None = None) -> ChunkPolicy:
     """How this process runs chunks: ``DREADS_LEASE_S``, ``DREADS_MAX_IN_FLIGHT`` (or
-    ``max_in_flight``), ``DREADS_MAX_ATTEMPTS``."""
+    ``max_in_flight``), ``DREADS_MAX_ATTEMPTS``, ``DREADS_BREAKER_*``."""
     from app.runs.chunk import ChunkPolicy
 
     return ChunkPolicy(lease_s=env.lease_s, max_in_flight=max_in_flight or env.max_in_flight,
-                       max_attempts=env.max_attempts, recover_wait_s=recover_wait_s)
+                       max_attempts=env.max_attempts, recover_wait_s=recover_wait_s,
+                       breaker=breaker_policy(env))
+
+
+def breaker_policy(env: Settings) -> BreakerPolicy:
+    """When a run pauses: ``DREADS_BREAKER_WINDOW``, ``DREADS_BREAKER_THRESHOLD``."""
+    from app.runs.breaker import BreakerPolicy
+
+    return BreakerPolicy(window=env.breaker_window, threshold=env.breaker_threshold)
 
 
 def sweep_policy(env: Settings, *, chunk_size: int | None = None) -> SweepPolicy:

@@ -53,12 +53,12 @@ def _live_lease(now: datetime) -> Any:
 
 def cancel_run(session: Session, run_id: int, *, now: datetime | None = None
                ) -> CancelOutcome:
-    """Cancel an active run (``cancel_not_started``); a run that is finished or cancelled
-    already is left as it is (``changed`` False), and the outcome says which."""
+    """Cancel an active or paused run (``cancel_not_started``); a run that is finished or
+    cancelled already is left as it is (``changed`` False), and the outcome says which."""
     now = now or datetime.now(UTC)
     stored = str(session.scalar(select(Run.status).where(Run.id == run_id)))
     state = run_state(stored, status_counts(session, run_id))
-    if state is RunState.ACTIVE:
+    if state in (RunState.ACTIVE, RunState.PAUSED):
         outcome = cancel_not_started(session, run_id, now=now)
     else:
         outcome = CancelOutcome(cancelled=0, in_flight=_in_flight(session, run_id, now),

@@ -3,6 +3,8 @@
 - the engine: SQLite's busy timeout, thread sharing and pragmas (WAL); PostgreSQL's pool;
 - clock: PostgreSQL's ``clock_timestamp()``; SQLite has none, this process's clock stands in;
 - advisory locks (one sweeper at a time): PostgreSQL session locks; SQLite has one writer;
+- holding a row for the transaction (``hold_row``): PostgreSQL ``FOR NO KEY UPDATE``; SQLite's
+  write lock, taken at once;
 - ``greatest``: PostgreSQL's ``GREATEST``, SQLite's two-argument ``max``;
 - ``INSERT ... ON CONFLICT DO NOTHING``: each dialect's own insert construct;
 - the bulk decision writer: ``COPY`` on PostgreSQL, an insert-ignoring on SQLite (chosen in
@@ -17,13 +19,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Table, create_engine, event, func, text
+from sqlalchemy import ColumnElement, Table, create_engine, event, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "create_engine_for", "greatest",
-           "insert_ignoring", "is_postgresql", "name", "ping"]
+           "hold_row", "insert_ignoring", "is_postgresql", "name", "ping"]
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -101,6 +103,20 @@ def insert_ignoring(table: Table | type[Any], index_elements: Sequence[str],
 def ping(session: Session) -> None:
     """One ``SELECT 1``: raises the driver's error when the database does not answer."""
     session.execute(text("SELECT 1"))
+
+
+def hold_row(session: Session, table: Table, row_id: int) -> None:
+    """Hold row ``row_id`` of ``table`` (its ``id``) until the caller's transaction ends, so
+    transactions that hold it take turns and each reads what those before it wrote.
+    PostgreSQL: ``SELECT ... FOR NO KEY UPDATE`` (inserts that reference the row are not
+    blocked). SQLite has one writer: a write to the row takes the database's write lock now
+    (the driver begins its transaction only at the first write, and reads before it could see
+    an older state)."""
+    if is_postgresql(session):
+        session.execute(select(table.c.id).where(table.c.id == row_id)
+                        .with_for_update(key_share=True))
+    else:
+        session.execute(update(table).where(table.c.id == row_id).values(id=table.c.id))
 
 
 @contextmanager

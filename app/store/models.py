@@ -77,6 +77,12 @@ class Run(Base):
     source: Mapped[str | None] = mapped_column(Text, nullable=True)  #: the submitted file
     replicates: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    #: while paused (``status`` paused): what paused it (``PauseKind``), why, and when
+    pause_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pause_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    #: the breaker counts only attempts with a greater id (set by ``resume`` of a paused run)
+    breaker_after: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Decision(Base):
@@ -141,7 +147,9 @@ class Attempt(Base):
 
     __tablename__ = "attempts"
     __table_args__ = (Index("ix_attempts_decision", "decision_id"),
-                      Index("ix_attempts_run_outcome", "run_id", "outcome"))
+                      Index("ix_attempts_run_outcome", "run_id", "outcome"),
+                      # the breaker's look at a run's most recent attempts (migration 0007)
+                      Index("ix_attempts_run_id", "run_id", "id"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))

@@ -12,8 +12,10 @@ A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``reje
                       answer source refused is a ``refused`` attempt row of the winner.
     fail_decision     an attempt row with the outcome kind; permanent -> rejected, transient ->
                       pending (re-published by the sweeper) or failed at the attempt cap.
-    release_unserved  the worker's upstream does not serve the run's model: back to pending,
-                      the claim not charged (a ``not_served`` attempt row says so).
+    release_unserved  the worker's upstream does not serve the run's model (or refuses its
+                      key, or the run paused meanwhile): back to pending, the claim not
+                      charged (a ``not_served``, ``unauthorized`` or ``paused`` attempt row
+                      says so).
     expire_leases     expired leases -> a ``worker_lost`` attempt and pending (``poison`` and
                       failed at the cap): a page of them.
     stamp_page        the sweeper's paging: stamp the next page of due rows of a run
@@ -143,8 +145,10 @@ def translate_db_errors(what: str) -> Iterator[None]:
 
 
 def run_active() -> Any:
-    """The decision's run is not cancelled (no claim takes a cancelled run's decisions)."""
-    return ~exists().where(Run.id == Decision.run_id, Run.status == RunStatus.CANCELLED)
+    """The decision's run is neither cancelled nor paused (no claim takes such a run's
+    decisions)."""
+    return ~exists().where(Run.id == Decision.run_id,
+                           Run.status.in_((RunStatus.CANCELLED, RunStatus.PAUSED)))
 
 
 def claimable(now: datetime) -> Any:
@@ -491,9 +495,10 @@ def release_unserved(session: Session, *, claim: Claimed, detail: str,
                      attempt: AttemptInfo | None = None, now: datetime | None = None,
                      kind: str = OutcomeKind.NOT_SERVED) -> bool:
     """The worker cannot serve the run (its upstream serves another model: ``not_served``; or
-    refuses its API key: ``unauthorized``): an attempt row of that kind, and the decision back
-    to pending with the claim not counted against the attempt cap (the cause is the worker's
-    configuration, not the decision). False when the lease was lost."""
+    refuses its API key: ``unauthorized``), or the attempt failed after its run paused
+    (``paused``): an attempt row of that kind, and the decision back to pending with the claim
+    not counted against the attempt cap (the cause is not the decision). False when the lease
+    was lost."""
     now = now or utcnow()
     _insert_attempt(session, claim=claim, outcome=kind,
                     info=attempt or AttemptInfo(), detail=detail[:2000], now=now)

@@ -13,15 +13,25 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["DecisionStatus", "RunInfo", "RunStatus"]
+__all__ = ["DecisionStatus", "PauseKind", "RunInfo", "RunStatus"]
 
 
 class RunStatus(StrEnum):
-    """``runs.status``: whether the run was cancelled. What a user sees is the run's state,
-    derived from this and its decisions (``app.store.states.run_state``)."""
+    """``runs.status``: whether the run was cancelled or paused. What a user sees is the
+    run's state, derived from this and its decisions (``app.store.states.run_state``)."""
 
-    ACTIVE = "active"  #: not cancelled
+    ACTIVE = "active"  #: neither cancelled nor paused
     CANCELLED = "cancelled"  #: workers skip its decisions
+    #: workers skip its decisions until ``resume`` (``runs.pause_kind`` and ``pause_reason``
+    #: say why)
+    PAUSED = "paused"
+
+
+class PauseKind(StrEnum):
+    """``runs.pause_kind``: what paused a run."""
+
+    #: most recent attempts failed with the same upstream kind (``app.runs.breaker``)
+    BREAKER = "breaker"
 
 
 class DecisionStatus(StrEnum):
@@ -49,3 +59,6 @@ class RunInfo:
     source: str | None
     replicates: int
     created_at: datetime | None
+    pause_kind: str | None = None  #: ``PauseKind`` while the run is paused
+    pause_reason: str | None = None  #: why it paused and what to check, for a user
+    paused_at: datetime | None = None

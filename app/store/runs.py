@@ -68,7 +68,9 @@ def run_info(run: Run) -> RunInfo:
     return RunInfo(id=run.id, name=run.name, status=run.status, settings=run.settings,
                    settings_hash=run.settings_hash, fingerprint=run.fingerprint,
                    upstream=run.upstream, engine=run.engine, source=run.source,
-                   replicates=run.replicates, created_at=run.created_at)
+                   replicates=run.replicates, created_at=run.created_at,
+                   pause_kind=run.pause_kind, pause_reason=run.pause_reason,
+                   paused_at=run.paused_at)
 
 
 def _run_named(session: Session, name: str) -> Run | None:

@@ -13,11 +13,14 @@ A cancelled run's pending and queued rows are cancelled as far as a user is conc
 (``shown_status``), though the sweeper rewrites them only a page at a time.
 
 The run's state (``RunState``) is derived, never stored on its own. ``runs.status``
-(``RunStatus``) records only whether someone cancelled the run:
+(``RunStatus``) records only whether someone cancelled the run, or it paused:
 
     cancelled   the run was cancelled: no decision of it starts any more
     finished    not cancelled, and every decision is settled
-    active      not cancelled, and a decision is still open (or none is stored yet)
+    paused      not cancelled, a decision is still open, and the run paused (the breaker
+                tripped; ``runs.pause_reason`` says why): no decision of it starts until
+                ``resume``
+    active      neither, and a decision is still open (or none is stored yet)
 
 Counts: ``done``, ``failed``, ``rejected``, ``cancelled`` are decisions by shown status;
 ``remaining`` are open decisions; ``unanswered`` are questions of settled decisions with no
@@ -30,11 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
-from app.store.records import DecisionStatus, RunStatus
+from app.store.records import DecisionStatus, RunInfo, RunStatus
 
 __all__ = ["NOT_STARTED", "OPEN", "SETTLED", "RunState", "has_ended", "is_unanswered",
-           "run_state", "settled_statuses", "shown_status", "unanswered_count"]
+           "pause_view", "run_state", "settled_statuses", "shown_status", "unanswered_count"]
 
 #: What no worker has started: cancelling a run cancels these.
 NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
@@ -49,6 +53,7 @@ class RunState(StrEnum):
     ACTIVE = "active"  #: a decision is still open (or none is stored yet)
     FINISHED = "finished"  #: every decision is settled (done, failed, rejected)
     CANCELLED = "cancelled"  #: cancelled: no decision of it starts any more
+    PAUSED = "paused"  #: paused (``runs.pause_reason``): nothing starts until ``resume``
 
 
 def shown_status(status: str, run_status: str) -> str:
@@ -74,13 +79,25 @@ def run_state(run_status: str, counts: Mapping[str, int]) -> RunState:
         return RunState.CANCELLED
     if sum(counts.values()) and not any(counts.get(s, 0) for s in OPEN):
         return RunState.FINISHED
+    if run_status == RunStatus.PAUSED:
+        return RunState.PAUSED
     return RunState.ACTIVE
+
+
+def pause_view(run: RunInfo, state: RunState) -> dict[str, Any] | None:
+    """A paused run's pause as every view shows it: what paused it (``PauseKind``), why and
+    what to check (``reason``), and since when; None when the run is not paused."""
+    if state is not RunState.PAUSED:
+        return None
+    return {"kind": run.pause_kind, "reason": run.pause_reason,
+            "since": run.paused_at.isoformat() if run.paused_at else None}
 
 
 def has_ended(state: RunState, remaining: int) -> bool:
     """Nothing about the run changes any more: it is finished, or cancelled with no decision
-    left in flight (``remaining``: its open decisions)."""
-    return state is not RunState.ACTIVE and remaining == 0
+    left in flight (``remaining``: its open decisions). A paused run has not ended: its open
+    decisions wait for ``resume``."""
+    return state in (RunState.FINISHED, RunState.CANCELLED) and remaining == 0
 
 
 def is_unanswered(*, answered: bool, shown: str) -> bool:

@@ -24,6 +24,7 @@ from app.store.states import (
     OPEN,
     RunState,
     has_ended,
+    pause_view,
     run_state,
     settled_statuses,
     shown_status,
@@ -56,7 +57,7 @@ def _quoted(values: Iterable[str]) -> str:
 
 _ENDED_BADLY = _quoted((DecisionStatus.FAILED, DecisionStatus.REJECTED))
 _RUN_COLUMNS = ("id, name, status, settings, settings_hash, fingerprint, upstream, engine, "
-                "source, replicates, created_at")
+                "source, replicates, created_at, pause_kind, pause_reason, paused_at")
 
 FIND_RUN = f"SELECT {_RUN_COLUMNS} FROM runs WHERE name = :name"
 ALL_RUNS = f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id"
@@ -173,12 +174,21 @@ class RunStatusReport:
 
     @property
     def eta_s(self) -> float | None:
+        """Seconds left at the current rate; None while nothing finishes (a paused run)."""
         if self.remaining == 0:
             return 0.0
+        if self.state is RunState.PAUSED:
+            return None
         return self.remaining / self.rate_per_s if self.rate_per_s > 0 else None
 
+    @property
+    def pause(self) -> dict[str, Any] | None:
+        """Why the run is paused (``pause_view``), or None."""
+        return pause_view(self.run, self.state)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"run": self.run.name, "status": self.state.value, "total": self.total,
+        return {"run": self.run.name, "status": self.state.value, "paused": self.pause,
+                "total": self.total,
                 "counts": dict(sorted(self.counts.items())), "remaining": self.remaining,
                 "unanswered": self.unanswered,
                 "finished_last_1m": self.finished_1m, "finished_last_5m": self.finished_5m,
@@ -200,6 +210,7 @@ class RunOverview:
         """As ``dreads runs --json`` and ``GET /v1/runs`` show it."""
         run = self.run
         return {"name": run.name, "status": self.state.value,
+                "paused": pause_view(run, self.state),
                 "created": run.created_at.isoformat() if run.created_at else None,
                 "settings": dict(run.settings), "settings_hash": run.settings_hash,
                 "fingerprint": run.fingerprint, "upstream": run.upstream,
@@ -210,11 +221,12 @@ def run_from_row(row: Sequence[Any]) -> RunInfo:
     """A ``runs`` row of ``_RUN_COLUMNS`` as a ``RunInfo`` (JSON and times as the driver
     returns them: text on SQLite)."""
     (run_id, name, status, settings, digest, fingerprint, upstream, engine, source,
-     replicates, created_at) = row
+     replicates, created_at, pause_kind, pause_reason, paused_at) = row
     return RunInfo(id=int(run_id), name=name, status=status, settings=_json(settings) or {},
                    settings_hash=digest, fingerprint=_json(fingerprint), upstream=upstream,
                    engine=engine, source=source, replicates=int(replicates),
-                   created_at=_parsed(created_at))
+                   created_at=_parsed(created_at), pause_kind=pause_kind,
+                   pause_reason=pause_reason, paused_at=_parsed(paused_at))
 
 
 def find_run(reader: Reader, name: str) -> RunInfo | None:

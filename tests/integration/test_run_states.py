@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from app.api import create_app_from_env
 from app.cli import app as cli_app
 from app.engine import ReadSettings, settings_hash, settings_to_dict
+from app.store.breaker import pause_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
@@ -37,6 +38,7 @@ class Expected:
     state: str
     unanswered: dict[str, int]  #: per cell
     cancel: bool = False  #: ``dreads cancel`` it once built
+    pause: bool = False  #: paused by the breaker once built
 
 
 RUNS = {
@@ -52,10 +54,16 @@ RUNS = {
                                  "cancelled", {"a": 4, "b": 2}, cancel=True),
     "running": Expected([("a", "done", 2), ("a", "pending", 0), ("b", "leased", 0)],
                         "active", {"a": 0, "b": 0}),
+    # paused by the breaker with one decision done and two waiting for resume
+    "paused": Expected([("a", "done", 2), ("a", "pending", 0), ("b", "queued", 0)],
+                       "paused", {"a": 0, "b": 0}, pause=True),
 }
+PAUSE_REASON = ("50 of the last 50 attempts failed with server_error (server error 500: boom): "
+                "check the model server and its logs, then `dreads resume paused`")
 
 
-def _build(session: Session, name: str, plan: Plan) -> None:
+def _build(session: Session, name: str, expected: Expected) -> None:
+    plan = expected.plan
     settings = ReadSettings()
     run, _ = ensure_run(session, name=name, settings=settings_to_dict(settings),
                         settings_hash=settings_hash(settings), upstream="sim", engine="vllm",
@@ -67,6 +75,9 @@ def _build(session: Session, name: str, plan: Plan) -> None:
     ids = sorted(rid for rid, _ in insert_decisions(session, run.id, rows))
     for did, (_, status, answered) in zip(ids, plan, strict=True):
         _settle(session, run.id, did, status, answered)
+    if expected.pause:
+        assert pause_run(session, run.id, kind="breaker", reason=PAUSE_REASON,
+                         now=datetime.now(UTC))
 
 
 def _settle(session: Session, run_id: int, did: int, status: str, answered: int) -> None:
@@ -92,7 +103,7 @@ def database(request: pytest.FixtureRequest, make_database: Callable[..., str]) 
     engine = make_engine(url)
     with session_scope(make_sessionmaker(engine)) as session:
         for name, expected in RUNS.items():
-            _build(session, name, expected.plan)
+            _build(session, name, expected)
     engine.dispose()
     return url
 
@@ -192,3 +203,23 @@ def test_cancel_changes_nothing_on_a_finished_or_cancelled_run(
     assert api.get("/v1/runs/settled").json()["status"] == "finished"
     again = api.post("/v1/runs/cancelled-midway/cancel").json()
     assert (again["state"], again["changed"], again["in_flight"]) == ("cancelled", False, 1)
+
+
+def test_every_view_says_why_a_paused_run_paused(
+        dreads: Callable[..., Any], api: TestClient) -> None:
+    code, out = dreads("status", "paused")
+    assert code == 0 and f"paused: {PAUSE_REASON}" in " ".join(out.split()), out
+    pause = {"kind": "breaker", "reason": PAUSE_REASON}
+    views = {"status": _json(dreads, "status", "paused")["paused"],
+             "runs": {r["name"]: r for r in _json(dreads, "runs")}["paused"]["paused"],
+             "api": api.get("/v1/runs/paused").json()["paused"],
+             "live": api.get("/runs/paused/live").json()["paused"]}
+    for view, shown in views.items():
+        assert {k: shown[k] for k in pause} == pause and shown["since"], view
+    assert _json(dreads, "status", "paused")["eta_s"] is None  # nothing runs until resume
+    assert _json(dreads, "status", "running")["paused"] is None
+    code, out = dreads("status", "paused", "--watch", "--interval", "0.2")  # stops, exit 1
+    assert code == 1 and out.startswith(tuple("0123456789")) and " paused: done 1/3" in out
+    code, out = dreads("cancel", "paused")  # a paused run can still be cancelled
+    assert code == 0, out
+    assert _json(dreads, "status", "paused")["status"] == "cancelled"

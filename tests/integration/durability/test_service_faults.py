@@ -90,8 +90,11 @@ def test_postgres_stopped_immediately_mid_run(
 
 def test_upstream_down_for_30_seconds(stack: Stack, sim: Sim,
                                       worker_factory: StartWorker) -> None:
+    """With the breaker off, the workers ride out the outage: failed attempts, then every
+    decision done. (With it on, and no read retries, the outage pauses the run instead:
+    test_breaker.py.)"""
     stack.submit()
-    worker_factory(stack.env())
+    worker_factory(stack.env(breaker_window=0))
     stack.wait_done_at_least(N_DECISIONS // 4, timeout_s=120)
     sim.down(30)
     stack.wait_settled(200)

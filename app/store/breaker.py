@@ -1,0 +1,102 @@
+"""The breaker's SQL: a run's most recent attempts, and pausing or going on with a run.
+
+    recent_outcomes   the outcome kinds of the run's last ``window`` counted attempts, newest
+                      first (a range scan of ``ix_attempts_run_id``), with the newest detail
+                      of each kind
+    pause_run         ``runs.status`` active -> paused with its kind and reason: one UPDATE
+                      guarded by the status, so of several workers tripping at once one wins
+    run_status_of     the run's ``runs.status`` (read in the caller's transaction; locked
+                      for the breaker's check)
+    pause_reason      why the run is paused (None: it is not)
+    unpause_run       paused -> active, the reason cleared, the breaker's count started over
+                      after the run's last attempt, and its queued decisions back to pending
+                      (their messages were consumed while it was paused) for the next sweep
+
+The decision to trip is ``app.runs.breaker``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import cast
+
+from sqlalchemy import Table, func, select, update
+
+from app.store import dialects
+from app.store.models import Attempt, Decision, DecisionStatus, Run, RunStatus
+from app.store.types import Session
+
+__all__ = ["RecentOutcomes", "pause_reason", "pause_run", "recent_outcomes", "run_status_of",
+           "unpause_run"]
+
+
+@dataclass(frozen=True)
+class RecentOutcomes:
+    """The outcome kinds of a run's most recent counted attempts."""
+
+    counted: int = 0  #: attempts looked at (at most the window)
+    by_kind: dict[str, int] = field(default_factory=dict)
+    latest_detail: dict[str, str] = field(default_factory=dict)  #: newest detail per kind
+
+
+def recent_outcomes(session: Session, run_id: int, *, window: int,
+                    not_counted: Collection[str]) -> RecentOutcomes:
+    """The run's last ``window`` attempts whose outcome is not in ``not_counted`` and that
+    came after its last resume from a pause (``runs.breaker_after``)."""
+    after = session.scalar(select(Run.breaker_after).where(Run.id == run_id)) or 0
+    stmt = (select(Attempt.outcome, Attempt.detail)
+            .where(Attempt.run_id == run_id, Attempt.id > after,
+                   Attempt.outcome.not_in(list(not_counted)))
+            .order_by(Attempt.id.desc()).limit(window))
+    by_kind: dict[str, int] = {}
+    latest: dict[str, str] = {}
+    rows = session.execute(stmt).all()
+    for outcome, detail in rows:
+        by_kind[outcome] = by_kind.get(outcome, 0) + 1
+        latest.setdefault(outcome, detail or "")
+    return RecentOutcomes(counted=len(rows), by_kind=by_kind, latest_detail=latest)
+
+
+def run_status_of(session: Session, run_id: int, *, lock: bool = False) -> str | None:
+    """The run's ``runs.status``; with ``lock``, the run's row is held first, until the
+    caller's transaction ends (``dialects.hold_row``): the breaker's checks of one run take
+    turns, so each sees the failures before it."""
+    if lock:
+        dialects.hold_row(session, cast(Table, Run.__table__), run_id)
+    return session.scalar(select(Run.status).where(Run.id == run_id))
+
+
+def pause_reason(session: Session, run_id: int) -> str | None:
+    """Why the run is paused, or None when it is not paused."""
+    row = session.execute(select(Run.status, Run.pause_reason).where(Run.id == run_id)).first()
+    if row is None or row[0] != RunStatus.PAUSED:
+        return None
+    return row[1] or "paused"
+
+
+def pause_run(session: Session, run_id: int, *, kind: str, reason: str, now: datetime) -> bool:
+    """Pause an active run; False when it is not active (paused by another worker already,
+    or cancelled)."""
+    stmt = (update(Run).where(Run.id == run_id, Run.status == RunStatus.ACTIVE)
+            .values(status=RunStatus.PAUSED, pause_kind=kind, pause_reason=reason[:2000],
+                    paused_at=now)
+            .returning(Run.id).execution_options(synchronize_session=False))
+    return session.execute(stmt).first() is not None
+
+
+def unpause_run(session: Session, run_id: int) -> bool:
+    """Go on with a paused run (see the module's docstring); False when it was not paused."""
+    last = session.scalar(select(func.max(Attempt.id)).where(Attempt.run_id == run_id))
+    stmt = (update(Run).where(Run.id == run_id, Run.status == RunStatus.PAUSED)
+            .values(status=RunStatus.ACTIVE, pause_kind=None, pause_reason=None,
+                    paused_at=None, breaker_after=last)
+            .returning(Run.id).execution_options(synchronize_session=False))
+    if session.execute(stmt).first() is None:
+        return False
+    session.execute(update(Decision)
+                    .where(Decision.run_id == run_id, Decision.status == DecisionStatus.QUEUED)
+                    .values(status=DecisionStatus.PENDING, enqueued_at=None)
+                    .execution_options(synchronize_session=False))
+    return True

@@ -1,0 +1,112 @@
+"""``dreads run`` and the breaker, with the simulator in real processes: a server that turns
+to 503 on every read mid-run pauses the run (exit 1, the reason, fewer than a window of
+attempts charged), and once it answers again ``dreads resume`` or the same command completes
+it; scattered 500s and rejected decisions never pause a run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.runs_cli import job_line, sqlite_rows, write_jobs
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DREADS = str(Path(sys.executable).parent / "dreads")
+WINDOW = 50  #: the default breaker window
+TRIPPING = "('server_error', 'upstream_unreachable', 'timeout', 'throttled')"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DREADS_")}
+    return {**base, "NO_COLOR": "1", "COLUMNS": "200", "DREADS_MODEL": "dgemma",
+            "DREADS_TOKENIZER": "standin", "DREADS_READ_RETRIES": "1", **extra}
+
+
+def _count(db: Path, sql: str) -> int:
+    return int(sqlite_rows(db, sql)[0][0])
+
+
+def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "dreads run ended before the fault"
+        try:
+            if _count(db, "SELECT count(*) FROM decisions WHERE status = 'done'") >= at_least:
+                return
+        except Exception:  # the store is not created yet
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {at_least} decisions done after {timeout_s}s")
+
+
+@pytest.mark.parametrize("go_on", ["resume", "rerun"])
+def test_run_pauses_when_every_read_fails_and_goes_on_after(
+        make_sim: Callable, tmp_path: Path, go_on: str) -> None:
+    n = 600
+    path = write_jobs(tmp_path / "b.jsonl", [job_line(f"b{i:03d}") for i in range(n)])
+    db = tmp_path / "b.db"
+    sim = make_sim(step_ms=40, max_batch=8)  # ~200 reads/s: the fault comes mid-run
+    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "b"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_done(db, 60, proc, timeout_s=120)
+        httpx.post(f"{sim.url}/sim/down", params={"seconds": 3600}, timeout=5)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+    assert proc.returncode == 1, err[-2000:]
+    said = " ".join(err.split())
+    assert "error: run b paused: " in said and "attempts failed with server_error" in said
+    assert "then `dreads resume b` (running this same command again also resumes it)" in said
+    assert sqlite_rows(db, "SELECT status, pause_kind FROM runs") == [("paused", "breaker")]
+    charged = _count(db, f"SELECT count(*) FROM attempts WHERE outcome IN {TRIPPING}")
+    assert 0 < charged < WINDOW
+    assert _count(db, "SELECT count(*) FROM decisions WHERE status IN ('leased', 'failed')") == 0
+    url = f"sqlite:///{db}"
+    status = subprocess.run([DREADS, "status", "b", "--database-url", url], env=_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert "run b (paused)" in status.stdout and "paused: " in status.stdout
+
+    httpx.post(f"{sim.url}/sim/up", timeout=5)
+    again = ([DREADS, "resume", "b", "--database-url", url, "--upstream", sim.url]
+             if go_on == "resume" else args)
+    done = subprocess.run(again, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "was paused (" in done.stdout + done.stderr
+    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
+        ("done", n)]
+    assert sqlite_rows(db, "SELECT status, pause_reason FROM runs") == [("active", None)]
+    assert _count(db, "SELECT count(*) FROM answers") == n
+    assert _count(db, "SELECT count(*) FROM attempts WHERE outcome = 'ok' AND won") == n
+
+
+def test_scattered_errors_and_rejected_decisions_never_pause_a_run(
+        make_sim: Callable, tmp_path: Path) -> None:
+    """5% of first deliveries answered 500 (no read retries, so each is a failed attempt)
+    and a run of decisions too long for the canvas (rejected): the run completes."""
+    too_long = "word " * 3000
+    lines = [job_line(f"x{i:03d}", state=too_long) for i in range(60)]
+    lines += [job_line(f"b{i:03d}") for i in range(600)]
+    path = write_jobs(tmp_path / "s.jsonl", lines)
+    db = tmp_path / "s.db"
+    sim = make_sim(fail_rate=0.05)
+    done = subprocess.run([DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db),
+                           "--run", "s"], cwd=tmp_path, env=_env(DREADS_READ_RETRIES="0"),
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sqlite_rows(db, "SELECT status FROM runs") == [("active",)]
+    counts = dict(sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status"))
+    assert counts == {"done": 600, "rejected": 60}
+    assert _count(db, "SELECT count(*) FROM attempts WHERE outcome = 'server_error'") > 10
