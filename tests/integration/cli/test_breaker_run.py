@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -47,10 +48,9 @@ def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[str], timeout_s: 
     raise AssertionError(f"fewer than {at_least} decisions done after {timeout_s}s")
 
 
-@pytest.mark.parametrize("go_on", ["resume", "rerun"])
-def test_run_pauses_when_every_read_fails_and_goes_on_after(
-        make_sim: Callable, tmp_path: Path, go_on: str) -> None:
-    n = 600
+def _paused_run(make_sim: Callable, tmp_path: Path, n: int) -> tuple[Any, Path, list[str]]:
+    """``dreads run`` of ``n`` decisions whose simulator turns to 503 mid-run: the run is
+    paused by the breaker. Returns the simulator (still down), the store and the command."""
     path = write_jobs(tmp_path / "b.jsonl", [job_line(f"b{i:03d}") for i in range(n)])
     db = tmp_path / "b.db"
     sim = make_sim(step_ms=40, max_batch=8)  # ~200 reads/s: the fault comes mid-run
@@ -77,7 +77,23 @@ def test_run_pauses_when_every_read_fails_and_goes_on_after(
     status = subprocess.run([DREADS, "status", "b", "--database-url", url], env=_env(),
                             capture_output=True, text=True, timeout=60)
     assert "run b (paused)" in status.stdout and "paused: " in status.stdout
+    return sim, db, args
 
+
+def _assert_completed_once(db: Path, n: int) -> None:
+    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
+        ("done", n)]
+    assert sqlite_rows(db, "SELECT status, pause_reason FROM runs") == [("active", None)]
+    assert _count(db, "SELECT count(*) FROM answers") == n
+    assert _count(db, "SELECT count(*) FROM attempts WHERE outcome = 'ok' AND won") == n
+
+
+@pytest.mark.parametrize("go_on", ["resume", "rerun"])
+def test_run_pauses_when_every_read_fails_and_goes_on_after(
+        make_sim: Callable, tmp_path: Path, go_on: str) -> None:
+    n = 600
+    sim, db, args = _paused_run(make_sim, tmp_path, n)
+    url = f"sqlite:///{db}"
     httpx.post(f"{sim.url}/sim/up", timeout=5)
     again = ([DREADS, "resume", "b", "--database-url", url, "--upstream", sim.url]
              if go_on == "resume" else args)
@@ -85,11 +101,25 @@ def test_run_pauses_when_every_read_fails_and_goes_on_after(
                           timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "was paused (" in done.stdout + done.stderr
-    assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
-        ("done", n)]
-    assert sqlite_rows(db, "SELECT status, pause_reason FROM runs") == [("active", None)]
-    assert _count(db, "SELECT count(*) FROM answers") == n
-    assert _count(db, "SELECT count(*) FROM attempts WHERE outcome = 'ok' AND won") == n
+    _assert_completed_once(db, n)
+
+
+def test_the_api_resumes_a_paused_run(make_sim: Callable, tmp_path: Path,
+                                      serve_factory: Callable[..., Any]) -> None:
+    n = 300
+    sim, db, _ = _paused_run(make_sim, tmp_path, n)
+    httpx.post(f"{sim.url}/sim/up", timeout=5)
+    server = serve_factory("--database-url", f"sqlite:///{db}", "--upstream", sim.url,
+                           env=_env())
+    paused = httpx.get(f"{server.url}/v1/runs/b", timeout=30).json()
+    assert paused["paused"]["kind"] == "breaker", paused
+    resumed = httpx.post(f"{server.url}/v1/runs/b/resume", timeout=120)
+    assert resumed.status_code in (200, 202), resumed.text
+    deadline = time.monotonic() + 240
+    while _count(db, "SELECT count(*) FROM decisions WHERE status = 'done'") < n:
+        assert time.monotonic() < deadline, "the resumed run did not finish"
+        time.sleep(0.5)
+    _assert_completed_once(db, n)
 
 
 def test_scattered_errors_and_rejected_decisions_never_pause_a_run(
