@@ -81,7 +81,7 @@ def report(
     and the reasons decisions failed.
     """
     from app.report.calibration import load_calibration
-    from app.report.document import calibrated_rows, report_from_rows
+    from app.report.document import report_with_rows
     from app.report.load import load_run_rows, resolve_run
     from app.report.tables import report_view
     from app.store.db import session_scope
@@ -94,11 +94,11 @@ def report(
         factory = _store(database)
         with session_scope(factory) as session:
             data = load_run_rows(session, resolve_run(session, run))
-            doc = report_from_rows(session, data, params, calibration=calib, against=against)
+            doc, cal_rows = report_with_rows(session, data, params, calibration=calib,
+                                             against=against)
         if html is not None:
             from app.report.html import render_html
 
-            cal_rows = calibrated_rows(data.rows, calib)
             _write(html, render_html(doc, data.rows, cal_rows), option="--html")
     if json_out:
         typer.echo(json.dumps(doc, indent=2, allow_nan=False))

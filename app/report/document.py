@@ -68,7 +68,7 @@ from app.store.types import Session
 from app.store.views import failure_reasons
 
 __all__ = ["FORMAT", "build_report", "calibrate_rows", "calibrated_rows", "cross_fitted_rows",
-           "report_from_rows", "summarize_run"]
+           "report_from_rows", "report_with_rows", "summarize_run"]
 
 #: How the calibrated figures of a report without --calibration are made.
 CROSS_FITTED = f"{CROSS_FOLDS}-fold cross-fitted isotonic"
@@ -161,7 +161,22 @@ def report_from_rows(
     against: str | None = None,
 ) -> dict[str, Any]:
     """The report of already loaded rows (``session`` loads the ``against`` run)."""
+    return report_with_rows(session, data, params, calibration=calibration,
+                            against=against)[0]
+
+
+def report_with_rows(
+    session: Session,
+    data: RunRows,
+    params: Params | None = None,
+    *,
+    calibration: Calibration | None = None,
+    against: str | None = None,
+) -> tuple[dict[str, Any], list[QuestionRow] | None]:
+    """``report_from_rows``, and the calibrated rows its figures came from (``calibrated_rows``:
+    the page plots them), made once."""
     p = params or Params()
+    calibrated = calibrated_rows(data.rows, calibration)
     doc: dict[str, Any] = {
         "format": FORMAT, "run": _run_info(data), "params": asdict(p),
         "labelled": _labelled_counts(data.rows), "headline": None, "review": None,
@@ -170,26 +185,23 @@ def report_from_rows(
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
         "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
     }
-    if calibration is not None:
-        doc["calibrated"] = _typed_sections(calibrate_rows(data.rows, calibration), p)
+    if calibration is not None and calibrated is not None:
+        doc["calibrated"] = _typed_sections(calibrated, p)
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
-    else:
-        fitted_ece = _cross_fitted_ece(data.rows, p)
-        doc["cross_fitted"] = None if fitted_ece is None else {
-            "method": "isotonic", "folds": CROSS_FOLDS, "ece": fitted_ece}
+    elif calibrated is not None:
+        doc["cross_fitted"] = {"method": "isotonic", "folds": CROSS_FOLDS,
+                               "ece": _ece(calibrated, p)}
     if against is not None:
         doc["against"] = _against(session, data, against, p)
     doc["headline"] = _headline_of(doc)
     doc["review"] = review(data.rows, p)
-    return doc
+    return doc, calibrated
 
 
-def _cross_fitted_ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
-    fitted = cross_fitted_rows(rows)
-    if fitted is None:
-        return None
-    ece: float | None = calibration_figures(typed_rows(fitted, "noul"), p)["overall"]["ece"]
+def _ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
+    """The overall ECE of the yes/no answers of ``rows``."""
+    ece: float | None = calibration_figures(typed_rows(rows, "noul"), p)["overall"]["ece"]
     return ece
 
 
@@ -237,6 +249,7 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
     choice = figure_block(typed_rows(data.rows, "choice"), choice_figures, p)["figures"]
     score = figure_block(typed_rows(data.rows, "score"), score_figures, p)["figures"]
     diag = diagnostics(data.rows, data.cells)
+    fitted = cross_fitted_rows(data.rows)
     return {
         "run": run.name,
         "questions": len(data.rows),
@@ -253,6 +266,6 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         "flagged_cells": diag["flagged"],
         "headline": headline(_run_info(data), asdict(p),
                              {"noul": noul, "choice": choice, "score": score},
-                             diag["overall"], _cross_fitted_ece(data.rows, p),
+                             diag["overall"], None if fitted is None else _ece(fitted, p),
                              calibrated_by=CROSS_FITTED),
     }
