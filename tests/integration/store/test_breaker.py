@@ -4,31 +4,21 @@ charged, resume starts the count over; rejected decisions and scattered 5xx neve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import OutcomeKind
 from app.runs.breaker import BreakerPolicy, Failure, Recorded, record_failure
 from app.store.breaker import pause_run, unpause_run
-from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.db import session_scope
 from app.store.models import Attempt, Decision, DecisionPayload, Run
 from app.store.queue import AttemptInfo, Claimed, claim_decisions, finish_decision, utcnow
 from app.store.states import RunState, run_state
 
 Factory = sessionmaker[Session]
 POLICY = BreakerPolicy(window=20, threshold=0.9)  # trips at 18 of the last 20
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def factory(request: pytest.FixtureRequest,
-            make_database: Callable[..., str]) -> Iterator[Factory]:
-    engine = make_engine(make_database(request.param))
-    yield make_sessionmaker(engine)
-    engine.dispose()
 
 
 def _seed(factory: Factory, n: int) -> list[int]:

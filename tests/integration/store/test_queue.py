@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,14 +27,6 @@ from app.store.queue import (
 from app.store.runs import open_runs
 
 Factory = sessionmaker[Session]
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def factory(request: pytest.FixtureRequest,
-            make_database: Callable[..., str]) -> Iterator[Factory]:
-    engine = make_engine(make_database(request.param))
-    yield make_sessionmaker(engine)
-    engine.dispose()
 
 
 def _seed(factory: Factory, n: int = 4, *, run_status: str = "active",

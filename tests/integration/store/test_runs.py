@@ -24,15 +24,6 @@ from app.store.views import iter_export, run_status
 from app.upstream.tokenizer import load_tokenizer
 from tests.fixtures.runs_cli import job_line, write_jobs
 
-KINDS = ["postgresql", "sqlite"]
-
-
-@pytest.fixture(params=KINDS)
-def factory(request: pytest.FixtureRequest, make_database: Callable[..., str]):  # type: ignore[no-untyped-def]
-    engine = make_engine(make_database(request.param))
-    yield make_sessionmaker(engine)
-    engine.dispose()
-
 
 def _run(session, name: str = "r", settings: ReadSettings | None = None):  # type: ignore[no-untyped-def]
     settings = settings or ReadSettings()

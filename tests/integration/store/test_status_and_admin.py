@@ -4,7 +4,6 @@ left in flight, and a delete that removes everything of one run and nothing of a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.store.admin import cancel_not_started, delete_run, run_contents, settle_cancelled
-from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.db import session_scope
 from app.store.models import Attempt, Decision, DecisionPayload, Run
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions, require_run
 from app.store.views import (
@@ -27,14 +26,6 @@ from app.store.views import (
 )
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def factory(request: pytest.FixtureRequest,
-            make_database: Callable[..., str]) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(make_database(request.param))
-    yield make_sessionmaker(engine)
-    engine.dispose()
 
 
 def _run(factory: sessionmaker[Session], name: str, n: int) -> tuple[RunInfo, list[int]]:
