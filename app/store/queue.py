@@ -161,24 +161,40 @@ def claimable(now: datetime) -> Any:
 
 def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str, lease_s: float,
                     max_attempts: int = 5, now: datetime | None = None) -> list[Claimed]:
-    """Lease the claimable decisions among ``decision_ids``; return only the rows won."""
+    """Lease the claimable decisions among ``decision_ids``; return only the rows won.
+
+    A lease that expired without a result and is taken over here (a redelivered message came
+    back before the sweeper did) gets the sweeper's ``worker_lost`` attempt row in the same
+    transaction: every claim charged to a decision has its attempt row, whoever finds it."""
     if not decision_ids:
         return []
     now = now or utcnow()
-    token = uuid.uuid4().hex
     # Lock the claimable rows in id order and skip rows another transaction holds (a
     # concurrent claim, finish or sweep of the same decision): overlapping claims of a
     # duplicated message never wait on each other, so they cannot deadlock.
-    won = (
-        select(Decision.id)
+    candidates = session.execute(
+        select(Decision.id, Decision.status, Decision.lease_owner, Decision.lease_token,
+               Decision.attempts)
         .where(Decision.id.in_(list(decision_ids)), claimable(now),
                Decision.attempts < max_attempts, run_active())
         .order_by(Decision.id)
         .with_for_update(skip_locked=True, of=Decision)
-    )
+    ).all()
+    if not candidates:
+        return []
+    expired = {row.id: row for row in candidates if row.status == DecisionStatus.LEASED}
+    token = uuid.uuid4().hex
+    # The guard is checked again: SQLite takes no row lock, and a sweeper that expired one of
+    # these leases meanwhile recorded it and re-publishes it (that row is left to it).
+    still: Any = Decision.status.in_(_CLAIMABLE)
+    if expired:
+        still = or_(and_(Decision.id.not_in(list(expired)), still),
+                    and_(Decision.status == DecisionStatus.LEASED, Decision.lease_expires_at < now,
+                         Decision.lease_token.in_({row.lease_token for row in expired.values()})))
     stmt = (
         update(Decision)
-        .where(Decision.id.in_(won.scalar_subquery()))
+        .where(Decision.id.in_([row.id for row in candidates]), still,
+               Decision.attempts < max_attempts, run_active())
         .values(status=DecisionStatus.LEASED, lease_owner=owner[:200], lease_token=token,
                 lease_expires_at=now + timedelta(seconds=lease_s),
                 attempts=Decision.attempts + 1, updated_at=now)
@@ -187,9 +203,18 @@ def claim_decisions(session: Session, *, decision_ids: Sequence[int], owner: str
                    Decision.attempts)
         .execution_options(synchronize_session=False)
     )
+    won = [Claimed(*row) for row in session.execute(stmt).all()]
+    taken = [(claim, expired[claim.id]) for claim in won if claim.id in expired]
+    if taken:
+        session.execute(insert(Attempt), [
+            {"run_id": claim.run_id, "decision_id": claim.id, "outcome": OutcomeKind.WORKER_LOST,
+             "detail": (f"lease of {old.lease_owner} expired without a result (attempt "
+                        f"{old.attempts} of {max_attempts}); taken over by {owner[:120]}"),
+             "worker": old.lease_owner, "lease_token": old.lease_token, "ended_at": now,
+             "redelivered": False, "n_reads": 0, "won": False}
+            for claim, old in taken])
     order = {did: i for i, did in enumerate(decision_ids)}
-    return sorted((Claimed(*row) for row in session.execute(stmt).all()),
-                  key=lambda c: order[c.id])
+    return sorted(won, key=lambda c: order[c.id])
 
 
 def renew_leases(session: Session, *, claims: Sequence[Claimed], lease_s: float,

@@ -91,11 +91,17 @@ def test_claim_wins_each_decision_once(factory: Factory) -> None:
     assert _status(factory, ids[0]) == "leased"
 
 
-def test_expired_lease_is_taken_over_and_old_token_cannot_renew(factory: Factory) -> None:
-    ids = _seed(factory, 1)
-    (old,) = _claim(factory, ids, lease_s=-1)  # already expired
-    (new,) = _claim(factory, ids, owner="w2")
+def test_expired_lease_is_taken_over_recorded_and_old_token_cannot_renew(
+        factory: Factory) -> None:
+    ids = _seed(factory, 2)
+    (old,) = _claim(factory, ids[:1], lease_s=-1)  # already expired
+    new, fresh = _claim(factory, ids, owner="w2")
     assert new.lease_token != old.lease_token and new.attempts == 2
+    assert fresh.attempts == 1
+    with session_scope(factory) as s:  # the lost claim has its attempt row, as a sweep gives
+        lost = s.execute(select(Attempt.decision_id, Attempt.outcome, Attempt.worker,
+                                Attempt.lease_token)).all()
+    assert [tuple(r) for r in lost] == [(ids[0], "worker_lost", "w1", old.lease_token)]
     with session_scope(factory) as s:
         assert renew_leases(s, claims=[old], lease_s=60) == set()
         assert renew_leases(s, claims=[new], lease_s=60) == {ids[0]}
@@ -120,7 +126,8 @@ def test_finish_records_everything_and_first_finished_attempt_wins(factory: Fact
                            .order_by(Answer.question_id)).all()
         assert [tuple(r) for r in labels] == [("a", "yes", "yes"), ("b", "yes", None)]
         attempts = s.execute(select(Attempt.outcome, Attempt.won).order_by(Attempt.id)).all()
-        assert [tuple(r) for r in attempts] == [("ok", True), ("ok", False)]
+        assert [tuple(r) for r in attempts] == [("worker_lost", False), ("ok", True),
+                                                ("ok", False)]
         assert s.scalar(select(func.count()).select_from(Draw)) == 4
         decision = s.get_one(Decision, ids[0])
         assert decision.status == "done" and decision.finished_at is not None
