@@ -26,6 +26,7 @@ __all__ = [
     "DecisionPlan",
     "DrawRecord",
     "Endpoint",
+    "ImageData",
     "Layout",
     "Message",
     "PolicyName",
@@ -47,7 +48,9 @@ __all__ = [
 ]
 
 JSON = Any
-Message = Mapping[str, str]
+#: A chat message: ``{"role", "content"}``, the content a string, or for a decision with images
+#: a list of OpenAI content parts (its ``image_url`` parts first, then one ``text`` part).
+Message = Mapping[str, Any]
 
 
 class QuestionType(StrEnum):
@@ -121,6 +124,22 @@ class Decision:
     #: its answers and ``export --format openai-batch``: its name, typed choice values or
     #: level labels (``app.engine.openai.shapes``). None for dreads' own lines.
     openai: tuple[QuestionShape, ...] | None = None
+    #: The images the questions are about, as the line gave them (http(s) URLs, ``file://``
+    #: URLs under an allowed directory, or data URLs), in order; () for a text decision.
+    images: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """One image of a decision, fetched and checked (``app.images``): what a read sends and
+    what its prompt counts. Fetched once per decision, never once per draw."""
+
+    ref: str  #: the reference the line gave (shown in reports and exports)
+    url: str  #: what a request carries: a data URL of the fetched bytes
+    sha256: str  #: of the fetched bytes
+    media_type: str  #: ``image/png``, ``image/jpeg``, ...
+    width: int
+    height: int
 
 
 @dataclass(frozen=True)
