@@ -97,6 +97,10 @@ def sim(
     refuse_marker: Annotated[str | None, typer.Option(
         help="Decision routes answer a refusal for each question whose instructions contain "
         "this text.", rich_help_panel=_FAULTS)] = None,
+    limit_mm_per_prompt: Annotated[str | None, typer.Option(
+        help="Like vLLM's flag: the images one chat read may carry, as JSON "
+             "'{\"image\": N}' (default: vLLM's 999); more is a 400.",
+        rich_help_panel=_ANSWERS)] = None,
     engine: Annotated[str, typer.Option(
         help="'sim' (synthetic answers) or 'transformers': answer with the DiffusionGemma "
         "checkpoint --model names (pip install -e '.\\[engine]').", rich_help_panel=_ANSWERS)]
@@ -125,6 +129,7 @@ def sim(
     """
     from app.errors import EXIT_FAILURE, EXIT_USAGE, ConfigError
     from app.upstream.sim import SimOptions, run_sim_forever
+    from app.upstream.sim.images import image_limit
 
     _configure_logging(log_level)
     try:
@@ -137,7 +142,7 @@ def sim(
             engine_model=_engine_model(engine, model), engine_device=device,
             engine_dtype=dtype, api_key=api_key, default_temperature=generation_temperature,
             decision_rps=decision_rps, decision_max_concurrent=decision_max_concurrent,
-            refuse_marker=refuse_marker,
+            refuse_marker=refuse_marker, image_limit=image_limit(limit_mm_per_prompt),
         )
         run_sim_forever(options)
     except (ConfigError, ValueError) as exc:

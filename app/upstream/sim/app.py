@@ -15,6 +15,13 @@ As vLLM does: with ``api_key`` every ``/v1`` route answers 401 ``{"error": "Unau
 without ``Authorization: Bearer KEY``; a prompt longer than ``max_model_len`` is refused (400,
 param ``input_tokens``), and one that leaves less room than ``max_tokens`` is admitted with the
 answer rows cut at ``max_model_len`` (the canvas's later rows are then missing).
+
+Images (``images.py``): a chat read's ``image_url`` parts (data URLs, or http(s) URLs fetched
+once per read) are opened and hashed; each counts its prompt tokens by the tokenizer's rule
+toward ``max_model_len``, and its sha256 goes into the answer's hashes (another picture, another
+answer; an answer-key line may name the images). vLLM's refusals: more than ``image_limit``
+images, bytes that are not an image, a URL that does not answer. A completions read carries no
+images: prompt ids that hold the image token are refused (vLLM would read them as text).
 """
 
 from __future__ import annotations
@@ -28,17 +35,25 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
+import httpx
 import orjson
 
 from app.upstream.invariance import ENV_NAME, SERVER_INFO_PATH
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
+from app.upstream.sim.images import SimImage, gemma4_image_ids, image_urls, load_images
 from app.upstream.sim.limits import DecisionLimits
 from app.upstream.sim.options import SimOptions
 from app.upstream.sim.prompts import ReadPrompt, understand
 from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer, SlotQuestion
 from app.upstream.sim.shapes import chat_response, completions_response, models_response, usage
-from app.upstream.sim.tokens import PrefixCache, SimTokenizer, find_slots, load_sim_tokenizer
+from app.upstream.sim.tokens import (
+    PrefixCache,
+    SimTokenizer,
+    find_slots,
+    load_sim_tokenizer,
+    text_of,
+)
 from app.upstream.vllm_rules import ReadSpec, VllmBadRequest, error_body, validate_read
 
 __all__ = ["SimApp", "create_app"]
@@ -52,7 +67,8 @@ _JSON = (b"content-type", b"application/json")
 _GUARDED = ("/v1", "/v2", "/inference", "/cohere")
 _READS = {"/v1/chat/completions": True, "/v1/completions": False}
 _COUNTERS = ("requests", "reads", "rejected", "down_503", "abandoned", "unauthorized",
-             "truncated", "decisions", "throttled", "refused", "decisions_answered")
+             "truncated", "decisions", "throttled", "refused", "decisions_answered", "images",
+             "image_fetches")
 
 
 class _Reply(Exception):
@@ -97,6 +113,10 @@ class SimApp:
         self.engine_rows = _engine_rows(options)
         self.limits = DecisionLimits(rps=options.decision_rps,
                                      max_concurrent=options.decision_max_concurrent)
+        image_ids = getattr(tokenizer.text, "image_ids", gemma4_image_ids)
+        #: the ids an image takes in a prompt (a completions prompt may hold none)
+        self.image_token_ids = frozenset(image_ids(48, 48))
+        self._http: httpx.AsyncClient | None = None
 
     # -- ASGI ---------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -138,6 +158,8 @@ class SimApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.batch.aclose()
+                if self._http is not None:
+                    await self._http.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -227,7 +249,8 @@ class SimApp:
                          ) -> dict[str, Any]:
         """One read, validated, faulted, batched and answered (raises ``_Reply`` otherwise)."""
         body, spec = self._validated(raw, chat=chat)
-        pairs, prompt_ids = self._prompt(body, chat=chat)
+        images = await self._images(body) if chat else ()
+        pairs, prompt_ids = self._prompt(body, chat=chat, images=images)
         rows = self._fit_context(len(prompt_ids), spec.rows)
         fault = self.faults.draw(raw)
         if fault == "fail":
@@ -240,21 +263,56 @@ class SimApp:
         self.counters["reads"] += 1
         engine = await self.engine_rows(body, spec, chat=chat) if self.engine_rows else None
         return self._answer(spec, rows, pairs, prompt_ids, chat=chat, fault=fault,
-                            engine_rows=engine)
+                            engine_rows=engine, images=tuple(i.sha256 for i in images))
 
-    def _prompt(self, body: dict[str, Any], *, chat: bool
+    async def _images(self, body: dict[str, Any]) -> tuple[SimImage, ...]:
+        """The read's images, fetched and checked (a 400 as vLLM's, otherwise)."""
+        try:
+            urls = image_urls(body["messages"])
+            if not urls:
+                return ()
+            if self._http is None:
+                self._http = httpx.AsyncClient()
+            if len(urls) <= self.options.image_limit:
+                self.counters["image_fetches"] += sum(not u.startswith("data:") for u in urls)
+            images = await load_images(urls, limit=self.options.image_limit, client=self._http)
+        except VllmBadRequest as exc:
+            self.counters["rejected"] += 1
+            raise _Reply(400, error_body(exc.message, exc.param, kind=exc.kind)) from exc
+        self.counters["images"] += len(images)
+        return images
+
+    def _prompt(self, body: dict[str, Any], *, chat: bool, images: tuple[SimImage, ...] = ()
                 ) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...]]:
         """(role, text) pairs and prompt ids of a read, rendered as vLLM renders it."""
         if chat:
             pairs = _message_pairs(body["messages"])
             generation = bool(body.get("add_generation_prompt", True))
             cont = bool(body.get("continue_final_message", False))
+            if images:
+                messages = tuple({"role": m["role"], "content": m["content"]}
+                                 for m in body["messages"])
+                return pairs, self.tokenizer.image_prompt_ids(
+                    messages, tuple((i.width, i.height) for i in images), generation, cont)
             return pairs, tuple(self.tokenizer.prompt_ids(pairs, generation, cont))
         prompt = body["prompt"]
         prompt_ids = (tuple(prompt) if isinstance(prompt, list)
                       else tuple(self.tokenizer.text.encode(prompt)))
+        self._check_no_images(prompt_ids)
         return tuple((m["role"], m["content"])
                      for m in self.tokenizer.messages_from_prompt(prompt_ids)), prompt_ids
+
+    def _check_no_images(self, prompt_ids: tuple[int, ...]) -> None:
+        """A completions read carries token ids only, no pixels: image token ids in its prompt
+        would be read as text, so the simulator refuses them (dreads sends an image read on
+        the chat endpoint)."""
+        held = sorted(self.image_token_ids.intersection(prompt_ids))
+        if held:
+            self.counters["rejected"] += 1
+            raise _Reply(400, error_body(
+                f"the prompt holds image token ids {held}, but a completions request carries "
+                "no images: send the images as image_url parts on /v1/chat/completions",
+                "prompt"))
 
     def _fit_context(self, n_prompt: int, rows: int) -> int:
         """The rows a prompt leaves room for: vLLM refuses a prompt past max_model_len and cuts
@@ -305,12 +363,13 @@ class SimApp:
 
     def _answer(self, spec: ReadSpec, n_rows: int, pairs: tuple[tuple[str, str], ...],
                 prompt_ids: tuple[int, ...], *, chat: bool, fault: str | None,
-                engine_rows: list[Row] | None = None) -> dict[str, Any]:
+                engine_rows: list[Row] | None = None,
+                images: tuple[str, ...] = ()) -> dict[str, Any]:
         canvas = spec.canvas or self._blank_canvas(spec.width)
         if engine_rows is not None:
             rows = engine_rows[:n_rows]
         else:
-            slots = self._slots(understand(pairs), canvas, spec)
+            slots = self._slots(understand(pairs), canvas, spec, images)
             rows = self.scorer.rows(canvas, n_rows, spec.logprob_ids, slots, fault)
         cached = self.prefix.lookup_and_insert(prompt_ids)
         info = usage(len(prompt_ids), len(rows), cached)
@@ -327,26 +386,28 @@ class SimApp:
         info = self.tokenizer.text.info
         return (info.turn_close_id, *([info.pad_id] * (width - 1)))
 
-    def _slots(self, prompt: ReadPrompt, canvas: tuple[int, ...],
-               spec: ReadSpec) -> dict[int, SlotQuestion]:
+    def _slots(self, prompt: ReadPrompt, canvas: tuple[int, ...], spec: ReadSpec,
+               images: tuple[str, ...] = ()) -> dict[int, SlotQuestion]:
         known = set(prompt.questions) or None
         names = find_slots(self.tokenizer, canvas, spec.rows, spec.pinned, known,
                            reply_slot=prompt.reply_slot)
-        return {p: _slot_question(prompt, name) for p, name in names.items()}
+        return {p: _slot_question(prompt, name, images) for p, name in names.items()}
 
 
-def _slot_question(prompt: ReadPrompt, name: str) -> SlotQuestion:
+def _slot_question(prompt: ReadPrompt, name: str, images: tuple[str, ...]) -> SlotQuestion:
     """The question at a slot; a prompt dreads did not build reads as its whole text."""
     asked = prompt.questions.get(name)
     if asked is None:
-        return SlotQuestion(prompt.state_text, name)
+        return SlotQuestion(prompt.state_text, name, images=images)
     return SlotQuestion(prompt.state_text, asked.instructions,
-                        asked.key_label if asked.qtype is not None else None, asked.labels)
+                        asked.key_label if asked.qtype is not None else None, asked.labels,
+                        images)
 
 
 def _message_pairs(messages: Any) -> tuple[tuple[str, str], ...]:
+    """(role, text) of each message; a message of content parts reads as its text parts."""
     try:
-        return tuple((str(m["role"]), str(m["content"])) for m in messages)
+        return tuple((str(m["role"]), text_of(m["content"])) for m in messages)
     except (TypeError, KeyError) as exc:
         raise _Reply(400, error_body("every message needs role and content (text)",
                                      "messages")) from exc

@@ -41,3 +41,6 @@ class SimOptions:
     decision_rps: float = 0.0  #: decision requests per second before 429
     decision_max_concurrent: int = 0  #: decision requests at once before 429
     refuse_marker: str | None = None  #: refuse questions whose instructions contain this
+    #: like vLLM's ``--limit-mm-per-prompt '{"image": N}'``: images one chat read may carry
+    #: (vLLM's default for a model that sets no limit of its own, as Gemma 4: 999)
+    image_limit: int = 999

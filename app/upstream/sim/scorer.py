@@ -3,6 +3,7 @@
 At an answer slot the candidate labels are the request's ``logprob_token_ids``. Their logits:
 
 - without a key, a stable hash of (state, instructions, id): answers are a function of the prompt;
+  a read with images hashes their sha256s in too, so another picture gives another answer;
 - with a key, the true label stands ``separation + latent`` above the others, where ``latent`` is
   a deterministic N(0, 1) per (state, question): some positives are hard. At the default
   separation of 1.5 one yes/no read ranks with an AUC of about 0.96 (1.8: 0.98);
@@ -59,42 +60,66 @@ class SlotQuestion:
     instructions: str
     key_label: Any = None  #: Callable[[str], str] or None: the prompt uses dreads' labels
     labels: tuple[str, ...] = ()  #: the prompt's labels ((): any requested id may be one)
+    images: tuple[str, ...] = ()  #: the sha256 of each image the read carries, in order
 
     @property
     def key(self) -> tuple[str, str]:
         return self.state, self.instructions
 
+    @property
+    def seed(self) -> tuple[Any, ...]:
+        """What the question's hashes go by: its key, and its images when it has any."""
+        return (*self.key, self.images) if self.images else self.key
+
+
+KeyEntry = tuple[str, str] | tuple[str, str, tuple[str, ...]]
+
 
 class AnswerKey:
-    """(serialised state, instructions) -> canvas label, from the JSONL answer-key file."""
+    """(serialised state, instructions[, images' sha256s]) -> canvas label, from the JSONL
+    answer-key file. A line with ``image_sha256`` (a list of hex digests, in the read's order)
+    answers only a read with those images; one without answers any read of its state and
+    question, with or without images."""
 
-    def __init__(self, labels: Mapping[tuple[str, str], str]) -> None:
+    def __init__(self, labels: Mapping[KeyEntry, str]) -> None:
         self.labels = dict(labels)
 
     @classmethod
     def load(cls, path: str | Path) -> AnswerKey:
-        """Read ``{"state", "question", "label"}`` lines. Raises ValueError naming the line."""
-        from app.engine import serialize_state
-
-        labels: dict[tuple[str, str], str] = {}
+        """Read ``{"state", "question", "label"[, "image_sha256"]}`` lines. Raises ValueError
+        naming the line."""
+        labels: dict[KeyEntry, str] = {}
         with open(path, "rb") as handle:
             for line_no, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
                 try:
-                    obj = orjson.loads(line)
-                    labels[(serialize_state(obj["state"]), str(obj["question"]))] = str(
-                        obj["label"]
-                    )
-                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    entry, label = _key_line(orjson.loads(line))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                     raise ValueError(
                         f"{path}:{line_no}: an answer-key line needs JSON with state, question "
-                        f"and label ({exc})"
+                        f"and label, and image_sha256 a list of hex digests if given ({exc})"
                     ) from exc
+                labels[entry] = label
         return cls(labels)
 
-    def label(self, state_text: str, instructions: str) -> str | None:
+    def label(self, state_text: str, instructions: str,
+              images: tuple[str, ...] = ()) -> str | None:
+        if images and (found := self.labels.get((state_text, instructions, images))):
+            return found
         return self.labels.get((state_text, instructions))
+
+
+def _key_line(obj: Any) -> tuple[KeyEntry, str]:
+    from app.engine import serialize_state
+
+    state, question = serialize_state(obj["state"]), str(obj["question"])
+    digests = obj.get("image_sha256")
+    if digests is None:
+        return (state, question), str(obj["label"])
+    if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
+        raise ValueError("image_sha256 must be a list of strings")
+    return (state, question, tuple(d.lower() for d in digests)), str(obj["label"])
 
 
 def _unit(*parts: Any) -> float:
@@ -138,7 +163,7 @@ class Scorer:
         own = self._own_ids(ids, slot)
         after_colon = position > 0 and self.piece(canvas[position - 1]).endswith(":")
         truth = self._true_id(own, slot, spaced=after_colon)
-        question = slot.key if slot is not None else None
+        question = slot.seed if slot is not None else None
         logits = self._logits(canvas[position], position, own, question, truth)
         top = max(logits, key=logits.__getitem__)
         log_z = math.log(sum(math.exp(v) for v in logits.values()))
@@ -161,7 +186,7 @@ class Scorer:
         return own or list(ids)
 
     def _logits(self, noise_id: int, position: int, ids: Sequence[int],
-                question: tuple[str, str] | None, truth: int | None) -> dict[int, float]:
+                question: tuple[Any, ...] | None, truth: int | None) -> dict[int, float]:
         opts = self.options
         logits: dict[int, float] = {}
         for token_id in ids:
@@ -185,7 +210,7 @@ class Scorer:
         ("▁yes"), else its bare one ("yes"), whichever the request asks for."""
         if self.key is None or slot is None:
             return None
-        label = self.key.label(*slot.key)
+        label = self.key.label(*slot.key, slot.images)
         if label is None:
             return None
         if slot.key_label is not None:
