@@ -64,6 +64,13 @@ class Settings(BaseSettings):
     #: A GPU pod's price per hour in dollars, for ``--dry-run``'s estimate with
     #: ``--reads-per-second`` (a read rate measured on that GPU).
     gpu_price_hour: Annotated[float, Field(ge=0.0)] | None = None
+    #: Directories ``file://`` images of job lines may be read from, separated by ``:`` (as
+    #: ``PATH``); unset: none (a job file cannot make dreads read a local file).
+    image_dirs: str | None = None
+    #: The largest image a decision may carry, in bytes (20 MiB).
+    image_max_bytes: Annotated[int, Field(ge=1)] = 20 * 1024 * 1024
+    #: Seconds one image's fetch (an http(s) URL) may take.
+    image_timeout: Annotated[float, Field(gt=0)] = 30.0
     #: Pool processes of this worker (set by the worker itself): an answers worker splits each
     #: run's endpoint budget among them.
     worker_processes: int = 1

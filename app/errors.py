@@ -3,6 +3,12 @@
     DreadsError
     ├── InputError            a user input problem: never retried, the message says what to fix
     │   ├── BadLine           one line of a job file (carries line_no)
+    │   ├── ImageError        an image of a decision: unreadable, not an image, too large, a
+    │   │   │                 ``file://`` outside the allowed directories, unreachable
+    │   │   ├── ImageUnreachable  its URL did not answer (at submit: rejected; when a worker
+    │   │   │                     fetches it again: transient, kind ``image_unreachable``)
+    │   │   └── ImageChanged      its bytes are not the ones checked at submit (kind
+    │   │                         ``image_changed``: permanent, never answered)
     │   └── TemplateError     a label that is not one token, slots that differ, a template too wide
     ├── UpstreamError         talking to the model server
     │   ├── UpstreamUnavailable   transient: refused/reset, timeout, 5xx (retried with backoff)
@@ -38,6 +44,9 @@ __all__ = [
     "BadLine",
     "ConfigError",
     "DreadsError",
+    "ImageChanged",
+    "ImageError",
+    "ImageUnreachable",
     "InputError",
     "MalformedResponse",
     "ModelNotServed",
@@ -85,6 +94,12 @@ class OutcomeKind(StrEnum):
     THROTTLED = "throttled"
     #: the attempt failed after its run paused: back to pending, not charged
     PAUSED = "paused"
+    #: an image of the decision did not answer when the worker fetched it (transient: retried
+    #: up to the attempt cap, as a read that cannot reach the server is)
+    IMAGE_UNREACHABLE = "image_unreachable"
+    #: an image's bytes differ from the ones checked at submit (permanent: a decision is never
+    #: answered about another picture than the one it was submitted with)
+    IMAGE_CHANGED = "image_changed"
     #: not an attempt outcome: the kind of errors that never end an attempt (configuration)
     ERROR = "error"
     #: not an attempt outcome: the broker did not take a message (rows stay in SQL)
@@ -117,6 +132,30 @@ class BadLine(InputError):
         super().__init__(f"line {line_no}: {message}")
         self.line_no = line_no
         self.reason = message
+
+
+class ImageError(InputError):
+    """An image of a decision cannot be used: the message names its reference and what to do
+    (``app.images``). At submit, the decision is rejected; the other lines are kept."""
+
+
+class ImageUnreachable(ImageError):
+    """An image's URL did not answer (refused, timed out, or an HTTP error status). Rejects the
+    decision at submit; when a worker fetches it again for a read, the attempt fails with kind
+    ``image_unreachable`` and is retried (the URL may answer again)."""
+
+    kind = OutcomeKind.IMAGE_UNREACHABLE
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ImageChanged(ImageError):
+    """An image's bytes hash to another sha256 than the one stored at submit: the picture the
+    decision was submitted with is gone. Permanent (kind ``image_changed``)."""
+
+    kind = OutcomeKind.IMAGE_CHANGED
 
 
 class TemplateError(InputError):

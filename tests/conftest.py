@@ -16,6 +16,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.runs_cli",
     "tests.fixtures.api",
     "tests.fixtures.browser",
+    "tests.fixtures.images",
 ]
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "DrawsOpt",
     "EndpointOpt",
     "FailOnBadLinesOpt",
+    "ImageDirsOpt",
     "JobFileArg",
     "JsonOpt",
     "LayoutOpt",
@@ -207,6 +208,10 @@ ReplaceChangedOpt = Annotated[bool, typer.Option(
     "--replace-changed",
     help="A line whose id the run holds with other content replaces the stored decision "
     "when nothing has read it yet (pending or queued); answered ones are kept and listed.")]
+ImageDirsOpt = Annotated[str | None, typer.Option(
+    "--image-dirs", metavar="DIR[:DIR...]",
+    help="Directories a line's file:// images may be read from, separated by ':' "
+    "(DREADS_IMAGE_DIRS; default: none). http(s) and data: images need none.")]
 FailOnBadLinesOpt = Annotated[bool, typer.Option(
     "--fail-on-bad-lines",
     help="Exit with status 3 when a line was bad or a decision was rejected (the good lines "

@@ -33,6 +33,7 @@ from app.cli.options import (
     NOT_GIVEN,
     DatabaseOpt,
     FailOnBadLinesOpt,
+    ImageDirsOpt,
     JobFileArg,
     JsonOpt,
     ReadGiven,
@@ -113,6 +114,7 @@ def run(
         "time (16).")] = None,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    image_dirs: ImageDirsOpt = None,
     dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
     price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
     reads_per_second: ReadsPerSecondOpt = None,
@@ -131,14 +133,15 @@ def run(
             file, run_name or file.stem, given, replicates, strict, fail_on_bad_lines,
             upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend))
         return
-    from app.config import get_settings
+    from app.config import settings_with
     from app.runs.jobfile import check_job_file
+    from app.runs.settings import image_policy
     from app.runs.submit import SubmitRequest, submit_job
     from app.store.admin import discard_empty_run
     from app.store.runs import load_run
 
     name = run_name or file.stem
-    env = get_settings()
+    env = settings_with(image_dirs=image_dirs)
     with cli_errors():
         check_job_file(file)
         db = _sqlite_file(database)
@@ -153,7 +156,8 @@ def run(
             target = run_upstream(upstream, existing, choice, settings, env)
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
-                                    strict=strict, replace_changed=replace_changed)
+                                    strict=strict, replace_changed=replace_changed,
+                                    images=image_policy(env))
             report = submit_job(request, factory, tok)
             discard_empty_run(factory, report)
             if not json_out or report.refused:
@@ -254,11 +258,11 @@ def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> Embe
     ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
     reading with the engine ``choice``."""
     from app.runs.embedded import EmbeddedConfig
-    from app.runs.settings import breaker_policy, endpoint_options
+    from app.runs.settings import breaker_policy, endpoint_options, image_policy
 
     return EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts, engine=choice,
                           endpoints=endpoint_options(env), breaker=breaker_policy(env),
-                          **given)
+                          images=image_policy(env), **given)
 
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,

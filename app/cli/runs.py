@@ -46,6 +46,7 @@ from app.cli.options import (
     ChunkSizeOpt,
     DatabaseOpt,
     FailOnBadLinesOpt,
+    ImageDirsOpt,
     JobFileArg,
     JsonOpt,
     ReadGiven,
@@ -87,7 +88,7 @@ def submit(
     fail_on_bad_lines: FailOnBadLinesOpt = False,
     replace_changed: ReplaceChangedOpt = False,
     upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
-    broker: BrokerOpt = None,
+    broker: BrokerOpt = None, image_dirs: ImageDirsOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
     dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
@@ -100,6 +101,8 @@ def submit(
     (unless --strict). Submitting the same file again adds nothing; a line whose id the run
     holds with other content is reported (exit 2), or replaces it with --replace-changed.
     With --dry-run: the decisions, reads, tokens and cost it would take; nothing stored.
+    A line's images are fetched and checked here; the workers fetch them again (the same
+    DREADS_IMAGE_DIRS must hold for file:// images there).
     """
     from app.broker.process import PublisherProcess
     from app.runs.jobfile import check_job_file
@@ -116,12 +119,13 @@ def submit(
         # started first: its Celery start-up overlaps the tokenizer's and the probe's
         with PublisherProcess(broker, chunk_size) as publisher, \
                 opened_store(database_url(database)) as factory:
-            from app.config import get_settings
+            from app.config import settings_with
             from app.engine import AnswerBy
             from app.runs.probe import ServerAt
+            from app.runs.settings import image_policy
             from app.runs.submit import SubmitRequest
 
-            env = get_settings()
+            env = settings_with(image_dirs=image_dirs)
             existing = existing_run(factory, run)
             choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
                                     env=env)
@@ -133,7 +137,7 @@ def submit(
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint,
-                                    replace_changed=replace_changed)
+                                    replace_changed=replace_changed, images=image_policy(env))
             report = _submit(factory, request, tok, publisher)
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),

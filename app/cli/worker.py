@@ -26,7 +26,7 @@ import typer
 
 from app.cli._app import SERVERS, app
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
-from app.cli.options import DatabaseOpt, database_url, err_console, exit_error
+from app.cli.options import DatabaseOpt, ImageDirsOpt, database_url, err_console, exit_error
 from app.errors import DreadsError
 
 __all__ = ["supervise", "worker", "worker_argv"]
@@ -122,6 +122,7 @@ def worker(
         "the dreads.answers queue) instead of reads: no local model server needed, and a "
         "pod's GPU workers never take this work. Each run's endpoint budget is split among "
         "this worker's pool processes; the endpoint's key is DREADS_ANSWER_API_KEY.")] = False,
+    image_dirs: ImageDirsOpt = None,
 ) -> None:
     """Start a Celery worker: it waits for its upstream, then runs chunks and sweeps lost work.
 
@@ -138,7 +139,7 @@ def worker(
     flags = {"upstream": upstream, "database_url": database_url(database) if database else None,
              "broker_url": broker, "engine": engine, "device": device, "dtype": dtype,
              "worker_answers": answers or None, "metrics_port": metrics_port,
-             "metrics_host": metrics_host}
+             "metrics_host": metrics_host, "image_dirs": image_dirs}
     settings = settings_with(**flags)
     try:
         _check_database(settings.database_url)

@@ -4,7 +4,8 @@ A line submitted again under an id its run holds is compared with the stored dec
 hash: equal, the line is already there; different, it changed. The payload is the normalised
 form (``decision_payload``), so two lines that ask the same thing in different spellings (an
 expected ``"Yes"`` and ``"yes"``) hash alike, and a changed state, question or expected answer
-does not.
+does not. A decision's images are in its payload as their references and the sha256 of the
+bytes checked at submit, so the same URL whose picture changed is a changed line.
 """
 
 from __future__ import annotations

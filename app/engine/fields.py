@@ -18,11 +18,11 @@ __all__ = ["BATCH_BODY_FIELDS", "BATCH_LINE_FIELDS", "LINE_FIELDS", "QUESTION_FI
            "check_fields", "unknown_fields_message"]
 
 #: A dreads line.
-LINE_FIELDS = ("id", "cell", "state", "questions", "expected")
+LINE_FIELDS = ("id", "cell", "state", "questions", "expected", "images")
 #: An OpenAI-batch line with a Jev body (``/v1/systemone``).
 BATCH_LINE_FIELDS = ("custom_id", "method", "url", "body", "metadata", "cell", "expected")
 #: The Jev body of an OpenAI-batch line (``model`` is a Jev request's; the run's model answers).
-BATCH_BODY_FIELDS = ("model", "state", "questions", "cell", "expected", "metadata")
+BATCH_BODY_FIELDS = ("model", "state", "questions", "cell", "expected", "metadata", "images")
 #: A question (Jev's shape).
 QUESTION_FIELDS = ("type", "instructions", "criteria")
 

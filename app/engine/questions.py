@@ -2,9 +2,14 @@
 
 Two line shapes are accepted:
 
-- dreads: ``{"id", "cell"?, "state", "questions": {qid: spec}, "expected"?: {qid: value}}``
-- OpenAI batch: ``{"custom_id", "body": {"state", "questions", ...}}`` with ``cell`` and
-  ``expected`` at the top level, inside ``body`` or inside a ``metadata`` object.
+- dreads: ``{"id", "cell"?, "state", "questions": {qid: spec}, "expected"?: {qid: value},
+  "images"?: [ref, ...]}``
+- OpenAI batch: ``{"custom_id", "body": {"state", "questions", "images"?, ...}}`` with ``cell``
+  and ``expected`` at the top level, inside ``body`` or inside a ``metadata`` object.
+
+``images`` are references (http(s) URLs, ``file://`` URLs, data URLs), checked here for their
+form only; ``app.images`` fetches and checks them. A decision with images may have a null
+state (the questions are about the pictures).
 
 Question shapes (Jev): ``noul`` (labels yes/no, optional ``criteria: {"true", "false"}``),
 ``choice`` (``criteria``: option name -> description or null; labels A, B, ... by position)
@@ -17,7 +22,7 @@ noul question whose criteria describe an outcome.
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,6 +48,7 @@ __all__ = [
     "decision_payload",
     "line_id",
     "parse_decision",
+    "parse_images",
     "parse_question",
     "questions_spec",
 ]
@@ -250,27 +256,58 @@ def _parse_expected(raw: Any, questions: tuple[Question, ...]) -> dict[str, str]
     return out
 
 
+_IMAGE_SCHEMES = ("http://", "https://", "file://", "data:")
+
+
+def _image_ref(index: int, ref: Any) -> str:
+    if not isinstance(ref, str) or not ref.strip():
+        raise InputError(f"'images'[{index}] must be a URL string, got {ref!r:.60}")
+    if not ref[:8].lower().startswith(_IMAGE_SCHEMES):
+        raise InputError(f"'images'[{index}] {ref[:60]!r} is not an http(s), file:// or data: "
+                         "URL; give each image as one of those")
+    return ref
+
+
+def parse_images(raw: Any) -> tuple[str, ...]:
+    """A line's ``images``: a list of http(s), ``file://`` or data URLs (their form only);
+    () when absent.
+
+    Raises:
+        InputError: not a list of such URLs.
+    """
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise InputError("'images' must be a list of image URLs (http(s), file:// or data:)")
+    return tuple(_image_ref(i, ref) for i, ref in enumerate(raw))
+
+
 def build_decision(did: Any, state: Any, questions: Any, cell: Any = None,
-                   expected: Any = None) -> Decision:
-    """A decision from dreads' parts: id, state, ``{question id: spec}``, cell, expected.
+                   expected: Any = None, images: Any = None) -> Decision:
+    """A decision from dreads' parts: id, state, ``{question id: spec}``, cell, expected,
+    images (references).
 
     Raises:
         InputError: the message names the decision and question and says what is wrong.
     """
-    return _build(did, state, questions, cell, expected)
+    return _build(did, state, questions, cell, expected, images=images)
 
 
 def _build(did: Any, state: Any, questions: Any, cell: Any, expected: Any,
-           memo: QuestionsMemo | None = None) -> Decision:
+           memo: QuestionsMemo | None = None, *, images: Any = None) -> Decision:
     did = _check_id("decision", did)
     try:
-        if state is None:
-            raise InputError("missing 'state' (a string or any JSON value)")
+        refs = parse_images(images)
+        if state is None and not refs:
+            raise InputError("missing 'state' (a string or any JSON value; it may be null "
+                             "only for a decision with 'images')")
         if cell is not None and not isinstance(cell, str):
             raise InputError(f"'cell' must be a string, got {type(cell).__name__}")
         parsed = _parse_questions(questions, memo)
         return Decision(id=did, state=state, questions=parsed, cell=cell,
-                        expected=_parse_expected(expected, parsed))
+                        expected=_parse_expected(expected, parsed), images=refs)
     except InputError as exc:
         raise InputError(f"decision {did!r}: {exc.message}") from None
 
@@ -299,12 +336,13 @@ def _from_line(obj: Mapping[str, Any], line_no: int | None,
         check_fields(body, BATCH_BODY_FIELDS, what="an OpenAI-batch line's body")
         sources = (obj, body, obj.get("metadata"), body.get("metadata"))
         return _build(obj.get("custom_id"), body.get("state"), body.get("questions"),
-                      _pick("cell", *sources), _pick("expected", *sources), memo)
+                      _pick("cell", *sources), _pick("expected", *sources), memo,
+                      images=body.get("images"))
     if "id" not in obj:
         raise InputError("missing 'id' (or 'custom_id' for an OpenAI-batch line)")
     check_fields(obj, LINE_FIELDS, what="a line")
     return _build(obj["id"], obj.get("state"), obj.get("questions"), obj.get("cell"),
-                  obj.get("expected"), memo)
+                  obj.get("expected"), memo, images=obj.get("images"))
 
 
 def line_id(obj: Any) -> str | None:
@@ -366,9 +404,25 @@ def questions_spec(questions: tuple[Question, ...]) -> dict[str, Any]:
     return {q.id: _spec_of(q) for q in questions}
 
 
-def decision_payload(decision: Decision, *, memo: SpecsMemo | None = None) -> dict[str, Any]:
-    """JSON-able payload for storage: ``{"state", "questions", "expected"}``, and ``"openai"``
-    for a decision asked in OpenAI's Decisions shape. With ``memo``, decisions asking the
+def _image_records(decision: Decision, images: Sequence[Mapping[str, Any]] | None
+                   ) -> list[Mapping[str, Any]]:
+    """The stored records of the decision's images: those given (``app.images``' records of
+    the images checked at submit, one per reference, in order), else the bare references."""
+    if images is None:
+        return [{"ref": ref} for ref in decision.images]
+    refs = tuple(record.get("ref") for record in images)
+    if refs != decision.images:
+        raise ValueError(f"decision {decision.id!r}: the image records do not match its "
+                         "images")
+    return list(images)
+
+
+def decision_payload(decision: Decision, *, images: Sequence[Mapping[str, Any]] | None = None,
+                     memo: SpecsMemo | None = None) -> dict[str, Any]:
+    """JSON-able payload for storage: ``{"state", "questions", "expected"}``, ``"openai"``
+    for a decision asked in OpenAI's Decisions shape, and ``"images"`` for a decision with
+    images: ``images`` (its records as checked at submit: ``{"ref", "sha256", "media_type",
+    "width", "height", "bytes"}``), else ``{"ref"}`` alone. With ``memo``, decisions asking the
     same questions share one (unmodified) spec object.
 
     ``decision_from_payload(decision.id, decision.cell, payload)`` gives the decision back.
@@ -385,7 +439,17 @@ def decision_payload(decision: Decision, *, memo: SpecsMemo | None = None) -> di
     }
     if decision.openai is not None:
         payload["openai"] = {"questions": [shape.to_json() for shape in decision.openai]}
+    if decision.images:
+        payload["images"] = _image_records(decision, images)
     return payload
+
+
+def _stored_refs(payload: Mapping[str, Any]) -> list[Any] | None:
+    """The references of a payload's ``images`` records (a record may be a bare string)."""
+    raw = payload.get("images")
+    if not isinstance(raw, list):
+        return raw
+    return [item.get("ref") if isinstance(item, Mapping) else item for item in raw]
 
 
 def _stored_expected(decision: Decision, raw: Any) -> dict[str, str]:
@@ -410,7 +474,8 @@ def decision_from_payload(key: str, cell: str | None, payload: Mapping[str, Any]
     Raises:
         InputError: the payload is not a valid decision.
     """
-    decision = _build(key, payload.get("state"), payload.get("questions"), cell, None)
+    decision = _build(key, payload.get("state"), payload.get("questions"), cell, None,
+                      images=_stored_refs(payload))
     try:
         expected = _stored_expected(decision, payload.get("expected"))
     except InputError as exc:

@@ -3,10 +3,11 @@
 An answer source takes a decision and returns its answers with whatever diagnostics it has;
 the runner, the store, reports and the API do not care which one answered.
 
-- ``ReadsSource`` (``answer_by`` ``reads``, the default): dreads' own reads. The decision is
-  planned into canvases with the run's tokenizer and read through an ``Upstream`` (vLLM,
-  dreads sim, the in-process engine) draw by draw until the draw policy stops (``drive``):
-  full diagnostics.
+- ``ReadsSource`` (``answer_by`` ``reads``, the default): dreads' own reads. The decision's
+  images are fetched once (through the process's ``ImageCache``, checked against the sha256
+  stored at submit), the decision is planned into canvases with the run's tokenizer and read
+  through an ``Upstream`` (vLLM, dreads sim, the in-process engine) draw by draw until the
+  draw policy stops (``drive``): full diagnostics. Every draw reuses the fetched images.
 - ``EndpointSource`` (``systemone`` or ``decisions``): one request per decision, all its
   questions, to a decision endpoint (``app.upstream.endpoint``); one draw per question, the
   diagnostics the endpoint returns, refusals per question.
@@ -23,7 +24,7 @@ a source.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +35,7 @@ from app.engine import (
     AnswerBy,
     Decision,
     DecisionFlow,
+    DecisionPlan,
     DrawRecord,
     ReadRequest,
     ReadResult,
@@ -45,12 +47,14 @@ from app.engine import (
 from app.engine.endpoint import EndpointAnswers
 from app.engine.openai.client import decisions_request, read_decisions
 from app.engine.systemone import read_systemone, systemone_request
+from app.engine.types import ImageData
+from app.images import ImageCache, ImagePolicy, StoredImage
 from app.upstream.base import Upstream
 from app.upstream.endpoint import DecisionEndpoint
 
 __all__ = ["AnswerSource", "Answered", "EndpointOptions", "EndpointPool", "EndpointSource",
            "ReadsSource",
-           "answer_decision", "drive"]
+           "answer_decision", "drive", "plan_with_images"]
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,14 @@ class AnswerSource(Protocol):
     #: requests sent so far, failed ones included (a chunk's total)
     n_requests: int
 
-    async def answer(self, decision: Decision, *, replicate: int) -> Answered:
-        """Answer every question of ``decision``.
+    async def answer(self, decision: Decision, *, replicate: int,
+                     images: Sequence[StoredImage] = ()) -> Answered:
+        """Answer every question of ``decision``; ``images`` are its images as stored at
+        submit (with their sha256), () to take its references as they are.
 
         Raises:
+            ImageChanged: an image's bytes are not the ones checked at submit (permanent).
+            ImageError: an image could not be fetched (``ImageUnreachable``) or used.
             InputError / ConfigError: the decision cannot be asked this way (permanent).
             UpstreamError: the model server or endpoint failed (after its own retries).
         """
@@ -99,20 +107,50 @@ async def drive(flow: DecisionFlow, read: Read) -> None:
             flow.record(request, outcome)  # type: ignore[arg-type]
 
 
+def plan_with_images(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
+                     *, images: Sequence[ImageData], max_model_len: int | None
+                     ) -> DecisionPlan:
+    """``plan_decision``, with the decision's fetched images when it has any."""
+    if not images:
+        return plan_decision(decision, settings, tokenizer, max_model_len=max_model_len)
+    return plan_decision(decision, settings, tokenizer,  # type: ignore[call-arg,unused-ignore]
+                         images=images, max_model_len=max_model_len)
+
+
 class ReadsSource:
-    """dreads' own reads over ``read`` (an ``Upstream.read``, bounded by the caller)."""
+    """dreads' own reads over ``read`` (an ``Upstream.read``, bounded by the caller); a
+    decision's images come through ``images`` (this process's cache; by default one that
+    reads no local file)."""
 
     def __init__(self, read: Read, tokenizer: TextTokenizer, settings: ReadSettings, *,
-                 max_model_len: int | None) -> None:
+                 max_model_len: int | None, images: ImageCache | None = None) -> None:
         self._read = read
         self.tokenizer = tokenizer
         self.settings = settings
         self.max_model_len = max_model_len
+        self.images = images
         self.n_requests = 0
 
-    async def answer(self, decision: Decision, *, replicate: int) -> Answered:
-        plan = plan_decision(decision, self.settings, self.tokenizer,
-                             max_model_len=self.max_model_len)
+    async def answer(self, decision: Decision, *, replicate: int,
+                     images: Sequence[StoredImage] = ()) -> Answered:
+        fetched = await self.fetch_images(decision, images)
+        return await self.answer_fetched(decision, fetched, replicate=replicate)
+
+    async def fetch_images(self, decision: Decision, images: Sequence[StoredImage] = ()
+                           ) -> tuple[ImageData, ...]:
+        """The decision's images, each fetched once (or taken from the cache) and checked."""
+        if not decision.images:
+            return ()
+        if self.images is None:
+            self.images = ImageCache(ImagePolicy())
+        stored = tuple(images) or tuple(StoredImage(ref) for ref in decision.images)
+        return await self.images.load_all(stored)
+
+    async def answer_fetched(self, decision: Decision, images: Sequence[ImageData], *,
+                             replicate: int) -> Answered:
+        """Plan and read ``decision`` with its images already fetched: every draw uses them."""
+        plan = plan_with_images(decision, self.settings, self.tokenizer, images=images,
+                                max_model_len=self.max_model_len)
         flow = DecisionFlow(plan, self.settings, vocab_size=self.tokenizer.info.vocab_size,
                             replicate=replicate)
         try:
@@ -123,17 +161,18 @@ class ReadsSource:
 
 
 async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
-                          upstream: Upstream) -> Answered:
+                          upstream: Upstream, *, images: Sequence[ImageData] = ()) -> Answered:
     """One decision straight through ``upstream``: planned (a prompt longer than the
     upstream's ``max_model_len``, once it knows it, is refused), read draw by draw until every
-    question's draw policy stops, and folded.
+    question's draw policy stops, and folded. ``images``: the decision's images, fetched and
+    checked by the caller (``app.images.fetch_image_async``), in the order of its references.
 
     Raises:
         TemplateError: the question cannot be read (a label not one token, too wide, too long).
         UpstreamError: the upstream failed after its retries, or answered malformed rows.
     """
     source = ReadsSource(upstream.read, tokenizer, settings, max_model_len=upstream.max_model_len)
-    return await source.answer(decision, replicate=0)
+    return await source.answer_fetched(decision, images, replicate=0)
 
 
 _ASK = {AnswerBy.SYSTEMONE: systemone_request, AnswerBy.DECISIONS: decisions_request}
@@ -149,7 +188,9 @@ class EndpointSource:
         self.model = model
         self.n_requests = 0
 
-    async def answer(self, decision: Decision, *, replicate: int) -> Answered:
+    async def answer(self, decision: Decision, *, replicate: int,
+                     images: Sequence[StoredImage] = ()) -> Answered:
+        """The endpoint fetches the decision's images itself, from their references."""
         kind = self.endpoint.kind
         # not encode_body: its sorted keys would reorder a choice's criteria (its options)
         body = orjson.dumps(_ASK[kind](decision, self.model))

@@ -17,11 +17,13 @@ attempts keep failing with one such kind pauses: ``app.runs.breaker``), ``bad_re
 (permanent), ``not_served`` or ``unauthorized`` (the upstream does not serve the run's model, or
 refuses the worker's API key: the decision goes back to pending uncharged, and
 ``ChunkResult.not_served`` tells the caller to stop taking such work), ``malformed_response``
-(transient, capped), a ``TemplateError`` (permanent, ``rejected``; a prompt that does not fit
-the server's ``max_model_len`` is one, refused before any read), ``db_error`` (the commit
-failed; recorded once the database answers again, or left to the sweeper when it does not). An
-answer is never lost or written twice: the answers insert is idempotent and the first finished
-attempt wins.
+(transient, capped), ``image_unreachable`` (an image did not answer or could not be read
+when the worker fetched it: transient, capped), ``image_changed`` (an image's bytes differ
+from the ones checked at submit: permanent), a ``TemplateError`` (permanent, ``rejected``; a
+prompt that does not fit the server's ``max_model_len`` is one, refused before any read),
+``db_error`` (the commit failed; recorded once the database answers again, or left to the
+sweeper when it does not). An answer is never lost or written twice: the answers insert is
+idempotent and the first finished attempt wins.
 
 Independent of Celery: the Celery task and the embedded ``dreads run`` both call it.
 """
@@ -48,6 +50,8 @@ from app.engine import (
 from app.engine.types import Decision as EngineDecision
 from app.errors import (
     ConfigError,
+    ImageChanged,
+    ImageError,
     InputError,
     ModelNotServed,
     OutcomeKind,
@@ -57,6 +61,7 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.images import ImageCache, stored_images
 from app.metrics.worker import (
     record_answers,
     record_attempt,
@@ -155,6 +160,9 @@ class Answerers:
     tokenizer: TextTokenizer
     endpoints: EndpointPool | None = None
     probe: ReadRequest | None = None
+    #: the images this process fetched, by sha256 (None: a cache of the chunk's own that
+    #: reads no local file)
+    images: ImageCache | None = None
 
 
 @dataclass(frozen=True)
@@ -280,7 +288,8 @@ async def _source(chunk: _Chunk, run_id: int, settings: ReadSettings, answerers:
         # worker was started with; load_tokenizer caches it per process.
         tokenizer = await asyncio.to_thread(_run_tokenizer, settings.tokenizer)
     # the server's max_model_len: a longer prompt + canvas is rejected unread
-    return ReadsSource(chunk.read, tokenizer, settings, max_model_len=max_model_len)
+    return ReadsSource(chunk.read, tokenizer, settings, max_model_len=max_model_len,
+                       images=answerers.images)
 
 
 def _run_tokenizer(name: str) -> TextTokenizer:
@@ -361,7 +370,15 @@ async def _run_decision(chunk: _Chunk, claim: Claimed, started: datetime, t0: fl
     assert chunk.source is not None
     try:
         decision = decision_from_payload(claim.key, claim.cell, claim.payload)
-        answered = await chunk.source.answer(decision, replicate=claim.replicate)
+        answered = await chunk.source.answer(decision, replicate=claim.replicate,
+                                             images=stored_images(claim.payload))
+    except ImageChanged as exc:  # never answered about another picture
+        await _record_failure(chunk, claim, exc.kind, exc.message, permanent=True)
+        return
+    except ImageError as exc:  # the URL (or file) may answer again: retried to the cap
+        await _record_failure(chunk, claim, OutcomeKind.IMAGE_UNREACHABLE, exc.message,
+                              permanent=False)
+        return
     except (InputError, ConfigError) as exc:  # ConfigError: no read of these settings can run
         await _record_failure(chunk, claim, OutcomeKind.REJECTED, exc.message, permanent=True)
         return

@@ -43,6 +43,7 @@ from app.errors import (
     UpstreamRejected,
     UpstreamUnauthorized,
 )
+from app.images import ImageCache, ImagePolicy
 from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
@@ -112,6 +113,8 @@ class EmbeddedConfig:
     endpoints: EndpointOptions = field(default_factory=EndpointOptions)
     #: when the run pauses (its recent attempts keep failing the same way)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    #: what the decisions' images may be fetched from (``DREADS_IMAGE_*``)
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
     def policy(self) -> ChunkPolicy:
         return ChunkPolicy(lease_s=self.lease_s, max_in_flight=self.max_in_flight,
@@ -287,7 +290,8 @@ async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSe
     try:
         probe = build_probe_request(settings, tokenizer)
         await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
-        await _rounds(factory, run, Answerers(reader, tokenizer), config, stats)
+        answerers = Answerers(reader, tokenizer, images=ImageCache(config.images))
+        await _rounds(factory, run, answerers, config, stats)
     finally:
         if upstream is None:
             await reader.aclose()

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic import SecretStr
 
     from app.config import Settings
+    from app.images import ImagePolicy
     from app.runs.answer import EndpointOptions
     from app.runs.breaker import BreakerPolicy
     from app.runs.chunk import ChunkPolicy
@@ -37,6 +38,7 @@ __all__ = [
     "engine_choice",
     "engine_config",
     "env_engine",
+    "image_policy",
     "read_overrides",
     "run_upstream",
     "secret",
@@ -328,3 +330,12 @@ def endpoint_options(env: Settings) -> EndpointOptions:
 
     return EndpointOptions(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
                            api_key=secret(env.answer_api_key))
+
+
+def image_policy(env: Settings) -> ImagePolicy:
+    """What this process may fetch as images: ``DREADS_IMAGE_DIRS``,
+    ``DREADS_IMAGE_MAX_BYTES``, ``DREADS_IMAGE_TIMEOUT``."""
+    from app.images import ImagePolicy, parse_image_dirs
+
+    return ImagePolicy(allowed_dirs=parse_image_dirs(env.image_dirs),
+                       max_bytes=env.image_max_bytes, timeout_s=env.image_timeout)

@@ -14,6 +14,8 @@ without a message, which the sweeper re-publishes once the run's queue is draine
 (``DREADS_REQUEUE_AFTER_S``).
 
     lines --iter_job_lines--> decisions and bad lines, one at a time
+          --SubmitImages-----> each image fetched and checked once: its record (ref, sha256,
+                               size) stored with the decision, or the decision rejected
           --check_templates--> rejected decisions (a user input problem, stored as rejected)
           --submit_job-------> run + decisions in SQL batch by batch, each batch published
 """
@@ -25,7 +27,7 @@ import queue
 import threading
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +47,7 @@ from app.engine import (
     settings_to_dict,
 )
 from app.errors import DreadsError, TemplateError
+from app.images import ImagePolicy
 from app.runs.changed import sort_skipped
 from app.runs.jobfile import (
     LineProblem,
@@ -56,6 +59,7 @@ from app.runs.jobfile import (
     split_lines,
 )
 from app.runs.probe import fingerprint_dict
+from app.runs.submit_images import BatchImages, SubmitImages
 from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
 from app.store.models import DecisionStatus
@@ -102,6 +106,8 @@ class SubmitRequest:
     fingerprint: ServerFingerprint | None = None
     #: a changed line under an id the run holds replaces the stored decision if not started
     replace_changed: bool = False
+    #: what the decisions' images may be fetched from, and how large they may be
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
 
 @dataclass(frozen=True)
@@ -157,8 +163,8 @@ def check_templates(
     memo: dict[Any, str | None] = {} if cache is None else bounded_memo(cache)
     for line_no, decision in decisions:
         key = decision.questions  # frozen values: equal questions, equal plan
-        if key not in memo:
-            memo[key] = _template_problem(decision, settings, tokenizer)
+        if key not in memo:  # the template does not depend on the images
+            memo[key] = _template_problem(replace(decision, images=()), settings, tokenizer)
         reason = memo[key]
         if reason is not None:
             problems[decision.id] = LineProblem(line_no, decision.id, reason)
@@ -175,11 +181,13 @@ def _template_problem(decision: Decision, settings: ReadSettings,
 
 
 def _rows(decisions: Sequence[tuple[int, Decision]], rejected: Mapping[str, LineProblem],
-          replicates: int, specs: SpecsMemo) -> Iterator[DecisionRow]:
+          replicates: int, specs: SpecsMemo, images: BatchImages) -> Iterator[DecisionRow]:
     memo = bounded_memo(specs)
+    records = images.records
     for line_no, decision in decisions:
         problem = rejected.get(decision.id) if rejected else None
-        payload = decision_payload(decision, memo=memo)
+        payload = decision_payload(decision, memo=memo,
+                                   images=records.get(decision.id) if records else None)
         reason = problem.reason if problem else None
         digest = content_digest(decision.cell, payload)
         for replicate in range(replicates):
@@ -231,6 +239,7 @@ class _Writer:
         self.first_id: int | None = None  #: lowest id this submission inserted
         self.templates: dict[Any, str | None] = {}
         self.specs: SpecsMemo = {}
+        self.images = SubmitImages(request.images)
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
     def prepare(self, batch: ParsedJob) -> _Prepared:
@@ -238,12 +247,22 @@ class _Writer:
         of one parsed batch: the parsing thread's share of the work."""
         run = self.report.run
         assert run is not None
-        rejected = check_templates(batch.decisions, self.request.settings, self.tokenizer,
-                                   cache=self.templates)
+        rejected, images = self.problems(batch)
         status = DecisionStatus.QUEUED if self._queue_now() else DecisionStatus.PENDING
-        rows = list(_rows(batch.decisions, rejected, self.request.replicates, self.specs))
+        rows = list(_rows(batch.decisions, rejected, self.request.replicates, self.specs,
+                          images))
         laid_out = lay_out(self.factory, run.id, rows, status) if self.report.created else None
         return _Prepared(batch, rejected, rows, status, laid_out)
+
+    def problems(self, batch: ParsedJob) -> tuple[dict[str, LineProblem], BatchImages]:
+        """The batch's rejected decisions (an image that cannot be used, then a template that
+        cannot be read) and its image records."""
+        images = self.images.check(batch.decisions, self.request.settings)
+        rest = [(n, d) for n, d in batch.decisions if d.id not in images.rejected]
+        rejected = check_templates(rest, self.request.settings, self.tokenizer,
+                                   cache=self.templates)
+        rejected.update(images.rejected)
+        return rejected, images
 
     def write(self, session: Session, prepared: _Prepared) -> list[int]:
         """Write one prepared batch in ``session``; return the ids to publish once it
@@ -311,7 +330,10 @@ def submit_job(
     if request.strict:
         writer = _Writer(request, factory, tokenizer, report, None,
                          queue_rows=publisher is not None)
-        now_s = _write_strict(writer, source)
+        try:
+            now_s = _write_strict(writer, source)
+        finally:
+            writer.images.close()
         if writer.ids and publisher is not None:
             report.publish = _publish_all(factory, publisher, report, writer.ids, now_s)
         return report
@@ -326,6 +348,7 @@ def submit_job(
             for batch in _batches(source, SUBMIT_BATCH):
                 writing.put(writer.prepare(batch))
     finally:
+        writer.images.close()
         if publishing is not None:
             report.publish = publishing.close()
     return report
@@ -358,8 +381,7 @@ def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
         report.lines += batch.lines
         report.bad += batch.bad
         report.valid += len(batch.decisions)
-        rejected = check_templates(batch.decisions, writer.request.settings, writer.tokenizer,
-                                   cache=writer.templates)
+        rejected, _ = writer.problems(batch)
         report.rejected += sorted(rejected.values(), key=lambda p: p.line_no)
 
 

@@ -1,0 +1,47 @@
+"""A reference -> its checked ``ImageData`` (``fetch_image``; ``fetch_image_async`` on a loop)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from app.engine.types import ImageData
+from app.images.check import check_image
+from app.images.data_url import decode_data_url
+from app.images.local import read_file
+from app.images.policy import ImagePolicy
+from app.images.refs import ref_kind
+from app.images.remote import get_image, get_image_async
+
+__all__ = ["fetch_image", "fetch_image_async"]
+
+
+def fetch_image(ref: str, *, policy: ImagePolicy, client: httpx.Client | None = None
+                ) -> ImageData:
+    """Read ``ref`` (data URL, allowed ``file://`` path, or http(s) URL) and check it.
+
+    Raises:
+        ImageError: unreadable, not an image, over the size limit, a file outside the allowed
+            directories; ``ImageUnreachable`` for a URL that did not answer or answered an
+            HTTP error (its status on ``.status``). The message names the reference.
+    """
+    kind = ref_kind(ref)
+    declared: str | None = None
+    if kind == "data":
+        data, declared = decode_data_url(ref, max_bytes=policy.max_bytes)
+    elif kind == "file":
+        data = read_file(ref, policy)
+    else:
+        data, declared = get_image(ref, policy, client)
+    return check_image(ref, data, declared_type=declared)
+
+
+async def fetch_image_async(ref: str, *, policy: ImagePolicy,
+                            client: httpx.AsyncClient | None = None) -> ImageData:
+    """``fetch_image`` on an event loop: files are read and images decoded in a thread."""
+    kind = ref_kind(ref)
+    if kind == "http":
+        data, declared = await get_image_async(ref, policy, client)
+        return await asyncio.to_thread(check_image, ref, data, declared_type=declared)
+    return await asyncio.to_thread(fetch_image, ref, policy=policy)
