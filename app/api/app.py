@@ -26,6 +26,7 @@ from app.api import decisions, metrics, pages, runs, systemone
 from app.api.config import ServeConfig
 from app.api.middleware import BodyGuard, RequestContext
 from app.api.state import build_state
+from app.api.systemone_body import document_systemone_body
 from app.metrics import RunMetrics
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -55,6 +56,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                        openai_paths=frozenset({"/v1/decisions"}))
     app.add_middleware(RequestContext)
     metrics.instrument(app)
+    document_systemone_body(app)
     return app
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine import ReadSettings
 from app.errors import ConfigError
+from app.images import ImagePolicy
 from app.runs.embedded import EmbeddedConfig
 from app.runs.sweep import SweepPolicy
 from app.upstream.factory import UpstreamConfig
@@ -60,6 +61,9 @@ class ServeConfig:
     sweep: SweepPolicy = field(default_factory=SweepPolicy)
     #: the queue executor's Celery configuration (``app.broker.config.celery_config``)
     celery: Mapping[str, Any] | None = None
+    #: what a ``/v1/systemone`` request's images may be (``DREADS_IMAGE_*``): no local file
+    #: unless ``DREADS_IMAGE_DIRS`` allows it
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
     @property
     def sqlite(self) -> bool:
@@ -90,7 +94,7 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     if env.api_executor not in EXECUTORS:
         raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
                           f"{env.api_executor!r}")
-    from app.runs.settings import breaker_policy, endpoint_options, sweep_policy
+    from app.runs.settings import breaker_policy, endpoint_options, image_policy, sweep_policy
 
     chosen = executor if executor is not None and executor != "auto" else env.api_executor
     if chosen == "auto":
@@ -108,7 +112,8 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
         local=local, sweep=sweep_policy(env, chunk_size=chunk_size),
-        celery=_celery(env, broker_url) if chosen == "queue" else None)
+        celery=_celery(env, broker_url) if chosen == "queue" else None,
+        images=image_policy(env))
 
 
 def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:

@@ -1,8 +1,14 @@
 """Request and response bodies of the API: Jev's ``/v1/systemone`` shapes and dreads' runs.
 
 The Jev request is validated here (a wrong shape is a 422 with FastAPI's list of errors, as
-Jev answers); what the shapes allow but dreads cannot ask (a box question, too many levels) is a
-400 from ``app.api.jev``.
+Jev answers; a field the request model does not know is a 400 that names it, as vLLM's
+``extra="forbid"`` request model answers: no field is ever dropped unread); what the shapes allow
+but dreads cannot ask (a box question, too many levels, audio) is a 400 from ``app.api.jev``.
+
+``SystemOneIn`` takes Jev's fields (``assets``: images by placeholder, as typesafe-sdk sends
+them), vLLM 0.33's reader's (``images``, ``instructions``, ``joint``, ``chat_template_kwargs``,
+``cache_salt``, ``priority``, ``request_id``, and ``audio`` / ``videos``, which this model
+refuses) and dreads' ``dreads`` extension.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AssetIn",
     "ChoiceAnswerOut",
     "ModelOut",
     "ModelsOut",
@@ -77,16 +84,50 @@ class RecordIn(_In):
         None, description="Question name -> expected label or option, for the report.")
 
 
-class SystemOneIn(BaseModel):
-    """Jev's request: a state and named questions about it."""
+class AssetIn(_In):
+    """Jev's asset: an image, inline (``data_base64`` with its ``format``) or, in a multipart
+    request, the bytes of the part it names."""
 
-    model_config = ConfigDict(extra="ignore")
+    type: Literal["image"] | None = Field(None, description="Identifies an image asset.")
+    format: Literal["png", "jpg", "jpeg"] | None = Field(
+        None, description="The format of data_base64 (the actual one is read from the bytes).")
+    data_base64: str | None = Field(None, description="Base64-encoded image data.")
+    part: str | None = Field(
+        None, description="In a multipart request, the name of the image part this asset uses.")
+
+
+class SystemOneIn(_In):
+    """Jev's request: a state and named questions about it; vLLM 0.33's ``/v1/systemone``
+    request as well (its ``images``, ``joint`` and the rest)."""
 
     model: str = Field(description="The served model's name, or jev-latest / jev-preview.")
-    state: Content = Field(description="The content every question refers to.")
+    state: Content | None = Field(
+        description="The content every question refers to (null: the images alone).")
     questions: dict[str, QuestionIn] = Field(min_length=1)
-    assets: dict[str, Any] | None = Field(
-        None, description="Images: not supported (the served model reads text).")
+    images: list[str] | None = Field(
+        None, description="Image URLs (http(s)) or data URLs, read before the text in the "
+                          "order given (vLLM's reader).")
+    assets: dict[str, AssetIn] | None = Field(
+        None, description="Jev's images by placeholder: each is read before the text, and "
+                          "the placeholder in a string reads as [image N].")
+    instructions: str | None = Field(
+        None, description="vLLM's reader: context ahead of the questions (refused when set: "
+                          "put it in the state or the questions).")
+    audio: list[str] | None = Field(None, description="Refused: this model reads images only.")
+    videos: list[str] | None = Field(None, description="Refused: this model reads images only.")
+    joint: bool | None = Field(
+        None, description="Answer the questions on one canvas; must agree with the server's "
+                          "read mode when given.")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="Only enable_thinking: false is taken (reads run thinking off).")
+    cache_salt: str | None = Field(
+        None, description="vLLM's prefix-cache salt: accepted; it never changes an answer, "
+                          "and dreads' reads are not salted.")
+    priority: int = Field(0, description="vLLM's scheduling priority: accepted, not used "
+                                         "(this server answers in arrival order).")
+    request_id: str | None = Field(
+        None, description="The request's id (the decision's id when recording, unless "
+                          "dreads.id is given).")
     dreads: RecordIn | None = Field(
         None, description="dreads extension: record the answers into a run.")
 

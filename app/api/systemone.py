@@ -2,7 +2,9 @@
 ``GET /health``.
 
 A ``/v1/systemone`` request is one decision answered at once through the engine (not through
-the queue), on the server's read settings; its answers can be recorded into a run.
+the queue), on the server's read settings; its answers can be recorded into a run. Its images
+(``images``, Jev's ``assets``) are fetched and checked once (``app.images``), before any read,
+and every read of the decision carries them.
 """
 
 from __future__ import annotations
@@ -17,12 +19,22 @@ from fastapi import APIRouter, Depends, Request
 
 from app.api.auth import require_key
 from app.api.errors import api_error, raise_for, unaskable
-from app.api.jev import ALIASES, Unaskable, answers_of, diagnostics, input_tokens, to_decision
+from app.api.jev import (
+    ALIASES,
+    Unaskable,
+    answers_of,
+    diagnostics,
+    input_tokens,
+    to_decision,
+)
 from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
 from app.api.state import ApiState
-from app.engine import Decision
+from app.api.systemone_body import Parts, read_systemone_body
+from app.engine import Decision, ReadMode
 from app.engine.template import PromptTooLong
-from app.errors import DreadsError, InputError, RunSettingsMismatch, StoreError
+from app.engine.types import ImageData
+from app.errors import DreadsError, ImageError, InputError, RunSettingsMismatch, StoreError
+from app.images import fetch_image_async
 from app.runs.answer import Answered, answer_decision
 from app.store.queue import utcnow
 
@@ -86,16 +98,40 @@ def _check_model(name: str, api: ApiState) -> None:
                         f"Unknown model: {name}. This server answers with {accepted}.")
 
 
-def _decision(request: Request, body: SystemOneIn) -> Decision:
+def _decision(request: Request, body: SystemOneIn, parts: Parts) -> Decision:
     try:
-        return to_decision(request.state.request_id, body)
+        return to_decision(request.state.request_id, body, parts=parts)
     except Unaskable as exc:
         raise unaskable(exc.message) from exc
 
 
-async def _answer(api: ApiState, decision: Decision) -> Answered:
+def _check_joint(body: SystemOneIn, api: ApiState) -> None:
+    """A request's ``joint``, when given, must be how this server reads (one read mode for
+    every request, so recorded answers stay comparable)."""
+    joint = api.settings.read_mode is ReadMode.JOINT
+    if body.joint is not None and body.joint != joint and len(body.questions) > 1:
+        mode = "jointly (one canvas)" if joint else "one question per canvas"
+        raise unaskable(f"joint: {str(body.joint).lower()}, but this server reads {mode} "
+                        f"(--read-mode {api.settings.read_mode}); send joint: "
+                        f"{str(joint).lower()} or leave it out")
+
+
+async def _images(api: ApiState, decision: Decision) -> tuple[ImageData, ...]:
+    """The decision's images, each fetched and checked once (a 400 naming the image, else)."""
+    if not decision.images:
+        return ()
     try:
-        return await answer_decision(decision, api.settings, api.tokenizer, api.upstream)
+        return tuple(await asyncio.gather(*(fetch_image_async(ref, policy=api.config.images)
+                                             for ref in decision.images)))
+    except ImageError as exc:
+        raise unaskable(exc.message) from exc
+
+
+async def _answer(api: ApiState, decision: Decision,
+                  images: tuple[ImageData, ...] = ()) -> Answered:
+    try:
+        return await answer_decision(decision, api.settings, api.tokenizer, api.upstream,
+                                     images=images)
     except PromptTooLong as exc:  # refused before any read: the model server would refuse it
         raise_for(exc)
     except InputError as exc:  # the template cannot be read: unaskable as written
@@ -110,12 +146,12 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-async def _answer_while_connected(request: Request, api: ApiState, decision: Decision
-                                  ) -> Answered:
+async def _answer_while_connected(request: Request, api: ApiState, decision: Decision,
+                                  images: tuple[ImageData, ...] = ()) -> Answered:
     """``_answer``, cancelled (its reads with it, up to vLLM, which aborts them) as soon as
     the client hangs up: an abandoned request, a client timeout before a retry, frees its slot
     and its GPU work at once."""
-    answer = asyncio.ensure_future(_answer(api, decision))
+    answer = asyncio.ensure_future(_answer(api, decision, images))
     gone = asyncio.ensure_future(_until_disconnected(request))
     try:
         await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -153,19 +189,30 @@ async def _record(api: ApiState, run: str, decision: Decision, decided: Answered
         return {"run": run, "id": decision.id, "error": exc.message}
 
 
+_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneIn"}},
+    "multipart/form-data": {"schema": {"type": "object", "properties": {
+        "request": {"$ref": "#/components/schemas/SystemOneIn"}},
+        "additionalProperties": {"type": "string", "format": "binary"}}}}}}
+
+
 @router.post("/v1/systemone", response_model=SystemOneOut, tags=["jev"], responses=_ERRORS,
-             dependencies=[Depends(require_key)])
-async def system_one(body: SystemOneIn, request: Request, api: Api) -> dict[str, Any]:
+             dependencies=[Depends(require_key)], openapi_extra=_BODY)
+async def system_one(request: Request, api: Api) -> dict[str, Any]:
     """Answer named noul, choice and score questions about one state (Jev's contract), with
-    dreads' diagnostics beside the answers. ``dreads: {"run": NAME}`` records them."""
+    dreads' diagnostics beside the answers. ``images`` (URLs or data URLs) and Jev's image
+    ``assets`` are read before the text. ``dreads: {"run": NAME}`` records the answers."""
+    body, parts = await read_systemone_body(request, api.config.max_body_bytes)
     with api.limiter.slot():
         _check_model(body.model, api)
-        decision = _decision(request, body)
+        _check_joint(body, api)
+        decision = _decision(request, body, parts)
         run = body.dreads.run if body.dreads else api.config.record_run
         if run:
             await _check_record(api, run, body.dreads.id if body.dreads else None)
         started, t0 = utcnow(), time.perf_counter()
-        decided = await _answer_while_connected(request, api, decision)
+        images = await _images(api, decision)
+        decided = await _answer_while_connected(request, api, decision, images)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         recorded = (await _record(api, run, decision, decided, started, latency_ms)
                     if run else None)

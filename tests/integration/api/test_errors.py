@@ -115,11 +115,32 @@ def test_unaskable_questions_are_400_with_a_plain_text_detail(
     assert detail(response) == text
 
 
-def test_images_are_refused_with_what_to_send_instead(guarded: ServeProcess) -> None:
+def test_an_asset_that_is_not_an_image_is_400_naming_it(guarded: ServeProcess) -> None:
     response = post(guarded, body(assets={"img-1": {"type": "image", "format": "png",
                                                     "data_base64": "iVBORw0KGgo="}}))
     assert response.status_code == 400
-    assert detail(response).startswith("assets (images) are not supported")
+    assert "not an image pillow can read" in detail(response)
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"image": ["https://example.com/a.png"]}, "'image'"),
+    ({"temperature": 0.0}, "'temperature'"),
+    ({"questions": {"billing": {**NOUL, "weight": 2}}}, "'questions.billing.noul.weight'"),
+])
+def test_an_unknown_field_is_400_naming_it(guarded: ServeProcess, extra: dict[str, Any],
+                                          named: str) -> None:
+    response = post(guarded, body(**extra))
+    assert response.status_code == 400
+    assert detail(response).startswith(f"Unknown field(s) {named}: this server reads every "
+                                        "field it takes and drops none.")
+
+
+def test_audio_and_video_are_refused_as_vllm_refuses_them(guarded: ServeProcess) -> None:
+    response = post(guarded, body(audio=["https://example.com/a.wav"],
+                                  videos=["https://example.com/v.mp4"]))
+    assert response.status_code == 400
+    assert detail(response) == ("this model does not take audio, video inputs: it reads "
+                                "images only (send them in 'images')")
 
 
 def test_an_unknown_model_is_400_api_usage_error_and_aliases_are_accepted(

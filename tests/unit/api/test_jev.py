@@ -63,7 +63,14 @@ def test_the_record_extension_names_the_decision_cell_and_expected_answers() -> 
     ({"a:b": {"type": "noul", "instructions": "x"}}, {}, "contains ':'"),
     ({f"q{i}": {"type": "noul", "instructions": "x"} for i in range(257)}, {},
      "Too many questions. Must have at most 256 questions per request"),
-    ({"q": {"type": "noul", "instructions": "x"}}, {"assets": {"i": {}}}, "assets (images)"),
+    ({"q": {"type": "noul", "instructions": "x"}}, {"assets": {"i": {}}},
+     "asset 'i' has no image"),
+    ({"q": {"type": "noul", "instructions": "x"}}, {"audio": ["data:audio/wav;base64,AA=="]},
+     "this model does not take audio inputs: it reads images only"),
+    ({"q": {"type": "noul", "instructions": "x"}}, {"instructions": "Be strict."},
+     "top-level 'instructions' are not read"),
+    ({"q": {"type": "noul", "instructions": "x"}},
+     {"chat_template_kwargs": {"enable_thinking": True}}, "only enable_thinking: false"),
     ({"q": {"type": "noul", "instructions": "x"}},
      {"dreads": {"run": "r", "expected": {"q": "maybe"}}}, "expected value 'maybe'"),
 ])
@@ -72,6 +79,35 @@ def test_what_cannot_be_asked_is_unaskable_with_the_reason(
     with pytest.raises(Unaskable) as err:
         to_decision("req_3", request(questions, **extra))
     assert needle in err.value.message
+
+
+def test_images_and_assets_become_the_decisions_images_in_order() -> None:
+    png = "iVBORw0KGgo="
+    decision = to_decision("req_3", request(
+        {"damage": {"type": "noul", "instructions": "Does <img-a> show damage?"}},
+        state="<img-a>", images=["https://example.com/a.png"],
+        assets={"<img-a>": {"type": "image", "format": "png", "data_base64": png},
+                "<img-b>": {"type": "image", "part": "asset-1"}}),
+        parts={"asset-1": ("application/octet-stream", b"\x89PNG")})
+    assert decision.images == ("https://example.com/a.png", f"data:image/png;base64,{png}",
+                               "data:application/octet-stream;base64,iVBORw==")
+    assert decision.state is None  # the state was the image alone
+    assert decision.questions[0].instructions == "Does [image 2] show damage?"
+
+
+def test_vllms_reader_fields_are_taken_and_the_request_id_names_the_decision() -> None:
+    decision = to_decision("req_4", request(
+        {"q": {"type": "noul", "instructions": "x"}}, request_id="vllm-7", cache_salt="s",
+        priority=3, joint=False, chat_template_kwargs={"enable_thinking": False},
+        audio=[], videos=None))
+    assert decision.id == "vllm-7"
+
+
+def test_an_asset_part_the_request_lacks_is_unaskable() -> None:
+    with pytest.raises(Unaskable, match="names part 'asset-0', which the request does not "
+                                        "carry"):
+        to_decision("req_5", request({"q": {"type": "noul", "instructions": "x"}},
+                                     assets={"a": {"type": "image", "part": "asset-0"}}))
 
 
 def test_answers_take_jevs_shapes_in_the_requests_order() -> None:
