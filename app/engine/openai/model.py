@@ -5,9 +5,11 @@ Two readers share the question, choice and level models: ``dreads serve`` and it
 ``metadata``, up to 400 questions) and the simulator's copy of vLLM 0.33 (``app.upstream.sim``
 narrows instructions to text and has a request model of its own). What a reader can ask
 (dreads: 26 choices at most, unique values and labels, no blank names or labels) is checked
-after this, by the reader, and is not part of the shape; dreads serve's image parts and
-non-user messages are refused here, with what to send instead. Imported only where a body
-is read: ``import app.engine`` and reading a stored decision never load pydantic.
+after this, by the reader, and is not part of the shape; non-user messages are refused here,
+with what to send instead. ``input_image`` parts are taken as OpenAI's hosted API takes them
+(a data URL or an http(s) URL in ``image_url``); the reader reads them in the input only.
+Imported only where a body is read: ``import app.engine`` and reading a stored decision never
+load pydantic.
 
 Tagged unions carry their tags in pydantic's error locations: the question types, the part
 types, and ``string`` / ``array`` for a field that is text or a list. ``errors`` drops them
@@ -59,10 +61,6 @@ TAGS = frozenset({"predicate", "choice", "score", "input_text", "input_json", "i
 
 Text = Annotated[StrictStr, Field(max_length=1048576)]  #: vLLM's limit on a text field
 
-_IMAGES = ("images are not supported: this server's model reads text. Send the content as "
-           "input_text or input_json.")
-
-
 def type_name(value: Any) -> str:
     """A JSON value's type, as a message names it (``got number``)."""
     return "null" if value is None else "boolean" if isinstance(value, bool) else (
@@ -95,15 +93,14 @@ class InputJsonIn(_Strict):
     data: Annotated[Any, AfterValidator(_json_data)]
 
 
-class InputImageIn(BaseModel):
-    """OpenAI's image part: refused, the model reads text."""
+class InputImageIn(_Strict):
+    """OpenAI's image part: a data URL or an http(s) URL. ``detail`` is taken and has no
+    effect: the model reads every image at its processor's one size."""
 
     type: Literal["input_image"]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refused(cls, value: Any) -> Any:
-        raise PydanticCustomError("images", _IMAGES)
+    image_url: Text
+    detail: Literal["low", "high", "auto", "original"] | None = None
+    prompt_cache_breakpoint: Any = None
 
 
 PartIn = Annotated[InputTextIn | InputJsonIn | InputImageIn, Field(discriminator="type")]

@@ -12,8 +12,12 @@ maps onto dreads' questions (one decision model inside; shapes at the edge):
 - ``score`` -> a score question whose levels are the labels (``"label - description"`` where a
   level has a description); ``score`` is the expected 0-indexed level. At most 10 levels.
 - A question's ``name`` is its id; an unnamed question's id is its position (``"0"``, ...).
-- ``input`` is a string, or user messages whose content is a string or ``input_text`` and
-  ``input_json`` parts; one JSON part alone is the state as JSON. Images are refused.
+- ``input`` is a string, or user messages whose content is a string or ``input_text``,
+  ``input_json`` and ``input_image`` parts; one JSON part alone is the state as JSON. The
+  images (``image_url``: a data URL or an http(s) URL, as OpenAI's hosted API takes them) are
+  the decision's images, in order; the model reads them before the text (vLLM's reader's
+  layout), wherever they stand among the parts. An input of images alone has a null state.
+  Images in a question's instructions are refused: put them in the input.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from app.engine.openai.errors import DecisionsRequestError, fail, request_error
 from app.engine.openai.model import (
     ChoiceQuestionIn,
     DecisionsBody,
+    InputImageIn,
     InputJsonIn,
     InputTextIn,
     MessageIn,
@@ -76,12 +81,12 @@ def decision_from_request(key: str, body: Mapping[str, Any], *, cell: str | None
         DecisionsRequestError: the message says what to fix; ``param`` names the field.
     """
     request = _validated(body, set(extra_keys))
-    state = _state(request.input)
+    state, images = _state(request.input), _images(request.input)
     specs, shapes = _questions(request.questions)
     if cell is not None and not isinstance(cell, str):
         raise fail("metadata.cell", f"must be a string, got {type_name(cell)}")
     try:
-        decision = build_decision(key, state, specs, cell)
+        decision = build_decision(key, state, specs, cell, images=list(images) or None)
     except InputError as exc:
         raise DecisionsRequestError(exc.message) from None
     return replace(decision, expected=_expected(expected, decision, shapes, expected_param),
@@ -103,27 +108,46 @@ def _validated(body: Any, extra_keys: set[str]) -> DecisionsBody:
 def _part_text(part: PartIn) -> str:
     if isinstance(part, InputTextIn):
         return part.text
-    if isinstance(part, InputJsonIn):
-        return serialize_state(part.data)
-    raise AssertionError("an image part never validates")
+    assert isinstance(part, InputJsonIn)  # images are taken out before
+    return serialize_state(part.data)
 
 
 def _joined(content: str | Sequence[PartIn]) -> str:
     return content if isinstance(content, str) else "\n".join(map(_part_text, content))
 
 
+def _text_parts(content: str | Sequence[PartIn]) -> str | list[PartIn]:
+    return content if isinstance(content, str) else [
+        part for part in content if not isinstance(part, InputImageIn)]
+
+
+def _images(value: str | list[MessageIn]) -> tuple[str, ...]:
+    """The input's image URLs, in order."""
+    if isinstance(value, str):
+        return ()
+    return tuple(part.image_url for message in value if not isinstance(message.content, str)
+                 for part in message.content if isinstance(part, InputImageIn))
+
+
 def _state(value: str | list[MessageIn]) -> Any:
-    """A string input as is; messages joined (a blank line between messages); one JSON part
-    alone as JSON (dreads writes it into the prompt as JSON)."""
+    """A string input as is; messages joined (a blank line between messages), their images
+    left out; one JSON part alone as JSON (dreads writes it into the prompt as JSON); images
+    alone, null."""
     if isinstance(value, str):
         return value
-    if len(value) == 1 and not isinstance(value[0].content, str) and \
-            len(value[0].content) == 1 and isinstance(value[0].content[0], InputJsonIn):
-        return value[0].content[0].data
-    return "\n\n".join(_joined(message.content) for message in value)
+    contents = [c for c in (_text_parts(m.content) for m in value) if c]
+    if not contents:
+        return None
+    if len(contents) == 1 and not isinstance(contents[0], str) and \
+            len(contents[0]) == 1 and isinstance(contents[0][0], InputJsonIn):
+        return contents[0][0].data
+    return "\n\n".join(_joined(content) for content in contents)
 
 
 def _instructions(value: str | Sequence[PartIn], param: str) -> str:
+    if not isinstance(value, str) and any(isinstance(p, InputImageIn) for p in value):
+        raise fail(param, "images in a question's instructions are not read by this server: "
+                   "put the images in the input (a user message's input_image parts)")
     text = _joined(value)
     if not text.strip():
         raise fail(param, "must not be empty")

@@ -23,7 +23,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from app.engine import (
     Answer,
@@ -109,6 +117,16 @@ class _Message(_Strict):
     role: Literal["user"]
     content: StrictStr | list[_InputText]
     type: Literal["message"] = "message"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_images(cls, data: Any) -> Any:
+        """vLLM 0.33 reads text only on /v1/decisions: an image part is its value error."""
+        if isinstance(data, dict) and isinstance(data.get("content"), list) and any(
+                isinstance(part, dict) and part.get("type") == "input_image"
+                for part in data["content"]):
+            raise ValueError("Decisions supports text input only; images are not supported")
+        return data
 
 
 # The question, choice and level models are dreads serve's (OpenAI's shape), so the two
@@ -421,12 +439,24 @@ async def _decisions(app: SimApp, raw: bytes, request_id: str, read: Read) -> di
 
 # -- the route ------------------------------------------------------------------------------
 
+#: pydantic's own location segments (a union branch's type), which vLLM leaves out of ``loc``
+_INTERNAL_LOC = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "union",
+                           "tagged-union", "function-before", "function-after", "nullable"})
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    """A location as vLLM writes it: dotted, without pydantic's union-branch segments."""
+    parts = [str(p) for p in ("body", *loc)
+             if not any(c in str(p) for c in "[](){}") and str(p).lower() not in _INTERNAL_LOC]
+    return ".".join(parts)
+
+
 def _validation_error(exc: ValidationError) -> dict[str, Any]:
     errors = exc.errors(include_url=False, include_input=False)
     label = "error" if len(errors) == 1 else "errors"
-    lines = [f"  {{'type': {e['type']!r}, 'loc': {'.'.join(map(str, ('body', *e['loc'])))!r}, "
-             f"'msg': {e['msg']!r}}}" for e in errors[:10]]
-    param = ".".join(map(str, ("body", *errors[0]["loc"]))) if errors else None
+    lines = [f"  {{'type': {e['type']!r}, 'loc': {_loc(e['loc'])!r}, 'msg': {e['msg']!r}}}"
+             for e in errors[:10]]
+    param = _loc(errors[0]["loc"]) if errors else None
     message = f"{len(errors)} validation {label}:\n" + "\n".join(lines)
     return error_body(message, param, kind="Bad Request")
 

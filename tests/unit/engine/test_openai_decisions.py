@@ -106,9 +106,12 @@ def test_input_messages_and_json_parts_become_the_state() -> None:
      "questions[0].choices", "dreads reads at most 26"),
     (request({**SCORE, "levels": [{"label": str(i)} for i in range(11)]}),
      "questions[0].levels", "at most 10"),
-    (request(input=[{"role": "user", "content": [{"type": "input_image",
-                                                  "image_url": "https://x/a.png"}]}]),
-     "input[0].content[0]", "images are not supported"),
+    (request({**PREDICATE, "instructions": [
+        {"type": "input_text", "text": "Damaged?"},
+        {"type": "input_image", "image_url": "https://x/a.png"}]}),
+     "questions[0].instructions", "images in a question's instructions are not read"),
+    (request(input=[{"role": "user", "content": [{"type": "input_image"}]}]),
+     "input[0].content[0].image_url", "is required"),
     (request(input=[{"role": "system", "content": "Be brief."}]), "input[0]",
      "role 'system' is not supported"),
     (request({**BOOLS, "choices": [{"value": 1}, {"value": 2}]}),
@@ -129,6 +132,21 @@ def test_requests_dreads_cannot_ask_name_the_field(body: dict[str, Any], param: 
         decision_from_request("k", body)
     assert err.value.param == param
     assert text in err.value.message
+
+
+def test_input_images_are_the_decisions_images_in_order_as_openai_takes_them() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    decision = decision_from_request("k", request(input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "The parcel."},
+                                     {"type": "input_image", "image_url": png,
+                                      "detail": "high"}]},
+        {"role": "user", "content": [{"type": "input_image",
+                                      "image_url": "https://example.com/b.jpg"}]}]))
+    assert decision.images == (png, "https://example.com/b.jpg")
+    assert decision.state == "The parcel."
+    alone = decision_from_request("k", request(input=[
+        {"role": "user", "content": [{"type": "input_image", "image_url": png}]}]))
+    assert (alone.state, alone.images) == (None, (png,))
 
 
 def test_a_batch_line_for_another_url_is_refused() -> None:

@@ -68,13 +68,21 @@ def test_vllm_reads_instructions_as_text_only_where_dreads_serve_takes_parts() -
 @pytest.mark.parametrize(("change", "param"), [
     ({"joint": "yes"}, "body.joint"),
     ({"input": [{"role": "user", "content": [{"type": "input_json", "data": {}}]}]},
-     "body.input.str"),
+     "body.input"),  # vLLM leaves pydantic's union branch ("str") out of param
     ({"prompt_cache_key": "k"}, "body.prompt_cache_key"),
     ({"questions": [OPENAI_BODY["questions"][0]] * 201}, "body.questions"),
 ])
 def test_the_vllm_request_keeps_its_own_top_level_rules(change: dict[str, Any],
                                                         param: str) -> None:
     assert _sim_error({**OPENAI_BODY, **change})["param"] == param
+
+
+def test_an_image_part_is_refused_with_vllms_message() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+    error = _sim_error({**OPENAI_BODY, "input": [{"role": "user", "content": [image]}]})
+    assert (error["type"], error["param"], error["code"]) == ("Bad Request", "body.input", 400)
+    assert ("'loc': 'body.input.0', 'msg': 'Value error, Decisions supports text input only; "
+            "images are not supported'") in error["message"]
 
 
 def test_a_null_description_is_refused_as_vllm_refuses_it() -> None:
