@@ -4,7 +4,10 @@ Pure: no I/O. (``app.api.jev`` is the other direction: dreads serving that shape
     Decision --systemone_request--> {"model", "state", "questions"}   (one request, all questions)
     response --read_systemone-----> EndpointAnswers (one draw per question, refusals, usage)
 
-The request's questions are the decision's own Jev specs (``questions_spec``). Answers are
+The request's questions are the decision's own Jev specs (``questions_spec``); its images go in
+vLLM's ``images`` field (``image_urls``: an http(s) or data URL as the decision gives it, the
+endpoint fetching a URL itself; a ``file://`` image as the data URL of its bytes, read by the
+caller, since the endpoint cannot read this host's files). Answers are
 read by question id: noul ``noul`` = P(yes) (or ``probabilities`` yes/no); choice
 ``probabilities`` by option name; score ``probabilities`` by 0-indexed level. An endpoint that
 gives only the chosen option (or level) puts probability 1 on it. Diagnostics: ``confidence``
@@ -14,7 +17,7 @@ or ``diagnostics.questions[question]`` (``dreads serve``); anything missing stay
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.engine.endpoint import (
@@ -30,13 +33,40 @@ from app.engine.questions import questions_spec
 from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
 from app.errors import MalformedResponse
 
-__all__ = ["read_systemone", "systemone_request"]
+__all__ = ["read_systemone", "sent_image_url", "systemone_request"]
+
+_SENT_AS_GIVEN = ("http://", "https://", "data:")
 
 
-def systemone_request(decision: Decision, model: str) -> dict[str, Any]:
-    """The ``POST /v1/systemone`` body that asks every question of ``decision`` at once."""
-    return {"model": model, "state": decision.state,
-            "questions": questions_spec(decision.questions)}
+def sent_image_url(ref: str) -> bool:
+    """Whether an image reference goes to an endpoint as given (an http(s) URL, which the
+    endpoint fetches, or a data URL); else (``file://``) its bytes go, as a data URL."""
+    return ref.startswith(_SENT_AS_GIVEN)
+
+
+def systemone_request(decision: Decision, model: str, *,
+                      image_urls: Sequence[str] | None = None) -> dict[str, Any]:
+    """The ``POST /v1/systemone`` body that asks every question of ``decision`` at once, with
+    its images in ``images`` (``image_urls``, in the decision's order; by default its
+    references as given).
+
+    Raises:
+        ValueError: an image reference that cannot be sent as given (``file://``) and no
+            ``image_urls``.
+    """
+    body: dict[str, Any] = {"model": model, "state": decision.state,
+                            "questions": questions_spec(decision.questions)}
+    urls = tuple(decision.images if image_urls is None else image_urls)
+    if len(urls) != len(decision.images):
+        raise ValueError(f"decision {decision.id!r} has {len(decision.images)} image(s) but "
+                         f"{len(urls)} URL(s) were given for them")
+    unsent = [u for u in urls if not sent_image_url(u)]
+    if unsent:
+        raise ValueError(f"image {unsent[0][:60]!r} cannot be sent to an endpoint as given: "
+                         "pass its bytes as a data URL")
+    if urls:
+        body["images"] = list(urls)
+    return body
 
 
 def _one_hot(question: Question, index: int) -> list[float]:

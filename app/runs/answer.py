@@ -49,6 +49,7 @@ from app.engine.openai.client import decisions_request, read_decisions
 from app.engine.systemone import read_systemone, systemone_request
 from app.engine.types import ImageData
 from app.images import ImageCache, ImagePolicy, StoredImage
+from app.runs.endpoint_images import endpoint_image_urls
 from app.upstream.base import Upstream
 from app.upstream.endpoint import DecisionEndpoint
 
@@ -183,17 +184,21 @@ _READ: dict[AnswerBy, Callable[..., EndpointAnswers]] = {AnswerBy.SYSTEMONE: rea
 class EndpointSource:
     """One request per decision to a decision endpoint, in its shape."""
 
-    def __init__(self, endpoint: DecisionEndpoint, model: str) -> None:
+    def __init__(self, endpoint: DecisionEndpoint, model: str,
+                 images: ImagePolicy | None = None) -> None:
         self.endpoint = endpoint
         self.model = model
+        self.images = images or ImagePolicy()  #: what a ``file://`` image may be read from
         self.n_requests = 0
 
     async def answer(self, decision: Decision, *, replicate: int,
                      images: Sequence[StoredImage] = ()) -> Answered:
-        """The endpoint fetches the decision's images itself, from their references."""
+        """The endpoint fetches the decision's http(s) images itself, from their references;
+        a ``file://`` image is read here and sent as a data URL (``endpoint_image_urls``)."""
         kind = self.endpoint.kind
+        urls = await endpoint_image_urls(decision.images, self.images)
         # not encode_body: its sorted keys would reorder a choice's criteria (its options)
-        body = orjson.dumps(_ASK[kind](decision, self.model))
+        body = orjson.dumps(_ASK[kind](decision, self.model, image_urls=urls))
         self.n_requests += 1
         payload, latency_ms = await self.endpoint.ask(body)
         read = _READ[kind](decision, payload, latency_ms=latency_ms)
@@ -208,6 +213,8 @@ class EndpointOptions:
     timeout_s: float = 120.0  #: one request
     give_up_s: float = 300.0  #: transient failures retried this long before the attempt fails
     api_key: str | None = field(default=None, repr=False)
+    #: where a decision's ``file://`` images may be read from, to send their bytes
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
 
 @dataclass
@@ -244,7 +251,8 @@ class EndpointPool:
         return found
 
     def source(self, run_id: int, settings: ReadSettings) -> EndpointSource:
-        return EndpointSource(self.endpoint(run_id, settings), settings.model)
+        return EndpointSource(self.endpoint(run_id, settings), settings.model,
+                              self.options.images)
 
     async def aclose(self) -> None:
         endpoints, self._endpoints = list(self._endpoints.values()), {}

@@ -329,7 +329,7 @@ def endpoint_options(env: Settings) -> EndpointOptions:
     from app.runs.answer import EndpointOptions
 
     return EndpointOptions(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
-                           api_key=secret(env.answer_api_key))
+                           api_key=secret(env.answer_api_key), images=image_policy(env))
 
 
 def image_policy(env: Settings) -> ImagePolicy:

@@ -10,7 +10,7 @@ own, or a dreads line's as predicate, choice and score. ``app.sources`` sends th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.engine.endpoint import (
@@ -30,14 +30,27 @@ from app.errors import MalformedResponse
 __all__ = ["decisions_request", "read_decisions", "reader_decision", "reader_options"]
 
 
-def decisions_request(decision: Decision, model: str) -> dict[str, Any]:
+def decisions_request(decision: Decision, model: str, *,
+                      image_urls: Sequence[str] | None = None) -> dict[str, Any]:
     """The ``POST /v1/decisions`` body that asks every question of ``decision`` at once: the
     request's own shapes for a decision that came as one, else noul -> predicate, choice ->
-    string values, score -> levels. A state that is not text is written as JSON."""
+    string values, score -> levels. A state that is not text is written as JSON. Images
+    (``image_urls``, by default the decision's references) go as OpenAI's ``input_image``
+    parts of one user message, before the text (vLLM 0.33's ``/v1/decisions`` refuses them)."""
     shapes = openai_questions(decision)
-    return {"model": model, "input": serialize_state(decision.state),
+    return {"model": model, "input": _input(decision, image_urls),
             "questions": [shape.asked(q)
                           for q, shape in zip(decision.questions, shapes, strict=True)]}
+
+
+def _input(decision: Decision, image_urls: Sequence[str] | None) -> Any:
+    urls = decision.images if image_urls is None else image_urls
+    if not urls:
+        return serialize_state(decision.state)
+    parts: list[dict[str, Any]] = [{"type": "input_image", "image_url": u} for u in urls]
+    if decision.state is not None:
+        parts.append({"type": "input_text", "text": serialize_state(decision.state)})
+    return [{"role": "user", "content": parts}]
 
 
 def reader_decision(decision: Decision, model: str) -> Decision:
@@ -47,7 +60,8 @@ def reader_decision(decision: Decision, model: str) -> Decision:
     What ``--dry-run`` counts the endpoint's tokens on."""
     body = decisions_request(decision, model)
     questions = tuple(_reader_question(i, asked) for i, asked in enumerate(body["questions"]))
-    return Decision(id=decision.id, state=body["input"], questions=questions)
+    return Decision(id=decision.id, state=serialize_state(decision.state),
+                    questions=questions)
 
 
 def reader_options(asked: Mapping[str, Any]) -> list[tuple[str, str | None]]:
