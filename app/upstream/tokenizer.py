@@ -104,8 +104,10 @@ class HFTextTokenizer:
 
         Raises:
             ValueError: ``image_sizes`` does not give one size per image part.
-            TemplateError: the rendered prompt holds another number of image placeholders
-                than images (a state or question that writes ``<|image|>`` itself).
+            TemplateError: the rendered prompt holds more image placeholders than images (a
+                state or question that writes ``<|image|>`` itself).
+            ConfigError: the chat template writes no ``<|image|>`` for an image part, or the
+                tokenizer has no image tokens.
         """
         n_images = count_images(messages)
         if n_images != len(image_sizes):
@@ -115,16 +117,24 @@ class HFTextTokenizer:
         if not n_images:
             return list(self._encode_text(text))
         pieces = text.split(IMAGE_PLACEHOLDER)
-        if len(pieces) - 1 != n_images:
-            raise TemplateError(
-                f"the prompt holds {len(pieces) - 1} image placeholder(s) "
-                f"{IMAGE_PLACEHOLDER!r} for {n_images} image(s): remove {IMAGE_PLACEHOLDER!r} "
-                "from the state and the questions")
+        self._check_placeholders(len(pieces) - 1, n_images)
         ids = list(self._encode_text(pieces[0]))
         for (width, height), piece in zip(image_sizes, pieces[1:], strict=True):
             ids.extend(self.image_ids(width, height))
             ids.extend(self._encode_text(piece))
         return ids
+
+    def _check_placeholders(self, found: int, n_images: int) -> None:
+        if found > n_images:
+            raise TemplateError(
+                f"the prompt holds {found} image placeholders {IMAGE_PLACEHOLDER!r} for "
+                f"{n_images} image(s): remove {IMAGE_PLACEHOLDER!r} from the state and the "
+                "questions")
+        if found < n_images:
+            raise ConfigError(
+                f"the chat template of tokenizer {self.name!r} writes {found} image "
+                f"placeholder(s) {IMAGE_PLACEHOLDER!r} for {n_images} image(s), so dreads cannot "
+                "place the images' tokens: pass the served model's tokenizer (--tokenizer)")
 
     def _render_text(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> str:
         if count_images(messages):
@@ -154,8 +164,7 @@ class HFTextTokenizer:
 
     @functools.cached_property
     def image_rule(self) -> ImageRule:
-        """This tokenizer's image ids with Gemma 4's budget (the processor's ids when it has
-        one).
+        """This tokenizer's image ids, with Gemma 4's image processor defaults.
 
         Raises:
             ConfigError: no image tokens by name, and a vocabulary too small for DiffusionGemma's.

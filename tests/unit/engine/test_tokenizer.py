@@ -219,3 +219,13 @@ def test_a_tokenizer_without_image_tokens_cannot_read_images(
     tok = HFTextTokenizer(hf, "textonly")
     with pytest.raises(ConfigError, match=r"has no image tokens.*pass the served model's"):
         tok.image_ids(48, 48)
+
+
+def test_a_template_that_writes_no_image_placeholder_is_refused(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    hf = copy.deepcopy(standin_tokenizer.hf)
+    hf.chat_template = _PARTS_TEMPLATE.replace("\n\n<|image|>\n\n", "[image]")
+    tok = HFTextTokenizer(hf, "standin-blind")
+    messages = ({"role": "user", "content": [_IMAGE_PART, {"type": "text", "text": "red?"}]},)
+    with pytest.raises(ConfigError, match=r"writes 0 image placeholder\(s\).*--tokenizer"):
+        tok.chat_prompt_ids(messages, image_sizes=[(48, 48)])
