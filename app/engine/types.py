@@ -200,11 +200,12 @@ class TextTokenizer(Protocol):
         ...
 
     def chat_prompt_ids(self, messages: tuple[Message, ...], *, prefill: str = "",
-                        image_sizes: Sequence[tuple[int, int]] = ()) -> list[int]:
+                        image_sizes: Sequence[tuple[int, int]] | None = None) -> list[int]:
         """The chat template applied with thinking off, as ids: the generation prompt on, or
         with ``prefill`` the messages followed by an assistant message of that text, continued
         (not closed). A message's ``image_url`` parts take, in order, the ids ``image_ids``
-        gives for each (width, height) of ``image_sizes``, as the server expands them."""
+        gives for each (width, height) of ``image_sizes`` (None: read from the parts' data URLs),
+        as the server expands them."""
         ...
 
     def image_ids(self, width: int, height: int) -> tuple[int, ...]:

@@ -15,6 +15,9 @@ The image placeholder is then expanded in the prompt ids (``HFTextTokenizer.rend
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
@@ -22,7 +25,8 @@ from typing import Any, Literal
 import jinja2
 from jinja2 import nodes
 
-__all__ = ["ContentFormat", "content_format", "count_images", "template_messages"]
+__all__ = ["ContentFormat", "content_format", "count_images", "data_url_image_sizes",
+           "template_messages"]
 
 ContentFormat = Literal["string", "openai"]
 IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
@@ -88,6 +92,39 @@ def count_images(messages: Sequence[Mapping[str, Any]]) -> int:
     """The image parts of all the messages."""
     return sum(1 for m in messages if isinstance(m.get("content"), list | tuple)
                for part in m["content"] if _is_image(part))
+
+
+def _image_url(part: Mapping[str, Any]) -> str:
+    url = part.get("image_url")
+    if isinstance(url, Mapping):
+        url = url.get("url")
+    return url if isinstance(url, str) else ""
+
+
+def _data_url_size(url: str) -> tuple[int, int]:
+    from PIL import Image, UnidentifiedImageError
+
+    head, _, payload = url.partition(",")
+    if not head.startswith("data:") or not head.endswith(";base64"):
+        raise ValueError(f"image part {url[:60]!r} is not a base64 data URL: pass its size "
+                         "(image_sizes=)")
+    try:
+        with Image.open(io.BytesIO(base64.b64decode(payload, validate=True))) as image:
+            return image.size
+    except (binascii.Error, UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"image part {url[:60]!r} is not a readable image: {exc}") from None
+
+
+def data_url_image_sizes(messages: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """The (width, height) of each image part, in order, read from its data URL (the header
+    only; what dreads sends).
+
+    Raises:
+        ValueError: an image part that is not a base64 data URL of a readable image.
+    """
+    return [_data_url_size(_image_url(part)) for m in messages
+            if isinstance(m.get("content"), list | tuple)
+            for part in m["content"] if _is_image(part)]
 
 
 def _texts(parts: Sequence[Any]) -> list[str]:

@@ -14,6 +14,8 @@ image takes: ``<|image>``, N x ``<|image|>``, ``<image|>``. N is counted by the 
 source's own processor when it has one (a model directory with ``processor_config.json``), else
 by Gemma 4's rule (``app.engine.image_tokens``). The three ids are the tokenizer's tokens of
 those names, else DiffusionGemma's ids (255999, 258880, 258882) where the vocabulary has them.
+A server-side render (the simulator, the in-process engine) passes no sizes: they are read from
+the parts' data URLs, which is what dreads sends.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from typing import Any
 from app.engine.image_tokens import GEMMA4_IMAGE_IDS, ImageRule, image_prompt_ids
 from app.engine.types import Message, TokenizerInfo
 from app.errors import ConfigError, TemplateError
-from app.upstream.chat_parts import content_format, count_images, template_messages
+from app.upstream.chat_parts import (
+    content_format,
+    count_images,
+    data_url_image_sizes,
+    template_messages,
+)
 
 __all__ = ["STANDIN", "HFTextTokenizer", "load_tokenizer", "standin_path"]
 
@@ -84,10 +91,11 @@ class HFTextTokenizer:
         return list(self._encode_cached(text))
 
     def chat_prompt_ids(self, messages: tuple[Message, ...], *, prefill: str = "",
-                        image_sizes: Sequence[tuple[int, int]] = ()) -> list[int]:
+                        image_sizes: Sequence[tuple[int, int]] | None = None) -> list[int]:
         """The chat template applied with thinking off, as ids: the generation prompt on, or
         with ``prefill`` an assistant message of that text continued (not closed). Each image
-        part of ``messages`` takes the ids of its (width, height) in ``image_sizes``."""
+        part of ``messages`` takes the ids of its (width, height) in ``image_sizes`` (None:
+        read from the parts' data URLs)."""
         if prefill:
             return self.render_chat([*messages, {"role": "assistant", "content": prefill}],
                                     add_generation_prompt=False, continue_final_message=True,
@@ -96,20 +104,25 @@ class HFTextTokenizer:
 
     def render_chat(self, messages: Sequence[Mapping[str, Any]], *,
                     add_generation_prompt: bool = True, continue_final_message: bool = False,
-                    image_sizes: Sequence[tuple[int, int]] = ()) -> list[int]:
+                    image_sizes: Sequence[tuple[int, int]] | None = None) -> list[int]:
         """Ids of ``messages`` rendered as a server renders a chat request, thinking off: the
         template's text, then its ids (no special tokens added: the template writes them).
         Content parts reach the template as vLLM gives them; each image placeholder becomes
-        ``image_ids`` of the image's (width, height) in ``image_sizes``, in order.
+        ``image_ids`` of the image's (width, height) in ``image_sizes``, in order; with None,
+        the sizes are read from the parts' data URLs (what dreads sends: the simulator and the
+        in-process engine render request bodies so).
 
         Raises:
-            ValueError: ``image_sizes`` does not give one size per image part.
+            ValueError: ``image_sizes`` does not give one size per image part, or (None) an
+                image part that is not a data URL of a readable image.
             TemplateError: the rendered prompt holds more image placeholders than images (a
                 state or question that writes ``<|image|>`` itself).
             ConfigError: the chat template writes no ``<|image|>`` for an image part, or the
                 tokenizer has no image tokens.
         """
         n_images = count_images(messages)
+        if image_sizes is None:
+            image_sizes = data_url_image_sizes(messages) if n_images else []
         if n_images != len(image_sizes):
             raise ValueError(f"{n_images} image part(s) but {len(image_sizes)} image size(s)")
         text = self._render_text(messages, add_generation_prompt=add_generation_prompt,

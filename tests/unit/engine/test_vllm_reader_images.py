@@ -392,3 +392,29 @@ def test_a_processor_counts_when_the_source_has_one(named_dir: Path, tmp_path: P
     expanded = processor(text=["<|image|>"], images=[[pil]],
                          add_special_tokens=False)["input_ids"][0]
     assert tok.image_ids(*pil.size) == tuple(expanded)
+
+
+@pytest.mark.parametrize("tokenizer", ["named_tokenizer", "standin_tokenizer"])
+def test_a_served_body_renders_to_the_units_prompt(request: pytest.FixtureRequest,
+                                                   tokenizer: str) -> None:
+    """A server that renders the body (the simulator, the in-process engine) reads the sizes
+    from the data URLs and runs the prompt dreads planned, thought block included."""
+    tok = request.getfixturevalue(tokenizer)
+    images = [RED[1], TALL[1]]
+    settings = ReadSettings(tokenizer=tok.name, read_mode=ReadMode.JOINT)
+    plan = plan_decision(image_decision(STATE, SPECS, images), settings, tok, images=images)
+    body = DecisionFlow(plan, settings, vocab_size=tok.info.vocab_size).next_requests()[0].body
+    rendered = tok.render_chat(body["messages"],
+                               add_generation_prompt=body.get("add_generation_prompt", True),
+                               continue_final_message=body.get("continue_final_message", False))
+    assert tuple(rendered) == plan.units[0].prompt_ids
+
+
+def test_an_image_part_without_a_size_must_be_a_data_url(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    messages = ({"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}},
+        {"type": "text", "text": "red?"}]},)
+    with pytest.raises(ValueError, match="not a base64 data URL: pass its size"):
+        standin_tokenizer.chat_prompt_ids(messages)
+    assert len(standin_tokenizer.chat_prompt_ids(messages, image_sizes=[(64, 40)])) > 273
