@@ -12,8 +12,10 @@ of parts, its ``image_url`` parts first. The chat template gets them as vLLM giv
 (``chat_parts``), and each image placeholder ``<|image|>`` the prompt holds becomes the ids the
 image takes: ``<|image>``, N x ``<|image|>``, ``<image|>``. N is counted by the tokenizer
 source's own processor when it has one (a model directory with ``processor_config.json``), else
-by Gemma 4's rule (``app.engine.image_tokens``). The three ids are the tokenizer's tokens of
-those names, else DiffusionGemma's ids (255999, 258880, 258882) where the vocabulary has them.
+by Gemma 4's rule (``app.engine.image_tokens``) with the model's ``vision_config`` from its
+``config.json`` (patch size, pooling, ``default_output_length``), as vLLM counts it. The three
+ids are the tokenizer's tokens of those names, else DiffusionGemma's ids (255999, 258880,
+258882) where the vocabulary has them.
 A server-side render (the simulator, the in-process engine) passes no sizes: they are read from
 the parts' data URLs, which is what dreads sends.
 """
@@ -21,6 +23,7 @@ the parts' data URLs, which is what dreads sends.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -177,21 +180,36 @@ class HFTextTokenizer:
 
     @functools.cached_property
     def image_rule(self) -> ImageRule:
-        """This tokenizer's image ids, with Gemma 4's image processor defaults.
+        """This tokenizer's image ids, with the model's vision settings (``config.json``'s
+        ``vision_config`` beside the tokenizer) or Gemma 4's defaults.
 
         Raises:
             ConfigError: no image tokens by name, and a vocabulary too small for DiffusionGemma's.
         """
         named = [self._token_id(token) for token in IMAGE_TOKENS]
+        budget = self._vision_budget()
         if all(i is not None for i in named):
             boi, image, eoi = (int(i) for i in named if i is not None)
-            return ImageRule(boi_id=boi, image_id=image, eoi_id=eoi)
+            return ImageRule(boi_id=boi, image_id=image, eoi_id=eoi, **budget)
         if len(self.hf) > max(GEMMA4_IMAGE_IDS):
-            return ImageRule(*GEMMA4_IMAGE_IDS)
+            return ImageRule(*GEMMA4_IMAGE_IDS, **budget)
         raise ConfigError(
             f"tokenizer {self.name!r} has no image tokens ({', '.join(IMAGE_TOKENS)}), so it "
             "cannot read images: pass the served model's tokenizer (--tokenizer), or drop the "
             "images from the job file")
+
+    def _vision_budget(self) -> dict[str, int]:
+        """The model's vision settings when the source is a model directory whose
+        ``config.json`` has them (vLLM counts an image's tokens from them), else {}."""
+        path = Path(self.source or "") / "config.json"
+        try:
+            vision = json.loads(path.read_text(encoding="utf-8")).get("vision_config") or {}
+        except (OSError, ValueError, AttributeError):
+            return {}
+        keys = {"patch_size": "patch_size", "pooling_kernel_size": "pooling",
+                "default_output_length": "max_soft_tokens"}
+        return {ours: int(vision[theirs]) for theirs, ours in keys.items()
+                if isinstance(vision, dict) and isinstance(vision.get(theirs), int)}
 
     @functools.cache  # noqa: B019 (one tokenizer per source, loaded once per process)
     def _processor(self) -> Any:

@@ -418,3 +418,14 @@ def test_an_image_part_without_a_size_must_be_a_data_url(
     with pytest.raises(ValueError, match="not a base64 data URL: pass its size"):
         standin_tokenizer.chat_prompt_ids(messages)
     assert len(standin_tokenizer.chat_prompt_ids(messages, image_sizes=[(64, 40)])) > 273
+
+
+def test_the_models_vision_budget_counts(named_dir: Path, tmp_path: Path) -> None:
+    """A model directory whose config.json sets a smaller budget (vLLM reads it there)."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (tmp_path / name).symlink_to(named_dir / name)
+    (tmp_path / "config.json").write_text(json.dumps({"vision_config": {
+        "patch_size": 16, "pooling_kernel_size": 3, "default_output_length": 70}}))
+    tok = load_tokenizer(str(tmp_path))
+    assert tok.image_rule.max_soft_tokens == 70
+    assert len(tok.image_ids(512, 512)) == 64 + 2  # 384 x 384 pixels: 8 x 8 tokens
