@@ -71,7 +71,9 @@ def _loops(root: nodes.Template) -> Iterator[nodes.For]:
 
 @lru_cache(maxsize=32)
 def content_format(template: str) -> ContentFormat:
-    """``openai`` when the template loops over a message's content (as vLLM detects it)."""
+    """``openai`` when the template loops over a message's content (``for item in
+    message['content']``, ``message.content``, or a variable named ``content``), as vLLM
+    detects it; vLLM also follows content handed to a macro, which this does not."""
     root = _parse(template)
     if root is None:
         return "string"
