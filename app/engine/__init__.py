@@ -10,6 +10,7 @@ from app.engine.digest import content_digest
 from app.engine.estimate import Estimate, Prices, ReadTally, Span, draw_span, estimate
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
+from app.engine.image_tokens import ImageRule, image_prompt_ids, soft_token_count
 from app.engine.noise import derive_seed, seed_canvas
 from app.engine.openai.shapes import ChoiceShape, PredicateShape, QuestionShape, ScoreShape
 from app.engine.policy import stop_reason
@@ -39,7 +40,15 @@ from app.engine.settings_hash import (
     settings_hash,
     settings_to_dict,
 )
-from app.engine.template import answer_lines, canvas_width, plan_decision, resolve_unit
+from app.engine.template import (
+    ImagesNeedChat,
+    ImagesNeedVllmLayout,
+    PromptTooLong,
+    answer_lines,
+    canvas_width,
+    plan_decision,
+    resolve_unit,
+)
 from app.engine.types import (
     Answer,
     AnswerBy,
@@ -47,6 +56,7 @@ from app.engine.types import (
     DecisionPlan,
     DrawRecord,
     Endpoint,
+    ImageData,
     Layout,
     Message,
     PolicyName,
@@ -80,12 +90,17 @@ __all__ = [
     "DrawRecord",
     "Endpoint",
     "Estimate",
+    "ImageData",
+    "ImageRule",
+    "ImagesNeedChat",
+    "ImagesNeedVllmLayout",
     "Layout",
     "Message",
     "PolicyName",
     "PredicateShape",
     "Prices",
     "PromptParts",
+    "PromptTooLong",
     "Question",
     "QuestionShape",
     "QuestionType",
@@ -126,6 +141,7 @@ __all__ = [
     "encode_body",
     "estimate",
     "fold_row",
+    "image_prompt_ids",
     "line_id",
     "parse_decision",
     "parse_messages",
@@ -138,6 +154,7 @@ __all__ = [
     "settings_from_dict",
     "settings_hash",
     "settings_to_dict",
+    "soft_token_count",
     "stop_reason",
     "trivial_answer",
 ]

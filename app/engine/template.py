@@ -27,6 +27,7 @@ from app.engine.types import (
     Decision,
     DecisionPlan,
     Endpoint,
+    ImageData,
     Layout,
     ReadMode,
     ReadSettings,
@@ -51,6 +52,14 @@ class CanvasOverflow(TemplateError):
 
 class PromptTooLong(TemplateError):
     """The prompt and its canvas do not fit the server's ``max_model_len``."""
+
+
+class ImagesNeedChat(ConfigError):
+    """A decision with images on the completions endpoint, whose prompt is token ids only."""
+
+
+class ImagesNeedVllmLayout(ConfigError):
+    """A decision with images under one of dreads' own layouts, which read text only."""
 
 
 @dataclass(frozen=True)
@@ -261,15 +270,39 @@ def _thought(unit: ReadUnit, settings: ReadSettings, tokenizer: TextTokenizer) -
     return replace(unit, prompt_ids=unit.prompt_ids + info.scaffold_ids, prefill=prefill)
 
 
-def _check_context(unit: ReadUnit, questions: Sequence[str], max_model_len: int | None) -> None:
+def _check_context(unit: ReadUnit, questions: Sequence[str], max_model_len: int | None,
+                   n_images: int) -> None:
     need = len(unit.prompt_ids) + unit.width
     if max_model_len is not None and need > max_model_len:
         names = ", ".join(repr(q) for q in questions)
+        with_images = f" and {n_images} image(s)" if n_images else ""
         raise PromptTooLong(
             f"the prompt of question(s) {names} is {len(unit.prompt_ids)} tokens (thought "
-            f"block included) and its canvas {unit.width}: {need} tokens, more than the "
-            f"server's max_model_len {max_model_len}; shorten the state, or serve the model "
-            "with a larger --max-model-len")
+            f"block{with_images} included) and its canvas {unit.width}: {need} tokens, more "
+            f"than the server's max_model_len {max_model_len}; shorten the state"
+            f"{', send fewer images' if n_images else ''}, or serve the model with a larger "
+            "--max-model-len")
+
+
+def _check_images(decision: Decision, images: Sequence[ImageData],
+                  settings: ReadSettings) -> None:
+    """Images go with their decision's references, on chat, under the vllm layout."""
+    refs = tuple(image.ref for image in images)
+    if refs != decision.images:
+        raise ValueError(
+            f"decision {decision.id!r} has {len(decision.images)} image(s) and "
+            f"{len(images)} were given (or in another order): fetch each of its images "
+            "(app.images) and pass them as images=, or its reads would drop them")
+    if not images:
+        return
+    if settings.endpoint == Endpoint.COMPLETIONS:
+        raise ImagesNeedChat(
+            f"decision {decision.id!r} has images, and --endpoint completions sends the prompt "
+            "as token ids, which cannot carry images: use --endpoint chat")
+    if settings.layout != Layout.VLLM:
+        raise ImagesNeedVllmLayout(
+            f"decision {decision.id!r} has images, and --layout {settings.layout} reads text "
+            "only: use --layout vllm (the default)")
 
 
 def _dreads_units(decision: Decision, readable: list[int], settings: ReadSettings,
@@ -281,6 +314,7 @@ def _dreads_units(decision: Decision, readable: list[int], settings: ReadSetting
 
 
 def plan_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer, *,
+                  images: Sequence[ImageData] = (),
                   max_model_len: int | None = None) -> DecisionPlan:
     """Split a decision into read units and trivial (one-label) questions.
 
@@ -289,15 +323,23 @@ def plan_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTok
     ``joint_max_questions`` questions, halved further while a canvas overflows. With
     ``max_model_len`` (the server's), a unit whose prompt and canvas do not fit is refused.
 
+    ``images`` are the decision's images, fetched and checked (one per ``decision.images``
+    reference, in order): under the vllm layout every unit's user turn carries them first, and
+    its prompt ids count their tokens (``TextTokenizer.image_ids``).
+
     Raises:
         TemplateError: a question cannot be read (the decision is rejected); ``PromptTooLong``
             when it does not fit ``max_model_len``.
-        ConfigError: the settings cannot put the thought block in this tokenizer's prompt.
+        ConfigError: the settings cannot put the thought block in this tokenizer's prompt;
+            ``ImagesNeedChat`` / ``ImagesNeedVllmLayout`` for images on the completions
+            endpoint or under dreads' own layouts; a tokenizer without image tokens.
+        ValueError: ``images`` are not the decision's (a caller that did not fetch them).
     """
+    _check_images(decision, images, settings)
     trivial = tuple(i for i, q in enumerate(decision.questions) if len(q.labels) == 1)
     readable = [i for i, q in enumerate(decision.questions) if len(q.labels) > 1]
     if settings.layout == Layout.VLLM:
-        planned = plan_reader_units(decision, readable, settings, tokenizer)
+        planned = plan_reader_units(decision, readable, settings, tokenizer, images)
     else:
         planned = _dreads_units(decision, readable, settings, tokenizer)
     units = tuple(_thought(u, settings, tokenizer) for u in planned)
@@ -305,5 +347,5 @@ def plan_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTok
         qids = [decision.questions[i].id for i in unit.question_indices]
         if settings.layout == Layout.VLLM:
             _check_logprob_count(len(unit.logprob_ids), settings, qids)
-        _check_context(unit, qids, max_model_len)
+        _check_context(unit, qids, max_model_len, len(images))
     return DecisionPlan(decision=decision, units=units, trivial=trivial)

@@ -11,7 +11,7 @@ Flow of one decision (see ``flow.DecisionFlow``)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -199,10 +199,18 @@ class TextTokenizer(Protocol):
         """Ids of ``text`` with no special tokens added (special-token text is matched)."""
         ...
 
-    def chat_prompt_ids(self, messages: tuple[Message, ...], *, prefill: str = "") -> list[int]:
+    def chat_prompt_ids(self, messages: tuple[Message, ...], *, prefill: str = "",
+                        image_sizes: Sequence[tuple[int, int]] | None = None) -> list[int]:
         """The chat template applied with thinking off, as ids: the generation prompt on, or
         with ``prefill`` the messages followed by an assistant message of that text, continued
-        (not closed)."""
+        (not closed). A message's ``image_url`` parts take, in order, the ids ``image_ids``
+        gives for each (width, height) of ``image_sizes`` (None: read from the parts' data URLs),
+        as the server expands them."""
+        ...
+
+    def image_ids(self, width: int, height: int) -> tuple[int, ...]:
+        """The ids an image of ``width`` x ``height`` pixels takes in the prompt (DiffusionGemma:
+        ``<|image>``, N x ``<|image|>``, ``<image|>``, N by Gemma 4's processor)."""
         ...
 
 

@@ -27,18 +27,25 @@ to spare. At a joint slot a label counts by the better of its answer-line id (``
 first-token id (``yes``). The noise of draw 0 comes from the prompt ids (``reader_noise``).
 
 A decision with one readable question is read isolated even in joint mode, as vLLM does.
+
+Images: the user turn is the image parts first, then the text (``user_content``), as vLLM's
+reader puts them; the prompt ids hold each image as the server expands it (``<|image>``,
+N x ``<|image|>``, ``<image|>``), before the thought block, and draw 0's noise is drawn from
+those ids. A null state is the text ``null``, as vLLM's reader writes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import Any
 
 from app.engine.canvas import canvas_width
 from app.engine.noise import reader_noise
 from app.engine.prompt import serialize_state
 from app.engine.types import (
     Decision,
+    ImageData,
     Message,
     Question,
     QuestionType,
@@ -59,6 +66,7 @@ __all__ = [
     "option_lines",
     "plan_reader_units",
     "reply_labels",
+    "user_content",
 ]
 
 REPLY_INSTRUCTIONS = {
@@ -183,9 +191,22 @@ def _answer_line(tokenizer: TextTokenizer, number: int,
 
 # -- units ----------------------------------------------------------------------------------
 
-def _prompt(tokenizer: TextTokenizer, content: str) -> tuple[tuple[Message, ...], tuple[int, ...]]:
-    messages: tuple[Message, ...] = ({"role": "user", "content": content},)
-    return messages, tuple(tokenizer.chat_prompt_ids(messages))
+def user_content(text: str, images: Sequence[ImageData]) -> str | list[dict[str, Any]]:
+    """The user turn's content: the text alone, or the image parts (each image's data URL)
+    followed by one text part."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image.url}}
+                                   for image in images]
+    parts.append({"type": "text", "text": text})
+    return parts
+
+
+def _prompt(tokenizer: TextTokenizer, text: str,
+            images: Sequence[ImageData]) -> tuple[tuple[Message, ...], tuple[int, ...]]:
+    messages: tuple[Message, ...] = ({"role": "user", "content": user_content(text, images)},)
+    sizes = [(image.width, image.height) for image in images]
+    return messages, tuple(tokenizer.chat_prompt_ids(messages, image_sizes=sizes))
 
 
 def _pad(content: tuple[int, ...], width: int, pad_id: int) -> tuple[int, ...]:
@@ -193,9 +214,10 @@ def _pad(content: tuple[int, ...], width: int, pad_id: int) -> tuple[int, ...]:
 
 
 def _isolated_unit(decision: Decision, qi: int, state: str, settings: ReadSettings,
-                   tokenizer: TextTokenizer, index: int) -> ReadUnit:
+                   tokenizer: TextTokenizer, index: int,
+                   images: Sequence[ImageData]) -> ReadUnit:
     question = decision.questions[qi]
-    messages, rendered = _prompt(tokenizer, isolated_content(state, question))
+    messages, rendered = _prompt(tokenizer, isolated_content(state, question), images)
     ids = _first_token_ids(tokenizer, question)
     info = tokenizer.info
     content = (ids[0], info.turn_close_id)
@@ -208,9 +230,10 @@ def _isolated_unit(decision: Decision, qi: int, state: str, settings: ReadSettin
 
 
 def _joint_unit(decision: Decision, indices: Sequence[int], start: int, state: str,
-                settings: ReadSettings, tokenizer: TextTokenizer, index: int) -> ReadUnit:
+                settings: ReadSettings, tokenizer: TextTokenizer, index: int,
+                images: Sequence[ImageData]) -> ReadUnit:
     questions = [decision.questions[i] for i in indices]
-    messages, rendered = _prompt(tokenizer, joint_content(state, questions, start))
+    messages, rendered = _prompt(tokenizer, joint_content(state, questions, start), images)
     info = tokenizer.info
     newline = tuple(tokenizer.encode("\n"))
     canvas: list[int] = []
@@ -248,19 +271,21 @@ def _width(n_content: int, settings: ReadSettings, qids: Sequence[str]) -> int:
 
 
 def _joint_units(decision: Decision, readable: Sequence[int], state: str,
-                 settings: ReadSettings, tokenizer: TextTokenizer) -> list[ReadUnit]:
+                 settings: ReadSettings, tokenizer: TextTokenizer,
+                 images: Sequence[ImageData]) -> list[ReadUnit]:
     rows = [len(_answer_line(tokenizer, k, decision.questions[qi])[0]) + 2
             for k, qi in enumerate(readable, 1)]
     spans = joint_spans(rows, settings.canvas_length)
-    return [_joint_unit(decision, readable[a:b], a + 1, state, settings, tokenizer, n)
+    return [_joint_unit(decision, readable[a:b], a + 1, state, settings, tokenizer, n, images)
             for n, (a, b) in enumerate(spans)]
 
 
 def plan_reader_units(decision: Decision, readable: Sequence[int], settings: ReadSettings,
-                      tokenizer: TextTokenizer) -> list[ReadUnit]:
+                      tokenizer: TextTokenizer,
+                      images: Sequence[ImageData] = ()) -> list[ReadUnit]:
     """The read units of ``readable`` questions, their ``prompt_ids`` the chat template applied
     (before the thought block: ``plan_decision`` adds it, the chat prefill and the context
-    check).
+    check), every unit's user turn carrying ``images`` first.
 
     Raises:
         TemplateError: a label that is not one token, a score of more than ten levels, an
@@ -268,6 +293,6 @@ def plan_reader_units(decision: Decision, readable: Sequence[int], settings: Rea
     """
     state = serialize_state(decision.state)
     if settings.read_mode == ReadMode.JOINT and len(readable) > 1:
-        return _joint_units(decision, readable, state, settings, tokenizer)
-    return [_isolated_unit(decision, qi, state, settings, tokenizer, n)
+        return _joint_units(decision, readable, state, settings, tokenizer, images)
+    return [_isolated_unit(decision, qi, state, settings, tokenizer, n, images)
             for n, qi in enumerate(readable)]

@@ -8,7 +8,9 @@ does not turn every read into a 400.
 
 The thought block rides in the prompt: a completions read sends the prompt ids with it; a chat
 read whose unit has a ``prefill`` sends it as a final assistant message that the server
-continues (``continue_final_message: true``, ``add_generation_prompt: false``).
+continues (``continue_final_message: true``, ``add_generation_prompt: false``). A message whose
+content is a list of parts (a decision's images: its ``image_url`` parts, then the text) is sent
+as it is.
 """
 
 from __future__ import annotations
@@ -49,8 +51,18 @@ def _xargs(unit: ReadUnit, settings: ReadSettings, canvas: tuple[int, ...]) -> d
     return xargs
 
 
+def _plain(value: Any) -> Any:
+    """A copy as plain dicts and lists (a message's content parts included), so the body owns
+    its messages and serialises the same way every time."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _messages(unit: ReadUnit) -> dict[str, Any]:
-    messages = [dict(m) for m in unit.messages]
+    messages = [_plain(m) for m in unit.messages]
     fields: dict[str, Any] = {"messages": messages, "logprobs": True,
                               "chat_template_kwargs": {"enable_thinking": False}}
     if unit.prefill:

@@ -3,10 +3,15 @@
 It has DiffusionGemma's special-token roles and ids (``<pad>``=0, ``<eos>``=1, ``<bos>``=2,
 ``<unk>``=3, ``<mask>``=4, ``<|think|>``=98, ``<|channel>``=100, ``<channel|>``=101,
 ``<|turn>``=105, ``<turn|>``=106, ``"\\n"``=107), byte fallback, and a chat template of the
-real shape with thinking off. Where dreads' logic depends on the vocabulary it agrees with
-Gemma's real one (``../shared/tokenizers/diffusiongemma-approx``): after a space, ``yes``,
-``no`` and ``A``..``Z`` are single ``▁X`` tokens; at the start of a reply ``yes``, ``no``,
-``A``..``Z`` and ``0``..``9`` are single tokens; digits never merge with a space or with each
+real shape with thinking off. Its image tokens have Gemma 4's names at ids of its own:
+``<|image>``=102, ``<|image|>``=103, ``<image|>``=104 (named ``boi_token``, ``image_token``,
+``eoi_token`` as in Gemma 4's tokenizer config); an image takes as many tokens as Gemma 4's
+image processor gives it (``app.engine.image_tokens``, at most 280 + 2).
+
+Where dreads' logic depends on the vocabulary it agrees with Gemma's real one
+(``../shared/tokenizers/diffusiongemma-approx``): after a space, ``yes``, ``no`` and
+``A``..``Z`` are single ``▁X`` tokens; at the start of a reply ``yes``, ``no``, ``A``..``Z`` and
+``0``..``9`` are single tokens; digits never merge with a space or with each
 other (``": 1"`` is ``:``, ``▁``, ``1``), and ``:`` and the newline never merge. The built
 files are committed under ``app/assets/standin_tokenizer``::
 
@@ -26,9 +31,12 @@ MAX_VOCAB = 1024
 SPACE = "▁"
 _FIXED = {
     "<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4, "<|think|>": 98,
-    "<|channel>": 100, "<channel|>": 101, "<|turn>": 105, "<turn|>": 106, "\n": 107,
+    "<|channel>": 100, "<channel|>": 101, "<|image>": 102, "<|image|>": 103, "<image|>": 104,
+    "<|turn>": 105, "<turn|>": 106, "\n": 107,
 }
 _SPECIALS = ["<|think|>", "<|channel>", "<channel|>", "<|turn>", "<turn|>"]
+#: Gemma 4's named image tokens (transformers' Gemma4Processor reads them by these names).
+_IMAGE_TOKENS = {"boi_token": "<|image>", "image_token": "<|image|>", "eoi_token": "<image|>"}
 #: Labels that merge with a leading space, as in Gemma's vocabulary (digits never do).
 _SPACED_LABELS = ["yes", "no", *string.ascii_uppercase]
 _WORDS = [
@@ -97,7 +105,8 @@ def build_standin() -> object:
     from transformers import GemmaTokenizer
 
     vocab, merges = build_vocab()
-    tok = GemmaTokenizer(vocab=vocab, merges=cast(Any, merges))  # pairs, as tokenizers takes
+    tok = GemmaTokenizer(vocab=vocab, merges=cast(Any, merges),  # pairs, as tokenizers takes
+                         extra_special_tokens=_IMAGE_TOKENS)
     tok.add_special_tokens({"additional_special_tokens": _SPECIALS})
     tok.chat_template = CHAT_TEMPLATE
     return tok

@@ -134,3 +134,98 @@ def test_the_light_load_reads_ids_as_the_model_class_does(
     assert light.chat_prompt_ids(_CHAT) == model_class.chat_prompt_ids(_CHAT)
     assert (light.chat_prompt_ids(_CHAT, prefill="q0:")
             == model_class.chat_prompt_ids(_CHAT, prefill="q0:"))
+
+
+# -- images ---------------------------------------------------------------------------------
+
+_IMAGE_PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+#: A template that loops over a message's content (vLLM's "openai" content format).
+_PARTS_TEMPLATE = (
+    "{% for message in messages %}<|turn>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}\n\n<|image|>\n\n{% else %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<turn|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+)
+
+
+def test_the_standin_names_gemma4s_image_tokens(standin_tokenizer: HFTextTokenizer) -> None:
+    vocab = standin_tokenizer.hf.get_vocab()
+    assert [vocab[t] for t in ("<|image>", "<|image|>", "<image|>")] == [102, 103, 104]
+    assert standin_tokenizer.encode("<|image|>") == [103]
+    ids = standin_tokenizer.image_ids(64, 40)
+    assert ids == (102, *(103,) * 273, 104)
+
+
+def test_image_parts_render_as_vllm_gives_a_string_template(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    """A template that does not loop over content gets one placeholder line per image, then
+    the text; each placeholder becomes the image's ids."""
+    from app.upstream.chat_parts import content_format
+
+    assert content_format(standin_tokenizer.hf.chat_template) == "string"
+    messages = ({"role": "user", "content": [_IMAGE_PART, _IMAGE_PART,
+                                             {"type": "text", "text": "Is it red?"}]},)
+    ids = standin_tokenizer.chat_prompt_ids(messages, image_sizes=[(48, 48), (96, 48)])
+    plain = standin_tokenizer.chat_prompt_ids(
+        ({"role": "user", "content": "<|image|>\n<|image|>\nIs it red?"},))
+    first, second = standin_tokenizer.image_ids(48, 48), standin_tokenizer.image_ids(96, 48)
+    at = plain.index(103)
+    assert ids == [*plain[:at], *first, plain[at + 1], *second, *plain[at + 3:]]
+
+
+def test_image_parts_reach_a_template_that_loops_over_content(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    from app.upstream.chat_parts import content_format
+
+    assert content_format(_PARTS_TEMPLATE) == "openai"
+    hf = copy.deepcopy(standin_tokenizer.hf)
+    hf.chat_template = _PARTS_TEMPLATE
+    tok = HFTextTokenizer(hf, "standin-parts")
+    messages = ({"role": "user", "content": [_IMAGE_PART, {"type": "text", "text": "red?"}]},)
+    ids = tok.chat_prompt_ids(messages, image_sizes=[(48, 48)])
+    template_text = hf.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "red?"}]}],
+        add_generation_prompt=True, tokenize=False)
+    image_text = hf.decode(tok.image_ids(48, 48))
+    assert hf.decode(ids) == template_text.replace("<|image|>", image_text)
+    assert image_text == "<|image>" + "<|image|>" * 256 + "<image|>"  # scaled up to the budget
+
+
+def test_a_placeholder_in_the_text_is_refused(standin_tokenizer: HFTextTokenizer) -> None:
+    from app.errors import TemplateError
+
+    messages = ({"role": "user", "content": [_IMAGE_PART,
+                                             {"type": "text", "text": "see <|image|>"}]},)
+    with pytest.raises(TemplateError, match="remove '<\\|image\\|>' from the state"):
+        standin_tokenizer.chat_prompt_ids(messages, image_sizes=[(48, 48)])
+
+
+def test_a_tokenizer_without_image_tokens_cannot_read_images(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    spec = json.loads(standin_tokenizer.hf.backend_tokenizer.to_str())
+    for added in spec["added_tokens"]:
+        if added["content"] in ("<|image>", "<|image|>", "<image|>"):
+            added["content"] = f"<unused{added['id']}>"
+    spec["model"]["vocab"] = {(f"<unused{i}>" if t in ("<|image>", "<|image|>", "<image|>")
+                               else t): i for t, i in spec["model"]["vocab"].items()}
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+                                 eos_token="<eos>", pad_token="<pad>", bos_token="<bos>")
+    hf.chat_template = standin_tokenizer.hf.chat_template
+    tok = HFTextTokenizer(hf, "textonly")
+    with pytest.raises(ConfigError, match=r"has no image tokens.*pass the served model's"):
+        tok.image_ids(48, 48)
+
+
+def test_a_template_that_writes_no_image_placeholder_is_refused(
+        standin_tokenizer: HFTextTokenizer) -> None:
+    hf = copy.deepcopy(standin_tokenizer.hf)
+    hf.chat_template = _PARTS_TEMPLATE.replace("\n\n<|image|>\n\n", "[image]")
+    tok = HFTextTokenizer(hf, "standin-blind")
+    messages = ({"role": "user", "content": [_IMAGE_PART, {"type": "text", "text": "red?"}]},)
+    with pytest.raises(ConfigError, match=r"writes 0 image placeholder\(s\).*--tokenizer"):
+        tok.chat_prompt_ids(messages, image_sizes=[(48, 48)])
