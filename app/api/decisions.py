@@ -3,7 +3,9 @@
 One request is one decision, answered at once through the same engine, settings and limits as
 ``/v1/systemone`` (dreads' multi-draw reads), in OpenAI's shape: answers in question order,
 ``model``, ``usage``; dreads' diagnostics in the ``dreads`` extension field, which the SDK
-ignores. Errors are OpenAI's error object (``app.api.openai_shapes``). A request's answers are
+ignores. Errors are OpenAI's error object (``app.api.openai_shapes``). The input's
+``input_image`` parts are read as OpenAI's hosted API reads them (vLLM 0.33 refuses them):
+fetched and checked once, then read before the text. A request's answers are
 recorded into a run with ``"dreads": {"run": NAME}`` in the body (the SDK's ``extra_body``) or
 ``DREADS_API_RECORD_RUN``, as on ``/v1/systemone``.
 """
@@ -22,7 +24,7 @@ from app.api.jev import diagnostics, input_tokens
 from app.api.openai_shapes import DecisionOut, OpenAIRoute, openai_error_body
 from app.api.schemas import RecordIn
 from app.api.state import ApiState
-from app.api.systemone import Api, _answer_while_connected, _check_record, _record
+from app.api.systemone import Api, _answer_while_connected, _check_record, _images, _record
 from app.engine import Decision, DrawRecord
 from app.engine.openai.answers import openai_answers
 from app.engine.openai.errors import DecisionsRequestError
@@ -39,7 +41,8 @@ _ERROR = {"content": {"application/json": {"example": openai_error_body(
     "each). Split the question, or group the choices.", param="questions[0].choices")}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "A malformed body, or a question dreads cannot ask (more than 26 "
-                         "choices, more than 10 levels, images).", **_ERROR},
+                         "choices, more than 10 levels, an image that cannot be read).",
+          **_ERROR},
     401: {"description": "Wrong API key."}, 403: {"description": "No API key."},
     404: {"description": "Unknown model."}, 409: {"description": "The run to record into "
                                                                   "has other settings."},
@@ -141,7 +144,8 @@ async def create_decision(request: Request, api: Api) -> dict[str, Any]:
         if run:
             await _check_record(api, run, record.id if record else None)
         started, t0 = utcnow(), time.perf_counter()
-        decided = await _answer_while_connected(request, api, decision)
+        images = await _images(api, decision)
+        decided = await _answer_while_connected(request, api, decision, images)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         recorded = (await _record(api, run, decision, decided, started, latency_ms,
                                   source="POST /v1/decisions") if run else None)

@@ -41,7 +41,7 @@ import orjson
 from app.upstream.invariance import ENV_NAME, SERVER_INFO_PATH
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
-from app.upstream.sim.images import SimImage, gemma4_image_ids, image_urls, load_images
+from app.upstream.sim.images import SimImage, image_urls, load_images
 from app.upstream.sim.limits import DecisionLimits
 from app.upstream.sim.options import SimOptions
 from app.upstream.sim.prompts import ReadPrompt, understand
@@ -113,9 +113,8 @@ class SimApp:
         self.engine_rows = _engine_rows(options)
         self.limits = DecisionLimits(rps=options.decision_rps,
                                      max_concurrent=options.decision_max_concurrent)
-        image_ids = getattr(tokenizer.text, "image_ids", gemma4_image_ids)
         #: the ids an image takes in a prompt (a completions prompt may hold none)
-        self.image_token_ids = frozenset(image_ids(48, 48))
+        self.image_token_ids = frozenset(tokenizer.text.image_ids(48, 48))
         self._http: httpx.AsyncClient | None = None
 
     # -- ASGI ---------------------------------------------------------------------------------

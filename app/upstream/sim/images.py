@@ -13,8 +13,8 @@ vLLM's refusals, each a 400 ``BadRequestError``:
 - a URL that is neither http(s) nor data: ``The URL must be either a HTTP, data or file URL.``
   (the simulator takes no local files: vLLM needs ``--allowed-local-media-path`` for them).
 
-An image's prompt tokens are counted by the tokenizer's rule (``image_ids``, Gemma 4's:
-``<|image>``, N soft tokens, ``<image|>``), the rule dreads plans prompts with.
+An image's prompt tokens are counted by the tokenizer's rule (``image_ids``: DiffusionGemma's is
+Gemma 4's, ``<|image>``, N soft tokens, ``<image|>``), the rule dreads plans prompts with.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import binascii
 import hashlib
 import io
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +33,7 @@ import httpx
 
 from app.upstream.vllm_rules import VllmBadRequest
 
-__all__ = ["DEFAULT_IMAGE_LIMIT", "SimImage", "gemma4_image_ids", "image_limit", "image_urls",
-           "load_images"]
+__all__ = ["DEFAULT_IMAGE_LIMIT", "SimImage", "image_limit", "image_urls", "load_images"]
 
 #: vLLM's limit on a modality a model does not limit itself (``--limit-mm-per-prompt``).
 DEFAULT_IMAGE_LIMIT = 999
@@ -169,25 +167,3 @@ def _opened(index: int, url: str, data: bytes) -> SimImage:
 def _short(url: str) -> str:
     return url if len(url) <= 80 else f"{url[:60]}...({len(url)} chars)"
 
-
-#: Gemma 4's image ids: ``<|image>`` opens an image, ``<|image|>`` is each soft token,
-#: ``<image|>`` closes it.
-_BOI, _IMAGE, _EOI = 255_999, 258_880, 258_882
-_PATCH, _POOL, _MAX_SOFT = 16, 3, 280
-
-
-def gemma4_image_ids(width: int, height: int) -> tuple[int, ...]:
-    """The ids an image takes in a DiffusionGemma prompt by Gemma 4's processor rule, for a
-    tokenizer that has no ``image_ids`` of its own: resized keeping its aspect ratio to
-    multiples of 48 pixels (patch 16 x pooling 3) within 280 soft tokens, one soft token per
-    48 x 48 block."""
-    side = _PATCH * _POOL
-    factor = math.sqrt(_MAX_SOFT * side * side / (width * height))
-    blocks_h = math.floor(factor * height / side)
-    blocks_w = math.floor(factor * width / side)
-    if blocks_h == 0:
-        blocks_h, blocks_w = 1, min(width // height, _MAX_SOFT)
-    elif blocks_w == 0:
-        blocks_h, blocks_w = min(height // width, _MAX_SOFT), 1
-    n = min(blocks_h * blocks_w, _MAX_SOFT)
-    return (_BOI, *(_IMAGE,) * n, _EOI)

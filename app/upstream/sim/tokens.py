@@ -49,18 +49,10 @@ class SimTokenizer:
                          add_generation_prompt: bool, continue_final_message: bool
                          ) -> tuple[int, ...]:
         """The prompt ids of messages with ``image_url`` parts, each image taking the ids of its
-        (width, height) by the tokenizer's rule, as dreads plans them (``render_chat`` with
-        ``image_sizes``). A tokenizer without that rule (no ``image_ids``): the text's ids, then
-        each image's ids by Gemma 4's rule (the count is right, the order is the text's)."""
-        if hasattr(self.text, "image_ids"):
-            return tuple(self.text.render_chat(
-                messages, add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message, image_sizes=tuple(sizes)))
-        from app.upstream.sim.images import gemma4_image_ids
-
-        pairs = tuple((str(m["role"]), text_of(m["content"])) for m in messages)
-        text_ids = self.prompt_ids(pairs, add_generation_prompt, continue_final_message)
-        return (*text_ids, *(i for w, h in sizes for i in gemma4_image_ids(w, h)))
+        (width, height) by the tokenizer's rule (``image_ids``), as dreads plans them."""
+        return tuple(self.text.render_chat(
+            messages, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, image_sizes=tuple(sizes)))
 
     def messages_from_prompt(self, prompt_ids: Sequence[int]) -> list[dict[str, str]]:
         """The system/user turns of a completions prompt, decoded back to text."""

@@ -18,7 +18,10 @@ import orjson
 import pytest
 from PIL import Image
 
-from app.upstream.sim.images import gemma4_image_ids, image_limit
+from app.engine import Endpoint, Layout, ReadSettings, parse_decision, plan_decision
+from app.engine.wire import build_request
+from app.images import ImagePolicy, fetch_image
+from app.upstream.sim.images import image_limit
 from app.upstream.tokenizer import HFTextTokenizer
 from tests.unit.upstream.conftest import DECISION, AsgiClient
 
@@ -105,7 +108,8 @@ async def test_an_image_changes_the_answer_and_the_same_image_gives_the_same_one
 
 
 async def test_an_images_prompt_tokens_follow_gemma4s_rule(
-        asgi_client: AsgiClient, body: dict[str, Any]) -> None:
+        asgi_client: AsgiClient, body: dict[str, Any],
+        standin_tokenizer: HFTextTokenizer) -> None:
     client = asgi_client()
 
     async def prompt_tokens(data: bytes) -> int:
@@ -115,11 +119,26 @@ async def test_an_images_prompt_tokens_follow_gemma4s_rule(
 
     # resized keeping the aspect ratio to at most 280 blocks of 48x48 pixels, one soft token
     # each, between <|image> and <image|>: a square takes 16 x 16 blocks, a 20:1 strip 3 x 74
-    assert len(gemma4_image_ids(48, 48)) == 256 + 2
-    assert len(gemma4_image_ids(960, 48)) == 222 + 2
+    assert len(standin_tokenizer.image_ids(48, 48)) == 256 + 2
+    assert len(standin_tokenizer.image_ids(960, 48)) == 222 + 2
     square = await prompt_tokens(_png(48, 48, (1, 2, 3)))
     strip = await prompt_tokens(_png(960, 48, (1, 2, 3)))
     assert square - strip == 256 - 222
+
+
+async def test_an_image_reads_prompt_tokens_are_the_ones_dreads_plans(
+        asgi_client: AsgiClient, standin_tokenizer: HFTextTokenizer) -> None:
+    url = _data_url(_png(640, 480, (4, 5, 6)))
+    decision = parse_decision({"id": "d", "state": "A parcel.", "images": [url], "questions": {
+        "damage": {"type": "noul", "instructions": "Is it damaged?"}}})
+    settings = ReadSettings(layout=Layout.VLLM, endpoint=Endpoint.CHAT)
+    plan = plan_decision(decision, settings, standin_tokenizer,
+                         images=[fetch_image(url, policy=ImagePolicy())])
+    request = build_request(plan.units[0], settings, draw=0, seed=1,
+                            vocab_size=standin_tokenizer.info.vocab_size)
+    response = await asgi_client().post(CHAT, json=dict(request.body))
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["prompt_tokens"] == len(plan.units[0].prompt_ids)
 
 
 async def test_an_image_counts_toward_max_model_len(
@@ -186,12 +205,13 @@ async def test_http_images_are_fetched_and_bad_urls_refused(
 
 
 async def test_a_completions_prompt_cannot_hold_images(
-        asgi_client: AsgiClient, body: dict[str, Any]) -> None:
-    image_id = gemma4_image_ids(48, 48)[1]
+        asgi_client: AsgiClient, body: dict[str, Any],
+        standin_tokenizer: HFTextTokenizer) -> None:
+    image_id = standin_tokenizer.image_ids(48, 48)[1]  # the image placeholder's id
     request = {key: value for key, value in body.items()
                if key not in ("messages", "add_generation_prompt", "continue_final_message")}
     request["prompt"] = [2, 5, image_id, 7]
-    response = await asgi_client(vocab=image_id + 16).post("/v1/completions", json=request)
+    response = await asgi_client().post("/v1/completions", json=request)
     assert response.status_code == 400
     assert "/v1/chat/completions" in response.json()["error"]["message"]
 
