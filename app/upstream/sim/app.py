@@ -267,19 +267,26 @@ class SimApp:
     async def _images(self, body: dict[str, Any]) -> tuple[SimImage, ...]:
         """The read's images, fetched and checked (a 400 as vLLM's, otherwise)."""
         try:
-            urls = image_urls(body["messages"])
-            if not urls:
-                return ()
-            if self._http is None:
-                self._http = httpx.AsyncClient()
-            if len(urls) <= self.options.image_limit:
-                self.counters["image_fetches"] += sum(not u.startswith("data:") for u in urls)
-            images = await load_images(urls, limit=self.options.image_limit, client=self._http)
+            images = await self.load_images(image_urls(body["messages"]))
         except VllmBadRequest as exc:
             self.counters["rejected"] += 1
             raise _Reply(400, error_body(exc.message, exc.param, kind=exc.kind)) from exc
         self.counters["images"] += len(images)
         return images
+
+    async def load_images(self, urls: tuple[str, ...]) -> tuple[SimImage, ...]:
+        """``urls`` fetched (http(s)) or decoded, opened and hashed, at most ``image_limit``.
+
+        Raises:
+            VllmBadRequest: too many, not an image, or a URL that does not answer.
+        """
+        if not urls:
+            return ()
+        if self._http is None:
+            self._http = httpx.AsyncClient()
+        if len(urls) <= self.options.image_limit:
+            self.counters["image_fetches"] += sum(not u.startswith("data:") for u in urls)
+        return await load_images(urls, limit=self.options.image_limit, client=self._http)
 
     def _prompt(self, body: dict[str, Any], *, chat: bool, images: tuple[SimImage, ...] = ()
                 ) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...]]:

@@ -4,7 +4,10 @@ Decisions API), served the way vLLM 0.33 serves them for DiffusionGemma (protoco
 One read per question, or per joint canvas with ``joint: true``, and one draw: the read is
 planned with dreads' vllm layout (the reproduction of vLLM's reader), sent through the
 simulator's own read path (validation, faults, the GPU batch, the scorer and its answer key),
-and folded as vLLM folds it. Request checks and messages follow vLLM's: a malformed body is a
+and folded as vLLM folds it. A ``/v1/systemone`` request with ``images`` reads on the chat
+endpoint, its images fetched once and put before the text (a bad one is vLLM's 400
+``media: ...``); ``audio`` and ``videos`` are refused, as vLLM refuses them for this model.
+Request checks and messages follow vLLM's: a malformed body is a
 400 "validation error", an unaskable question a 400 ``BadRequestError`` naming it, an unknown
 model a 404. ``/v1/decisions`` reads its questions with dreads serve's question, choice and
 level models (``app.engine.openai.model``), instructions narrowed to text as vLLM reads them;
@@ -61,9 +64,10 @@ from app.engine.openai.model import (
     Text,
 )
 from app.engine.questions import LETTERS, score_labels
+from app.engine.types import ImageData
 from app.errors import MalformedResponse, TemplateError
 from app.upstream.sim.limits import Throttled
-from app.upstream.vllm_rules import error_body
+from app.upstream.vllm_rules import VllmBadRequest, error_body
 
 if TYPE_CHECKING:
     from app.upstream.sim.app import SimApp
@@ -243,7 +247,7 @@ def _input_text(value: str | list[_Message]) -> str:
 
 # -- reading --------------------------------------------------------------------------------
 
-Read = Callable[[bytes], Awaitable[dict[str, Any]]]
+Read = Callable[[bytes, bool], Awaitable[dict[str, Any]]]  #: (body, chat) -> response
 
 
 class _Reads:
@@ -262,12 +266,15 @@ class _Reads:
         self.canvases.append((unit, qids))
 
 
-def _settings(app: SimApp, joint: bool) -> ReadSettings:
+def _settings(app: SimApp, joint: bool, *, images: bool = False) -> ReadSettings:
+    """vLLM's reader's reads: prompt ids on the completions endpoint; with images, the chat
+    endpoint (a completions request carries no images)."""
     opts = app.options
     return ReadSettings(model=opts.model, tokenizer=opts.tokenizer,
                         canvas_length=opts.canvas_length, layout=Layout.VLLM,
                         read_mode=ReadMode.JOINT if joint else ReadMode.ISOLATED,
-                        policy=PolicyName.FIXED, fixed_draws=1, endpoint=Endpoint.COMPLETIONS)
+                        policy=PolicyName.FIXED, fixed_draws=1,
+                        endpoint=Endpoint.CHAT if images else Endpoint.COMPLETIONS)
 
 
 def _check_fit(app: SimApp, unit: ReadUnit) -> None:
@@ -279,23 +286,24 @@ def _check_fit(app: SimApp, unit: ReadUnit) -> None:
                               f"more than max_model_len={limit}")
 
 
-async def _read_all(app: SimApp, decision: Decision, joint: bool,
-                    read: Read) -> tuple[tuple[Answer, ...], _Reads]:
-    settings = _settings(app, joint)
+async def _read_all(app: SimApp, decision: Decision, joint: bool, read: Read,
+                    images: tuple[ImageData, ...] = ()) -> tuple[tuple[Answer, ...], _Reads]:
+    settings = _settings(app, joint, images=bool(images))
     try:
-        plan = plan_decision(decision, settings, app.tokenizer.text)
+        plan = plan_decision(decision, settings, app.tokenizer.text, images=images)
     except TemplateError as exc:
         raise DecisionRefused(exc.message) from exc
     for unit in plan.units:
         _check_fit(app, unit)
     flow = DecisionFlow(plan, settings, vocab_size=app.vocab_size)
     requests = flow.next_requests()
-    responses = await asyncio.gather(*(read(encode_body(r.body)) for r in requests))
+    chat = settings.endpoint is Endpoint.CHAT
+    responses = await asyncio.gather(*(read(encode_body(r.body), chat) for r in requests))
     reads = _Reads()
     for request, response in zip(requests, responses, strict=True):
         unit = plan.units[request.unit]
         try:
-            flow.record(request, parse_response(Endpoint.COMPLETIONS, response, request.slots))
+            flow.record(request, parse_response(settings.endpoint, response, request.slots))
         except MalformedResponse as exc:
             raise DecisionRefused(f"Failed to score the question: {exc.message}") from exc
         reads.count(unit, response, tuple(decision.questions[i].id
@@ -335,14 +343,27 @@ def _joint_diagnostics(reads: _Reads) -> dict[str, Any]:
                          for unit, qids in reads.canvases]}
 
 
+async def _request_images(app: SimApp, urls: list[str] | None) -> tuple[ImageData, ...]:
+    """The request's images, each fetched once (vLLM's reader: ``media: ...`` on a bad one)."""
+    try:
+        loaded = await app.load_images(tuple(urls or ()))
+    except VllmBadRequest as exc:
+        raise DecisionRefused(f"media: {exc.message}") from exc
+    app.counters["images"] += len(loaded)
+    return tuple(ImageData(ref=i.url, url=i.data_url, sha256=i.sha256, media_type=i.media_type,
+                           width=i.width, height=i.height) for i in loaded)
+
+
 async def _systemone(app: SimApp, raw: bytes, request_id: str, read: Read) -> dict[str, Any]:
     request = SystemOneRequest.model_validate_json(raw)
     if request.model is not None:
         app.check_model(request.model)
     questions = _systemone_questions(request)
-    decision = Decision(id=request_id, state=request.state, questions=questions)
+    images = await _request_images(app, request.images)
+    decision = Decision(id=request_id, state=request.state, questions=questions,
+                        images=tuple(i.ref for i in images))
     joint = request.joint and len(questions) > 1
-    answers, reads = await _read_asked(app, decision, joint, read)
+    answers, reads = await _read_asked(app, decision, joint, read, images)
     return {
         "id": f"decision-{request_id}", "object": "structured_decision",
         "created": int(time.time()), "model": app.options.model,
@@ -360,8 +381,8 @@ async def _systemone(app: SimApp, raw: bytes, request_id: str, read: Read) -> di
 _REFUSAL = {"type": "refusal", "refusal": "dreads sim: refused (--refuse-marker)"}
 
 
-async def _read_asked(app: SimApp, decision: Decision, joint: bool,
-                      read: Read) -> tuple[dict[str, Answer], _Reads]:
+async def _read_asked(app: SimApp, decision: Decision, joint: bool, read: Read,
+                      images: tuple[ImageData, ...] = ()) -> tuple[dict[str, Answer], _Reads]:
     """``_read_all`` of the questions not refused (``refuse_marker``), by question id."""
     marker = app.options.refuse_marker
     asked = tuple(q for q in decision.questions if not marker or marker not in q.instructions)
@@ -369,7 +390,7 @@ async def _read_asked(app: SimApp, decision: Decision, joint: bool,
     if not asked:
         return {}, _Reads()
     answers, reads = await _read_all(app, replace(decision, questions=asked),
-                                     joint and len(asked) > 1, read)
+                                     joint and len(asked) > 1, read, images)
     return {a.question_id: a for a in answers}, reads
 
 
@@ -378,9 +399,10 @@ def _systemone_questions(request: SystemOneRequest) -> tuple[Question, ...]:
         raise DecisionRefused("questions: needs at least one question")
     if len(request.questions) > MAX_QUESTIONS:
         raise DecisionRefused(f"questions: at most {MAX_QUESTIONS} for this model")
-    if request.images or request.audio or request.videos:
-        raise DecisionRefused("dreads sim reads text only: it does not take image, audio or "
-                              "video inputs")
+    media = [name for name, urls in (("audio", request.audio), ("video", request.videos))
+             if urls]
+    if media:  # vLLM's DiffusionGemma strategy reads images only
+        raise DecisionRefused(f"this model does not take {', '.join(media)} inputs")
     if request.instructions:
         raise DecisionRefused("dreads sim does not simulate top-level instructions (a system "
                               "message); put them in the state or the questions")
@@ -480,8 +502,8 @@ async def answer_decision_route(app: SimApp, path: str, raw: bytes, scope: Mappi
     app.counters["requests"] += 1
     app.counters["decisions"] += 1
 
-    async def read(body: bytes) -> dict[str, Any]:
-        return await app.serve_read(body, chat=False, receive=receive)
+    async def read(body: bytes, chat: bool) -> dict[str, Any]:
+        return await app.serve_read(body, chat=chat, receive=receive)
 
     handler = _systemone if path == "/v1/systemone" else _decisions
     try:

@@ -45,6 +45,9 @@ _HTTP = ("http://", "https://")
 class SimImage:
     """One image of a read: what the answer and the prompt count go by."""
 
+    url: str  #: as the request gave it
+    data_url: str  #: the bytes, as a data URL
+    media_type: str
     sha256: str
     width: int
     height: int
@@ -157,11 +160,14 @@ def _opened(index: int, url: str, data: bytes) -> SimImage:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
             width, height = image.size
+            media_type = Image.MIME.get(image.format or "", "image/png")
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise VllmBadRequest(f"cannot identify image file (image {index}, {_short(url)}: "
                              f"{len(data)} bytes that are not an image; send a PNG, JPEG, "
                              "WebP or GIF)", param="image") from exc
-    return SimImage(hashlib.sha256(data).hexdigest(), width, height)
+    data_url = url if url.startswith("data:") else (
+        f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}")
+    return SimImage(url, data_url, media_type, hashlib.sha256(data).hexdigest(), width, height)
 
 
 def _short(url: str) -> str:

@@ -239,3 +239,37 @@ def test_the_image_limit_reads_vllms_flag() -> None:
     for bad in ("4", '{"image": -1}', "{image: 2}"):
         with pytest.raises(ValueError, match="--limit-mm-per-prompt"):
             image_limit(bad)
+
+
+# -- the simulator's /v1/systemone: vLLM's reader takes images --------------------------------
+def _decision_body(**changes: Any) -> dict[str, Any]:
+    return {"model": "dgemma", "state": "A parcel on a doorstep.",
+            "questions": {"damage": {"type": "noul", "instructions": "Is it damaged?"}},
+            **changes}
+
+
+async def test_vllms_reader_reads_images_before_the_text(asgi_client: AsgiClient) -> None:
+    client = asgi_client()
+    answers = []
+    for urls in ([_data_url(RED)], [_data_url(BLUE)], [_data_url(RED)]):
+        response = await client.post("/v1/systemone", json=_decision_body(images=urls))
+        assert response.status_code == 200, response.text
+        answers.append(response.json()["answers"]["damage"]["noul"])
+    assert answers[0] != answers[1] and answers[0] == answers[2]
+    # each request's image fetched once, and read again from the chat read's image part
+    assert client.sim_app.stats()["images"] == 2 * 3  # type: ignore[attr-defined]
+    null_state = await client.post("/v1/systemone",
+                                   json=_decision_body(state=None, images=[_data_url(RED)]))
+    assert null_state.status_code == 200, null_state.text
+
+
+async def test_vllms_reader_refuses_a_bad_image_and_audio(asgi_client: AsgiClient) -> None:
+    client = asgi_client()
+    bad = await client.post("/v1/systemone",
+                            json=_decision_body(images=[_data_url(b"not a picture")]))
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"].startswith("media: cannot identify image file")
+    audio = await client.post("/v1/systemone",
+                              json=_decision_body(audio=["data:audio/wav;base64,AAAA"]))
+    assert audio.status_code == 400
+    assert audio.json()["error"]["message"] == "this model does not take audio inputs"
