@@ -9,7 +9,6 @@ whose image was dropped would get the text-only answer.
 from __future__ import annotations
 
 import base64
-import inspect
 import io
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,14 +21,8 @@ from openai.types.decision import AnswerAnswerResourcePredicate
 from PIL import Image as PILImage
 from typesafe_sdk import Image, Noul, TypeSafeClient
 
-from app.engine import plan_decision
 from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
-
-#: dreads' reads carry images once the engine plans them (``plan_decision(images=...)``).
-needs_image_reads = pytest.mark.skipif(
-    "images" not in inspect.signature(plan_decision).parameters,
-    reason="plan_decision does not take images yet (issue 27's engine part)")
 
 DAMAGE = Noul(instructions="Does the parcel in the photo show damage?")
 PREDICATE = {"type": "predicate", "name": "damage",
@@ -73,7 +66,6 @@ def _p_damage(client: TypeSafeClient, **kwargs: Any) -> float:
     return float(result.nouls["damage"].noul)
 
 
-@needs_image_reads
 def test_typesafe_sdk_sends_an_image_asset_and_each_image_gets_its_own_answer(
         jev: TypeSafeClient, sim: SimHandle) -> None:
     text_only = _p_damage(jev, state="A parcel on a doorstep.")
@@ -86,7 +78,6 @@ def test_typesafe_sdk_sends_an_image_asset_and_each_image_gets_its_own_answer(
     assert stats["images"] >= 3  # every image reached the model server
 
 
-@needs_image_reads
 def test_vllms_images_field_is_answered(jev: TypeSafeClient, sim: SimHandle) -> None:
     by_asset = _p_damage(jev, state=Image(RED))
     by_field = _p_damage(jev, state="(none)",  # the SDK needs a state; the body sets null
@@ -104,7 +95,6 @@ def test_an_image_url_that_does_not_answer_is_400_naming_it(server: ServeProcess
     assert "http://127.0.0.1:9/gone.png" in response.json()["detail"]
 
 
-@needs_image_reads
 def test_openai_sdk_input_image_is_answered_as_openais_hosted_api_takes_it(
         server: ServeProcess) -> None:
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
