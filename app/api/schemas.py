@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 __all__ = [
     "AssetIn",
@@ -115,7 +115,7 @@ class SystemOneIn(_In):
                           "put it in the state or the questions).")
     audio: list[str] | None = Field(None, description="Refused: this model reads images only.")
     videos: list[str] | None = Field(None, description="Refused: this model reads images only.")
-    joint: bool | None = Field(
+    joint: StrictBool | None = Field(
         None, description="Answer the questions on one canvas; must agree with the server's "
                           "read mode when given.")
     chat_template_kwargs: dict[str, Any] | None = Field(

@@ -135,6 +135,14 @@ def test_an_unknown_field_is_400_naming_it(guarded: ServeProcess, extra: dict[st
                                         "field it takes and drops none.")
 
 
+def test_joint_must_agree_with_the_servers_read_mode(guarded: ServeProcess) -> None:
+    two = {"billing": NOUL, "refund": {"type": "noul", "instructions": "Is a refund asked?"}}
+    response = post(guarded, body(questions=two, joint=True))
+    assert response.status_code == 400
+    assert detail(response).startswith("joint: true, but this server reads one question per "
+                                       "canvas (--read-mode isolated)")
+
+
 def test_audio_and_video_are_refused_as_vllm_refuses_them(guarded: ServeProcess) -> None:
     response = post(guarded, body(audio=["https://example.com/a.wav"],
                                   videos=["https://example.com/v.mp4"]))
