@@ -97,9 +97,12 @@ def report(
             doc, cal_rows = report_with_rows(session, data, params, calibration=calib,
                                              against=against)
         if html is not None:
+            from app.config import get_settings
             from app.report.html import render_html
+            from app.runs.settings import image_policy
 
-            _write(html, render_html(doc, data.rows, cal_rows), option="--html")
+            page = render_html(doc, data.rows, cal_rows, images=image_policy(get_settings()))
+            _write(html, page, option="--html")
     if json_out:
         typer.echo(json.dumps(doc, indent=2, allow_nan=False))
     elif html is None:

@@ -52,11 +52,12 @@ from app.engine import (
     parse_decision,
 )
 from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
-from app.runs.settings import wait_served_settings
+from app.runs.settings import image_policy, wait_served_settings
 from app.upstream.engines import is_in_process
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.images import ImagePolicy
     from app.runs.jobfile import NumberedLine
     from app.upstream.base import Upstream
     from app.upstream.factory import UpstreamConfig
@@ -234,11 +235,13 @@ def _load_numbered(lines: Iterable[NumberedLine]) -> list[Decision | DecideOutco
 
 
 async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
-                      tokenizer: TextTokenizer, upstream: Upstream) -> DecideOutcome:
+                      tokenizer: TextTokenizer, upstream: Upstream,
+                      images: ImagePolicy | None) -> DecideOutcome:
     from app.runs.answer import answer_decision
 
     try:
-        decided = await answer_decision(decision, settings, tokenizer, upstream)
+        decided = await answer_decision(decision, settings, tokenizer, upstream,
+                                        image_policy=images)
     except InputError as exc:
         return DecideOutcome(line_no, decision.id, "rejected", error=exc.message, kind=exc.kind)
     except UpstreamError as exc:
@@ -247,27 +250,29 @@ async def _decide_one(decision: Decision, line_no: int, settings: ReadSettings,
 
 
 async def decide_all(items: Sequence[Decision | DecideOutcome], settings: ReadSettings,
-                     tokenizer: TextTokenizer, upstream: Upstream) -> list[DecideOutcome]:
-    """Answer every decision concurrently (bad lines pass through), in input order."""
+                     tokenizer: TextTokenizer, upstream: Upstream, *,
+                     images: ImagePolicy | None = None) -> list[DecideOutcome]:
+    """Answer every decision concurrently (bad lines pass through), in input order; a
+    decision's images are fetched under ``images`` (by default: no local file)."""
     import asyncio
 
     async def _one(index: int, item: Decision | DecideOutcome) -> DecideOutcome:
         if isinstance(item, DecideOutcome):
             return item
-        return await _decide_one(item, index + 1, settings, tokenizer, upstream)
+        return await _decide_one(item, index + 1, settings, tokenizer, upstream, images)
 
     return list(await asyncio.gather(*(_one(i, item) for i, item in enumerate(items))))
 
 
 async def _run_decide(items: list[Decision | DecideOutcome], settings: ReadSettings, url: str,
-                      timeout_s: float, choice: UpstreamConfig,
+                      timeout_s: float, choice: UpstreamConfig, images: ImagePolicy,
                       ) -> tuple[list[DecideOutcome], ServerFingerprint]:
     tokenizer = _load_tokenizer(settings.tokenizer)
     upstream = _make_upstream(url, settings, choice)
     try:
         await upstream.wait_ready(timeout_s=timeout_s)
         fingerprint = await upstream.fingerprint()
-        outcomes = await decide_all(items, settings, tokenizer, upstream)
+        outcomes = await decide_all(items, settings, tokenizer, upstream, images=images)
     finally:
         await upstream.aclose()
     return outcomes, fingerprint
@@ -413,7 +418,8 @@ def decide(
         items = _items(file, state, question, qtype, options or [])
         settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, timeout,
                                                     env=env))
-        outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice))
+        outcomes, fingerprint = asyncio.run(_run_decide(items, settings, url, timeout, choice,
+                                                        image_policy(env)))
     except DreadsError as exc:
         exit_error(exc, exc.exit_code, where="" if exc.exit_code == EXIT_USAGE else f"{url}: ")
     if json_out:

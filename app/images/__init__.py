@@ -17,7 +17,7 @@ from app.images.cache import ImageCache
 from app.images.check import check_image
 from app.images.fetch import fetch_image, fetch_image_async
 from app.images.policy import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, ImagePolicy, parse_image_dirs
-from app.images.refs import short_ref
+from app.images.refs import short_ref, shown_ref
 from app.images.stored import StoredImage, stored_image, stored_images
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "fetch_image_async",
     "parse_image_dirs",
     "short_ref",
+    "shown_ref",
     "stored_image",
     "stored_images",
 ]

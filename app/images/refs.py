@@ -6,7 +6,7 @@ from typing import Literal
 
 from app.errors import ImageError
 
-__all__ = ["RefKind", "ref_kind", "short_ref"]
+__all__ = ["RefKind", "ref_kind", "short_ref", "shown_ref"]
 
 RefKind = Literal["data", "file", "http"]
 
@@ -20,6 +20,15 @@ def short_ref(ref: str) -> str:
         return repr(ref)
     head = ref[:ref.find(",") + 1] if 0 < ref.find(",") < 60 else ref[:60]
     return f"'{head}...' ({len(ref):,} characters)"
+
+
+def shown_ref(ref: str) -> str:
+    """``ref`` as a report or a table shows it: a URL whole, a data URL by its media type and
+    length (its bytes are in the export)."""
+    if not ref[:5].lower().startswith("data:") or len(ref) <= _SHOWN:
+        return ref
+    head = ref[:ref.find(",")] if 0 < ref.find(",") < 60 else ref[:40]
+    return f"{head},... ({len(ref):,} characters)"
 
 
 def ref_kind(ref: str) -> RefKind:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from app.images import ImagePolicy
 from app.report.glossary import glossary
 from app.report.headline import HeadlineItem, headline_items, identity_items
 from app.report.html_tables import (
@@ -26,6 +27,7 @@ from app.report.labels import run_identity
 from app.report.load import QuestionRow
 from app.report.plots import Plot, report_plots
 from app.report.tables import pct
+from app.report.thumbnails import review_thumbnails
 
 __all__ = ["render_html"]
 
@@ -58,6 +60,8 @@ tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
 .plots figcaption{font-size:13px;color:#444}
 dl.glossary{display:grid;grid-template-columns:max-content 1fr;gap:4px 14px;font-size:13px}
 dl.glossary dt{font-weight:600}dl.glossary dd{margin:0}
+.list td.images{white-space:normal}.thumb{max-width:96px;max-height:96px;margin:0 4px 4px 0;
+border:1px solid #ccc}.imgref{font-size:12px;overflow-wrap:anywhere}
 """
 
 
@@ -130,12 +134,18 @@ def render_html(
     doc: Mapping[str, Any],
     rows: Sequence[QuestionRow],
     calibrated: Sequence[QuestionRow] | None = None,
+    *,
+    images: ImagePolicy | None = None,
 ) -> str:
-    """The whole report page; ``rows`` (and ``calibrated`` rows) feed the plots."""
+    """The whole report page; ``rows`` (and ``calibrated`` rows) feed the plots. The listed
+    questions of a decision with images show them as thumbnails, fetched now under
+    ``images`` (by default: no local file), or as their references when they cannot be."""
     has_lists = bool(doc["labelled"]["noul"]) or bool(doc["against"])
+    thumbnails = review_thumbnails(doc, rows, images or ImagePolicy()) if has_lists else {}
     body = [
         *_top(doc),
-        *(['<h2 id="review">what to review</h2>', review_lists(doc)] if has_lists else []),
+        *(['<h2 id="review">what to review</h2>', review_lists(doc, thumbnails)]
+          if has_lists else []),
         '<h2>plots</h2><div class="plots" id="plots">'
         + "".join(_plot(p) for p in report_plots(
             rows, calibrated, doc["headline"]["ece"]["calibrated_by"])) + "</div>",

@@ -47,29 +47,49 @@ def _item_cells(item: Mapping[str, Any]) -> list[str]:
             _p(item["label_mass"]), str(item["state"])]
 
 
-def _list(list_id: str, title: str, listed: Mapping[str, Any], empty: str) -> str:
+#: (decision, replicate) -> the HTML of its images' thumbnails (``app.report.thumbnails``)
+Thumbnails = Mapping[tuple[str, int], str]
+
+
+def _image_row(item: Mapping[str, Any], thumbnails: Thumbnails) -> str:
+    """A listed question's row with its images last: thumbnails, or the references as text."""
+    key = (str(item["decision"]), int(item.get("replicate") or 0))
+    shown = thumbnails.get(key)
+    if shown is None:
+        shown = "<br>".join(escape(ref) for ref in item.get("images") or ())
+    return _row(_item_cells(item))[:-len("</tr>")] + f'<td class="images">{shown}</td></tr>'
+
+
+def _list(list_id: str, title: str, listed: Mapping[str, Any], empty: str,
+          thumbnails: Thumbnails) -> str:
     total, items = listed["total"], listed["items"]
     shown = f"{total}" if len(items) == total else f"the top {len(items)} of {total}"
     head = f'<h3>{escape(title)}: {shown}</h3>'
     if not items:
         return f'<section class="list" id="{list_id}">{head}<p class="note">{escape(empty)}' \
                "</p></section>"
-    rows = [_row(_item_cells(i)) for i in items]
-    table = _table(["id", "question", "cell", "P", "label mass", "state (first words)"], rows)
-    return f'<section class="list" id="{list_id}">{head}{table}</section>'
+    names = ["id", "question", "cell", "P", "label mass", "state (first words)"]
+    if any(i.get("images") for i in items):
+        rows = [_image_row(i, thumbnails) for i in items]
+        names.append("images")
+    else:
+        rows = [_row(_item_cells(i)) for i in items]
+    return f'<section class="list" id="{list_id}">{head}{_table(names, rows)}</section>'
 
 
-def review_lists(doc: Mapping[str, Any]) -> str:
-    """Every missed positive and the top false positives; the most disagreeing questions."""
+def review_lists(doc: Mapping[str, Any], thumbnails: Thumbnails | None = None) -> str:
+    """Every missed positive and the top false positives (with their images' ``thumbnails``);
+    the most disagreeing questions."""
     t = thresholds(doc["params"])
     lists = doc["review"]
+    thumbs = thumbnails or {}
     parts = [] if not doc["labelled"]["noul"] else [
         _list("missed-positives", f"missed positives (P(yes) ≤ {t['r']}, lowest first)",
               lists["missed_positives"], f"No missed positive: every answered positive has "
-              f"P(yes) above {t['r']}."),
+              f"P(yes) above {t['r']}.", thumbs),
         _list("false-positives", f"false positives (P(yes) > {t['f']}, highest first)",
               lists["false_positives"], f"No false positive: no answered negative has P(yes) "
-              f"above {t['f']}."),
+              f"above {t['f']}.", thumbs),
     ]
     if doc.get("against"):
         parts.append(_disagreeing(doc["against"]))

@@ -16,6 +16,7 @@ from typing import Any
 
 from app.engine import decision_from_payload
 from app.errors import InputError, OutcomeKind
+from app.images import StoredImage, stored_images
 from app.store.models import Run
 from app.store.report_rows import (
     answer_rows,
@@ -67,6 +68,8 @@ class QuestionRow:
     stderr: float | None = None
     draws: int | None = None
     stop_reason: str | None = None
+    #: the decision's images as stored at submit (reference, sha256); () for text
+    images: tuple[StoredImage, ...] = ()
 
     @property
     def unanswered(self) -> bool:
@@ -144,7 +147,7 @@ def _decision_rows(decision: Any, answers: Mapping[str, Any],
         "decision_key": decision.key, "replicate": decision.replicate,
         "cell": decision.cell if decision.cell is not None else NO_CELL,
         "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
-        "status": shown,
+        "status": shown, "images": _images(payload),
     }
     questions, expected = _parsed(payload)
     for qid, qtype, labels, options in questions:
@@ -161,6 +164,13 @@ def _decision_rows(decision: Any, answers: Mapping[str, Any],
             labels = tuple(answer.probs)
             label = normalize_expected(answer.expected, answer.question_type, labels, ())
             yield _row(common, qid, answer.question_type, labels, label, answer)
+
+
+def _images(payload: Mapping[str, Any]) -> tuple[StoredImage, ...]:
+    try:
+        return stored_images(payload)
+    except InputError:  # a payload written by hand: its images are not shown
+        return ()
 
 
 def _row(common: Mapping[str, Any], qid: str, qtype: str, labels: tuple[str, ...],

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.images import shown_ref
 from app.report.figures import Params, typed_rows
 from app.report.load import QuestionRow
 
@@ -37,9 +38,12 @@ def state_words(state_key: str, words: int = STATE_WORDS) -> str:
 
 
 def _item(r: QuestionRow) -> dict[str, Any]:
-    return {"decision": r.decision_key, "replicate": r.replicate, "question": r.question_id,
+    item = {"decision": r.decision_key, "replicate": r.replicate, "question": r.question_id,
             "cell": r.cell, "p_yes": r.p_yes, "label_mass": r.label_mass,
             "state": state_words(r.state_key)}
+    if r.images:
+        item["images"] = [shown_ref(image.ref) for image in r.images]
+    return item
 
 
 def _listed(rows: Sequence[QuestionRow], keep: Callable[[float], bool], *, descending: bool,
@@ -53,7 +57,8 @@ def _listed(rows: Sequence[QuestionRow], keep: Callable[[float], bool], *, desce
 
 def review(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
     """``{"missed_positives": LIST, "false_positives": LIST}``; LIST = ``{total, items}``,
-    an item ``{decision, replicate, question, cell, p_yes, label_mass, state}``."""
+    an item ``{decision, replicate, question, cell, p_yes, label_mass, state}`` and, for a
+    decision with images, ``images`` (their references as shown)."""
     done = [r for r in typed_rows(rows, "noul") if r.answered]
     positives = [r for r in done if r.expected == "yes"]
     negatives = [r for r in done if r.expected == "no"]

@@ -299,13 +299,18 @@ def _review_table(title: str, listed: Mapping[str, Any]) -> RenderableType:
     if not listed["items"]:
         return Text(_listed_title(title, listed))
     table = Table(title=_listed_title(title, listed), title_justify="left")
-    for name in ("id", "question", "cell", "P", "label mass", "state (first words)"):
+    images = any(i.get("images") for i in listed["items"])
+    names = ("id", "question", "cell", "P", "label mass", "state (first words)")
+    for name in (*names, "images") if images else names:
         table.add_column(name, justify="right" if name in ("P", "label mass") else "left",
                          overflow="fold")
     for i in listed["items"]:
-        table.add_row(escape(str(i["decision"])), escape(str(i["question"])),
-                      escape(str(i["cell"])), _p(i["p_yes"]), _p(i["label_mass"]),
-                      escape(str(i["state"])))
+        cells = [escape(str(i["decision"])), escape(str(i["question"])),
+                 escape(str(i["cell"])), _p(i["p_yes"]), _p(i["label_mass"]),
+                 escape(str(i["state"]))]
+        if images:
+            cells.append(escape("\n".join(i.get("images") or ())))
+        table.add_row(*cells)
     return table
 
 

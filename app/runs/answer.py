@@ -162,17 +162,24 @@ class ReadsSource:
 
 
 async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
-                          upstream: Upstream, *, images: Sequence[ImageData] = ()) -> Answered:
+                          upstream: Upstream, *, images: Sequence[ImageData] = (),
+                          image_policy: ImagePolicy | None = None) -> Answered:
     """One decision straight through ``upstream``: planned (a prompt longer than the
     upstream's ``max_model_len``, once it knows it, is refused), read draw by draw until every
     question's draw policy stops, and folded. ``images``: the decision's images, fetched and
-    checked by the caller (``app.images.fetch_image_async``), in the order of its references.
+    checked by the caller (``app.images.fetch_image_async``), in the order of its references;
+    when none are given, a decision's images are fetched here once, under ``image_policy``
+    (by default: no local file).
 
     Raises:
+        ImageError: an image cannot be fetched or used (the message names it).
         TemplateError: the question cannot be read (a label not one token, too wide, too long).
         UpstreamError: the upstream failed after its retries, or answered malformed rows.
     """
-    source = ReadsSource(upstream.read, tokenizer, settings, max_model_len=upstream.max_model_len)
+    source = ReadsSource(upstream.read, tokenizer, settings, max_model_len=upstream.max_model_len,
+                         images=ImageCache(image_policy or ImagePolicy()))
+    if decision.images and not images:
+        images = await source.fetch_images(decision)
     return await source.answer_fetched(decision, images, replicate=0)
 
 

@@ -176,10 +176,13 @@ def _export_record(rows: Sequence[Any], run_status: str) -> dict[str, Any]:
             answer = {name: getattr(row, name) for name in ANSWER_FIELDS}
             exp = row.expected if row.expected is not None else expected.get(row.question_id)
             answers[row.question_id] = {"answered": True, **answer, "expected": exp}
-    return {"id": first.key, "cell": first.cell, "replicate": first.replicate,
-            "status": shown_status(first.status, run_status),
-            "error_kind": first.last_error_kind,
-            "error": first.last_error, "answers": answers}
+    record = {"id": first.key, "cell": first.cell, "replicate": first.replicate,
+              "status": shown_status(first.status, run_status),
+              "error_kind": first.last_error_kind,
+              "error": first.last_error, "answers": answers}
+    if first.payload.get("images"):  # each image's reference and what submit checked
+        record["images"] = first.payload["images"]
+    return record
 
 
 def resume_preview(

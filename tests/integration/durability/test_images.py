@@ -10,7 +10,6 @@ simulator over HTTP, the images served by a local HTTP server that counts each f
 
 from __future__ import annotations
 
-import inspect
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import select
 
-from app.engine import Endpoint, PolicyName, ReadSettings, plan_decision
+from app.engine import Endpoint, PolicyName, ReadSettings
 from app.images import ImageCache, ImagePolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.submit import SubmitReport, SubmitRequest, submit_job
@@ -30,15 +29,9 @@ from app.store.models import Attempt, Decision, DecisionPayload
 from app.upstream.sim import SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.vllm import VllmUpstream
-from tests.fixtures.images import ImageServer, data_url, png
+from tests.fixtures.images import ImageServer, data_url, needs_image_reads, png
 from tests.fixtures.services import free_port
 from tests.integration.durability.harness import Stack
-
-#: Until plan_decision takes the fetched images (issue 27's engine side), a decision with
-#: images cannot be read; the tests that read one wait for it.
-READS_IMAGES = "images" in inspect.signature(plan_decision).parameters
-needs_image_reads = pytest.mark.skipif(not READS_IMAGES,
-                                       reason="plan_decision(images=) has not landed")
 
 QUESTION = {"kind": {"type": "choice", "instructions": "Which kind of chart is this?",
                      "criteria": {"bar": None, "line": None, "pie": None}}}
