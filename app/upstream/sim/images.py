@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_IMAGE_LIMIT", "SimImage", "image_limit", "image_urls", "load
 
 #: vLLM's limit on a modality a model does not limit itself (``--limit-mm-per-prompt``).
 DEFAULT_IMAGE_LIMIT = 999
-_FETCH_TIMEOUT_S = 10.0  #: vLLM's VLLM_IMAGE_FETCH_TIMEOUT default
+_FETCH_TIMEOUT_S = 5.0  #: vLLM 0.33's VLLM_IMAGE_FETCH_TIMEOUT default (envs.py)
 _HTTP = ("http://", "https://")
 
 
