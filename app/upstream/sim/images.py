@@ -132,7 +132,7 @@ async def _bytes(index: int, url: str, client: httpx.AsyncClient) -> bytes:
         response = await client.get(url, timeout=_FETCH_TIMEOUT_S, follow_redirects=True)
     except httpx.HTTPError as exc:
         raise VllmBadRequest(f"Cannot fetch image {index} from {_short(url)}: "
-                             f"{type(exc).__name__}: {exc or 'no answer'}. Check that the URL "
+                             f"{type(exc).__name__}: {str(exc) or 'no answer'}. Check that the URL "
                              "answers from the model server.", param="image") from exc
     if response.status_code >= 400:
         raise VllmBadRequest(f"{response.status_code}, message={response.reason_phrase!r}, "
