@@ -23,6 +23,7 @@ from app.errors import ConfigError, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from app.engine import Estimate, Prices, ReadSettings, Span
+    from app.images import ImagePolicy
     from app.runs.dryrun import DryRunReport
 
 __all__ = ["DryRunArgs", "DryRunOpt", "GpuPriceHourOpt", "PriceInputOpt", "PriceOutputOpt",
@@ -97,6 +98,15 @@ class DryRunArgs:
     engine: dict[str, str | None]  #: engine, device, dtype as given
     json_out: bool
     spend: Spend
+    image_dirs: str | None = None  #: --image-dirs as given
+
+
+def _image_policy(image_dirs: str | None) -> ImagePolicy:
+    """What the dry run may fetch as images: ``--image-dirs`` over ``DREADS_IMAGE_*``."""
+    from app.config import settings_with
+    from app.runs.settings import image_policy
+
+    return image_policy(settings_with(image_dirs=image_dirs))
 
 
 def dry_run_command(args: DryRunArgs) -> None:
@@ -110,7 +120,8 @@ def dry_run_command(args: DryRunArgs) -> None:
         settings, replicates, tokenizer = _settings(args)
         request = DryRunRequest(path=args.file, run_name=args.run_name, settings=settings,
                                 replicates=replicates, strict=args.strict,
-                                prices=args.spend.prices())
+                                prices=args.spend.prices(),
+                                images=_image_policy(args.image_dirs))
         report = dry_run(request, tokenizer)
     if args.json_out:
         console.print_json(render.json_text(report.as_dict()))

@@ -131,7 +131,8 @@ def run(
     if dry_run:
         dry_run_command(DryRunArgs(
             file, run_name or file.stem, given, replicates, strict, fail_on_bad_lines,
-            upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend))
+            upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend,
+            image_dirs))
         return
     from app.config import settings_with
     from app.runs.jobfile import check_job_file

@@ -112,7 +112,8 @@ def submit(
     if dry_run:
         dry_run_command(DryRunArgs(
             file, run, given, replicates, strict, fail_on_bad_lines, upstream,
-            {"engine": engine, "device": device, "dtype": dtype}, json_out, spend))
+            {"engine": engine, "device": device, "dtype": dtype}, json_out, spend,
+            image_dirs))
         return
     with cli_errors():
         check_job_file(file)

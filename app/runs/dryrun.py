@@ -14,6 +14,9 @@ per decision; the endpoint plans its own reads. Its input tokens are estimated a
 reader plans them (the ``vllm`` layout, one read per question, one draw) with the run's
 tokenizer: exact for vLLM's own reader serving that tokenizer, an estimate for any other
 endpoint.
+
+A decision's images are fetched and checked as submit does (each image once), so that their
+prompt tokens are counted, and a decision whose image cannot be used is counted as rejected.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from app.engine import (
     TextTokenizer,
     draw_span,
     estimate,
-    plan_decision,
 )
 from app.engine.openai.client import reader_decision
-from app.errors import TemplateError
+from app.engine.types import ImageData
+from app.errors import ConfigError, ImageError, TemplateError
+from app.images import ImagePolicy, fetch_image
+from app.runs.answer import plan_with_images
 from app.runs.jobfile import (
     LineProblem,
     NumberedLine,
@@ -48,8 +53,12 @@ from app.runs.jobfile import (
     iter_job_lines,
     read_job_file,
 )
+from app.runs.submit_images import COMPLETIONS_REFUSED
 
 __all__ = ["DryRunReport", "DryRunRequest", "dry_run"]
+
+#: Images a dry run keeps (emptied when full), with their bytes: a few hundred MiB at most.
+_IMAGES_HELD = 256
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,8 @@ class DryRunRequest:
     replicates: int = 1
     strict: bool = False
     prices: Prices = field(default_factory=Prices)
+    #: what the decisions' images may be fetched from, as for submit
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
 
 @dataclass
@@ -75,6 +86,8 @@ class DryRunReport:
     #: the token counts; the endpoint may still answer them)
     unplanned: int = 0
     tally: ReadTally = field(default_factory=ReadTally)
+    #: images fetched so far: ref -> the image, or why it cannot be used (bounded)
+    images: dict[str, ImageData | str] = field(default_factory=dict, repr=False)
 
     @property
     def refused(self) -> bool:
@@ -155,10 +168,49 @@ def _asked(decision: Decision, settings: ReadSettings) -> Decision:
     return decision
 
 
+def _image(report: DryRunReport, ref: str) -> ImageData | str:
+    if len(report.images) >= _IMAGES_HELD:
+        report.images.clear()
+    found = report.images.get(ref)
+    if found is None:
+        try:
+            found = fetch_image(ref, policy=report.request.images)
+        except ImageError as exc:
+            found = exc.message
+        report.images[ref] = found
+    return found
+
+
+def _images(report: DryRunReport, decision: Decision, settings: ReadSettings
+            ) -> tuple[ImageData, ...] | str:
+    """The decision's images fetched and checked, or why the decision would be rejected."""
+    if settings.endpoint is Endpoint.COMPLETIONS and not report.by_endpoint:
+        return COMPLETIONS_REFUSED
+    fetched = [_image(report, ref) for ref in decision.images]
+    problem = next((f for f in fetched if isinstance(f, str)), None)
+    return problem if problem is not None else tuple(
+        f for f in fetched if isinstance(f, ImageData))
+
+
 def _plan(report: DryRunReport, line_no: int, decision: Decision, settings: ReadSettings,
           tokenizer: TextTokenizer) -> None:
+    images: tuple[ImageData, ...] = ()
+    if decision.images:
+        checked = _images(report, decision, settings)
+        if isinstance(checked, str):
+            report.rejected.append(LineProblem(line_no, decision.id, checked))
+            return
+        images = checked
+        if report.by_endpoint:  # the reader's images go on its chat request
+            settings = replace(settings, endpoint=Endpoint.CHAT)
     try:
-        plan = plan_decision(_asked(decision, settings), settings, tokenizer)
+        plan = plan_with_images(_asked(decision, settings), settings, tokenizer, images=images,
+                                max_model_len=None)
+    except ConfigError as exc:
+        if not images:
+            raise
+        report.rejected.append(LineProblem(line_no, decision.id, exc.message))
+        return
     except TemplateError as exc:
         if report.by_endpoint:  # the endpoint plans its own reads: not rejected at submit
             report.unplanned += 1

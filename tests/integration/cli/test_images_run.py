@@ -77,3 +77,22 @@ def test_a_completions_run_rejects_image_lines(dreads: Dreads, tmp_path: Path) -
     assert "completions by token ids cannot carry an image" in result.stderr
     assert "--endpoint chat" in result.stderr
     assert sqlite_rows(db, BY_STATUS) == [("img", "rejected"), ("text", "done")]
+
+
+@needs_image_reads
+def test_a_dry_run_fetches_the_images_and_counts_their_tokens(dreads: Dreads,
+                                                              tmp_path: Path) -> None:
+    text = write_jobs(tmp_path / "text.jsonl", [orjson.dumps(
+        {"id": "a", "state": "Photo a.", "questions": QUESTION}).decode()])
+    job = write_jobs(tmp_path / "j.jsonl", [
+        _line("a", [data_url(png(1))]), _line("bad", [data_url(b"no picture", "image/png")])])
+    plain = dreads("run", str(text), "--upstream", "sim", "--dry-run", "--json")
+    with_image = dreads("run", str(job), "--upstream", "sim", "--dry-run", "--json")
+    assert with_image.code == 0, with_image.stderr
+    doc = with_image.json()
+    assert doc["valid"] == 2
+    assert [(r["id"], "not an image pillow can read" in r["reason"])
+            for r in doc["rejected"]] == [("bad", True)]
+    assert not (tmp_path / "dreads.db").exists()
+    # the image's placeholder tokens are counted: the read's prompt is longer than its text's
+    assert doc["prompt_tokens_per_read"]["min"] > plain.json()["prompt_tokens_per_read"]["max"]
