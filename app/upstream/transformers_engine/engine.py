@@ -200,7 +200,16 @@ class TransformersUpstream:
                                    f"{self.model_id!r}: {exc}", param="messages") from exc
         if self._images is None:
             self._images = ImagePreparer(load_image_processor(self.model.vision.source))
-        return self._images.prepare(urls)
+        inputs = self._images.prepare(urls)
+        side = int(getattr(self.model.config.vision_config, "position_embedding_size", 0) or 0)
+        for k, positions in enumerate(inputs.position_ids):
+            if side and int(positions.max()) >= side:
+                width, height = inputs.sizes[k]
+                raise UpstreamRejected(
+                    f"image {k + 1} ({width}x{height} pixels) is too elongated for this model's "
+                    f"vision tower ({side} patches a side at most): crop or pad it nearer to "
+                    "square", param="messages")
+        return inputs
 
     def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool,
                     images: ImageInputs | None = None) -> tuple[int, ...]:

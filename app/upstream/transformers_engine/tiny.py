@@ -39,7 +39,8 @@ def tiny_config(vocab_size: int, *, canvas_length: int = TINY_CANVAS,
     )
     vision: dict[str, Any] = dict(
         model_type="gemma4_vision", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=16, position_embedding_size=64,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+        position_embedding_size=256,  # patches a side: a 1:10 image at Gemma 4's 280 tokens
     )
     boi, image, eoi = image_ids or (vocab_size - 3, vocab_size - 2, vocab_size - 1)
     return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length,
