@@ -4,6 +4,8 @@ per prompt, and the image encoder loaded from the checkpoint at the first image 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from app.engine import DecisionFlow, ReadSettings, parse_decision, plan_decision  # noqa: E402
 from app.errors import ConfigError, UpstreamRejected  # noqa: E402
 from app.upstream.transformers_engine import ReadModel, load_model  # noqa: E402
 from app.upstream.transformers_engine.executor import BatchExecutor, ReadJob  # noqa: E402
@@ -206,3 +209,48 @@ def test_an_fp8_checkpoint_reads_images_with_its_bf16_image_encoder(
     prompt = _prompt(fp8, red)
     assert not torch.allclose(_read(fp8, prompt, red).logprobs, _read(fp8, prompt, blue).logprobs,
                               atol=1e-3)
+
+
+def _chat_request(tokenizer: Any, *urls: str) -> Any:
+    """Draw 0 of a decision's read, its user turn given ``urls`` before the text."""
+    settings = ReadSettings()
+    line = {"id": "d1", "state": "Is it damaged?",
+            "questions": {"damaged": {"type": "noul", "instructions": "Is it damaged?"}}}
+    plan = plan_decision(parse_decision(line, line_no=1), settings, tokenizer)
+    request = DecisionFlow(plan, settings, vocab_size=832).next_requests()[0]
+    if not urls:
+        return request
+    messages = [dict(m) for m in request.body["messages"]]
+    user = next(m for m in messages if m["role"] == "user")
+    user["content"] = [*({"type": "image_url", "image_url": {"url": u}} for u in urls),
+                       {"type": "text", "text": user["content"]}]
+    return dataclasses.replace(request, body={**request.body, "messages": messages})
+
+
+@pytest.mark.parametrize(("size", "says"), [
+    ((4000, 16), "too elongated for this model's vision tower"),
+    (None, "base64 data URLs"),
+])
+def test_a_read_with_an_image_the_engine_cannot_read_is_rejected(
+        tiny_upstream: Any, standin_tokenizer: Any, size: tuple[int, int] | None,
+        says: str) -> None:
+    """Refused as vLLM refuses a bad request (the decision rejected, the run going on)."""
+    url = png_data_url(RED, size) if size else "https://example.com/a.png"
+    with pytest.raises(UpstreamRejected, match=says) as raised:
+        asyncio.run(tiny_upstream.read(_chat_request(standin_tokenizer, url)))
+    assert raised.value.status == 400
+
+
+def test_text_reads_never_load_the_image_encoder(tiny_model_dir: Any) -> None:
+    from app.upstream.tokenizer import load_tokenizer
+    from app.upstream.transformers_engine import TransformersUpstream
+
+    model = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    upstream = TransformersUpstream(str(tiny_model_dir), tokenizer=tokenizer, model=model)
+    try:
+        result = asyncio.run(upstream.read(_chat_request(tokenizer)))
+    finally:
+        upstream.batcher.executor.shutdown(wait=True)
+    assert result.rows and not model.vision.loaded
+    assert model.model.model.encoder.vision_tower is None
