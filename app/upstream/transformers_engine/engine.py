@@ -199,7 +199,14 @@ class TransformersUpstream:
             raise UpstreamRejected(f"the transformers engine cannot read images with "
                                    f"{self.model_id!r}: {exc}", param="messages") from exc
         if self._images is None:
-            self._images = ImagePreparer(load_image_processor(self.model.vision.source))
+            try:
+                processor = load_image_processor(self.model.vision.source,
+                                                 self.model.config.vision_config)
+            except (OSError, ValueError) as exc:
+                raise UpstreamRejected(f"the transformers engine cannot read images with "
+                                       f"{self.model_id!r}: its image processor does not load "
+                                       f"({exc})", param="messages") from exc
+            self._images = ImagePreparer(processor)
         inputs = self._images.prepare(urls)
         side = int(getattr(self.model.config.vision_config, "position_embedding_size", 0) or 0)
         for k, positions in enumerate(inputs.position_ids):

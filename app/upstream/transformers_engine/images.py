@@ -65,13 +65,27 @@ def image_urls(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(urls)
 
 
-def load_image_processor(source: str | None) -> Any:
+def load_image_processor(source: str | None, vision_config: Any = None) -> Any:
     """Gemma 4's image processor: the checkpoint's own configuration when ``source`` is a
-    directory that has one, else transformers' defaults (patch 16, pooling 3, at most 280 soft
-    tokens an image)."""
+    directory that has one, else transformers' defaults (at most 280 soft tokens an image) with
+    the vision tower's patch size and pooling, and its ``default_output_length`` as the budget
+    where its config sets one (as vLLM counts an image's tokens).
+
+    Raises:
+        ValueError: a budget Gemma 4's processor does not take (70, 140, 280, 560 or 1120).
+    """
     if source is not None and any((Path(source) / name).is_file() for name in _PROCESSOR_FILES):
         return AutoImageProcessor.from_pretrained(source)
-    return Gemma4ImageProcessorPil()
+    defaults = Gemma4ImageProcessorPil
+
+    def setting(name: str, default: int) -> int:
+        value = getattr(vision_config, name, None)
+        return value if isinstance(value, int) else default
+
+    return Gemma4ImageProcessorPil(
+        patch_size=setting("patch_size", defaults.patch_size),
+        pooling_kernel_size=setting("pooling_kernel_size", defaults.pooling_kernel_size),
+        max_soft_tokens=setting("default_output_length", defaults.max_soft_tokens))
 
 
 class ImagePreparer:
