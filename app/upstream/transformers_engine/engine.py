@@ -5,6 +5,8 @@ simulator validates it for vLLM) and returns the same ``ReadResult``: at each sl
 vocabulary log-softmax (temperature 1, softcap 30) of the requested ids plus the argmax, or the
 distribution renormalised over the requested ids when the read is constrained. Reads from every
 decision in flight in the process are micro-batched onto one worker thread (one engine per GPU).
+A chat read's ``image_url`` parts (data URLs) are read with the model's image encoder
+(``images.py``, ``vision.py``), loaded at the first read with images.
 """
 
 from __future__ import annotations
@@ -188,8 +190,8 @@ class TransformersUpstream:
         read with images.
 
         Raises:
-            UpstreamRejected: an image that is no data URL or no image; a model whose
-                checkpoint has no image encoder.
+            UpstreamRejected: an image that is no data URL or no image, or too elongated for
+                the vision tower; a model whose checkpoint has no image encoder.
         """
         if not urls:
             return None
@@ -208,6 +210,11 @@ class TransformersUpstream:
                                        f"({exc})", param="messages") from exc
             self._images = ImagePreparer(processor)
         inputs = self._images.prepare(urls)
+        self._check_patch_grid(inputs)
+        return inputs
+
+    def _check_patch_grid(self, inputs: ImageInputs) -> None:
+        """Each image's patches must fit the vision tower's table of patch positions."""
         side = int(getattr(self.model.config.vision_config, "position_embedding_size", 0) or 0)
         for k, positions in enumerate(inputs.position_ids):
             if side and int(positions.max()) >= side:
@@ -216,7 +223,6 @@ class TransformersUpstream:
                     f"image {k + 1} ({width}x{height} pixels) is too elongated for this model's "
                     f"vision tower ({side} patches a side at most): crop or pad it nearer to "
                     "square", param="messages")
-        return inputs
 
     def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool,
                     images: ImageInputs | None = None) -> tuple[int, ...]:
