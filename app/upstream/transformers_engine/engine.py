@@ -5,11 +5,14 @@ simulator validates it for vLLM) and returns the same ``ReadResult``: at each sl
 vocabulary log-softmax (temperature 1, softcap 30) of the requested ids plus the argmax, or the
 distribution renormalised over the requested ids when the read is constrained. Reads from every
 decision in flight in the process are micro-batched onto one worker thread (one engine per GPU).
+A chat read's ``image_url`` parts (data URLs) are read with the model's image encoder
+(``images.py``, ``vision.py``), loaded at the first read with images.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -26,10 +29,16 @@ from app.engine.types import (
     ReadResult,
     ServerFingerprint,
 )
-from app.errors import UpstreamRejected, UpstreamUnavailable
+from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.transformers_engine.batcher import MicroBatcher
 from app.upstream.transformers_engine.executor import BatchExecutor, JobOutput, ReadJob
+from app.upstream.transformers_engine.images import (
+    ImageInputs,
+    ImagePreparer,
+    image_urls,
+    load_image_processor,
+)
 from app.upstream.transformers_engine.memory import free_bytes
 from app.upstream.transformers_engine.model import ReadModel, load_model
 from app.upstream.transformers_engine.prefill_cache import PrefillCache
@@ -95,6 +104,7 @@ class TransformersUpstream:
         self.batcher: MicroBatcher[ReadJob, JobOutput] = MicroBatcher(
             self._run_batch, max_batch=max_batch, flush_ms=flush_ms)
         self._prompts: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
+        self._images: ImagePreparer | None = None  #: made at the first read with images
 
     @classmethod
     def from_model(cls, model: ReadModel, *, tokenizer: HFTextTokenizer, name: str,
@@ -169,26 +179,88 @@ class TransformersUpstream:
                 "the transformers engine serves read-only reads of a seed canvas: send "
                 "diffusion_read_only: true and diffusion_seed_canvas", param="extra_args")
         ids = spec.logprob_ids or tuple(request.logprob_ids)
-        return ReadJob(self._prompt_ids(body, chat=chat), spec.canvas, tuple(request.slots),
-                       tuple(ids), spec.constrained)
+        images = self._image_inputs(image_urls(body["messages"]) if chat else ())
+        prompt = self._prompt_ids(body, chat=chat, images=images)
+        return ReadJob(prompt, spec.canvas, tuple(request.slots), tuple(ids), spec.constrained,
+                       images)
 
-    def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool) -> tuple[int, ...]:
+    def _image_inputs(self, urls: tuple[str, ...]) -> ImageInputs | None:
+        """The read's images decoded and processed (once per set of images: the draws of a
+        decision share them), None without any; the image encoder is loaded at the first
+        read with images.
+
+        Raises:
+            UpstreamRejected: an image that is no data URL or no image, or too elongated for
+                the vision tower; a model whose checkpoint has no image encoder.
+        """
+        if not urls:
+            return None
+        try:
+            self.model.vision.ensure_loaded()
+        except ConfigError as exc:
+            raise UpstreamRejected(f"the transformers engine cannot read images with "
+                                   f"{self.model_id!r}: {exc}", param="messages") from exc
+        if self._images is None:
+            try:
+                processor = load_image_processor(self.model.vision.source,
+                                                 self.model.config.vision_config)
+            except (OSError, ValueError) as exc:
+                raise UpstreamRejected(f"the transformers engine cannot read images with "
+                                       f"{self.model_id!r}: its image processor does not load "
+                                       f"({exc})", param="messages") from exc
+            self._images = ImagePreparer(processor)
+        inputs = self._images.prepare(urls)
+        self._check_patch_grid(inputs)
+        return inputs
+
+    def _check_patch_grid(self, inputs: ImageInputs) -> None:
+        """Each image's patches must fit the vision tower's table of patch positions."""
+        side = int(getattr(self.model.config.vision_config, "position_embedding_size", 0) or 0)
+        for k, positions in enumerate(inputs.position_ids):
+            if side and int(positions.max()) >= side:
+                width, height = inputs.sizes[k]
+                raise UpstreamRejected(
+                    f"image {k + 1} ({width}x{height} pixels) is too elongated for this model's "
+                    f"vision tower ({side} patches a side at most): crop or pad it nearer to "
+                    "square", param="messages")
+
+    def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool,
+                    images: ImageInputs | None = None) -> tuple[int, ...]:
         """The prompt as vLLM renders it (a chat body may continue a final assistant
-        message: the thought block of a read)."""
+        message: the thought block of a read), each image expanded to its placeholder ids.
+
+        Raises:
+            UpstreamRejected: the prompt's image token ids do not match its images.
+        """
         if not chat:
             return self._completion_ids(body["prompt"])
         flags = (bool(body.get("add_generation_prompt", True)),
                  bool(body.get("continue_final_message", False)))
-        key = orjson.dumps([body["messages"], flags], option=orjson.OPT_SORT_KEYS)
+        key = hashlib.sha256(orjson.dumps([body["messages"], flags],  # images: megabytes
+                                          option=orjson.OPT_SORT_KEYS)).digest()
         ids = self._prompts.get(key)
         if ids is None:
+            sizes = {"image_sizes": images.sizes} if images is not None else {}
             ids = tuple(self.tokenizer.render_chat(
                 body["messages"], add_generation_prompt=flags[0],
-                continue_final_message=flags[1]))
+                continue_final_message=flags[1], **sizes))
+            if images is not None:
+                self._check_image_runs(ids, images)
             self._prompts[key] = ids
             if len(self._prompts) > _PROMPT_MEMO:
                 self._prompts.popitem(last=False)
         return ids
+
+    def _check_image_runs(self, prompt: tuple[int, ...], images: ImageInputs) -> None:
+        """Each image's run of image token ids must be as long as its features."""
+        runs = _image_runs(prompt, self.model.image_token_id)
+        if runs != images.soft_tokens:
+            raise UpstreamRejected(
+                f"the prompt holds runs of {list(runs)} image tokens (id "
+                f"{self.model.image_token_id}) for {len(images.soft_tokens)} image(s) of "
+                f"{list(images.soft_tokens)} features (Gemma 4's image processor): render the "
+                "prompt with the served model's own tokenizer, whose image rule is the "
+                "model's", param="messages")
 
     def _completion_ids(self, prompt: Any) -> tuple[int, ...]:
         if isinstance(prompt, str):
@@ -212,3 +284,17 @@ class TransformersUpstream:
             log.exception("transformers engine batch of %d reads failed", len(jobs))
             raise UpstreamUnavailable(f"the transformers engine failed: {exc}",
                                       kind="server_error") from exc
+
+
+def _image_runs(prompt: tuple[int, ...], image_token_id: int) -> tuple[int, ...]:
+    """The lengths of the runs of ``image_token_id`` in ``prompt``, in order (one an image)."""
+    runs: list[int] = []
+    previous = None
+    for token in prompt:
+        if token == image_token_id:
+            if previous == image_token_id:
+                runs[-1] += 1
+            else:
+                runs.append(1)
+        previous = token
+    return tuple(runs)

@@ -3,6 +3,8 @@
 1. Every distinct prompt gets a KV entry: from the prefill cache, else by extending the longest
    cached prefix, else by extending a prefix shared with other prompts of the batch (encoded
    once, then cached), else from scratch. Encoder calls are batched under a token budget.
+   A prompt with images is keyed by its ids and its images (``ReadJob.key``: their placeholder
+   ids are the same for any image) and encoded whole, its images' features in place.
 2. Reads are grouped by canvas width and decoded ``decode_batch`` canvases per call.
 """
 
@@ -17,8 +19,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from app.engine.types import SlotRow
+from app.upstream.transformers_engine.images import ImageInputs
 from app.upstream.transformers_engine.model import (
     DecodeRow,
+    ImagePrefill,
     KVEntry,
     PrefillJob,
     ReadModel,
@@ -31,17 +35,28 @@ __all__ = ["BatchExecutor", "BatchStats", "JobOutput", "ReadJob", "shared_prefix
 log = logging.getLogger("dreads.upstream.transformers")
 
 Prompt = tuple[int, ...]
+_IMAGES = -1  #: no token id: a key with images is never a text prompt or its prefix
 
 
 @dataclass(frozen=True)
 class ReadJob:
-    """One validated read: prompt ids, seeded canvas, slot positions, ids to report."""
+    """One validated read: prompt ids, seeded canvas, slot positions, ids to report, and the
+    prompt's images (None: a text prompt)."""
 
     prompt: Prompt
     canvas: tuple[int, ...]
     slots: tuple[int, ...]
     logprob_ids: tuple[int, ...]
     constrained: bool = False
+    images: ImageInputs | None = None
+
+    @property
+    def key(self) -> Prompt:
+        """What the prompt's KV entry is cached under: its ids, followed for a prompt with
+        images by a marker and the images' digest."""
+        if self.images is None:
+            return self.prompt
+        return (*self.prompt, _IMAGES, *self.images.key)
 
 
 @dataclass(frozen=True)
@@ -124,16 +139,16 @@ class BatchExecutor:
         """Answer every job (same order)."""
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
         self._encoder_s = self._decoder_s = 0.0
-        entries, reused = self._entries([j.prompt for j in jobs])
+        entries, reused = self._entries(jobs)
         outputs: list[JobOutput | None] = [None] * len(jobs)
         seen: set[Prompt] = set()
         cached_tokens = []
         for job in jobs:
-            cached_tokens.append(len(job.prompt) if job.prompt in seen else reused[job.prompt])
-            seen.add(job.prompt)
+            cached_tokens.append(len(job.prompt) if job.key in seen else reused[job.key])
+            seen.add(job.key)
         for group in _by_width(jobs):
             for chunk in self._decode_chunks(group, jobs, entries):
-                rows = [_decode_row(jobs[i], entries[jobs[i].prompt]) for i in chunk]
+                rows = [_decode_row(jobs[i], entries[jobs[i].key]) for i in chunk]
                 if self.trace is not None:
                     self.trace.append(("decode", len(rows), max(r.entry.length for r in rows),
                                        len(rows[0].canvas), len(rows[0].slots)))
@@ -156,7 +171,7 @@ class BatchExecutor:
         rows whose prompts share a root entry (a state's document) stay next to each other, so a
         packed decoder call reads that root once for all of them."""
         def order(i: int) -> tuple[int, int, int]:
-            entry = entries[jobs[i].prompt]
+            entry = entries[jobs[i].key]
             root = entry.root
             return (root.length, roots.setdefault(id(root), len(roots)), entry.length)
 
@@ -166,12 +181,12 @@ class BatchExecutor:
         cost = 0
         seen: set[int] = set()
         for i in group:
-            added = self._decode_cost(jobs[i], entries[jobs[i].prompt], seen)
+            added = self._decode_cost(jobs[i], entries[jobs[i].key], seen)
             if chunk and (len(chunk) >= self.decode_batch
                           or cost + added > self.decode_token_budget):
                 yield chunk
                 chunk, cost, seen = [], 0, set()
-                added = self._decode_cost(jobs[i], entries[jobs[i].prompt], seen)
+                added = self._decode_cost(jobs[i], entries[jobs[i].key], seen)
             chunk.append(i)
             cost += added
         if chunk:
@@ -193,18 +208,25 @@ class BatchExecutor:
 
     # -- prompt entries -------------------------------------------------------------------------
 
-    def _entries(self, prompts: Sequence[Prompt]
+    def _entries(self, reads: Sequence[ReadJob]
                  ) -> tuple[dict[Prompt, KVEntry], dict[Prompt, int]]:
-        """A KV entry per distinct prompt, and how many of its tokens were reused."""
+        """A KV entry per distinct prompt (by ``ReadJob.key``), and how many of its tokens
+        were reused."""
         entries: dict[Prompt, KVEntry] = {}
         reused: dict[Prompt, int] = {}
         misses: list[Prompt] = []
-        for prompt in dict.fromkeys(prompts):
-            entry = self.cache.get(prompt)
-            if entry is None:
-                misses.append(prompt)
+        with_images: dict[Prompt, ImagePrefill] = {}
+        for key, read in {r.key: r for r in reads}.items():
+            entry = self.cache.get(key)
+            if entry is not None:
+                entries[key], reused[key] = entry, len(read.prompt)
+            elif read.images is not None:
+                with_images[key], reused[key] = ImagePrefill(read.prompt, read.images), 0
             else:
-                entries[prompt], reused[prompt] = entry, len(prompt)
+                misses.append(key)
+        for key, entry in self._prefill_images(with_images):
+            self.cache.put(key, entry)
+            entries[key] = entry
         jobs: list[tuple[Prompt, PrefillJob]] = []
         fresh: list[Prompt] = []
         for prompt in misses:
@@ -237,6 +259,19 @@ class BatchExecutor:
                     self.cache.put(prompt[:n], prefixes[prompt[:n]])
                 jobs.append((prompt, PrefillJob(prefixes[prompt[:n]] if n else None, prompt[n:])))
         return jobs
+
+    def _prefill_images(self, jobs: dict[Prompt, ImagePrefill]
+                        ) -> Iterator[tuple[Prompt, KVEntry]]:
+        """Encode the prompts with images, one encoder call each (``ReadModel.prefill_images``)."""
+        for key, job in jobs.items():
+            self._encoder_calls += 1
+            self._prefilled += len(job.ids)
+            if self.trace is not None:
+                self.trace.append(("prefill", 1, len(job.ids)))
+            started = time.perf_counter()
+            entry = self.model.prefill_images([job])[0]
+            self._encoder_s += time.perf_counter() - started
+            yield key, entry
 
     def _prefill(self, jobs: list[tuple[Prompt, PrefillJob]]) -> Iterator[tuple[Prompt, KVEntry]]:
         """Run the jobs in encoder calls of at most ``prefill_token_budget`` tokens (padded

@@ -37,9 +37,10 @@ from app.upstream.transformers_engine.fp8 import (
 from app.upstream.transformers_engine.quant_format import Fp8Scheme
 
 __all__ = ["VISION", "checkpoint_keys", "drop_vision", "load_fp8_checkpoint", "local_checkpoint",
-           "skeleton"]
+           "parameters_on_meta", "skeleton"]
 
-#: the image encoder's modules: reads never pass images, so they are neither built nor loaded
+#: the image encoder's modules: neither built nor loaded with the model (text reads never run
+#: them); ``vision.load_vision`` reads them at the first read with images
 VISION = ("model.encoder.vision_tower", "model.encoder.embed_vision")
 
 _SCALE = ".weight_scale"
@@ -91,7 +92,7 @@ def skeleton(path: str, dtype: torch.dtype, *, scheme: Fp8Scheme | None = None,
     config = DiffusionGemmaConfig.from_pretrained(path)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    with _parameters_on_meta():
+    with parameters_on_meta():
         model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
     drop_vision(model)
     if scheme is None:
@@ -118,8 +119,8 @@ def _shared(modules: dict[str, Any], attribute: str) -> list[list[tuple[str, Any
 
 
 def drop_vision(model: torch.nn.Module) -> None:
-    """Remove the image encoder (``VISION``) from a DiffusionGemma: text reads never run it,
-    and at full size it holds about 1 GB in bf16."""
+    """Remove the image encoder (``VISION``) from a DiffusionGemma: text reads never run it
+    (``vision.py`` loads it again for the first read with images)."""
     for name in VISION:
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, None)
@@ -132,7 +133,7 @@ def _share_experts(source: Any, target: Any) -> None:
 
 
 @contextlib.contextmanager
-def _parameters_on_meta() -> Iterator[None]:
+def parameters_on_meta() -> Iterator[None]:
     """Parameters registered inside go to the meta device (no memory); buffers stay real."""
     original = torch.nn.Module.register_parameter
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.nn.attention import sdpa_kernel
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from app.errors import ConfigError
 from app.upstream.transformers_engine.compiled import compile_layers
@@ -31,6 +32,7 @@ from app.upstream.transformers_engine.fp8_load import (
     skeleton,
 )
 from app.upstream.transformers_engine.graphs import DEFAULT_KEY_SLOTS, DecodeGraphs
+from app.upstream.transformers_engine.images import ImageInputs
 from app.upstream.transformers_engine.kernels import set_kernels
 from app.upstream.transformers_engine.kv import EMPTY, KVEntry, LayerKinds, layers_of
 from app.upstream.transformers_engine.memory import (
@@ -47,10 +49,12 @@ from app.upstream.transformers_engine.packed import (
 )
 from app.upstream.transformers_engine.quant_format import Fp8Scheme, read_fp8_scheme
 from app.upstream.transformers_engine.varlen import FUSED_BACKENDS, VarlenPrefill
+from app.upstream.transformers_engine.vision import VisionEncoder
 
 __all__ = [
     "SOFTCAP_DEFAULT",
     "DecodeRow",
+    "ImagePrefill",
     "KVEntry",
     "PrefillJob",
     "ReadModel",
@@ -67,6 +71,14 @@ class PrefillJob:
 
     prefix: KVEntry | None
     ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ImagePrefill:
+    """Encode ``ids`` from the start with ``images``' features at their image token ids."""
+
+    ids: tuple[int, ...]
+    images: ImageInputs
 
 
 @dataclass(frozen=True)
@@ -116,9 +128,9 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "bfloat16",
             f"cannot load a DiffusionGemma checkpoint from {path!r}: {exc}. Pass --model as a "
             "directory with config.json and *.safetensors (`dreads engine make-tiny DIR` writes "
             "a tiny one) or a hub id cached locally") from exc
-    drop_vision(model)  # text reads never run it (about 1 GB at full size)
+    drop_vision(model)  # text reads never run it; the first image read loads it again
     return ReadModel(model if str(model.device) == device else model.to(device),  # type: ignore[arg-type]
-                     compiled=compiled)
+                     compiled=compiled, vision_source=local or local_checkpoint(path))
 
 
 def _limit_memory(path: str, local: str | None, scheme: Fp8Scheme | None, *, device: str,
@@ -140,7 +152,7 @@ def _load_fp8(path: str, scheme: Fp8Scheme, *, device: str, dtype: str,
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load the FP8 checkpoint at {path!r}: {exc}") from exc
     mode = use_fp8_products(model, torch.device(device))
-    return ReadModel(model, compiled=compiled,
+    return ReadModel(model, compiled=compiled, vision_source=path,
                      weights=f"{scheme.describe()}; products {mode.describe(model.dtype)}")
 
 
@@ -159,6 +171,8 @@ class ReadModel:
     (``compiled.py``), compiled on first use.
     ``weights``: how the weights are stored and multiplied, for the fingerprint (default: the
     model's dtype).
+    ``vision_source``: the checkpoint directory its image encoder is read from at the first
+    read with images, when the model was loaded without it (``vision.py``).
 
     Packed prefills run the encoder's layers here (``_encode``), not through its forward: the
     last layer's feed-forward and the final norm are skipped, since only the keys and values
@@ -168,7 +182,7 @@ class ReadModel:
     def __init__(self, model: DiffusionGemmaForBlockDiffusion, *, packed: bool = True,
                  kernels: bool = True, graphs: bool | None = None,
                  graph_key_slots: int = DEFAULT_KEY_SLOTS, compiled: bool = False,
-                 weights: str | None = None) -> None:
+                 weights: str | None = None, vision_source: str | None = None) -> None:
         register_read_attention()
         if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(READ_ATTENTION)  # SDPA unless a read batch is passed
@@ -190,6 +204,8 @@ class ReadModel:
         self.compiled = compiled
         self._layers: list[Any] | None = None  #: made at the first compiled prefill
         self.weights = weights or str(model.dtype).removeprefix("torch.")
+        self.image_token_id = int(model.config.image_token_id or -1)  #: -1: no images
+        self.vision = VisionEncoder(model, source=vision_source)
 
     @property
     def kernels(self) -> bool:
@@ -315,6 +331,34 @@ class ReadModel:
                 cache=cache,
             )
         return self.kinds.cut(cache, prefixes, lengths, total, width)
+
+    @torch.inference_mode()
+    def prefill_images(self, jobs: Sequence[ImagePrefill]) -> list[KVEntry]:
+        """Encode prompts with images, one encoder call each through transformers' own forward:
+        the images' features (``vision.py``) replace the embeddings of the image token ids, and
+        where the model's ``use_bidirectional_attention`` is ``"vision"`` each image's tokens
+        attend to one another both ways (``mm_token_type_ids``), exactly as transformers
+        encodes them. Entries are whole prompts: no prefix is shared with a text prompt."""
+        entries = [self._prefill_image(job) for job in jobs]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return entries
+
+    def _prefill_image(self, job: ImagePrefill) -> KVEntry:
+        features = self.vision.features(job.images)
+        ids = torch.tensor([job.ids], dtype=torch.long, device=self.device)
+        cache = self.kinds.new_cache()
+        for layer in layers_of(cache):
+            if layer.is_sliding:
+                layer.activate_past_recording()  # keep every token; cut below
+        with torch.profiler.record_function("dreads.prefill"):
+            self.model.model.encoder(
+                input_ids=ids,
+                cache=cache,
+                mm_token_type_ids=(ids == self.image_token_id).long(),
+                mm_encoder_outputs={"image": BaseModelOutputWithPooling(pooler_output=features)},
+            )
+        return self.kinds.cut(cache, [EMPTY], [len(job.ids)], 0, len(job.ids))[0]
 
     # -- decode ---------------------------------------------------------------------------------
 
