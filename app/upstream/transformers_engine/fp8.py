@@ -108,7 +108,9 @@ def _quantize_rows_exactly(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 @functools.cache
 def _compiled_quantize() -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    return torch.compile(_quantize_rows_exactly, dynamic=False, fullgraph=True)
+    # not fullgraph: past dynamo's recompile limit (a row count of 1, a strided input) a call
+    # then runs the same arithmetic eagerly instead of failing
+    return torch.compile(_quantize_rows_exactly, dynamic=False)
 
 
 def fused_quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
