@@ -24,7 +24,8 @@ same slots), so the table says how much of the wall time is model time, how much
 batching cost, and how much is left outside the forwards.
 
 ``--weights fp8`` quantizes the random weights on the device as llm-compressor's ``FP8_DYNAMIC``
-recipe does (``fp8.quantize_model``) and reads with the FP8 products the device has;
+recipe does (``fp8.quantize_model``) and reads with the FP8 products the device has
+(``--fp8-torch-defaults``: without fast accumulation, inputs quantized in eager torch);
 ``--compare-fp8 N`` reads N field decisions in bf16, then quantized (FP8 products, then
 dequantized ones), and prints mean/max |dP(yes)| and each run's AUC. ``--gpu-memory GiB``
 caps the process as ``DREADS_ENGINE_GPU_MEMORY`` does (refusing weights the cap cannot hold,
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import os
@@ -132,12 +134,17 @@ def build_model(config: str, device: str, *, dtype: torch.dtype = torch.bfloat16
     return ReadModel(model.eval(), packed=packed)
 
 
-def to_fp8(model: ReadModel) -> None:
+def to_fp8(model: ReadModel, *, torch_defaults: bool = False) -> None:
     """The model's weights quantized in place (FP8_DYNAMIC), read with the device's FP8
-    products."""
+    products (``torch_defaults``: without fast accumulation, inputs quantized in eager
+    torch)."""
     model.drop_steps()  # captured over the bf16 weights
     quantize_model(model.model)
-    products = use_fp8_products(model.model, model.device).describe(model.model.dtype)
+    mode = use_fp8_products(model.model, model.device)
+    if torch_defaults:
+        mode = dataclasses.replace(mode, fast=False, fused=False)
+        set_fp8_mode(model.model, mode)
+    products = mode.describe(model.model.dtype)
     model.weights = f"fp8 (FP8_DYNAMIC, quantized in memory); products {products}"
     gc.collect()
     if model.device.type == "cuda":
@@ -628,13 +635,16 @@ def _profile(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[D
         [ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         figures = measure(model, tokenizer, "field", decisions, draws, args)
-    sort = "cuda_time_total" if model.device.type == "cuda" else "cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=70, max_name_column_width=110)
-    out.write_text(table)
+    sort = "self_cuda_time_total" if model.device.type == "cuda" else "self_cpu_time_total"
+    averages = prof.key_averages()
+    kernels = averages.table(sort_by=sort, row_limit=60, max_name_column_width=110)
+    calls = averages.table(sort_by=sort.removeprefix("self_"), row_limit=60,
+                           max_name_column_width=110)
+    out.write_text(f"by own time (kernels)\n{kernels}\nby total time (calls)\n{calls}")
     print(f"profile of {len(decisions)} field decisions x {draws} draws "
           f"({figures.path}; wall {figures.wall_s:.2f}s under the "
           f"profiler) -> {out}")
-    print("\n".join(table.splitlines()[:28]))
+    print("\n".join(kernels.splitlines()[:34]))
 
 
 def run_checks(args: Any, vocab: int) -> None:
@@ -678,11 +688,16 @@ def main() -> None:
     parser.add_argument("--check", default="float32", help="dtypes of the 6-layer check, or ''")
     parser.add_argument("--check-compiled", action="store_true",
                         help="the full-width check also runs the compiled path (minutes)")
-    parser.add_argument("--profile", default="", help="write a torch profile of 128 field "
-                        "decisions x DRAWS here (e.g. $OUT/profile.txt:1)")
+    parser.add_argument("--profile", default="", help="write a torch profile of "
+                        "--profile-decisions field decisions x DRAWS here (e.g. "
+                        "$OUT/profile.txt:1)")
+    parser.add_argument("--profile-decisions", type=int, default=256)
     parser.add_argument("--time-limit-s", type=float, default=480.0)
     parser.add_argument("--weights", choices=("bf16", "fp8"), default="bf16",
                         help="fp8: the random weights quantized on the device (FP8_DYNAMIC)")
+    parser.add_argument("--fp8-torch-defaults", action="store_true",
+                        help="with --weights fp8: the FP8 products without fast accumulation "
+                             "and the inputs quantized in eager torch (for comparison)")
     parser.add_argument("--gpu-memory", type=float, default=0.0,
                         help="GiB: cap the process as DREADS_ENGINE_GPU_MEMORY does (0: no cap)")
     parser.add_argument("--compare-fp8", type=int, default=0, metavar="N",
@@ -701,7 +716,7 @@ def main() -> None:
         compare_fp8(model, tokenizer, args.compare_fp8, args)
         return
     if args.weights == "fp8":
-        to_fp8(model)
+        to_fp8(model, torch_defaults=args.fp8_torch_defaults)
     use_path(model, paths[-1].partition("@")[0])
     print(f"model {args.config} on {args.device}: "
           f"{sum(p.numel() for p in model.model.parameters()) / 1e9:.2f} B parameters, "
@@ -725,7 +740,8 @@ def main() -> None:
         print(f"  warm-up {path}: {time.perf_counter() - started:.1f}s", flush=True)
     if args.profile:
         where, _, draws = args.profile.partition(":")
-        _profile(model, tokenizer, field[:128], int(draws or 1), args, Path(where))
+        _profile(model, tokenizer, field[:args.profile_decisions], int(draws or 1), args,
+                 Path(where))
     results: list[Figures] = []
     bare = Bare(model)
     for item in args.scenarios.split(","):

@@ -130,6 +130,7 @@ def _share_experts(source: Any, target: Any) -> None:
     for name in ("gate_up_proj", "down_proj", "gate_up_proj_scale", "down_proj_scale"):
         setattr(target, name, getattr(source, name))
     target.fp8_dynamic, target.use_fp8 = source.fp8_dynamic, source.use_fp8
+    target.fp8_fast_accum, target.fp8_fused = source.fp8_fast_accum, source.fp8_fused
 
 
 @contextlib.contextmanager
