@@ -35,7 +35,6 @@ from app.engine import (
     AnswerBy,
     Decision,
     DecisionFlow,
-    DecisionPlan,
     DrawRecord,
     ReadRequest,
     ReadResult,
@@ -55,7 +54,7 @@ from app.upstream.endpoint import DecisionEndpoint
 
 __all__ = ["AnswerSource", "Answered", "EndpointOptions", "EndpointPool", "EndpointSource",
            "ReadsSource",
-           "answer_decision", "drive", "plan_with_images"]
+           "answer_decision", "drive"]
 
 
 @dataclass(frozen=True)
@@ -108,16 +107,6 @@ async def drive(flow: DecisionFlow, read: Read) -> None:
             flow.record(request, outcome)  # type: ignore[arg-type]
 
 
-def plan_with_images(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
-                     *, images: Sequence[ImageData], max_model_len: int | None
-                     ) -> DecisionPlan:
-    """``plan_decision``, with the decision's fetched images when it has any."""
-    if not images:
-        return plan_decision(decision, settings, tokenizer, max_model_len=max_model_len)
-    return plan_decision(decision, settings, tokenizer,  # type: ignore[call-arg,unused-ignore]
-                         images=images, max_model_len=max_model_len)
-
-
 class ReadsSource:
     """dreads' own reads over ``read`` (an ``Upstream.read``, bounded by the caller); a
     decision's images come through ``images`` (this process's cache; by default one that
@@ -150,7 +139,7 @@ class ReadsSource:
     async def answer_fetched(self, decision: Decision, images: Sequence[ImageData], *,
                              replicate: int) -> Answered:
         """Plan and read ``decision`` with its images already fetched: every draw uses them."""
-        plan = plan_with_images(decision, self.settings, self.tokenizer, images=images,
+        plan = plan_decision(decision, self.settings, self.tokenizer, images=images,
                                 max_model_len=self.max_model_len)
         flow = DecisionFlow(plan, self.settings, vocab_size=self.tokenizer.info.vocab_size,
                             replicate=replicate)

@@ -40,12 +40,12 @@ from app.engine import (
     TextTokenizer,
     draw_span,
     estimate,
+    plan_decision,
 )
 from app.engine.openai.client import reader_decision
 from app.engine.types import ImageData
 from app.errors import ConfigError, ImageError, TemplateError
 from app.images import ImagePolicy, fetch_image
-from app.runs.answer import plan_with_images
 from app.runs.jobfile import (
     LineProblem,
     NumberedLine,
@@ -204,7 +204,7 @@ def _plan(report: DryRunReport, line_no: int, decision: Decision, settings: Read
         if report.by_endpoint:  # the reader's images go on its chat request
             settings = replace(settings, endpoint=Endpoint.CHAT)
     try:
-        plan = plan_with_images(_asked(decision, settings), settings, tokenizer, images=images,
+        plan = plan_decision(_asked(decision, settings), settings, tokenizer, images=images,
                                 max_model_len=None)
     except ConfigError as exc:
         if not images:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.fixtures.images import data_url, needs_image_reads, png
+from tests.fixtures.images import data_url, png
 from tests.fixtures.runs_cli import CliResult, sqlite_rows, write_jobs
 
 Dreads = Callable[..., CliResult]
@@ -25,7 +25,6 @@ def _line(did: str, images: list[str]) -> str:
                          "questions": QUESTION}).decode()
 
 
-@needs_image_reads
 def test_the_image_example_runs_with_the_simulator(dreads: Dreads, tmp_path: Path) -> None:
     db = tmp_path / "d.db"
     result = dreads("run", str(ROOT / "examples" / "images.jsonl"), "--upstream", "sim",
@@ -42,7 +41,6 @@ def test_the_image_example_runs_with_the_simulator(dreads: Dreads, tmp_path: Pat
                for r in records.values())
 
 
-@needs_image_reads
 def test_a_bad_image_rejects_its_line_and_the_others_run(dreads: Dreads,
                                                          tmp_path: Path) -> None:
     allowed, other = tmp_path / "photos", tmp_path / "elsewhere"
@@ -79,7 +77,6 @@ def test_a_completions_run_rejects_image_lines(dreads: Dreads, tmp_path: Path) -
     assert sqlite_rows(db, BY_STATUS) == [("img", "rejected"), ("text", "done")]
 
 
-@needs_image_reads
 def test_a_dry_run_fetches_the_images_and_counts_their_tokens(dreads: Dreads,
                                                               tmp_path: Path) -> None:
     text = write_jobs(tmp_path / "text.jsonl", [orjson.dumps(

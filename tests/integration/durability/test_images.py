@@ -29,7 +29,7 @@ from app.store.models import Attempt, Decision, DecisionPayload
 from app.upstream.sim import SimOptions, start_sim_thread
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.vllm import VllmUpstream
-from tests.fixtures.images import ImageServer, data_url, needs_image_reads, png
+from tests.fixtures.images import ImageServer, data_url, png
 from tests.fixtures.services import free_port
 from tests.integration.durability.harness import Stack
 
@@ -190,7 +190,6 @@ async def test_an_image_that_stops_answering_is_retried_then_failed(
     assert image_server.hits["/a.png"] == 3  # submit, then once per attempt
 
 
-@needs_image_reads
 async def test_each_image_is_fetched_once_per_attempt_not_once_per_draw(
         stack: Stack, tmp_path: Path, image_server: ImageServer) -> None:
     urls = [image_server.add(f"/{i}.png", png(i)) for i in range(6)]

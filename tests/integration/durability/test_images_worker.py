@@ -16,11 +16,11 @@ from sqlalchemy import func, select
 
 from app.store.db import session_scope
 from app.store.models import Attempt, Decision, Draw, Run
-from tests.fixtures.images import ImageServer, needs_image_reads, png
+from tests.fixtures.images import ImageServer, png
 from tests.fixtures.services import ROOT, VENV_BIN, WorkerProcess
 from tests.integration.durability.harness import Stack, check_invariant, outcome_counts
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), needs_image_reads]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 N = 400
 DRAWS = 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import json
 import shutil
 from collections.abc import Iterator
@@ -19,16 +18,11 @@ pytest.importorskip("torch")
 from app.engine import DecisionFlow, ReadSettings, parse_decision, plan_decision
 from app.engine.types import ReadRequest
 from app.errors import UpstreamRejected
-from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
+from app.upstream.tokenizer import load_tokenizer
 from app.upstream.transformers_engine import TransformersUpstream, load_model
 from tests.fixtures.tiny_model import png_data_url
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        "image_sizes" not in inspect.signature(HFTextTokenizer.render_chat).parameters,
-        reason="needs the tokenizer's image rule (render_chat(image_sizes=...), issue 27)"),
-]
+pytestmark = pytest.mark.engine
 
 LINE = {"id": "d1", "state": "Is the object in the picture damaged?",
         "questions": {"damaged": {"type": "noul", "instructions": "Is it damaged?"}}}
