@@ -56,13 +56,15 @@ class Settings(BaseSettings):
     #: (``dreads.answers``) instead of the queue of a local model server's model, and wait for
     #: no model server.
     worker_answers: bool = False
-    #: Prices for ``--dry-run``'s estimate (unset: no dollar figure, tokens only). A decision
-    #: endpoint's, or any server's that bills by token: dollars per million input (prompt)
-    #: and output tokens. Not run settings: a price never changes a run's settings hash.
+    #: Token prices (unset: no dollar figure, tokens only), for ``--dry-run``'s estimate and
+    #: recorded with a run that ``submit``/``run`` creates. A decision endpoint's, or any
+    #: server's that bills by token: dollars per million input (prompt) and output tokens.
+    #: Not run settings: a price never changes a run's settings hash.
     price_input_per_mtok: Annotated[float, Field(ge=0.0)] | None = None
     price_output_per_mtok: Annotated[float, Field(ge=0.0)] | None = None
-    #: A GPU pod's price per hour in dollars, for ``--dry-run``'s estimate with
-    #: ``--reads-per-second`` (a read rate measured on that GPU).
+    #: A GPU pod's price per hour in dollars: a worker's (and ``dreads run``'s) time is
+    #: recorded at it, shared among the runs it serves by their reads; and ``--dry-run``'s
+    #: estimate with ``--reads-per-second`` (a read rate measured on that GPU).
     gpu_price_hour: Annotated[float, Field(ge=0.0)] | None = None
     #: Pool processes of this worker (set by the worker itself): an answers worker splits each
     #: run's endpoint budget among them.

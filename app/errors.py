@@ -228,3 +228,8 @@ class ConfigError(DreadsError):
 
     kind = OutcomeKind.ERROR
     exit_code = EXIT_USAGE
+
+
+class BudgetReached(ConfigError):
+    """A paused run was asked to go on while its recorded cost is at or past its budget
+    (``--max-cost``): it would pause again at once. A higher ``--max-cost`` goes on."""

@@ -22,6 +22,7 @@ from app.cli.dryrun import (
     DryRunArgs,
     DryRunOpt,
     GpuPriceHourOpt,
+    MaxCostOpt,
     PriceInputOpt,
     PriceOutputOpt,
     ReadsPerSecondOpt,
@@ -115,7 +116,7 @@ def run(
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
     dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
     price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
-    reads_per_second: ReadsPerSecondOpt = None,
+    reads_per_second: ReadsPerSecondOpt = None, max_cost: MaxCostOpt = None,
 ) -> None:
     """Run a job file start to finish here: a SQLite file, no Redis, no worker.
 
@@ -124,21 +125,21 @@ def run(
     report RUN --html report.html[/bold]. With --dry-run: the decisions, reads, tokens and
     cost it would take; nothing stored, nothing read.
     """
-    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second)
-    spend.require_dry_run(dry_run)
+    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second, max_cost)
+    spend.require_dry_run(dry_run, embedded=True)
     if dry_run:
         dry_run_command(DryRunArgs(
             file, run_name or file.stem, given, replicates, strict, fail_on_bad_lines,
             upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend))
         return
-    from app.config import get_settings
+    from app.config import settings_with
     from app.runs.jobfile import check_job_file
     from app.runs.submit import SubmitRequest, submit_job
     from app.store.admin import discard_empty_run
     from app.store.runs import load_run
 
     name = run_name or file.stem
-    env = get_settings()
+    env = settings_with(gpu_price_hour=gpu_price_hour)
     with cli_errors():
         check_job_file(file)
         db = _sqlite_file(database)
@@ -153,7 +154,8 @@ def run(
             target = run_upstream(upstream, existing, choice, settings, env)
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
-                                    strict=strict, replace_changed=replace_changed)
+                                    strict=strict, replace_changed=replace_changed,
+                                    prices=spend.recorded())
             report = submit_job(request, factory, tok)
             discard_empty_run(factory, report)
             if not json_out or report.refused:
@@ -252,13 +254,13 @@ def embedded_store(db: Path) -> Iterator[SessionFactory]:
 def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
     """The local executor's configuration: the options ``given`` (``chunk_size``, ``workers``,
     ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
-    reading with the engine ``choice``."""
+    ``DREADS_GPU_PRICE_HOUR``, reading with the engine ``choice``."""
     from app.runs.embedded import EmbeddedConfig
     from app.runs.settings import breaker_policy, endpoint_options
 
     return EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts, engine=choice,
                           endpoints=endpoint_options(env), breaker=breaker_policy(env),
-                          **given)
+                          gpu_price_hour=env.gpu_price_hour, **given)
 
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
@@ -338,11 +340,13 @@ def _execute(job: _Job) -> ExecutorStats:
 def _go_on_paused(job: _Job) -> _Job:
     """Running a paused run's command again resumes it (as ``dreads resume`` does)."""
 
+    from app.runs.spend import check_budget
     from app.store.breaker import unpause_run
     from app.store.db import session_scope
     from app.store.models import RunStatus
 
     with session_scope(job.factory) as session:
+        check_budget(session, job.run.id, job.run.name)
         unpause_run(session, job.run.id)
     if not job.quiet:
         err_console.print(f"run {job.run.name} was paused ({job.run.pause_reason}); going on",

@@ -47,6 +47,7 @@ from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.probe import reads_config
+from app.runs.spend import PodMeter
 from app.runs.sweep import expire_dead_leases
 from app.store.breaker import pause_reason
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
@@ -112,6 +113,8 @@ class EmbeddedConfig:
     endpoints: EndpointOptions = field(default_factory=EndpointOptions)
     #: when the run pauses (its recent attempts keep failing the same way)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    #: this machine's GPU price per hour (``DREADS_GPU_PRICE_HOUR``): its read time's cost
+    gpu_price_hour: float | None = None
 
     def policy(self) -> ChunkPolicy:
         return ChunkPolicy(lease_s=self.lease_s, max_in_flight=self.max_in_flight,
@@ -244,8 +247,8 @@ async def execute_run(
     Raises:
         UpstreamUnauthorized, ModelNotServed: the upstream or endpoint refuses this process's
             key or the run's model: the run stops, its decisions back to pending uncharged.
-        RunPaused: the run paused (the breaker): it stops once the decisions in flight end,
-            resumable.
+        RunPaused: the run paused (the breaker, or its budget): it stops once the decisions in
+            flight end, resumable.
     """
     settings = settings_from_dict(dict(run.settings))
     stats = ExecutorStats()
@@ -287,7 +290,9 @@ async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSe
     try:
         probe = build_probe_request(settings, tokenizer)
         await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
-        await _rounds(factory, run, Answerers(reader, tokenizer), config, stats)
+        await _rounds(factory, run, Answerers(reader, tokenizer,
+                                              meter=PodMeter(config.gpu_price_hour)),
+                      config, stats)
     finally:
         if upstream is None:
             await reader.aclose()

@@ -61,6 +61,7 @@ from app.store.db import session_scope
 from app.store.models import DecisionStatus
 from app.store.queue import database_now, translate_db_errors, unpublish
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
+from app.store.spend import set_prices
 from app.store.types import Session, SessionFactory
 
 __all__ = ["PublishOutcome", "Publisher", "SubmitReport", "SubmitRequest", "check_templates",
@@ -102,6 +103,9 @@ class SubmitRequest:
     fingerprint: ServerFingerprint | None = None
     #: a changed line under an id the run holds replaces the stored decision if not started
     replace_changed: bool = False
+    #: token prices and budget recorded with the run (``app.store.spend.PRICE_COLUMNS``;
+    #: None: not given)
+    prices: Mapping[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -364,12 +368,14 @@ def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
 
 
 def _ensure(session: Session, request: SubmitRequest) -> tuple[RunInfo, bool]:
-    return ensure_run(
+    run, created = ensure_run(
         session, name=request.run_name, settings=settings_to_dict(request.settings),
         settings_hash=settings_hash(request.settings), upstream=request.upstream,
         engine=request.engine, source=str(request.path), replicates=request.replicates,
         fingerprint=fingerprint_dict(request.fingerprint),
     )
+    set_prices(session, run.id, request.prices)
+    return run, created
 
 
 def _start_publishing(factory: SessionFactory, publisher: Publisher | None,
