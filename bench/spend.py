@@ -14,12 +14,14 @@ cent, so the budget is reached part way. It prints:
 - the overshoot: what the run had spent once the decisions in flight at the pause finished,
   past its budget, in dollars and in decisions recorded after the pause, beside what was in
   flight at most (each worker process's chunk and the next it starts at the hand-off);
-- the accounting's cost per decision: the spend rows written (``pg_stat_user_tables``: one
-  upsert per cell and commit) per decision, the client CPU and wall time of the accounting's
-  statements of one commit (read the run's prices, add one cell's spend, read the run's
-  cost for its budget; 2,000 times in one transaction, the commit itself not counted: the
-  finished decisions' transaction commits anyway) divided by the decisions per upsert, and
-  the bytes of ``run_spend`` (with its dead row versions, before any vacuum) per decision;
+- the accounting's cost per decision: the commits of finished decisions (their attempts share
+  a worker and an end time) and the spend rows they wrote (``pg_stat_user_tables``), the
+  client CPU and wall time of one commit's accounting (the statement adding each cell's spend,
+  and the read of the run's cost for its budget; 2,000 commits of as many cells as the run's
+  averaged, the commit itself not counted: the finished decisions' transaction commits
+  anyway) over the decisions per commit, plus the claim's read of the run's prices over a
+  chunk, and the bytes of ``run_spend`` (with its dead row versions, before any vacuum) per
+  decision;
 - after ``dreads resume --max-cost`` with a budget past the whole run, the seconds to finish
   it, every decision answered once.
 """
@@ -32,9 +34,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -104,6 +108,15 @@ def _after_pause(stack: Stack, paused_at: object) -> int:
             Attempt.ended_at > paused_at)) or 0)
 
 
+def _commits(stack: Stack) -> int:
+    """Commits of finished decisions: the ok attempts of one share a worker and an end."""
+    with session_scope(stack.factory) as s:
+        groups = (select(Attempt.worker, Attempt.ended_at)
+                  .where(Attempt.run_id == stack.run_id, Attempt.outcome == "ok")
+                  .group_by(Attempt.worker, Attempt.ended_at).subquery())
+        return int(s.scalar(select(func.count()).select_from(groups)) or 0)
+
+
 def _upserts_and_bytes(stack: Stack) -> tuple[int, int]:
     """(spend row writes, bytes of run_spend with its indexes and dead row versions)."""
     with session_scope(stack.factory) as s:
@@ -116,21 +129,33 @@ def _upserts_and_bytes(stack: Stack) -> tuple[int, int]:
     return int(writes), int(size)
 
 
-def _accounting_cost(stack: Stack, rounds: int = 2000) -> tuple[float, float]:
-    """(client CPU ms, wall ms) of one commit's accounting statements: the run's prices, one
-    cell's spend added, the run's cost read for its budget."""
+def _timed(stack: Stack, rounds: int, work: Callable[[Session], object]) -> tuple[float, float]:
+    """(client CPU ms, wall ms) of ``work`` in a transaction of its own, its commit left out."""
+    cpu = wall = 0.0
+    for _ in range(rounds):
+        with session_scope(stack.factory) as s:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            work(s)
+            cpu += time.process_time() - cpu0
+            wall += time.perf_counter() - wall0
+    return cpu / rounds * 1000.0, wall / rounds * 1000.0
+
+
+def _accounting_cost(stack: Stack, cells: int, rounds: int = 2000
+                     ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(CPU ms, wall ms) of one commit's accounting with ``cells`` cells (the spend added, the
+    run's cost read for its budget), and of the claim's read of the run's prices."""
     delta = SpendDelta(decisions=1, reads=2, input_tokens=200, output_tokens=2,
                        gpu_seconds=0.01, cost=0.002)
-    with session_scope(stack.factory) as s:
-        run_prices(s, stack.run_id)  # warm the statement cache
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        for _ in range(rounds):
-            run_prices(s, stack.run_id)
-            add_spend(s, stack.run_id, {"bench": delta})
-            spent_cost(s, stack.run_id)
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        s.rollback()
-    return cpu / rounds * 1000.0, wall / rounds * 1000.0
+    by_cell = {f"bench{i}": delta for i in range(cells)}
+
+    def commit(s: Session) -> None:
+        add_spend(s, stack.run_id, by_cell)
+        spent_cost(s, stack.run_id)
+
+    _timed(stack, 20, commit)  # warm the statement cache
+    return (_timed(stack, rounds, commit),
+            _timed(stack, rounds, lambda s: run_prices(s, stack.run_id)))
 
 
 def measure(stack: Stack, tmp: Path, n: int, workers: int, budget: float) -> None:
@@ -167,13 +192,18 @@ def measure(stack: Stack, tmp: Path, n: int, workers: int, budget: float) -> Non
         print(f"resume --max-cost -> every decision done: {time.monotonic() - t1:.1f} s")
         total, decisions = _spent(stack)
         writes, size = _upserts_and_bytes(stack)
-        cpu_ms, wall_ms = _accounting_cost(stack)
-        per_upsert = decisions / writes
-        print(f"spend rows written: {writes:,} for {decisions:,} decisions "
-              f"({per_upsert:.1f} decisions per upsert); run cost ${total:.4f}")
-        print(f"accounting per commit: {cpu_ms:.3f} ms CPU, {wall_ms:.3f} ms wall -> "
-              f"per decision {cpu_ms / per_upsert:.4f} ms CPU, {wall_ms / per_upsert:.4f} ms "
-              "wall")
+        commits = _commits(stack)
+        cells = max(1, round(writes / commits))
+        (cpu_ms, wall_ms), (claim_cpu, claim_wall) = _accounting_cost(stack, cells)
+        per_commit = decisions / commits
+        print(f"commits: {commits:,} for {decisions:,} decisions ({per_commit:.1f} a commit); "
+              f"spend rows written: {writes:,} ({writes / commits:.1f} a commit); "
+              f"run cost ${total:.4f}")
+        print(f"accounting per commit ({cells} cell(s)): {cpu_ms:.3f} ms CPU, {wall_ms:.3f} ms "
+              f"wall; the claim's price read: {claim_cpu:.3f} ms CPU, {claim_wall:.3f} ms wall")
+        cpu_per = cpu_ms / per_commit + claim_cpu / CHUNK
+        wall_per = wall_ms / per_commit + claim_wall / CHUNK
+        print(f"accounting per decision: {cpu_per:.4f} ms CPU, {wall_per:.4f} ms wall")
         print(f"run_spend on disk: {size:,} bytes = {size / decisions:.1f} bytes per decision")
     finally:
         for worker in started:

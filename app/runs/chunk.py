@@ -82,6 +82,7 @@ from app.store.queue import (
     renew_leases,
     utcnow,
 )
+from app.store.spend import RunPrices, run_prices
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
 
@@ -248,7 +249,7 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
     result.claimed = len(claims)
     if run is None:
         return result
-    run_name, settings, recorded = run
+    run_name, settings, recorded, prices = run
     start_run(run_name)
     upstream = answerers.upstream
     meter = answerers.meter if settings.answer_by is AnswerBy.READS else None
@@ -258,7 +259,7 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
                    policy=policy, in_flight=asyncio.Semaphore(policy.max_in_flight),
                    result=result, before_decision=before_decision,
                    open_claims={c.id: c for c in claims}, hand_off=hand_off,
-                   spend=ChunkSpend(run_id, run_name, meter))
+                   spend=ChunkSpend(run_id, run_name, prices, meter))
     if meter is not None:
         meter.begin()
     try:
@@ -306,16 +307,18 @@ def _run_tokenizer(name: str) -> TextTokenizer:
 
 
 def _claim_chunk(session: Session, run_id: int, **claim: Any
-                 ) -> tuple[list[Claimed], tuple[str, ReadSettings, bool] | None, int | None]:
-    """The claims won and, when there are any, the run's name, settings and whether its
-    server fingerprint is recorded, and the context length its server reported: one
-    transaction."""
+                 ) -> tuple[list[Claimed], tuple[str, ReadSettings, bool, RunPrices] | None,
+                            int | None]:
+    """The claims won and, when there are any, the run's name, settings, whether its server
+    fingerprint is recorded and its prices and budget (the chunk's commits use them), and the
+    context length its server reported: one transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
         return claims, None, None
     name, data, fingerprint = run_header(session, run_id)
     limit = (fingerprint or {}).get("max_model_len")
-    return (claims, (name, settings_from_dict(data), bool(fingerprint)),
+    return (claims, (name, settings_from_dict(data), bool(fingerprint),
+                     run_prices(session, run_id)),
             limit if isinstance(limit, int) else None)
 
 

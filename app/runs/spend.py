@@ -2,15 +2,15 @@
 
 Each commit of finished decisions (``app.runs.commit.GroupCommit``) adds, in its own
 transaction, what those decisions spent to the run's spend rows, one per cell
-(``app.store.spend.add_spend``: one ``UPDATE ... SET x = x + :d`` per cell and commit, never
-per decision):
+(``app.store.spend.add_spend``: one ``INSERT ... ON CONFLICT DO UPDATE SET x = x + :d``
+statement per commit, a row per cell, never per decision):
 
 - tokens: a read's prompt tokens and the canvas rows it asked for (``max_tokens``, what a
   server's usage counts as output); a decision endpoint's ``usage``;
 - GPU time: this process's busy time since its last commit (``PodMeter``), over the processes
   that share its pod, for runs answered by reads;
-- dollars: the tokens at the run's token prices (``runs.price_*_per_mtok``, read in the
-  transaction, so a resume's new prices count from its next commit), the GPU time at this
+- dollars: the tokens at the run's token prices (``runs.price_*_per_mtok``, read with the
+  chunk's claim, so a resume's new prices count from the next chunk), the GPU time at this
   worker's ``DREADS_GPU_PRICE_HOUR``. A part without a price adds no dollars: a run with no
   price at all has a cost of None, never 0.
 
@@ -27,7 +27,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from app.engine.spend import SpendDelta, TokenPrices, gpu_cost
@@ -35,7 +35,7 @@ from app.errors import BudgetReached
 from app.store.breaker import pause_run
 from app.store.queue import Finished, finish_decisions
 from app.store.records import PauseKind
-from app.store.spend import add_spend, run_prices, spent_cost
+from app.store.spend import RunPrices, add_spend, run_prices, spent_cost
 from app.store.types import Session
 
 __all__ = ["ChunkSpend", "Committed", "PodMeter", "budget_reason", "check_budget",
@@ -80,11 +80,14 @@ class PodMeter:
 
 @dataclass(frozen=True)
 class ChunkSpend:
-    """How a chunk's commits record spend: its run, and the pod meter when its run is
-    answered by reads on this process's GPU (None: a decision endpoint, no pod time)."""
+    """How a chunk's commits record spend: its run, the run's prices and budget as its claim
+    read them (a resume's new prices count from the next chunk), and the pod meter when its
+    run is answered by reads on this process's GPU (None: a decision endpoint, no pod
+    time)."""
 
     run_id: int
     run_name: str
+    prices: RunPrices = field(default_factory=RunPrices)
     meter: PodMeter | None = None
 
 
@@ -99,19 +102,23 @@ class Committed:
 
 def finish_and_spend(session: Session, finished: Sequence[Finished], spend: ChunkSpend, *,
                      now: datetime) -> Committed:
-    """``finish_decisions``, then their spend added and the run's budget checked, in the
-    caller's transaction."""
+    """``finish_decisions``, then their spend added (one statement) and, when the run has a
+    budget, its recorded cost read and the budget checked, in the caller's transaction."""
     won = finish_decisions(session, finished, now=now)
     gpu_s = spend.meter.take() if spend.meter is not None else 0.0
     price_hour = spend.meter.price_hour if spend.meter is not None else None
-    prices = run_prices(session, spend.run_id)
-    add_spend(session, spend.run_id, _by_cell(finished, prices.tokens, gpu_s, price_hour))
-    if prices.max_cost is None:
+    add_spend(session, spend.run_id,
+              _by_cell(finished, spend.prices.tokens, gpu_s, price_hour))
+    if spend.prices.max_cost is None:
         return Committed(won)
     spent = spent_cost(session, spend.run_id) or 0.0
-    if spent < prices.max_cost:
+    if spent < spend.prices.max_cost:
         return Committed(won)
-    reason = budget_reason(spent, prices.max_cost, spend.run_name)
+    # crossing the budget the claim read: the run's own, which a resume may have raised
+    max_cost = run_prices(session, spend.run_id).max_cost
+    if max_cost is None or spent < max_cost:
+        return Committed(won)
+    reason = budget_reason(spent, max_cost, spend.run_name)
     paused = pause_run(session, spend.run_id, kind=PauseKind.BUDGET, reason=reason, now=now)
     return Committed(won, reason if paused else None)
 

@@ -1,7 +1,7 @@
 """A run's spend in SQL: added to per commit, read per run and per cell, and its budget.
 
-    add_spend       one ``INSERT ... ON CONFLICT DO UPDATE SET x = x + :d`` per cell of a
-                    commit of finished decisions, in that commit's transaction
+    add_spend       one ``INSERT ... ON CONFLICT DO UPDATE SET x = x + excluded.x`` of a
+                    row per cell, per commit of finished decisions, in its transaction
     run_prices      the run's token prices and budget, read in the caller's transaction
     spent_cost      the run's recorded cost (the budget's check; ``pause_run`` pauses it)
     set_prices      resume (or submit) changes a run's prices or budget
@@ -24,7 +24,8 @@ from app.store.spend_sql import NO_CELL, RunPrices, RunSpendTotals, run_spend
 from app.store.types import Session
 from app.store.views import SessionReader
 
-__all__ = ["PRICE_COLUMNS", "add_spend", "run_prices", "set_prices", "spend_of", "spent_cost"]
+__all__ = ["PRICE_COLUMNS", "RunPrices", "add_spend", "run_prices", "set_prices", "spend_of",
+           "spent_cost"]
 
 #: What a run records of its prices and budget (``set_prices``).
 PRICE_COLUMNS = ("price_input_per_mtok", "price_output_per_mtok", "max_cost")
@@ -35,7 +36,8 @@ _ADD = dialects.upsert_adding(_SPEND, ["run_id", "cell"], _ADDED)
 
 
 def add_spend(session: Session, run_id: int, by_cell: Mapping[str | None, SpendDelta]) -> None:
-    """Add each cell's ``SpendDelta`` to the run's spend rows (created at the first)."""
+    """Add each cell's ``SpendDelta`` to the run's spend rows (created at the first): one
+    statement for all the cells."""
     rows = [{"run_id": run_id, "cell": NO_CELL if cell is None else cell[:200],
              "decisions": d.decisions, "reads": d.reads, "input_tokens": d.input_tokens,
              "output_tokens": d.output_tokens, "gpu_seconds": d.gpu_seconds, "cost": d.cost}
@@ -43,9 +45,7 @@ def add_spend(session: Session, run_id: int, by_cell: Mapping[str | None, SpendD
     if not rows:
         return
     conn = session.connection()
-    stmt = _ADD[dialects.name(conn)]
-    for row in rows:  # one statement per cell: executemany of an upsert is row by row anyway
-        conn.execute(stmt, row)
+    conn.execute(_ADD[dialects.name(conn)].values(rows))
 
 
 def run_prices(session: Session, run_id: int) -> RunPrices:

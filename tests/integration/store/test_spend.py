@@ -14,7 +14,7 @@ from app.runs.spend import ChunkSpend, PodMeter, check_budget, finish_and_spend
 from app.store.db import session_scope
 from app.store.models import Decision, DecisionPayload, Run
 from app.store.queue import AttemptInfo, Claimed, Finished, claim_decisions, utcnow
-from app.store.spend import set_prices, spend_of
+from app.store.spend import run_prices, set_prices, spend_of
 
 Factory = sessionmaker[Session]
 
@@ -49,8 +49,10 @@ def _commit(factory: Factory, run_id: int, claims: list[Claimed],
             meter: PodMeter | None = None) -> str | None:
     finished = [Finished(claim=c, answers=[], draws=[], attempt=AttemptInfo(n_reads=2),
                          question_ids=[], input_tokens=300, output_tokens=10) for c in claims]
+    with session_scope(factory) as s:  # the prices as the chunk's claim reads them
+        prices = run_prices(s, run_id)
     with session_scope(factory) as s:
-        return finish_and_spend(s, finished, ChunkSpend(run_id, "r1", meter),
+        return finish_and_spend(s, finished, ChunkSpend(run_id, "r1", prices, meter),
                                 now=utcnow()).paused
 
 
@@ -111,3 +113,21 @@ def test_prices_and_a_budget_pause_the_run_once(factory: Factory) -> None:
     with session_scope(factory) as s:
         set_prices(s, run_id, {"max_cost": 1.0})
         check_budget(s, run_id, "r1")  # a higher budget goes on
+
+
+def test_a_budget_raised_meanwhile_is_the_one_that_counts(factory: Factory) -> None:
+    """A chunk claimed under the old budget crosses it after a resume raised it: the run's own
+    budget decides, so the run does not pause."""
+    run_id, ids = _seed(factory, 4)
+    with session_scope(factory) as s:
+        set_prices(s, run_id, {"price_input_per_mtok": 1.0, "max_cost": 0.0006})
+    with session_scope(factory) as s:
+        stale = run_prices(s, run_id)
+        set_prices(s, run_id, {"max_cost": 1.0})
+    finished = [Finished(claim=c, answers=[], draws=[], attempt=AttemptInfo(n_reads=1),
+                         question_ids=[], input_tokens=300) for c in _claim(factory, ids)]
+    with session_scope(factory) as s:
+        assert finish_and_spend(s, finished, ChunkSpend(run_id, "r1", stale),
+                                now=utcnow()).paused is None
+    with session_scope(factory) as s:
+        assert s.scalars(select(Run.status)).one() == "active"
