@@ -27,7 +27,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from app.engine.spend import SpendDelta, TokenPrices, gpu_cost
@@ -127,23 +127,18 @@ def _by_cell(finished: Sequence[Finished], prices: TokenPrices, gpu_s: float,
              price_hour: float | None) -> dict[str | None, SpendDelta]:
     """Each cell's part of the commit: its tokens at the run's prices, and the pod time shared
     among the cells in proportion to their reads."""
-    reads: dict[str | None, list[int]] = {}
+    used: dict[str | None, SpendDelta] = {}
     for f in finished:
-        tally = reads.setdefault(f.claim.cell, [0, 0, 0, 0])
-        tally[0] += 1
-        tally[1] += f.attempt.n_reads
-        tally[2] += f.input_tokens
-        tally[3] += f.output_tokens
-    total_reads = sum(t[1] for t in reads.values())
-    total_decisions = sum(t[0] for t in reads.values())
+        one = SpendDelta(1, f.attempt.n_reads, f.input_tokens, f.output_tokens)
+        used[f.claim.cell] = used.get(f.claim.cell, SpendDelta()).plus(one)
+    reads = sum(d.reads for d in used.values())
+    decisions = sum(d.decisions for d in used.values())
     out: dict[str | None, SpendDelta] = {}
-    for cell, (decisions, n_reads, tok_in, tok_out) in reads.items():
-        share = n_reads / total_reads if total_reads else decisions / total_decisions
-        cell_gpu = gpu_s * share
-        costs = [c for c in (prices.cost(tok_in, tok_out), gpu_cost(cell_gpu, price_hour))
-                 if c is not None]
-        out[cell] = SpendDelta(decisions, n_reads, tok_in, tok_out, cell_gpu,
-                               sum(costs) if costs else None)
+    for cell, d in used.items():
+        cell_gpu = gpu_s * (d.reads / reads if reads else d.decisions / decisions)
+        costs = [c for c in (prices.cost(d.input_tokens, d.output_tokens),
+                             gpu_cost(cell_gpu, price_hour)) if c is not None]
+        out[cell] = replace(d, gpu_seconds=cell_gpu, cost=sum(costs) if costs else None)
     return out
 
 

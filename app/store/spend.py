@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 
 from app.engine.spend import SpendDelta, TokenPrices
 from app.store import dialects
@@ -30,14 +30,19 @@ __all__ = ["PRICE_COLUMNS", "RunPrices", "add_spend", "run_prices", "set_prices"
 #: What a run records of its prices and budget (``set_prices``).
 PRICE_COLUMNS = ("price_input_per_mtok", "price_output_per_mtok", "max_cost")
 
+#: Prebuilt Core statements of the commit path (compiled once, no ORM bookkeeping per call).
 _SPEND = cast(Table, RunSpend.__table__)
+_RUNS = cast(Table, Run.__table__)
 _ADDED = ("decisions", "reads", "input_tokens", "output_tokens", "gpu_seconds", "cost")
 _ADD = dialects.upsert_adding(_SPEND, ["run_id", "cell"], _ADDED)
+_SPENT = (select(func.sum(_SPEND.c.cost)).where(_SPEND.c.run_id == bindparam("run_id")))
+_PRICES = (select(_RUNS.c.price_input_per_mtok, _RUNS.c.price_output_per_mtok,
+                  _RUNS.c.max_cost).where(_RUNS.c.id == bindparam("run_id")))
 
 
 def add_spend(session: Session, run_id: int, by_cell: Mapping[str | None, SpendDelta]) -> None:
     """Add each cell's ``SpendDelta`` to the run's spend rows (created at the first): one
-    statement for all the cells."""
+    prebuilt statement, executed for the cells' rows together (the driver's executemany)."""
     rows = [{"run_id": run_id, "cell": NO_CELL if cell is None else cell[:200],
              "decisions": d.decisions, "reads": d.reads, "input_tokens": d.input_tokens,
              "output_tokens": d.output_tokens, "gpu_seconds": d.gpu_seconds, "cost": d.cost}
@@ -45,18 +50,19 @@ def add_spend(session: Session, run_id: int, by_cell: Mapping[str | None, SpendD
     if not rows:
         return
     conn = session.connection()
-    conn.execute(_ADD[dialects.name(conn)].values(rows))
+    conn.execute(_ADD[dialects.name(conn)], rows if len(rows) > 1 else rows[0])
 
 
 def run_prices(session: Session, run_id: int) -> RunPrices:
-    row = session.execute(select(Run.price_input_per_mtok, Run.price_output_per_mtok,
-                                 Run.max_cost).where(Run.id == run_id)).one()
+    """The run's token prices and budget."""
+    row = session.connection().execute(_PRICES, {"run_id": run_id}).one()
     return RunPrices(TokenPrices(row[0], row[1]), row[2])
 
 
 def spent_cost(session: Session, run_id: int) -> float | None:
     """The run's recorded cost in dollars (None: nothing priced)."""
-    return session.scalar(select(func.sum(RunSpend.cost)).where(RunSpend.run_id == run_id))
+    value = session.connection().execute(_SPENT, {"run_id": run_id}).scalar()
+    return None if value is None else float(value)
 
 
 def set_prices(session: Session, run_id: int, changes: Mapping[str, float | None]) -> None:
