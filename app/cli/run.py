@@ -447,8 +447,9 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
                 "--upstream sim (the built-in simulator)", kind=exc.kind) from exc
         except RunPaused as exc:
             bar.stop()
-            raise RunPaused(f"{exc.message} (running this same command again also resumes "
-                            "it)") from exc
+            again = "with a higher --max-cost " if exc.budget else ""
+            raise RunPaused(f"{exc.message} (running this same command again {again}also "
+                            "resumes it)", budget=exc.budget) from exc
         except KeyboardInterrupt:
             bar.stop()
             released = release_own_leases(job.factory, job.run.id)

@@ -49,7 +49,7 @@ from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_ch
 from app.runs.probe import reads_config
 from app.runs.spend import PodMeter
 from app.runs.sweep import expire_dead_leases
-from app.store.breaker import pause_reason
+from app.store.breaker import pause_kind, pause_reason
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.local import (
     claimable_ids as _claimable_ids,
@@ -62,6 +62,7 @@ from app.store.local import (
 )
 from app.store.migrate import upgrade
 from app.store.queue import utcnow
+from app.store.records import PauseKind
 from app.store.runs import RunInfo
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
@@ -270,14 +271,16 @@ async def execute_run(
         await _report_progress(factory, run.id, progress)
     paused = await asyncio.to_thread(_pause_reason, factory, run.id)
     if paused is not None:
-        raise RunPaused(f"run {run.name} paused: {paused}")
+        kind, reason = paused
+        raise RunPaused(f"run {run.name} paused: {reason}", budget=kind == PauseKind.BUDGET)
     return stats
 
 
-def _pause_reason(factory: SessionFactory, run_id: int) -> str | None:
-    """Why the run is paused, or None when it is not."""
+def _pause_reason(factory: SessionFactory, run_id: int) -> tuple[str | None, str] | None:
+    """What paused the run and why, or None when it is not paused."""
     with session_scope(factory) as session:
-        return pause_reason(session, run_id)
+        reason = pause_reason(session, run_id)
+        return None if reason is None else (pause_kind(session, run_id), reason)
 
 
 async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,

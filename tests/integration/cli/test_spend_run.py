@@ -94,6 +94,7 @@ def test_run_pauses_at_its_budget_and_a_higher_one_completes_it(
     assert paused.returncode == 1, paused.stderr[-2000:]
     said = " ".join(paused.stderr.split())
     assert "paused: recorded cost $" in said and "reached its budget of $0.5000" in said
+    assert "running this same command again with a higher --max-cost also resumes it" in said
     assert sqlite_rows(db, "SELECT status, pause_kind FROM runs") == [("paused", "budget")]
     counts = dict(sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status"))
     assert 0 < counts.get("done", 0) < n and not counts.get("failed") and not counts.get("leased")
@@ -106,6 +107,8 @@ def test_run_pauses_at_its_budget_and_a_higher_one_completes_it(
     again = _dreads(tmp_path, "resume", "b", "--database-url", f"sqlite:///{db}",
                     "--upstream", sim.url)
     assert again.returncode == 2 and "give a higher budget" in again.stderr, again.stderr
+    rerun = _dreads(tmp_path, *args, "--max-cost", "0.5")  # the same budget: refused too
+    assert rerun.returncode == 2 and "give a higher budget" in rerun.stderr, rerun.stderr
     assert sqlite_rows(db, "SELECT status FROM runs") == [("paused",)]
 
     done = _dreads(tmp_path, "resume", "b", "--database-url", f"sqlite:///{db}",
