@@ -74,8 +74,7 @@ class Spend:
         the estimate; ``--gpu-price-hour`` on a submit (the workers' pods are priced where
         they run: ``DREADS_GPU_PRICE_HOUR``); ``--max-cost`` on an estimate."""
         if dry_run:
-            unused = [("--max-cost", self.max_cost)]
-            if any(v is not None for _, v in unused):
+            if self.max_cost is not None:
                 with cli_errors():
                     raise ConfigError("--max-cost is a run's budget and --dry-run runs "
                                       "nothing; leave one of them out")

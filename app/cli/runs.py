@@ -466,9 +466,11 @@ def export(
 
 def _spend_line(session: Session, info: RunInfo) -> str:
     """What the exported run spent (``status``'s line), for the export's closing message."""
-    from app.store.views import run_status
+    from app.store.spend import spend_of
+    from app.store.views import status_counts
 
-    return run_status(session, info).spend_line
+    counts = status_counts(session, info.id)
+    return spend_of(session, info.id).line(counts.get("done", 0), sum(counts.values()))
 
 
 def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat) -> int:
