@@ -12,12 +12,21 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr
+from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.urls import DEFAULT_DATABASE_URL
 
 __all__ = ["Settings", "get_settings", "settings_with", "to_environ"]
+
+
+def _blank_is_unset(value: Any) -> Any:
+    """An empty variable is no price (compose passes ``${GPU_PRICE_HOUR:-}`` as "")."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+#: A price in dollars: unset (or empty) for none.
+Price = Annotated[Annotated[float, Field(ge=0.0)] | None, BeforeValidator(_blank_is_unset)]
 
 
 class Settings(BaseSettings):
@@ -56,14 +65,16 @@ class Settings(BaseSettings):
     #: (``dreads.answers``) instead of the queue of a local model server's model, and wait for
     #: no model server.
     worker_answers: bool = False
-    #: Prices for ``--dry-run``'s estimate (unset: no dollar figure, tokens only). A decision
-    #: endpoint's, or any server's that bills by token: dollars per million input (prompt)
-    #: and output tokens. Not run settings: a price never changes a run's settings hash.
-    price_input_per_mtok: Annotated[float, Field(ge=0.0)] | None = None
-    price_output_per_mtok: Annotated[float, Field(ge=0.0)] | None = None
-    #: A GPU pod's price per hour in dollars, for ``--dry-run``'s estimate with
-    #: ``--reads-per-second`` (a read rate measured on that GPU).
-    gpu_price_hour: Annotated[float, Field(ge=0.0)] | None = None
+    #: Token prices (unset: no dollar figure, tokens only), for ``--dry-run``'s estimate and
+    #: recorded with a run that ``submit``/``run`` creates. A decision endpoint's, or any
+    #: server's that bills by token: dollars per million input (prompt) and output tokens.
+    #: Not run settings: a price never changes a run's settings hash.
+    price_input_per_mtok: Price = None
+    price_output_per_mtok: Price = None
+    #: A GPU pod's price per hour in dollars: a worker's (and ``dreads run``'s) time is
+    #: recorded at it, shared among the runs it serves by their reads; and ``--dry-run``'s
+    #: estimate with ``--reads-per-second`` (a read rate measured on that GPU).
+    gpu_price_hour: Price = None
     #: Directories ``file://`` images of job lines may be read from, separated by ``:`` (as
     #: ``PATH``); unset: none (a job file cannot make dreads read a local file).
     image_dirs: str | None = None

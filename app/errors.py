@@ -255,11 +255,15 @@ class RunCancelled(InputError):
 
 
 class RunPaused(DreadsError):
-    """The run paused while it ran (the breaker tripped): nothing more is charged to its
-    decisions; ``dreads resume RUN`` closes the breaker and goes on. Exits 1: the environment
-    failed, not the input."""
+    """The run paused while it ran (the breaker tripped, or it reached its budget): nothing
+    more is charged to its decisions; ``dreads resume RUN`` goes on (with a higher
+    ``--max-cost`` after a budget). Exits 1: the environment failed, not the input."""
 
     kind = OutcomeKind.PAUSED
+
+    def __init__(self, message: str, *, budget: bool = False) -> None:
+        super().__init__(message)
+        self.budget = budget  #: paused by its budget (``PauseKind.BUDGET``)
 
 
 class ConfigError(DreadsError):
@@ -267,3 +271,8 @@ class ConfigError(DreadsError):
 
     kind = OutcomeKind.ERROR
     exit_code = EXIT_USAGE
+
+
+class BudgetReached(ConfigError):
+    """A paused run was asked to go on while its recorded cost is at or past its budget
+    (``--max-cost``): it would pause again at once. A higher ``--max-cost`` goes on."""

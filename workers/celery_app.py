@@ -165,6 +165,7 @@ def build_state(settings: Settings) -> ProcessState:
     from app.runs.answer import EndpointPool
     from app.runs.chunk import Answerers
     from app.runs.settings import chunk_policy, endpoint_options, image_policy
+    from app.runs.spend import PodMeter
     from app.store.db import make_engine, make_sessionmaker
     from workers.resources import make_probe, make_tokenizer, make_upstream_for
 
@@ -178,7 +179,8 @@ def build_state(settings: Settings) -> ProcessState:
         upstream=None if answers else make_upstream_for(settings), tokenizer=tokenizer,
         endpoints=EndpointPool(endpoint_options(settings), share=settings.worker_processes),
         probe=None if answers else make_probe(settings, tokenizer),
-        images=ImageCache(image_policy(settings)))
+        images=ImageCache(image_policy(settings)),
+        meter=PodMeter(settings.gpu_price_hour, share=settings.worker_processes))
     return ProcessState(settings=settings, engine=engine, session_factory=make_sessionmaker(engine),
                         loop=loop, answerers=answerers,
                         policy=chunk_policy(settings, recover_wait_s=RECOVER_WAIT_S),

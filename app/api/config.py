@@ -101,7 +101,8 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         chosen = "local" if database_url.startswith("sqlite") else "queue"
     local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
                            max_in_flight=env.max_in_flight, engine=engine,
-                           endpoints=endpoint_options(env), breaker=breaker_policy(env))
+                           endpoints=endpoint_options(env), breaker=breaker_policy(env),
+                           gpu_price_hour=env.gpu_price_hour)
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
         broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,

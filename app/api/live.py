@@ -30,6 +30,7 @@ def live_view(session: Session, run: RunInfo) -> dict[str, Any]:
     for cell in view["cells"]:
         cell["open"] = sum(by_cell.get((cell["cell"], s), 0) for s in OPEN)
     view["settled"] = report.total - report.remaining
+    view["spend_line"] = report.spend_line
     view["failures"] = _failures(session, run.id, view["cells"])
     view["rejected"] = [{"decision": r.decision, "cell": r.cell, "reason": r.reason}
                         for r in rejected_decisions(session, run.id, limit=REJECTED_SHOWN)]

@@ -97,7 +97,23 @@ class ReadParams(BaseModel):
         return {k: v for k, v in given.items() if v is not None}
 
 
-class RunParams(ReadParams):
+class SpendParams(ReadParams):
+    """The run's token prices and budget (``--price-input``, ``--price-output``,
+    ``--max-cost``): recorded with it, not run settings."""
+
+    price_input: float | None = Field(None, ge=0.0, description="Dollars per million input "
+                                      "tokens, recorded with the run.")
+    price_output: float | None = Field(None, ge=0.0, description="Dollars per million output "
+                                       "tokens, recorded with the run.")
+    max_cost: float | None = Field(None, ge=0.0, description="The run's budget in dollars: it "
+                                   "pauses once its recorded cost reaches it.")
+
+    def prices(self) -> dict[str, float | None]:
+        return {"price_input_per_mtok": self.price_input,
+                "price_output_per_mtok": self.price_output, "max_cost": self.max_cost}
+
+
+class RunParams(SpendParams):
     """Query parameters of ``POST /v1/runs``: the run's name and read settings; settings not
     given default to the server's."""
 
@@ -194,7 +210,7 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
     request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
                             upstream=api.config.upstream, engine=api.config.engine.engine,
                             replicates=replicates, strict=params.strict,
-                            replace_changed=params.replace_changed,
+                            replace_changed=params.replace_changed, prices=params.prices(),
                             fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
                             else None)
     report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
@@ -305,7 +321,7 @@ async def results(run: str, api: Api, fmt: Annotated[Literal["jsonl", "openai-ba
                              headers={"content-disposition": f'inline; filename="{run}.jsonl"'})
 
 
-class ResumeParams(ReadParams):
+class ResumeParams(SpendParams):
     """Query parameters of ``POST /v1/runs/{run}/resume``: ``dreads resume``'s options. Read
     settings given must be the run's own (only an endpoint budget may change)."""
 
@@ -325,7 +341,8 @@ async def resume(run: str, api: Api, params: Annotated[ResumeParams, Query()]
     re-published to the workers."""
     info = await asyncio.to_thread(_find, api, run)
     options = ResumeOptions(retry_failed=params.retry_failed, dry_run=params.dry_run,
-                            force=params.force, requeue_after_s=api.config.sweep.requeue_after_s)
+                            force=params.force, requeue_after_s=api.config.sweep.requeue_after_s,
+                            prices=params.prices())
     try:
         report = await asyncio.to_thread(resume_run, api.factory, info, params.overrides(),
                                          options=options, server=api.server(),

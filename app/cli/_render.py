@@ -212,7 +212,7 @@ def status_view(report: RunStatusReport) -> Group:
     rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
                 f"{report.rate_per_s:.2f}/s; {report.remaining} left; "
                 f"ETA {duration(report.eta_s)}")
-    parts: list[Any] = [head, rate]
+    parts: list[Any] = [head, rate, Text(f"spend: {report.spend_line}")]
     if report.pause is not None:
         parts.append(Text(f"paused: {report.pause['reason']}", style="bold yellow"))
     parts.append(cells_table(report))

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from app.images import ImagePolicy
     from app.runs.dryrun import DryRunReport
 
-__all__ = ["DryRunArgs", "DryRunOpt", "GpuPriceHourOpt", "PriceInputOpt", "PriceOutputOpt",
-           "ReadsPerSecondOpt", "Spend", "dry_run_command"]
+__all__ = ["DryRunArgs", "DryRunOpt", "GpuPriceHourOpt", "MaxCostOpt", "PriceInputOpt",
+           "PriceOutputOpt", "ReadsPerSecondOpt", "Spend", "dry_run_command"]
 
 _PANEL = "Estimate (--dry-run)"
+_SPEND_PANEL = "Spend and budget"
 
 DryRunOpt = Annotated[bool, typer.Option(
     "--dry-run", help="Estimate, store nothing: validate the file as a submit does, then print "
@@ -38,14 +39,21 @@ DryRunOpt = Annotated[bool, typer.Option(
     "queued.", rich_help_panel=_PANEL)]
 PriceInputOpt = Annotated[float | None, typer.Option(
     "--price-input", min=0.0, metavar="USD", help="Dollars per million input (prompt) tokens "
-    "(DREADS_PRICE_INPUT_PER_MTOK), for --dry-run's cost.", rich_help_panel=_PANEL)]
+    "(DREADS_PRICE_INPUT_PER_MTOK): recorded with the run, its tokens' cost as they are "
+    "spent; and --dry-run's cost.", rich_help_panel=_SPEND_PANEL)]
 PriceOutputOpt = Annotated[float | None, typer.Option(
     "--price-output", min=0.0, metavar="USD", help="Dollars per million output tokens "
-    "(DREADS_PRICE_OUTPUT_PER_MTOK), for --dry-run's cost.", rich_help_panel=_PANEL)]
+    "(DREADS_PRICE_OUTPUT_PER_MTOK): recorded with the run; and --dry-run's cost.",
+    rich_help_panel=_SPEND_PANEL)]
 GpuPriceHourOpt = Annotated[float | None, typer.Option(
     "--gpu-price-hour", min=0.0, metavar="USD", help="A GPU pod's dollars per hour "
-    "(DREADS_GPU_PRICE_HOUR), for --dry-run's cost with --reads-per-second.",
-    rich_help_panel=_PANEL)]
+    "(DREADS_GPU_PRICE_HOUR): --dry-run's cost with --reads-per-second; with dreads run, "
+    "this machine's read time is recorded at it (workers: set DREADS_GPU_PRICE_HOUR).",
+    rich_help_panel=_SPEND_PANEL)]
+MaxCostOpt = Annotated[float | None, typer.Option(
+    "--max-cost", min=0.0, metavar="USD", help="The run's budget in dollars: once its "
+    "recorded cost reaches it the run pauses (decisions in flight finish); raise it with "
+    "dreads resume RUN --max-cost USD.", rich_help_panel=_SPEND_PANEL)]
 ReadsPerSecondOpt = Annotated[float | None, typer.Option(
     "--reads-per-second", min=0.0, metavar="RATE", help="Reads per second measured on that "
     "GPU (a finished run's draw rows / its time), for --dry-run's GPU time.",
@@ -60,18 +68,38 @@ class Spend:
     price_output: float | None = None
     gpu_price_hour: float | None = None
     reads_per_second: float | None = None
+    max_cost: float | None = None
 
-    def require_dry_run(self, dry_run: bool) -> None:
-        """Refuse a price flag on a command that spends: it would be silently unused (only
-        the estimate reads prices)."""
+    def require_dry_run(self, dry_run: bool, *, embedded: bool = False) -> None:
+        """Refuse a flag that would be silently unused: ``--reads-per-second`` only prices
+        the estimate; ``--gpu-price-hour`` on a submit (the workers' pods are priced where
+        they run: ``DREADS_GPU_PRICE_HOUR``); ``--max-cost`` on an estimate."""
+        if dry_run:
+            if self.max_cost is not None:
+                with cli_errors():
+                    raise ConfigError("--max-cost is a run's budget and --dry-run runs "
+                                      "nothing; leave one of them out")
+            return
         given = [flag for flag, value in (
-            ("--price-input", self.price_input), ("--price-output", self.price_output),
-            ("--gpu-price-hour", self.gpu_price_hour),
-            ("--reads-per-second", self.reads_per_second)) if value is not None]
-        if given and not dry_run:
+            ("--reads-per-second", self.reads_per_second),
+            *(() if embedded else (("--gpu-price-hour", self.gpu_price_hour),)))
+            if value is not None]
+        if given:
+            where = "" if embedded else ("; a worker's pod is priced by DREADS_GPU_PRICE_HOUR "
+                                         "where the worker runs")
             with cli_errors():
-                raise ConfigError(f"{', '.join(given)} only price --dry-run's estimate; add "
-                                  "--dry-run, or leave them out to run")
+                raise ConfigError(f"{', '.join(given)} only price --dry-run's estimate{where}; "
+                                  "add --dry-run, or leave them out to run")
+
+    def recorded(self) -> dict[str, float | None]:
+        """What the run records: the token prices (flags over ``DREADS_PRICE_*``) and the
+        budget (None: not given, left as the run has it)."""
+        from app.config import settings_with
+
+        env = settings_with(price_input_per_mtok=self.price_input,
+                            price_output_per_mtok=self.price_output)
+        return {"price_input_per_mtok": env.price_input_per_mtok,
+                "price_output_per_mtok": env.price_output_per_mtok, "max_cost": self.max_cost}
 
     def prices(self) -> Prices:
         """The flags over ``DREADS_PRICE_*`` and ``DREADS_GPU_PRICE_HOUR``."""

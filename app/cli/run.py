@@ -22,6 +22,7 @@ from app.cli.dryrun import (
     DryRunArgs,
     DryRunOpt,
     GpuPriceHourOpt,
+    MaxCostOpt,
     PriceInputOpt,
     PriceOutputOpt,
     ReadsPerSecondOpt,
@@ -117,7 +118,7 @@ def run(
     image_dirs: ImageDirsOpt = None,
     dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
     price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
-    reads_per_second: ReadsPerSecondOpt = None,
+    reads_per_second: ReadsPerSecondOpt = None, max_cost: MaxCostOpt = None,
 ) -> None:
     """Run a job file start to finish here: a SQLite file, no Redis, no worker.
 
@@ -126,8 +127,8 @@ def run(
     report RUN --html report.html[/bold]. With --dry-run: the decisions, reads, tokens and
     cost it would take; nothing stored, nothing read.
     """
-    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second)
-    spend.require_dry_run(dry_run)
+    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second, max_cost)
+    spend.require_dry_run(dry_run, embedded=True)
     if dry_run:
         dry_run_command(DryRunArgs(
             file, run_name or file.stem, given, replicates, strict, fail_on_bad_lines,
@@ -142,7 +143,7 @@ def run(
     from app.store.runs import load_run
 
     name = run_name or file.stem
-    env = settings_with(image_dirs=image_dirs)
+    env = settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour)
     with cli_errors():
         check_job_file(file)
         db = _sqlite_file(database)
@@ -158,7 +159,7 @@ def run(
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
                                     strict=strict, replace_changed=replace_changed,
-                                    images=image_policy(env))
+                                    images=image_policy(env), prices=spend.recorded())
             report = submit_job(request, factory, tok)
             discard_empty_run(factory, report)
             if not json_out or report.refused:
@@ -257,13 +258,14 @@ def embedded_store(db: Path) -> Iterator[SessionFactory]:
 def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
     """The local executor's configuration: the options ``given`` (``chunk_size``, ``workers``,
     ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
-    reading with the engine ``choice``."""
+    ``DREADS_GPU_PRICE_HOUR``, reading with the engine ``choice``."""
     from app.runs.embedded import EmbeddedConfig
     from app.runs.settings import breaker_policy, endpoint_options, image_policy
 
     return EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts, engine=choice,
                           endpoints=endpoint_options(env), breaker=breaker_policy(env),
-                          images=image_policy(env), **given)
+                          images=image_policy(env), gpu_price_hour=env.gpu_price_hour,
+                          **given)
 
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
@@ -343,11 +345,13 @@ def _execute(job: _Job) -> ExecutorStats:
 def _go_on_paused(job: _Job) -> _Job:
     """Running a paused run's command again resumes it (as ``dreads resume`` does)."""
 
+    from app.runs.spend import check_budget
     from app.store.breaker import unpause_run
     from app.store.db import session_scope
     from app.store.models import RunStatus
 
     with session_scope(job.factory) as session:
+        check_budget(session, job.run.id, job.run.name)
         unpause_run(session, job.run.id)
     if not job.quiet:
         err_console.print(f"run {job.run.name} was paused ({job.run.pause_reason}); going on",
@@ -448,8 +452,9 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
                 "--upstream sim (the built-in simulator)", kind=exc.kind) from exc
         except RunPaused as exc:
             bar.stop()
-            raise RunPaused(f"{exc.message} (running this same command again also resumes "
-                            "it)") from exc
+            again = "with a higher --max-cost " if exc.budget else ""
+            raise RunPaused(f"{exc.message} (running this same command again {again}also "
+                            "resumes it)", budget=exc.budget) from exc
         except KeyboardInterrupt:
             bar.stop()
             released = release_own_leases(job.factory, job.run.id)

@@ -33,6 +33,7 @@ from app.cli.dryrun import (
     DryRunArgs,
     DryRunOpt,
     GpuPriceHourOpt,
+    MaxCostOpt,
     PriceInputOpt,
     PriceOutputOpt,
     ReadsPerSecondOpt,
@@ -93,7 +94,7 @@ def submit(
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
     dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
     price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
-    reads_per_second: ReadsPerSecondOpt = None,
+    reads_per_second: ReadsPerSecondOpt = None, max_cost: MaxCostOpt = None,
 ) -> None:
     """Validate a job file, store its decisions and queue them for the workers.
 
@@ -107,7 +108,7 @@ def submit(
     from app.broker.process import PublisherProcess
     from app.runs.jobfile import check_job_file
 
-    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second)
+    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second, max_cost)
     spend.require_dry_run(dry_run)
     if dry_run:
         dry_run_command(DryRunArgs(
@@ -138,7 +139,8 @@ def submit(
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint,
-                                    replace_changed=replace_changed, images=image_policy(env))
+                                    replace_changed=replace_changed, images=image_policy(env),
+                                    prices=spend.recorded())
             report = _submit(factory, request, tok, publisher)
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),
@@ -290,13 +292,18 @@ def resume(
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    max_cost: MaxCostOpt = None, price_input: PriceInputOpt = None,
+    price_output: PriceOutputOpt = None,
 ) -> None:
     """Continue a run: check settings and server, sweep, (retry failed,) publish what is left.
 
     The server checked is --upstream, else DREADS_UPSTREAM if set, else the run's own. On a
     SQLite store (the embedded mode) the decisions are run here, in this process.
     """
-    if not given and not retry_failed:  # a finished run: answered without the full store
+    prices = {"price_input_per_mtok": price_input, "price_output_per_mtok": price_output,
+              "max_cost": max_cost}
+    if not given and not retry_failed and not any(v is not None for v in prices.values()):
+        # a finished run: answered without the full store
         settled = _plain(database, lambda reader: _plain_settled(reader, run, dry_run))
         if settled is not None:
             _print_resume(settled, json_out)
@@ -308,7 +315,7 @@ def resume(
 
     env = get_settings()
     options = ResumeOptions(retry_failed=retry_failed, dry_run=dry_run, force=force,
-                            requeue_after_s=env.requeue_after_s)
+                            requeue_after_s=env.requeue_after_s, prices=prices)
     url = database_url(database)
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
@@ -456,9 +463,20 @@ def export(
             info = require_run(session, run)
             with atomic_output(output, newline="") as out:
                 n = _write_export(out, session, info, fmt)
+            spend_line = _spend_line(session, info)
     if output is not None and str(output) != "-":
         err_console.print(f"exported {n} decision(s) of run {run!r} to {output}",
                           highlight=False, markup=False)
+    err_console.print(f"spend of run {run!r}: {spend_line}", highlight=False, markup=False)
+
+
+def _spend_line(session: Session, info: RunInfo) -> str:
+    """What the exported run spent (``status``'s line), for the export's closing message."""
+    from app.store.spend import spend_of
+    from app.store.views import status_counts
+
+    counts = status_counts(session, info.id)
+    return spend_of(session, info.id).line(counts.get("done", 0), sum(counts.values()))
 
 
 def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat) -> int:

@@ -79,7 +79,37 @@ class RunMetrics:
 
 def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
     yield from _run_families(snapshot)
+    yield from _spend_families(snapshot)
     yield from _cell_families(snapshot)
+
+
+def _spend_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
+    cost = GaugeMetricFamily("dreads_run_spend_dollars", "What the run spent so far, in "
+                             "dollars at its prices (absent when no price is set).",
+                             labels=["run"])
+    projected = GaugeMetricFamily("dreads_run_projected_spend_dollars", "Spend so far scaled "
+                                  "to all the run's decisions (absent without a price).",
+                                  labels=["run"])
+    budget = GaugeMetricFamily("dreads_run_budget_dollars", "The run's --max-cost (absent "
+                               "when it has none).", labels=["run"])
+    tokens = GaugeMetricFamily("dreads_run_spend_tokens", "Tokens the run's requests spent, "
+                               "input and output.", labels=["run", "kind"])
+    gpu = GaugeMetricFamily("dreads_run_gpu_seconds", "GPU-seconds of the pods that read for "
+                            "the run (their time shared among runs by reads).", labels=["run"])
+    for item in snapshot:
+        name, report = item.report.run.name, item.report
+        spend = report.spend
+        if spend.total.cost is not None:
+            cost.add_metric([name], spend.total.cost)
+        ahead = spend.projected_cost(report.counts.get("done", 0), report.total)
+        if ahead is not None:
+            projected.add_metric([name], ahead)
+        if spend.prices.max_cost is not None:
+            budget.add_metric([name], spend.prices.max_cost)
+        tokens.add_metric([name, "input"], spend.total.input_tokens)
+        tokens.add_metric([name, "output"], spend.total.output_tokens)
+        gpu.add_metric([name], spend.total.gpu_seconds)
+    yield from (cost, projected, budget, tokens, gpu)
 
 
 def _run_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:

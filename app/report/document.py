@@ -63,7 +63,9 @@ from app.report.figures import (
 from app.report.headline import headline
 from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
 from app.report.review import review
+from app.report.spend import spend_section
 from app.store.report_rows import run_by_id
+from app.store.spend import spend_of
 from app.store.types import Session
 from app.store.views import failure_reasons
 
@@ -184,6 +186,7 @@ def report_with_rows(
         "calibrated": None, "calibration_source": None, "cross_fitted": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
         "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
+        "spend": spend_section(spend_of(session, data.run.id)),
     }
     if calibration is not None and calibrated is not None:
         doc["calibrated"] = _typed_sections(calibrated, p)

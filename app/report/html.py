@@ -22,10 +22,12 @@ from app.report.html_tables import (
     figure_tables,
     reasons_table,
     review_lists,
+    spend_table,
 )
 from app.report.labels import run_identity
 from app.report.load import QuestionRow
 from app.report.plots import Plot, report_plots
+from app.report.spend import spend_note
 from app.report.tables import pct
 from app.report.thumbnails import review_thumbnails
 
@@ -124,6 +126,9 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
            "<h2>diagnostics per cell</h2>", diagnostics_table(doc["diagnostics"])]
     if doc.get("reasons"):
         out += ["<h2>why decisions failed or were rejected</h2>", reasons_table(doc["reasons"])]
+    if doc.get("spend"):
+        out += ['<h2 id="spend">spend</h2>', spend_table(doc["spend"]),
+                f'<p class="note">{escape(spend_note(doc["spend"]))}</p>']
     if doc["against"]:
         out += ['<h2 id="comparison">comparison with another run</h2>', *against_tables(doc)]
     lines = "<br>".join(escape(line) for line in run_identity(doc["run"]))

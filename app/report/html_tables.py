@@ -19,10 +19,11 @@ from app.report.labels import (
     column_titles,
     thresholds,
 )
+from app.report.spend import SPEND_COLUMNS, spend_rows
 from app.report.tables import block_cells, fmt, pct
 
 __all__ = ["against_tables", "diagnostics_table", "figure_tables", "reasons_table",
-           "review_lists"]
+           "review_lists", "spend_table"]
 
 
 def _row(cells: Sequence[str], cls: str = "") -> str:
@@ -224,3 +225,8 @@ def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> str:
     """Why decisions failed or were rejected, counted, with an example each."""
     rows = [_row([r["kind"], str(r["count"]), r["example"]]) for r in reasons]
     return _table(["kind", "decisions", "reason (an example)"], rows)
+
+
+def spend_table(section: Mapping[str, Any]) -> str:
+    """What the run cost, in total and per cell (``app.report.spend``)."""
+    return _table(SPEND_COLUMNS, [_row(r) for r in spend_rows(section)], "spend")

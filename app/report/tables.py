@@ -21,6 +21,7 @@ from app.report.labels import (
     run_identity,
     thresholds,
 )
+from app.report.spend import SPEND_COLUMNS, spend_note, spend_rows
 
 __all__ = [
     "block_cells",
@@ -326,6 +327,16 @@ def review_tables(doc: Mapping[str, Any]) -> list[RenderableType]:
                           doc["review"]["false_positives"])]
 
 
+def spend_tables(section: Mapping[str, Any]) -> list[RenderableType]:
+    """What the run cost (``app.report.spend``), and the prices under it."""
+    table = Table(title="spend", title_justify="left")
+    for name in SPEND_COLUMNS:
+        table.add_column(name, justify="left" if name == "cell" else "right")
+    for row in spend_rows(section):
+        table.add_row(*(escape(c) for c in row))
+    return [table, Text(spend_note(section))]
+
+
 def report_view(doc: Mapping[str, Any]) -> Group:
     """Everything ``dreads report`` prints without ``--json``."""
     run, params = doc["run"], doc["params"]
@@ -342,6 +353,8 @@ def report_view(doc: Mapping[str, Any]) -> Group:
     parts += diagnostics_tables(doc["diagnostics"])
     if doc.get("reasons"):
         parts.append(reasons_table(doc["reasons"]))
+    if doc.get("spend"):
+        parts += spend_tables(doc["spend"])
     parts += _flag_lines(doc["diagnostics"])
     if doc["against"]:
         parts += _against_tables(doc, params)

@@ -45,6 +45,7 @@ from app.engine import (
 )
 from app.engine.endpoint import EndpointAnswers
 from app.engine.openai.client import decisions_request, read_decisions
+from app.engine.spend import usage_tokens
 from app.engine.systemone import read_systemone, systemone_request
 from app.engine.types import ImageData
 from app.images import ImageCache, ImagePolicy, StoredImage
@@ -66,6 +67,10 @@ class Answered:
     n_reads: int  #: requests it took (reads, or the endpoint's one request)
     refusals: tuple[Refusal, ...] = ()
     usage: Mapping[str, Any] | None = None  #: a decision endpoint's usage object
+    #: tokens its requests spent: the reads' prompt tokens and canvas rows asked for
+    #: (``max_tokens``), or the endpoint's usage
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class AnswerSource(Protocol):
@@ -143,11 +148,32 @@ class ReadsSource:
                                 max_model_len=self.max_model_len)
         flow = DecisionFlow(plan, self.settings, vocab_size=self.tokenizer.info.vocab_size,
                             replicate=replicate)
+        tokens = _TokenCount()
         try:
-            await drive(flow, self._read)
+            await drive(flow, tokens.counting(self._read))
         finally:
             self.n_requests += flow.n_reads
-        return Answered(flow.answers(), flow.draws(), flow.n_reads)
+        return Answered(flow.answers(), flow.draws(), flow.n_reads,
+                        input_tokens=tokens.input, output_tokens=tokens.output)
+
+
+@dataclass
+class _TokenCount:
+    """The tokens of a decision's reads: each answered read's prompt tokens (as the server
+    counted them) and the canvas rows it asked for (``max_tokens``)."""
+
+    input: int = 0
+    output: int = 0
+
+    def counting(self, read: Read) -> Read:
+        async def counted(request: ReadRequest) -> ReadResult:
+            result = await read(request)
+            self.input += result.prompt_tokens or 0
+            rows = request.body.get("max_tokens")
+            self.output += rows if isinstance(rows, int) and not isinstance(rows, bool) else 0
+            return result
+
+        return counted
 
 
 async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
@@ -198,7 +224,9 @@ class EndpointSource:
         self.n_requests += 1
         payload, latency_ms = await self.endpoint.ask(body)
         read = _READ[kind](decision, payload, latency_ms=latency_ms)
-        return Answered(read.answers, read.draws, 1, read.refusals, read.usage)
+        tokens_in, tokens_out = usage_tokens(read.usage)
+        return Answered(read.answers, read.draws, 1, read.refusals, read.usage,
+                        input_tokens=tokens_in, output_tokens=tokens_out)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
     claim (one guarded UPDATE) -> the run's answer source answers each decision
     -> finish_decisions (answers + draws + attempt + status) as each finishes, those that
-       finish together in one transaction (group commit)
+       finish together in one transaction (group commit), with what they spent added to the
+       run's spend and its budget checked (``app.runs.spend``)
 
 The answer source (``app.runs.answer``) is the run's: dreads' reads (plan -> DecisionFlow <->
 Upstream.read) or a decision endpoint (one request per decision, its budget shared by every
@@ -72,6 +73,7 @@ from app.metrics.worker import (
 from app.runs.answer import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.runs.breaker import BreakerPolicy, Failure, Recorded, record_failure
 from app.runs.commit import GroupCommit, in_transaction
+from app.runs.spend import ChunkSpend, PodMeter
 from app.store.dialects import ping
 from app.store.fingerprints import record_first_fingerprint
 from app.store.lookups import run_header
@@ -85,6 +87,7 @@ from app.store.queue import (
     renew_leases,
     utcnow,
 )
+from app.store.spend import RunPrices, run_prices
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
 
@@ -163,6 +166,8 @@ class Answerers:
     #: the images this process fetched, by sha256 (None: a cache of the chunk's own that
     #: reads no local file)
     images: ImageCache | None = None
+    #: this process's share of its GPU pod's time and price (runs answered by reads)
+    meter: PodMeter = field(default_factory=PodMeter)
 
 
 @dataclass(frozen=True)
@@ -200,8 +205,11 @@ class _Chunk:
     hand_off: HandOff | None = None  #: called once, then None
     committer: GroupCommit = field(init=False)
 
+    spend: ChunkSpend | None = None  #: how its commits record spend (the run's)
+
     def __post_init__(self) -> None:
-        self.committer = GroupCommit(self.session_factory)
+        assert self.spend is not None, "a chunk records its run's spend"
+        self.committer = GroupCommit(self.session_factory, self.spend)
 
     def decision_ended(self, claim: Claimed) -> None:
         self.open_claims.pop(claim.id, None)
@@ -249,15 +257,19 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
     result.claimed = len(claims)
     if run is None:
         return result
-    run_name, settings, recorded = run
+    run_name, settings, recorded, prices = run
     start_run(run_name)
     upstream = answerers.upstream
+    meter = answerers.meter if settings.answer_by is AnswerBy.READS else None
     chunk = _Chunk(session_factory=factory, upstream=upstream, run_name=run_name,
                    info=AttemptInfo(worker=delivery.owner, task_id=delivery.task_id,
                                     redelivered=delivery.redelivered),
                    policy=policy, in_flight=asyncio.Semaphore(policy.max_in_flight),
                    result=result, before_decision=before_decision,
-                   open_claims={c.id: c for c in claims}, hand_off=hand_off)
+                   open_claims={c.id: c for c in claims}, hand_off=hand_off,
+                   spend=ChunkSpend(run_id, run_name, prices, meter))
+    if meter is not None:
+        meter.begin()
     try:
         served_len = upstream.max_model_len if upstream is not None else None
         chunk.source = await _source(chunk, run_id, settings, answerers,
@@ -265,6 +277,11 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
         await _run_claims(chunk, claims)
     finally:
         result.n_reads += chunk.source.n_requests if chunk.source is not None else 0
+        if meter is not None:
+            meter.end()
+    if chunk.committer.paused is not None and result.paused is None:
+        result.paused = chunk.committer.paused
+        log.warning("run %s paused: %s", run_name, result.paused)
     if upstream is None or settings.answer_by is not AnswerBy.READS:
         return result
     if not recorded and result.done:
@@ -299,16 +316,18 @@ def _run_tokenizer(name: str) -> TextTokenizer:
 
 
 def _claim_chunk(session: Session, run_id: int, **claim: Any
-                 ) -> tuple[list[Claimed], tuple[str, ReadSettings, bool] | None, int | None]:
-    """The claims won and, when there are any, the run's name, settings and whether its
-    server fingerprint is recorded, and the context length its server reported: one
-    transaction."""
+                 ) -> tuple[list[Claimed], tuple[str, ReadSettings, bool, RunPrices] | None,
+                            int | None]:
+    """The claims won and, when there are any, the run's name, settings, whether its server
+    fingerprint is recorded and its prices and budget (the chunk's commits use them), and the
+    context length its server reported: one transaction."""
     claims = claim_decisions(session, **claim)
     if not claims:
         return claims, None, None
     name, data, fingerprint = run_header(session, run_id)
     limit = (fingerprint or {}).get("max_model_len")
-    return (claims, (name, settings_from_dict(data), bool(fingerprint)),
+    return (claims, (name, settings_from_dict(data), bool(fingerprint),
+                     run_prices(session, run_id)),
             limit if isinstance(limit, int) else None)
 
 
@@ -401,7 +420,8 @@ async def _commit(chunk: _Chunk, claim: Claimed, decision: EngineDecision, answe
         won = await chunk.committer.finish(Finished(
             claim=claim, answers=answered.answers, draws=answered.draws, attempt=info,
             question_ids=[q.id for q in decision.questions], expected=decision.expected,
-            refusals=answered.refusals))
+            refusals=answered.refusals, input_tokens=answered.input_tokens,
+            output_tokens=answered.output_tokens))
     except StoreError as exc:
         log.warning("commit of decision %s failed: %s", claim.id, exc.message)
         await _record_failure(chunk, claim, OutcomeKind.DB_ERROR, exc.message, permanent=False,

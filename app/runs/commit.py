@@ -1,9 +1,11 @@
 """Group commit of a chunk's finished decisions, and the transaction every SQL step runs in.
 
 A busy worker finishes many decisions at once; each one's answers, draws, attempt and status
-are written by ``finish_decisions``. ``GroupCommit`` writes the first at once and those that
-finish meanwhile together in the next transaction, so nothing waits longer than one
-transaction and the busier the worker, the fewer transactions (and WAL flushes) per decision.
+are written by ``finish_decisions``, and what they spent is added to the run's spend in the
+same transaction (``app.runs.spend.finish_and_spend``, which also checks the run's budget).
+``GroupCommit`` writes the first at once and those that finish meanwhile together in the next
+transaction, so nothing waits longer than one transaction and the busier the worker, the fewer
+transactions (and WAL flushes) per decision.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import StoreError
+from app.runs.spend import ChunkSpend, Committed, finish_and_spend
 from app.store.db import session_scope
-from app.store.queue import Finished, finish_decisions, translate_db_errors
+from app.store.queue import Finished, translate_db_errors, utcnow
 from app.store.types import SessionFactory
 
 __all__ = ["COMMIT_BATCH", "GroupCommit", "in_transaction"]
@@ -30,10 +33,13 @@ class GroupCommit:
     most ``COMMIT_BATCH``). A group that fails is written again decision by decision, so one
     bad row fails only itself."""
 
-    def __init__(self, factory: SessionFactory) -> None:
+    def __init__(self, factory: SessionFactory, spend: ChunkSpend) -> None:
         self.factory = factory
+        self.spend = spend
         self.waiting: list[tuple[Finished, asyncio.Future[bool]]] = []
         self.writing: asyncio.Task[None] | None = None
+        #: a commit reached the run's budget and paused it: why
+        self.paused: str | None = None
 
     async def finish(self, item: Finished) -> bool:
         """Whether ``item``'s answers are the ones kept (raises StoreError)."""
@@ -54,8 +60,9 @@ class GroupCommit:
 
     async def _commit(self, group: list[tuple[Finished, asyncio.Future[bool]]]) -> None:
         try:
-            won = await asyncio.to_thread(in_transaction, self.factory, finish_decisions,
-                                          [item for item, _ in group])
+            committed: Committed = await asyncio.to_thread(
+                in_transaction, self.factory, finish_and_spend, [item for item, _ in group],
+                self.spend, now=utcnow())
         except StoreError as exc:
             if len(group) == 1:
                 _settle(group[0][1], exc=exc)
@@ -67,7 +74,9 @@ class GroupCommit:
             for _, future in group:
                 _settle(future, exc=exc)
             return
-        for (_, future), result in zip(group, won, strict=True):
+        if committed.paused is not None:
+            self.paused = committed.paused
+        for (_, future), result in zip(group, committed.won, strict=True):
             _settle(future, result=result)
 
 

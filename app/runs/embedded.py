@@ -48,8 +48,9 @@ from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.probe import reads_config
+from app.runs.spend import PodMeter
 from app.runs.sweep import expire_dead_leases
-from app.store.breaker import pause_reason
+from app.store.breaker import pause_kind, pause_reason
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.local import (
     claimable_ids as _claimable_ids,
@@ -62,6 +63,7 @@ from app.store.local import (
 )
 from app.store.migrate import upgrade
 from app.store.queue import utcnow
+from app.store.records import PauseKind
 from app.store.runs import RunInfo
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
@@ -115,6 +117,8 @@ class EmbeddedConfig:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     #: what the decisions' images may be fetched from (``DREADS_IMAGE_*``)
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    #: this machine's GPU price per hour (``DREADS_GPU_PRICE_HOUR``): its read time's cost
+    gpu_price_hour: float | None = None
 
     def policy(self) -> ChunkPolicy:
         return ChunkPolicy(lease_s=self.lease_s, max_in_flight=self.max_in_flight,
@@ -247,8 +251,8 @@ async def execute_run(
     Raises:
         UpstreamUnauthorized, ModelNotServed: the upstream or endpoint refuses this process's
             key or the run's model: the run stops, its decisions back to pending uncharged.
-        RunPaused: the run paused (the breaker): it stops once the decisions in flight end,
-            resumable.
+        RunPaused: the run paused (the breaker, or its budget): it stops once the decisions in
+            flight end, resumable.
     """
     settings = settings_from_dict(dict(run.settings))
     stats = ExecutorStats()
@@ -270,14 +274,16 @@ async def execute_run(
         await _report_progress(factory, run.id, progress)
     paused = await asyncio.to_thread(_pause_reason, factory, run.id)
     if paused is not None:
-        raise RunPaused(f"run {run.name} paused: {paused}")
+        kind, reason = paused
+        raise RunPaused(f"run {run.name} paused: {reason}", budget=kind == PauseKind.BUDGET)
     return stats
 
 
-def _pause_reason(factory: SessionFactory, run_id: int) -> str | None:
-    """Why the run is paused, or None when it is not."""
+def _pause_reason(factory: SessionFactory, run_id: int) -> tuple[str | None, str] | None:
+    """What paused the run and why, or None when it is not paused."""
     with session_scope(factory) as session:
-        return pause_reason(session, run_id)
+        reason = pause_reason(session, run_id)
+        return None if reason is None else (pause_kind(session, run_id), reason)
 
 
 async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,
@@ -290,7 +296,8 @@ async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSe
     try:
         probe = build_probe_request(settings, tokenizer)
         await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
-        answerers = Answerers(reader, tokenizer, images=ImageCache(config.images))
+        answerers = Answerers(reader, tokenizer, images=ImageCache(config.images),
+                              meter=PodMeter(config.gpu_price_hour))
         await _rounds(factory, run, answerers, config, stats)
     finally:
         if upstream is None:

@@ -7,11 +7,13 @@ the API's executors), so each refuses exactly the same things with the same word
       1. a cancelled run never runs again                       RunCancelled
       2. the settings given must be the run's own (an endpoint budget may change)
                                                                 RunSettingsMismatch
-      3. the new budget is written on the run
+      3. the new budget is written on the run, and the prices and spend budget given
+         (``--price-*``, ``--max-cost``)
       4. a settled run: nothing to do (no server asked)
       5. the server must serve the run's model and canvas       RunSettingsMismatch
          (``app.runs.probe.check_server``; ``force`` overrides)
-      6. a paused run goes on: the breaker closes, its count starts over
+      6. a paused run goes on: the breaker closes, its count starts over; a run whose
+         recorded cost is at or past its spend budget does not    BudgetReached
       7. failed decisions back to pending (``retry_failed``)
       8. ``proceed``: a sweep publishes what is left (the distributed mode), or the embedded
          executor runs it here
@@ -22,7 +24,7 @@ the API's executors), so each refuses exactly the same things with the same word
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.engine import AnswerBy, ReadSettings, settings_from_dict, settings_to_dict
@@ -30,11 +32,13 @@ from app.engine.settings_hash import changed_settings
 from app.errors import RunCancelled, RunSettingsMismatch
 from app.runs.probe import ProbeTokenizer, Server, check_server
 from app.runs.reports import ResumeReport, SweepReport, settled_report
+from app.runs.spend import check_budget
 from app.store.breaker import unpause_run
 from app.store.db import session_scope
 from app.store.models import RunStatus
 from app.store.records import RunInfo
 from app.store.runs import record_settings, require_run, reset_failed
+from app.store.spend import set_prices
 from app.store.types import SessionFactory
 from app.store.views import is_settled, resume_preview
 
@@ -51,6 +55,9 @@ class ResumeOptions:
     dry_run: bool = False  #: only say what would be done
     force: bool = False  #: continue against a server whose model or canvas differs
     requeue_after_s: float = 60.0  #: a queued decision this old counts as without a message
+    #: token prices and spend budget to record (``app.store.spend.PRICE_COLUMNS``; None:
+    #: left as the run has them)
+    prices: Mapping[str, float | None] = field(default_factory=dict)
 
 
 def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSettings:
@@ -85,11 +92,14 @@ def resume_run(factory: SessionFactory, run: RunInfo, given: Mapping[str, Any], 
 
     Raises:
         RunCancelled, RunSettingsMismatch: the run cannot go on as asked.
+        BudgetReached: the run paused with its recorded cost at or past its budget.
         ConfigError: the server refuses the key, or a read at the run's canvas width.
     """
     settings = check_resume_settings(run, given)
     if not options.dry_run:
         run = _take_budget(factory, run, settings)
+        with session_scope(factory) as session:
+            set_prices(session, run.id, options.prices)
     with session_scope(factory) as session:
         settled = is_settled(session, run.id, count_failed=options.retry_failed)
     if settled:
@@ -118,6 +128,7 @@ def _unpause(factory: SessionFactory, run: RunInfo, report: ResumeReport) -> Run
     """Close the breaker of a paused run: it is active again (the report says why it had
     paused)."""
     with session_scope(factory) as session:
+        check_budget(session, run.id, run.name)
         if unpause_run(session, run.id):
             report.unpaused = run.pause_reason or "paused"
     return replace(run, status=RunStatus.ACTIVE, pause_kind=None, pause_reason=None,

@@ -65,6 +65,7 @@ from app.store.db import session_scope
 from app.store.models import DecisionStatus
 from app.store.queue import database_now, translate_db_errors, unpublish
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
+from app.store.spend import set_prices
 from app.store.types import Session, SessionFactory
 
 __all__ = ["PublishOutcome", "Publisher", "SubmitReport", "SubmitRequest", "check_templates",
@@ -108,6 +109,9 @@ class SubmitRequest:
     replace_changed: bool = False
     #: what the decisions' images may be fetched from, and how large they may be
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    #: token prices and budget recorded with the run (``app.store.spend.PRICE_COLUMNS``;
+    #: None: not given)
+    prices: Mapping[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -386,12 +390,14 @@ def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
 
 
 def _ensure(session: Session, request: SubmitRequest) -> tuple[RunInfo, bool]:
-    return ensure_run(
+    run, created = ensure_run(
         session, name=request.run_name, settings=settings_to_dict(request.settings),
         settings_hash=settings_hash(request.settings), upstream=request.upstream,
         engine=request.engine, source=str(request.path), replicates=request.replicates,
         fingerprint=fingerprint_dict(request.fingerprint),
     )
+    set_prices(session, run.id, request.prices)
+    return run, created
 
 
 def _start_publishing(factory: SessionFactory, publisher: Publisher | None,

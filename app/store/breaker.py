@@ -7,7 +7,7 @@
                       guarded by the status, so of several workers tripping at once one wins
     run_status_of     the run's ``runs.status`` (read in the caller's transaction; locked
                       for the breaker's check)
-    pause_reason      why the run is paused (None: it is not)
+    pause_reason      why the run is paused (None: it is not); pause_kind what paused it
     unpause_run       paused -> active, the reason cleared, the breaker's count started over
                       after the run's last attempt, and its queued decisions back to pending
                       (their messages were consumed while it was paused) for the next sweep
@@ -28,8 +28,8 @@ from app.store import dialects
 from app.store.models import Attempt, Decision, DecisionStatus, Run, RunStatus
 from app.store.types import Session
 
-__all__ = ["RecentOutcomes", "pause_reason", "pause_run", "recent_outcomes", "run_status_of",
-           "unpause_run"]
+__all__ = ["RecentOutcomes", "pause_kind", "pause_reason", "pause_run", "recent_outcomes",
+           "run_status_of", "unpause_run"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,11 @@ def pause_reason(session: Session, run_id: int) -> str | None:
     if row is None or row[0] != RunStatus.PAUSED:
         return None
     return row[1] or "paused"
+
+
+def pause_kind(session: Session, run_id: int) -> str | None:
+    """What paused the run (``PauseKind``), or None."""
+    return session.scalar(select(Run.pause_kind).where(Run.id == run_id))
 
 
 def pause_run(session: Session, run_id: int, *, kind: str, reason: str, now: datetime) -> bool:

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "create_engine_for", "greatest",
-           "hold_row", "insert_ignoring", "is_postgresql", "name", "ping"]
+           "hold_row", "insert_ignoring", "is_postgresql", "name", "ping", "upsert_adding"]
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -98,6 +98,26 @@ def insert_ignoring(table: Table | type[Any], index_elements: Sequence[str],
             index_elements=list(index_elements))
         stmts[dialect_name] = stmt.returning(*columns) if returning is not None else stmt
     return stmts
+
+
+def upsert_adding(table: Table | type[Any], index_elements: Sequence[str],
+                  added: Sequence[str]) -> dict[str, Any]:
+    """``INSERT ... ON CONFLICT (index_elements) DO UPDATE SET c = c + excluded.c`` for each
+    column of ``added`` (a NULL on either side keeps the other: ``COALESCE``), per dialect by
+    its name, as ``insert_ignoring``: one statement adds to a counter row or creates it."""
+    stmts: dict[str, Any] = {}
+    for dialect_name, dialect in ((POSTGRESQL, postgresql), (SQLITE, sqlite)):
+        stmt: Any = dialect.insert(table)
+        target = stmt.table.c
+        stmts[dialect_name] = stmt.on_conflict_do_update(
+            index_elements=list(index_elements),
+            set_={col: _add_nullable(target[col], stmt.excluded[col]) for col in added})
+    return stmts
+
+
+def _add_nullable(current: Any, delta: Any) -> Any:
+    """``current + delta``, where a NULL on one side is the other side (NULL + NULL: NULL)."""
+    return func.coalesce(current + delta, current, delta)
 
 
 def ping(session: Session) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "Draw",
     "OutcomeKind",
     "Run",
+    "RunSpend",
     "RunStatus",
     "shown_status",
 ]
@@ -83,6 +84,29 @@ class Run(Base):
     paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     #: the breaker counts only attempts with a greater id (set by ``resume`` of a paused run)
     breaker_after: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: what the run's tokens cost, dollars per million (None: not priced); changed by resume
+    price_input_per_mtok: Mapped[float | None] = mapped_column(Float, nullable=True)
+    price_output_per_mtok: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: the run pauses (pause kind ``budget``) once its recorded cost reaches this (dollars)
+    max_cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class RunSpend(Base):
+    """What a run spent, per cell (``""``: decisions without one): added to by every commit
+    of finished decisions, in its transaction (``app.store.spend``), never per decision."""
+
+    __tablename__ = "run_spend"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    cell: Mapped[str] = mapped_column(String(200), primary_key=True)
+    decisions: Mapped[int] = mapped_column(BigInteger, default=0)  #: finished attempts
+    reads: Mapped[int] = mapped_column(BigInteger, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    #: dollars at the prices in force when each part was recorded; None: nothing was priced
+    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Decision(Base):

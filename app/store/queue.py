@@ -334,6 +334,8 @@ class Finished:
     question_ids: Sequence[str]
     expected: Mapping[str, str] = field(default_factory=dict)
     refusals: Sequence[Refusal] = ()
+    input_tokens: int = 0  #: what the attempt's requests spent (``app.runs.spend``)
+    output_tokens: int = 0
 
 
 def finish_decision(session: Session, *, claim: Claimed, answers: Sequence[EngineAnswer],

@@ -32,6 +32,8 @@ class PauseKind(StrEnum):
 
     #: most recent attempts failed with the same upstream kind (``app.runs.breaker``)
     BREAKER = "breaker"
+    #: its recorded cost reached its budget (``runs.max_cost``; ``app.runs.spend``)
+    BUDGET = "budget"
 
 
 class DecisionStatus(StrEnum):

@@ -20,6 +20,7 @@ import orjson
 
 from app.errors import OutcomeKind
 from app.store.records import DecisionStatus, RunInfo
+from app.store.spend_sql import RunSpendTotals, all_spend, run_spend
 from app.store.states import (
     OPEN,
     RunState,
@@ -144,6 +145,7 @@ class RunStatusReport:
     active_1m_s: float = 60.0
     active_5m_s: float = 300.0
     reasons: list[ReasonGroup] = field(default_factory=list)
+    spend: RunSpendTotals = field(default_factory=RunSpendTotals)
 
     @property
     def total(self) -> int:
@@ -182,6 +184,11 @@ class RunStatusReport:
         return self.remaining / self.rate_per_s if self.rate_per_s > 0 else None
 
     @property
+    def spend_line(self) -> str:
+        """What the run spent so far and its projected total, in a line."""
+        return self.spend.line(self.counts.get(DecisionStatus.DONE, 0), self.total)
+
+    @property
     def pause(self) -> dict[str, Any] | None:
         """Why the run is paused (``pause_view``), or None."""
         return pause_view(self.run, self.state)
@@ -194,13 +201,16 @@ class RunStatusReport:
                 "finished_last_1m": self.finished_1m, "finished_last_5m": self.finished_5m,
                 "rate_per_s": round(self.rate_per_s, 3), "eta_s": self.eta_s,
                 "cells": [c.as_dict() for c in self.cells],
-                "reasons": [r.as_dict() for r in self.reasons]}
+                "reasons": [r.as_dict() for r in self.reasons],
+                "spend": self.spend.as_dict(done=self.counts.get(DecisionStatus.DONE, 0),
+                                            total=self.total)}
 
 
 @dataclass(frozen=True)
 class RunOverview:
     run: RunInfo
     counts: dict[str, int]
+    spend: RunSpendTotals = field(default_factory=RunSpendTotals)
 
     @property
     def state(self) -> RunState:
@@ -214,7 +224,9 @@ class RunOverview:
                 "created": run.created_at.isoformat() if run.created_at else None,
                 "settings": dict(run.settings), "settings_hash": run.settings_hash,
                 "fingerprint": run.fingerprint, "upstream": run.upstream,
-                "replicates": run.replicates, "counts": self.counts}
+                "replicates": run.replicates, "counts": self.counts,
+                "spend": self.spend.as_dict(done=self.counts.get(DecisionStatus.DONE, 0),
+                                            total=sum(self.counts.values()))}
 
 
 def run_from_row(row: Sequence[Any]) -> RunInfo:
@@ -239,7 +251,9 @@ def list_runs(reader: Reader) -> list[RunOverview]:
     rows: dict[int, list[tuple[str, int]]] = {}
     for run_id, status, n in reader.rows(COUNTS_BY_RUN, {}):
         rows.setdefault(int(run_id), []).append((status, n))
-    return [RunOverview(run=r, counts=_shown_counts(rows.get(r.id, []), r.status)) for r in runs]
+    spend = all_spend(reader)
+    return [RunOverview(run=r, counts=_shown_counts(rows.get(r.id, []), r.status),
+                        spend=spend.get(r.id, RunSpendTotals())) for r in runs]
 
 
 def status_counts(reader: Reader, run: RunInfo) -> dict[str, int]:
@@ -268,7 +282,8 @@ def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> 
     return RunStatusReport(
         run=run, counts=status_counts(reader, run), cells=cell_stats(reader, run),
         finished_1m=finished_1m, finished_5m=finished_5m, active_1m_s=active_1m,
-        active_5m_s=active_5m, reasons=failure_reasons(reader, run.id))
+        active_5m_s=active_5m, reasons=failure_reasons(reader, run.id),
+        spend=run_spend(reader, run.id))
 
 
 def cell_stats(reader: Reader, run: RunInfo) -> list[CellStats]:

@@ -119,9 +119,20 @@ def test_an_unreachable_server_says_what_to_pass(jobs: Path) -> None:
     assert "pass --model and --tokenizer" in result.stderr
 
 
-def test_a_price_without_dry_run_is_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_an_estimate_only_flag_without_dry_run_is_refused_before_anything_runs(
+        tmp_path: Path) -> None:
+    """--reads-per-second prices only the estimate; a submit's --gpu-price-hour would be
+    unused (a worker's pod is priced where it runs); --max-cost with --dry-run runs nothing."""
     shutil.copy(CONTRACTS, tmp_path / "jobs.jsonl")
-    result = dreads("run", "jobs.jsonl", "--upstream", "sim", "--price-input", "0.1",
+    result = dreads("run", "jobs.jsonl", "--upstream", "sim", "--reads-per-second", "5",
                     cwd=tmp_path)
-    assert_one_line_error(result, says="--price-input only price --dry-run's estimate", code=2)
+    assert_one_line_error(result, says="--reads-per-second only price --dry-run's estimate",
+                          code=2)
+    result = dreads("submit", "jobs.jsonl", "--run", "c", "--gpu-price-hour", "3.49",
+                    cwd=tmp_path)
+    assert_one_line_error(result, says="priced by DREADS_GPU_PRICE_HOUR where the worker runs",
+                          code=2)
+    result = dreads("run", "jobs.jsonl", "--upstream", "sim", "--dry-run", "--max-cost", "5",
+                    cwd=tmp_path)
+    assert_one_line_error(result, says="--max-cost is a run's budget", code=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.jsonl"]

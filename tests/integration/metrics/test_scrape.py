@@ -167,6 +167,11 @@ def test_api_gauges_equal_sql_behind_the_key(faulty_run: FaultyRun) -> None:
     assert api.total("dreads_run_remaining_decisions", run="faulty") == 0
     assert api.total("dreads_run_decisions_per_second", run="faulty") > 0
     assert "dreads_run_eta_seconds" in api.names
+    # spend: the run has no price, so tokens and GPU-seconds and no dollar figure
+    assert api.total("dreads_run_spend_tokens", run="faulty", kind="input") > 0
+    assert api.total("dreads_run_gpu_seconds", run="faulty") > 0
+    dollars = {"dreads_run_spend_dollars", "dreads_run_projected_spend_dollars"}
+    assert [row for row in api.rows if row[0] in dollars] == []
     assert api.total("http_requests_total", handler="/v1/runs/{run}") >= 1
     assert api.total("http_requests_total", handler="/metrics") == 0  # scrapes not counted
 
