@@ -144,7 +144,7 @@ def main() -> None:
     canvas = tuple(int(i) for i in torch.randint(200, top, (256,)))
     print("| image (px) | soft tokens | decode + processor ms | vision tower ms | image prompt "
           "prefill ms | text prompt prefill ms (same length) | decode ms | max abs dlogprob vs "
-          "transformers |")
+          "transformers, image prompt | the same, text prompt (the dtype's floor) |")
     for k, (width, height) in enumerate([(768, 768), (1024, 768), (1920, 1080), (256, 256)]):
         url = data_url(width, height, k)
         prepare_ms = timed(lambda url=url: preparer.prepare([url]), device)
@@ -163,21 +163,28 @@ def main() -> None:
         row = DecodeRow(entry, canvas, SLOTS, LOGPROB_IDS)
         decode_ms = timed(lambda r=row: model.decode([r]), device)
         delta = reference_delta(model, prompt, images, canvas, model.decode([row])[0].logprobs)
+        text_entry = model.prefill([PrefillJob(None, text_prompt)])[0]
+        text_row = DecodeRow(text_entry, canvas, SLOTS, LOGPROB_IDS)
+        floor = reference_delta(model, text_prompt, None, canvas,
+                                model.decode([text_row])[0].logprobs)
         print(f"| {width}x{height} | {n} | {prepare_ms:.1f} | {vision_ms:.1f} | {image_ms:.1f} | "
-              f"{text_ms:.1f} | {decode_ms:.1f} | {delta:.2e} |")
+              f"{text_ms:.1f} | {decode_ms:.1f} | {delta:.2e} | {floor:.2e} |")
     if device.type == "cuda":
         print(f"peak GiB allocated: {torch.cuda.max_memory_allocated(device) / GIB:.2f}")
 
 
 def reference_delta(model: ReadModel, prompt: tuple[int, ...], images: Any,
                     canvas: tuple[int, ...], ours: torch.Tensor) -> float:
-    """Max |log-prob| difference from transformers' forward with pixel values."""
+    """Max |log-prob| difference from transformers' forward (with pixel values when the
+    prompt has ``images``)."""
     tokens = torch.tensor([prompt], device=model.device)
+    pixels: dict[str, Any] = {}
+    if images is not None:
+        pixels = {"pixel_values": images.pixel_values.to(model.device, model.model.dtype),
+                  "image_position_ids": images.position_ids.to(model.device),
+                  "mm_token_type_ids": (tokens == model.image_token_id).long()}
     with torch.inference_mode():
-        logits = model.model(input_ids=tokens,
-                             pixel_values=images.pixel_values.to(model.device, model.model.dtype),
-                             image_position_ids=images.position_ids.to(model.device),
-                             mm_token_type_ids=(tokens == model.image_token_id).long(),
+        logits = model.model(input_ids=tokens, **pixels,
                              decoder_input_ids=torch.tensor([canvas], device=model.device)).logits
     reference = torch.log_softmax(logits[0, list(SLOTS)].float(), dim=-1)[:, list(LOGPROB_IDS)]
     return float((reference.cpu() - ours).abs().max())
