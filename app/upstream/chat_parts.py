@@ -25,8 +25,8 @@ from typing import Any, Literal
 import jinja2
 from jinja2 import nodes
 
-__all__ = ["ContentFormat", "content_format", "count_images", "data_url_image_sizes",
-           "template_messages"]
+__all__ = ["ContentFormat", "content_format", "count_images", "data_url_bytes",
+           "data_url_image_sizes", "image_urls", "template_messages"]
 
 ContentFormat = Literal["string", "openai"]
 IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
@@ -92,8 +92,7 @@ def _is_image(part: Any) -> bool:
 
 def count_images(messages: Sequence[Mapping[str, Any]]) -> int:
     """The image parts of all the messages."""
-    return sum(1 for m in messages if isinstance(m.get("content"), list | tuple)
-               for part in m["content"] if _is_image(part))
+    return sum(1 for _ in _image_parts(messages))
 
 
 def _image_url(part: Mapping[str, Any]) -> str:
@@ -103,17 +102,42 @@ def _image_url(part: Mapping[str, Any]) -> str:
     return url if isinstance(url, str) else ""
 
 
+def _image_parts(messages: Sequence[Any]) -> Iterator[Mapping[str, Any]]:
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list | tuple):
+            yield from (part for part in content if _is_image(part))
+
+
+def image_urls(messages: Sequence[Any]) -> tuple[str, ...]:
+    """The URLs of the messages' image parts, in order ("" for a part that gives none)."""
+    return tuple(_image_url(part) for part in _image_parts(messages))
+
+
+def data_url_bytes(url: str) -> bytes:
+    """The bytes of a base64 data URL (``data:image/png;base64,...``: what dreads sends).
+
+    Raises:
+        ValueError: not a base64 data URL, or its data does not decode.
+    """
+    head, comma, payload = url.partition(",")
+    if not head.startswith("data:") or not comma or not head.endswith(";base64"):
+        raise ValueError("not a base64 data URL (data:image/png;base64,...)")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"its base64 data does not decode: {exc}") from None
+
+
 def _data_url_size(url: str) -> tuple[int, int]:
     from PIL import Image, UnidentifiedImageError
 
-    head, _, payload = url.partition(",")
-    if not head.startswith("data:") or not head.endswith(";base64"):
-        raise ValueError(f"image part {url[:60]!r} is not a base64 data URL: pass its size "
-                         "(image_sizes=)")
     try:
-        with Image.open(io.BytesIO(base64.b64decode(payload, validate=True))) as image:
+        with Image.open(io.BytesIO(data_url_bytes(url))) as image:
             return image.size
-    except (binascii.Error, UnidentifiedImageError, OSError) as exc:
+    except ValueError as exc:
+        raise ValueError(f"image part {url[:60]!r}: {exc}; pass its size (image_sizes=)") from None
+    except (UnidentifiedImageError, OSError) as exc:
         raise ValueError(f"image part {url[:60]!r} is not a readable image: {exc}") from None
 
 
@@ -124,9 +148,7 @@ def data_url_image_sizes(messages: Sequence[Mapping[str, Any]]) -> list[tuple[in
     Raises:
         ValueError: an image part that is not a base64 data URL of a readable image.
     """
-    return [_data_url_size(_image_url(part)) for m in messages
-            if isinstance(m.get("content"), list | tuple)
-            for part in m["content"] if _is_image(part)]
+    return [_data_url_size(url) for url in image_urls(messages)]
 
 
 def _texts(parts: Sequence[Any]) -> list[str]:

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import hashlib
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from app.upstream import chat_parts
 from app.upstream.vllm_rules import VllmBadRequest
 
 __all__ = ["DEFAULT_IMAGE_LIMIT", "SimImage", "image_limit", "image_urls", "load_images"]
@@ -79,30 +79,17 @@ def image_limit(text: str | None) -> int:
 
 
 def image_urls(messages: Sequence[Any]) -> tuple[str, ...]:
-    """The ``image_url`` parts' URLs of every message, in order.
+    """The image parts' URLs of every message, in order.
 
     Raises:
         VllmBadRequest: an image part without a URL string.
     """
-    urls: list[str] = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list):
-            continue
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") == "image_url":
-                urls.append(_part_url(part))
-    return tuple(urls)
-
-
-def _part_url(part: Mapping[str, Any]) -> str:
-    value = part.get("image_url")
-    url = value.get("url") if isinstance(value, Mapping) else value
-    if not isinstance(url, str) or not url:
+    urls = chat_parts.image_urls(messages)
+    if not all(urls):
         raise VllmBadRequest("1 validation error:\n  an image_url part needs "
                              "{\"image_url\": {\"url\": URL}}", param="messages",
                              kind="Bad Request")
-    return url
+    return urls
 
 
 async def load_images(urls: Sequence[str], *, limit: int,
@@ -142,15 +129,10 @@ async def _bytes(index: int, url: str, client: httpx.AsyncClient) -> bytes:
 
 
 def _data_bytes(index: int, url: str) -> bytes:
-    header, comma, payload = url.partition(",")
-    if not comma or not header.endswith(";base64"):
-        raise VllmBadRequest(f"image {index}: a data URL must be data:<type>;base64,<data>",
-                             param="image")
     try:
-        return base64.b64decode(payload, validate=True)
-    except binascii.Error as exc:
-        raise VllmBadRequest(f"image {index}: the data URL's base64 does not decode ({exc})",
-                             param="image") from exc
+        return chat_parts.data_url_bytes(url)
+    except ValueError as exc:
+        raise VllmBadRequest(f"image {index}: {exc}", param="image") from exc
 
 
 def _opened(index: int, url: str, data: bytes) -> SimImage:

@@ -9,8 +9,6 @@ of two different images are the same.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import io
 from collections import OrderedDict
@@ -25,6 +23,7 @@ from transformers import AutoImageProcessor
 from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
 
 from app.errors import UpstreamRejected
+from app.upstream import chat_parts
 
 __all__ = ["ImageInputs", "ImagePreparer", "image_urls", "load_image_processor"]
 
@@ -47,22 +46,17 @@ class ImageInputs:
 
 
 def image_urls(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The URLs of the messages' ``image_url`` content parts, in order."""
-    urls: list[str] = []
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") == "image_url":
-                image = part.get("image_url")
-                url = image.get("url") if isinstance(image, Mapping) else image
-                if not isinstance(url, str) or not url:
-                    raise UpstreamRejected("an image_url content part has no url: send "
-                                           '{"type": "image_url", "image_url": {"url": ...}}',
-                                           param="messages")
-                urls.append(url)
-    return tuple(urls)
+    """The URLs of the messages' image content parts, in order.
+
+    Raises:
+        UpstreamRejected: an image part without a URL.
+    """
+    urls = chat_parts.image_urls(messages)
+    if not all(urls):
+        raise UpstreamRejected("an image_url content part has no url: send "
+                               '{"type": "image_url", "image_url": {"url": ...}}',
+                               param="messages")
+    return urls
 
 
 def load_image_processor(source: str | None, vision_config: Any = None) -> Any:
@@ -127,18 +121,15 @@ def decode_data_url(url: str, index: int = 0) -> Image.Image:
         UpstreamRejected: not a base64 data URL, or not an image pillow can read.
     """
     what = f"image {index + 1} ({url[:40]}{'...' if len(url) > 40 else ''})"
-    head, comma, payload = url.partition(",")
-    if not head.startswith("data:") or not comma or not head.endswith(";base64"):
-        raise UpstreamRejected(
-            f"{what}: the transformers engine reads images sent as base64 data URLs "
-            "(data:image/png;base64,...), which is how dreads sends every image", param="messages")
     try:
-        raw = base64.b64decode(payload, validate=True)
+        raw = chat_parts.data_url_bytes(url)
+    except ValueError as exc:
+        raise UpstreamRejected(
+            f"{what}: {exc}; the transformers engine reads images sent as base64 data URLs, "
+            "which is how dreads sends every image", param="messages") from exc
+    try:
         with Image.open(io.BytesIO(raw)) as image:
             return image.convert("RGB")
-    except (binascii.Error, ValueError) as exc:
-        raise UpstreamRejected(f"{what}: its base64 data does not decode: {exc}",
-                               param="messages") from exc
     except (UnidentifiedImageError, OSError) as exc:
         raise UpstreamRejected(f"{what}: not an image pillow can read ({exc}); send a PNG, "
                                "JPEG, GIF or WebP", param="messages") from exc
