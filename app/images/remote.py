@@ -42,6 +42,28 @@ def _media_type(response: httpx.Response) -> str | None:
     return value.split(";")[0].strip().lower() or None
 
 
+class _Body:
+    """A response's body read up to the policy's limit: the status and the declared length
+    checked first, then each piece as it comes (the sync and async reads share it)."""
+
+    def __init__(self, ref: str, policy: ImagePolicy, response: httpx.Response) -> None:
+        if response.is_error:
+            raise _status_error(ref, response)
+        declared = _declared_length(response)
+        if declared is not None and declared > policy.max_bytes:
+            raise _too_large(ref, policy)
+        self.ref, self.policy, self.response = ref, policy, response
+        self.data = bytearray()
+
+    def add(self, piece: bytes) -> None:
+        self.data += piece
+        if len(self.data) > self.policy.max_bytes:
+            raise _too_large(self.ref, self.policy)
+
+    def result(self) -> tuple[bytes, str | None]:
+        return bytes(self.data), _media_type(self.response)
+
+
 def get_image(ref: str, policy: ImagePolicy, client: httpx.Client | None = None
               ) -> tuple[bytes, str | None]:
     """The body of ``ref`` and its media type (``Content-Type``; None: none given).
@@ -54,17 +76,10 @@ def get_image(ref: str, policy: ImagePolicy, client: httpx.Client | None = None
     client = client or httpx.Client(timeout=policy.timeout_s, follow_redirects=True)
     try:
         with client.stream("GET", ref, timeout=policy.timeout_s) as response:
-            if response.is_error:
-                raise _status_error(ref, response)
-            declared = _declared_length(response)
-            if declared is not None and declared > policy.max_bytes:
-                raise _too_large(ref, policy)
-            body = bytearray()
+            body = _Body(ref, policy, response)
             for piece in response.iter_bytes():
-                body += piece
-                if len(body) > policy.max_bytes:
-                    raise _too_large(ref, policy)
-            return bytes(body), _media_type(response)
+                body.add(piece)
+            return body.result()
     except httpx.HTTPError as exc:
         raise _transport_error(ref, exc, policy.timeout_s) from None
     finally:
@@ -79,17 +94,10 @@ async def get_image_async(ref: str, policy: ImagePolicy,
     client = client or httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=True)
     try:
         async with client.stream("GET", ref, timeout=policy.timeout_s) as response:
-            if response.is_error:
-                raise _status_error(ref, response)
-            declared = _declared_length(response)
-            if declared is not None and declared > policy.max_bytes:
-                raise _too_large(ref, policy)
-            body = bytearray()
+            body = _Body(ref, policy, response)
             async for piece in response.aiter_bytes():
-                body += piece
-                if len(body) > policy.max_bytes:
-                    raise _too_large(ref, policy)
-            return bytes(body), _media_type(response)
+                body.add(piece)
+            return body.result()
     except httpx.HTTPError as exc:
         raise _transport_error(ref, exc, policy.timeout_s) from None
     finally:
