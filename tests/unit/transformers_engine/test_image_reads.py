@@ -4,7 +4,6 @@ layout: the image parts first, then the text), on the tiny model saved with its 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from app.engine.types import ReadRequest
 from app.errors import UpstreamRejected
 from app.upstream.tokenizer import load_tokenizer
 from app.upstream.transformers_engine import TransformersUpstream, load_model
-from tests.fixtures.tiny_model import png_data_url
+from tests.fixtures.tiny_model import png_data_url, with_image_parts
 
 pytestmark = pytest.mark.engine
 
@@ -47,13 +46,7 @@ def _request(upstream: TransformersUpstream, *urls: str) -> ReadRequest:
     settings = ReadSettings()
     plan = plan_decision(parse_decision(LINE, line_no=1), settings, upstream.tokenizer)
     request = DecisionFlow(plan, settings, vocab_size=upstream.model.vocab_size).next_requests()[0]
-    if not urls:
-        return request
-    messages = [dict(m) for m in request.body["messages"]]
-    user = next(m for m in messages if m["role"] == "user")
-    user["content"] = [*({"type": "image_url", "image_url": {"url": u}} for u in urls),
-                       {"type": "text", "text": user["content"]}]
-    return dataclasses.replace(request, body={**request.body, "messages": messages})
+    return with_image_parts(request, tuple(urls)) if urls else request
 
 
 def _read(upstream: TransformersUpstream, request: ReadRequest) -> Any:

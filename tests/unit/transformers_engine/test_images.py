@@ -5,7 +5,6 @@ per prompt, and the image encoder loaded from the checkpoint at the first image 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from app.upstream.transformers_engine.images import (  # noqa: E402
 )
 from app.upstream.transformers_engine.model import DecodeRow, ImagePrefill, PrefillJob  # noqa: E402
 from app.upstream.transformers_engine.prefill_cache import PrefillCache  # noqa: E402
-from tests.fixtures.tiny_model import png_data_url  # noqa: E402
+from tests.fixtures.tiny_model import png_data_url, with_image_parts  # noqa: E402
 from tests.fixtures.tokens import random_ids  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -218,13 +217,7 @@ def _chat_request(tokenizer: Any, *urls: str) -> Any:
             "questions": {"damaged": {"type": "noul", "instructions": "Is it damaged?"}}}
     plan = plan_decision(parse_decision(line, line_no=1), settings, tokenizer)
     request = DecisionFlow(plan, settings, vocab_size=832).next_requests()[0]
-    if not urls:
-        return request
-    messages = [dict(m) for m in request.body["messages"]]
-    user = next(m for m in messages if m["role"] == "user")
-    user["content"] = [*({"type": "image_url", "image_url": {"url": u}} for u in urls),
-                       {"type": "text", "text": user["content"]}]
-    return dataclasses.replace(request, body={**request.body, "messages": messages})
+    return with_image_parts(request, tuple(urls)) if urls else request
 
 
 @pytest.mark.parametrize(("size", "says"), [
