@@ -87,6 +87,18 @@ def _check_store(url: str) -> None:
         return
 
 
+def _check_answer_key(path: str) -> None:
+    """Read the simulator's answer key once before the server starts, so that a missing or
+    malformed one is one line here (exit 2) rather than a traceback from the server's startup.
+
+    Raises:
+        ConfigError: the key cannot be read, or a line of it is not an answer-key line.
+    """
+    from app.upstream.sim.scorer import AnswerKey
+
+    AnswerKey.load(path)
+
+
 @app.command("serve", rich_help_panel=SERVERS)
 @with_read_options(answers=False)
 def serve(
@@ -152,6 +164,8 @@ def serve(
             env, upstream=url, settings=settings, database_url=db_url, engine=choice,
             executor=executor.value, broker_url=broker, record_run=record,
             max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key)
+        if url == "sim" and sim_key:
+            _check_answer_key(sim_key)
         _check_store(db_url)
     _configure_logging(log_level)
     where = f"http://{host or env.api_host}:{port or env.api_port}"

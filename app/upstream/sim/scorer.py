@@ -28,6 +28,8 @@ from typing import Any
 
 import orjson
 
+from app.errors import ConfigError
+
 __all__ = ["AnswerKey", "Row", "ScoreOptions", "Scorer", "SlotQuestion"]
 
 _STD = NormalDist()
@@ -86,21 +88,28 @@ class AnswerKey:
 
     @classmethod
     def load(cls, path: str | Path) -> AnswerKey:
-        """Read ``{"state", "question", "label"[, "image_sha256"]}`` lines. Raises ValueError
-        naming the line."""
+        """Read ``{"state", "question", "label"[, "image_sha256"]}`` lines.
+
+        Raises:
+            ConfigError: the file cannot be read, or a line is not an answer-key line (named).
+        """
         labels: dict[KeyEntry, str] = {}
-        with open(path, "rb") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    entry, label = _key_line(orjson.loads(line))
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                    raise ValueError(
-                        f"{path}:{line_no}: an answer-key line needs JSON with state, question "
-                        f"and label, and image_sha256 a list of hex digests if given ({exc})"
-                    ) from exc
-                labels[entry] = label
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the answer key {str(path)!r}: "
+                              f"{exc.strerror or exc}") from exc
+        for line_no, line in enumerate(data.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry, label = _key_line(orjson.loads(line))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(
+                    f"{path}:{line_no}: an answer-key line needs JSON with state, question "
+                    f"and label, and image_sha256 a list of hex digests if given ({exc})"
+                ) from exc
+            labels[entry] = label
         return cls(labels)
 
     def label(self, state_text: str, instructions: str,

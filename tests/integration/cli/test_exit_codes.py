@@ -60,6 +60,12 @@ USAGE_ERRORS = {
                                 "PostgreSQL or SQLite"),
     "an unknown question type": (("decide", "--state", "s", "--question", "q?", "--type", "x"),
                                  "--type must be"),
+    "a missing answer key": (("serve", "--upstream", "sim", "--sim-key", "missing.key.jsonl",
+                              "--port", str(free_port())),
+                             "cannot read the answer key 'missing.key.jsonl'"),
+    "a malformed answer key": (("serve", "--upstream", "sim", "--sim-key", "jobs.jsonl",
+                                "--port", str(free_port())),
+                               "jobs.jsonl:1: an answer-key line needs"),
 }
 
 
@@ -71,6 +77,18 @@ def test_a_usage_or_input_error_exits_2(finished: Path, case: str) -> None:
         assert result.code == EXIT_USAGE and says in result.stderr
         return
     assert_one_line_error(result, says=says, code=EXIT_USAGE)
+
+
+@pytest.mark.parametrize(("key", "says"), [
+    ("missing.key.jsonl", "cannot read the answer key 'missing.key.jsonl': No such file"),
+    ("jobs.jsonl", "jobs.jsonl:1: an answer-key line needs"),
+])
+def test_the_simulator_refuses_an_answer_key_it_cannot_use_with_2(finished: Path, key: str,
+                                                                   says: str) -> None:
+    result = dreads("sim", "--key", key, "--port", "0", cwd=finished)
+    assert result.code == EXIT_USAGE, result
+    [line] = result.error_lines  # the simulator's own prefix on every line it prints
+    assert line.startswith("[dreads sim] error: ") and says in line, line
 
 
 def test_an_unreachable_upstream_exits_1_and_leaves_no_database(tmp_path: Path) -> None:
