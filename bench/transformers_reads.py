@@ -241,6 +241,8 @@ class Figures:
     peak_gib: float
     bare_encoder_s: float = 0.0
     bare_decoder_s: float = 0.0
+    cache_gib: float = 0.0  #: the prompt cache's size
+    cache_hit_rate: float = 0.0  #: prompt lookups the cache answered
     trace: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
 
     @property
@@ -248,6 +250,10 @@ class Figures:
         """Tokens a right-padded encoder would run (rows x longest, per call) / real ones."""
         padded = sum(int(t[1]) * int(t[2]) for t in self.trace if t[0] == "prefill")
         return padded / max(self.prefilled_tokens, 1)
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prefilled_tokens / max(self.encoder_s, 1e-9)
 
     @property
     def decisions_per_s(self) -> float:
@@ -296,16 +302,16 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     mode = ReadMode.JOINT if scenario.startswith("joint") else ReadMode.ISOLATED
     settings = ReadSettings(policy=PolicyName.FIXED, fixed_draws=draws, read_mode=mode,
                             canvas_length=int(model.config.canvas_length or 256))
+    gc.collect()  # the previous run's prompt cache and buffers, before this one sizes its cache
+    if model.device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     upstream = TransformersUpstream.from_model(
         model, tokenizer=tokenizer, name="bench", max_batch=args.max_batch,
         prefill_token_budget=args.prefill_budget, flush_ms=args.flush_ms,
         **({"cache_bytes": args.cache_gib << 30} if args.cache_gib else {}))
     upstream.executor.trace = []
-    gc.collect()  # the previous run's prompt cache and buffers
-    if model.device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     qreads, canvases = asyncio.run(_run_decisions(
         upstream, decisions, settings, tokenizer, workers=args.workers, chunk=args.chunk,
@@ -315,12 +321,16 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     totals = upstream.executor.totals
     sizes = upstream.batcher.batch_sizes
     trace = list(upstream.executor.trace)
+    cache = upstream.cache
+    lookups = cache.hits + cache.misses
     upstream.batcher.executor.shutdown(wait=True)
-    upstream.cache.clear()
-    return Figures(scenario, path_of(model), draws, len(decisions),
-                   qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
-                   totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
-                   statistics.mean(sizes), peak, trace=trace)
+    figures = Figures(scenario, path_of(model), draws, len(decisions),
+                      qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
+                      totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],
+                      statistics.mean(sizes), peak, cache_gib=cache.max_bytes / 2**30,
+                      cache_hit_rate=cache.hits / lookups if lookups else 0.0, trace=trace)
+    cache.clear()
+    return figures
 
 
 # -- FP8 against bf16 --------------------------------------------------------------------------
@@ -770,7 +780,9 @@ def main() -> None:
             print(f"  {path} {item}: {figures.wall_s:.2f}s, {figures.decisions_per_s:.1f} "
                   f"decisions/s, enc {figures.encoder_s:.2f}s dec {figures.decoder_s:.2f}s, "
                   f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s"
-                  f"{graphs}, peak {figures.peak_gib:.2f} GiB "
+                  f"{graphs}, prefill {figures.prefill_tokens_per_s:,.0f} tokens/s, "
+                  f"prompt cache {figures.cache_gib:.2f} GiB "
+                  f"({figures.cache_hit_rate:.0%} hits), peak {figures.peak_gib:.2f} GiB "
                   f"[{time.perf_counter() - began:.0f}s]", flush=True)
     _print(results)
 
