@@ -4,6 +4,11 @@ Every ``submit`` from any coroutine of the process joins the pending list; the c
 to ``max_batch`` of them once that many wait or ``flush_ms`` after the first arrived, and runs
 the batch function on the single worker thread, so the event loop stays free. While a batch
 runs, new reads gather for the next one.
+
+With ``first``, the jobs it holds true for are taken before the others (in arrival order within
+each kind). The engine uses it for reads whose prompt is already encoded: a decision's later
+draws go before new decisions' first ones, as a serving scheduler runs its running requests
+before admitting waiting ones, so the prompts being read stay few enough for the prompt cache.
 """
 
 from __future__ import annotations
@@ -24,12 +29,15 @@ class MicroBatcher(Generic[J, R]):
     """Gathers jobs into batches for ``run_batch`` (which returns one result per job)."""
 
     def __init__(self, run_batch: Callable[[Sequence[J]], Sequence[R]], *, max_batch: int,
-                 flush_ms: float, thread_name: str = "dreads-engine") -> None:
+                 flush_ms: float, thread_name: str = "dreads-engine",
+                 first: Callable[[J], bool] | None = None) -> None:
         self._run_batch = run_batch
+        self._first = first
         self.max_batch = max_batch
         self.flush_s = flush_ms / 1000.0
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
         self._pending: list[tuple[J, asyncio.Future[R]]] = []
+        self._submitted = 0  #: jobs submitted so far
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -40,6 +48,7 @@ class MicroBatcher(Generic[J, R]):
         loop = self._ensure_consumer()
         future: asyncio.Future[R] = loop.create_future()
         self._pending.append((job, future))
+        self._submitted += 1
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
@@ -78,11 +87,40 @@ class MicroBatcher(Generic[J, R]):
             if not self._pending:
                 continue
             await self._gather(loop)
-            batch = self._pending[: self.max_batch]
-            del self._pending[: self.max_batch]
+            batch = self._take()
             await self._run(loop, [(j, f) for j, f in batch if not f.done()])
+            if self._first is not None:
+                await self._settle(loop, len(batch))
             if self._pending:
                 self._wakeup.set()
+
+    async def _settle(self, loop: asyncio.AbstractEventLoop, answered: int) -> None:
+        """Give the ``answered`` readers of the batch just run the time to queue their next
+        jobs (each passes a few awaits first), so ``first`` sees them: until that many jobs
+        came, or ``flush_ms`` passed (a reader that is done submits nothing)."""
+        assert self._wakeup is not None
+        target = self._submitted + answered
+        deadline = loop.time() + self.flush_s
+        while self._submitted < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[tuple[J, asyncio.Future[R]]]:
+        """The next batch off the pending list: ``first``'s jobs, then the rest, each kind in
+        arrival order."""
+        if self._first is not None and len(self._pending) > self.max_batch:
+            first = self._first
+            marked = [(not first(job), i) for i, (job, _) in enumerate(self._pending)]
+            self._pending = [self._pending[i] for _, i in sorted(marked)]
+        batch = self._pending[: self.max_batch]
+        del self._pending[: self.max_batch]
+        return batch
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait until ``max_batch`` jobs wait or ``flush_ms`` has passed."""

@@ -102,7 +102,8 @@ class TransformersUpstream:
                                       decode_batch=max_batch,
                                       decode_token_budget=decode_token_budget)
         self.batcher: MicroBatcher[ReadJob, JobOutput] = MicroBatcher(
-            self._run_batch, max_batch=max_batch, flush_ms=flush_ms)
+            self._run_batch, max_batch=max_batch, flush_ms=flush_ms,
+            first=lambda job: job.key in self.cache)  # a decision's later draws first
         self._prompts: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
         self._images: ImagePreparer | None = None  #: made at the first read with images
 

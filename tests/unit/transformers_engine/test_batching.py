@@ -117,3 +117,17 @@ def test_prompts_of_one_document_form_a_group() -> None:
     shared = sorted((n, len(members)) for n, members in groups if n)
     assert shared == [(70, 2), (70, 3)]
     assert groups[-1] == (0, [system + (7,) * 40])
+
+
+def test_jobs_first_holds_true_for_go_before_earlier_ones() -> None:
+    """The engine's later draws (prompt cached) are taken before new decisions' first reads."""
+    recorder = _Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(recorder, max_batch=3, flush_ms=50.0,
+                                                   first=lambda j: j >= 100)
+
+    async def main() -> None:
+        await asyncio.gather(*(batcher.submit(j) for j in (1, 2, 101, 3, 102, 4, 103, 104)))
+        await batcher.aclose()
+
+    asyncio.run(main())
+    assert recorder.batches == [[101, 102, 103], [104, 1, 2], [3, 4]]

@@ -127,3 +127,26 @@ def test_fingerprint_names_the_engine(tiny_upstream: TransformersUpstream) -> No
     assert fingerprint.engine == "transformers"
     assert fingerprint.canvas_length == 320
     assert "transformers" in (fingerprint.version or "")
+
+
+def test_a_cache_for_a_batch_of_prompts_encodes_each_prompt_once(
+        tiny_read_model: Any, standin_tokenizer: Any) -> None:
+    """A small card's prompt cache holds about one batch of prompts: a decision's later draws
+    are read before new decisions are encoded, so no prompt is encoded twice for its draws
+    (first come, first read would evict a prompt before its next draw comes round)."""
+    settings = ReadSettings(read_mode=ReadMode.JOINT, policy=PolicyName.FIXED, fixed_draws=4)
+    lines = _decision_lines(12)
+    probe = TransformersUpstream.from_model(tiny_read_model, tokenizer=standin_tokenizer,
+                                            name="tiny", flush_ms=2.0)
+    _answer_all(probe, standin_tokenizer, settings, lines[:1])
+    entry_bytes = probe.cache.bytes
+    probe.batcher.executor.shutdown(wait=True)
+
+    small = TransformersUpstream.from_model(tiny_read_model, tokenizer=standin_tokenizer,
+                                            name="tiny", flush_ms=2.0, max_batch=4,
+                                            cache_bytes=int(entry_bytes * 4.5))
+    answers = _answer_all(small, standin_tokenizer, settings, lines)
+    small.batcher.executor.shutdown(wait=True)
+    assert all(a.draws == 4 for decided in answers for a in decided)
+    assert small.cache.misses == len(lines)  # each prompt encoded once, for its first draw
+    assert small.cache.hits == 3 * len(lines)
