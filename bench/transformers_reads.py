@@ -323,7 +323,7 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     trace = list(upstream.executor.trace)
     cache = upstream.cache
     lookups = cache.hits + cache.misses
-    upstream.batcher.executor.shutdown(wait=True)
+    upstream.batcher.close()
     figures = Figures(scenario, path_of(model), draws, len(decisions),
                       qreads, canvases, wall, totals["encoder_s"], totals["decoder_s"],
                       totals["encoder_calls"], totals["decoder_calls"], totals["prefilled_tokens"],

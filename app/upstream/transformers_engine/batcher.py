@@ -1,22 +1,27 @@
-"""An asyncio micro-batcher in front of one worker thread.
+"""A micro-batcher whose own thread runs the batches.
 
-Every ``submit`` from any coroutine of the process joins the pending list; the consumer takes up
-to ``max_batch`` of them once that many wait or ``flush_ms`` after the first arrived, and runs
-the batch function on the single worker thread, so the event loop stays free. While a batch
-runs, new reads gather for the next one.
+Every ``submit`` from any coroutine of the process (of any event loop) joins the pending list.
+The engine's thread takes up to ``max_batch`` of them once that many wait or ``flush_ms`` after
+it started waiting, runs the batch function, hands each result to its reader's event loop, and
+takes the next batch straight away. It never waits for an event loop: while the loop plans
+decisions, tokenizes prompts and reads results (the CPU's part of a read), the reads already
+waiting go to the GPU, so the two overlap whenever more reads are in flight than one batch.
 
 With ``first``, the jobs it holds true for are taken before the others (in arrival order within
 each kind). The engine uses it for reads whose prompt is already encoded: a decision's later
 draws go before new decisions' first ones, as a serving scheduler runs its running requests
 before admitting waiting ones, so the prompts being read stay few enough for the prompt cache.
+After a batch the thread gives the readers it answered up to ``flush_ms`` to queue their next
+reads (each passes a few awaits first), so ``first`` sees them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 __all__ = ["MicroBatcher"]
@@ -35,81 +40,72 @@ class MicroBatcher(Generic[J, R]):
         self._first = first
         self.max_batch = max_batch
         self.flush_s = flush_ms / 1000.0
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._thread_name = thread_name
+        self._ready = threading.Condition()  #: guards the fields below
         self._pending: list[tuple[J, asyncio.Future[R]]] = []
         self._submitted = 0  #: jobs submitted so far
-        self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
         self.batch_sizes: list[int] = []  #: size of every batch run (for benchmarks)
 
     async def submit(self, job: J) -> R:
         """Queue one job and wait for its result (its exception is raised here)."""
-        loop = self._ensure_consumer()
-        future: asyncio.Future[R] = loop.create_future()
-        self._pending.append((job, future))
-        self._submitted += 1
-        assert self._wakeup is not None
-        self._wakeup.set()
-        return await future
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the engine's batcher is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self._thread_name,
+                                                daemon=True)
+                self._thread.start()
+            self._pending.append((job, future))
+            self._submitted += 1
+            self._ready.notify()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            with self._ready:  # not read yet: leave the batch it would have joined
+                self._pending = [(j, f) for j, f in self._pending if f is not future]
+            raise
 
-    async def run_in_thread(self, fn: Callable[[], R]) -> R:
-        """Run ``fn`` on the worker thread (between batches)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+    def close(self) -> None:
+        """Stop the thread once its batch is done; jobs still waiting are cancelled."""
+        with self._ready:
+            self._closed = True
+            waiting, self._pending = self._pending, []
+            self._ready.notify_all()
+        for _, future in waiting:
+            _settle_future(future, cancel=True)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
 
     async def aclose(self) -> None:
-        """Stop the consumer and the worker thread; pending jobs are cancelled."""
-        if self._task is not None and self._loop is asyncio.get_running_loop():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for _, future in self._pending:
-            future.cancel()
-        self._pending.clear()
-        self._task = None
-        self.executor.shutdown(wait=True)
+        """``close`` without blocking the event loop while a batch finishes."""
+        await asyncio.to_thread(self.close)
 
-    def _ensure_consumer(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._task is None or self._task.done():
-            self._loop = loop  # a new event loop (asyncio.run per chunk): start over on it
-            self._pending = [(j, f) for j, f in self._pending if f.get_loop() is loop]
-            self._wakeup = asyncio.Event()
-            self._task = loop.create_task(self._consume(), name="dreads-engine-batcher")
-        return loop
+    # -- the engine's thread ---------------------------------------------------------------------
 
-    async def _consume(self) -> None:
-        assert self._wakeup is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._pending:
-                continue
-            await self._gather(loop)
-            batch = self._take()
-            await self._run(loop, [(j, f) for j, f in batch if not f.done()])
+    def _serve(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            self._run(batch)
             if self._first is not None:
-                await self._settle(loop, len(batch))
-            if self._pending:
-                self._wakeup.set()
+                self._settle(len(batch))
 
-    async def _settle(self, loop: asyncio.AbstractEventLoop, answered: int) -> None:
-        """Give the ``answered`` readers of the batch just run the time to queue their next
-        jobs (each passes a few awaits first), so ``first`` sees them: until that many jobs
-        came, or ``flush_ms`` passed (a reader that is done submits nothing)."""
-        assert self._wakeup is not None
-        target = self._submitted + answered
-        deadline = loop.time() + self.flush_s
-        while self._submitted < target:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except TimeoutError:
-                return
+    def _next_batch(self) -> list[tuple[J, asyncio.Future[R]]] | None:
+        """Wait for a job, then until ``max_batch`` wait or ``flush_ms`` passed; None once
+        closed."""
+        with self._ready:
+            while not self._pending and not self._closed:
+                self._ready.wait()
+            deadline = time.monotonic() + self.flush_s
+            while len(self._pending) < self.max_batch and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._ready.wait(remaining)
+            if self._closed:
+                return None
+            return self._take()
 
     def _take(self) -> list[tuple[J, asyncio.Future[R]]]:
         """The next batch off the pending list: ``first``'s jobs, then the rest, each kind in
@@ -122,33 +118,47 @@ class MicroBatcher(Generic[J, R]):
         del self._pending[: self.max_batch]
         return batch
 
-    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until ``max_batch`` jobs wait or ``flush_ms`` has passed."""
-        assert self._wakeup is not None
-        deadline = loop.time() + self.flush_s
-        while len(self._pending) < self.max_batch:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except TimeoutError:
-                return
-            self._wakeup.clear()
-
-    async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[tuple[J, asyncio.Future[R]]]
-                   ) -> None:
-        if not batch:
+    def _run(self, batch: list[tuple[J, asyncio.Future[R]]]) -> None:
+        live = [(job, future) for job, future in batch if not future.done()]
+        if not live:
             return
-        self.batch_sizes.append(len(batch))
-        jobs = [j for j, _ in batch]
+        self.batch_sizes.append(len(live))
         try:
-            results = await loop.run_in_executor(self.executor, self._run_batch, jobs)
+            results = self._run_batch([job for job, _ in live])
         except Exception as exc:  # the whole batch failed: every read gets the error
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            for _, future in live:
+                _settle_future(future, error=exc)
             return
-        for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
+        for (_, future), result in zip(live, results, strict=True):
+            _settle_future(future, result=result)
+
+    def _settle(self, answered: int) -> None:
+        """Wait until the ``answered`` readers queued that many jobs, or ``flush_ms`` passed
+        (a reader that is done queues nothing)."""
+        with self._ready:
+            target = self._submitted + answered
+            deadline = time.monotonic() + self.flush_s
+            while self._submitted < target and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._ready.wait(remaining)
+
+
+def _settle_future(future: asyncio.Future[R], *, result: R | None = None,
+                   error: BaseException | None = None, cancel: bool = False) -> None:
+    """Set ``future``'s outcome on its own event loop (from any thread); a future already done,
+    or whose loop has closed, is left as it is."""
+
+    def settle() -> None:
+        if future.done():
+            return
+        if cancel:
+            future.cancel()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
+        future.get_loop().call_soon_threadsafe(settle)

@@ -122,12 +122,51 @@ def test_prompts_of_one_document_form_a_group() -> None:
 def test_jobs_first_holds_true_for_go_before_earlier_ones() -> None:
     """The engine's later draws (prompt cached) are taken before new decisions' first reads."""
     recorder = _Recorder()
-    batcher: MicroBatcher[int, int] = MicroBatcher(recorder, max_batch=3, flush_ms=50.0,
+    started, queued = threading.Event(), threading.Event()
+
+    def run_batch(jobs: Sequence[int]) -> list[int]:
+        if jobs == [0]:  # the batch running while the others queue
+            started.set()
+            queued.wait(5)
+        return recorder(jobs)
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(run_batch, max_batch=3, flush_ms=1.0,
                                                    first=lambda j: j >= 100)
 
     async def main() -> None:
-        await asyncio.gather(*(batcher.submit(j) for j in (1, 2, 101, 3, 102, 4, 103, 104)))
+        running = asyncio.ensure_future(batcher.submit(0))
+        await asyncio.to_thread(started.wait, 5)
+        rest = [asyncio.ensure_future(batcher.submit(j))
+                for j in (1, 2, 101, 3, 102, 4, 103, 104)]
+        await asyncio.sleep(0.01)
+        queued.set()
+        await asyncio.gather(running, *rest)
         await batcher.aclose()
 
     asyncio.run(main())
-    assert recorder.batches == [[101, 102, 103], [104, 1, 2], [3, 4]]
+    assert recorder.batches == [[0], [101, 102, 103], [104, 1, 2], [3, 4]]
+
+
+def test_waiting_jobs_run_while_the_event_loop_is_busy() -> None:
+    """The engine's thread takes the next batch itself: the GPU reads the reads already waiting
+    while the event loop plans and tokenizes (here: blocks for 0.5 s)."""
+    recorder = _Recorder()
+    started: list[float] = []
+
+    def run_batch(jobs: Sequence[int]) -> list[int]:
+        started.append(time.perf_counter())
+        return recorder(jobs)
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(run_batch, max_batch=2, flush_ms=1.0)
+
+    async def main() -> float:
+        tasks = [asyncio.ensure_future(batcher.submit(j)) for j in range(6)]
+        await asyncio.sleep(0)  # every job is queued
+        time.sleep(0.5)  # the loop busy: planning the next decisions
+        freed = time.perf_counter()
+        assert await asyncio.gather(*tasks) == [j * 10 for j in range(6)]
+        await batcher.aclose()
+        return freed
+
+    freed = asyncio.run(main())
+    assert len(started) == 3 and all(t < freed for t in started)

@@ -84,7 +84,7 @@ def test_questions_of_a_state_share_its_prefill(tiny_upstream: TransformersUpstr
                                             name="tiny", flush_ms=2.0)
     plain.executor.min_shared_prefix = 10**9  # no prefix sharing
     unshared = _answer_all(plain, standin_tokenizer, settings, _decision_lines(1))
-    plain.batcher.executor.shutdown(wait=True)
+    plain.batcher.close()
     assert stats.prompts == 3
     assert stats.prefilled_tokens < plain.executor.last.prefilled_tokens * 0.6
     assert _probs(shared[0]) == pytest.approx(_probs(unshared[0]), abs=1e-5)
@@ -140,13 +140,13 @@ def test_a_cache_for_a_batch_of_prompts_encodes_each_prompt_once(
                                             name="tiny", flush_ms=2.0)
     _answer_all(probe, standin_tokenizer, settings, lines[:1])
     entry_bytes = probe.cache.bytes
-    probe.batcher.executor.shutdown(wait=True)
+    probe.batcher.close()
 
     small = TransformersUpstream.from_model(tiny_read_model, tokenizer=standin_tokenizer,
-                                            name="tiny", flush_ms=2.0, max_batch=4,
+                                            name="tiny", flush_ms=50.0, max_batch=4,
                                             cache_bytes=int(entry_bytes * 4.5))
     answers = _answer_all(small, standin_tokenizer, settings, lines)
-    small.batcher.executor.shutdown(wait=True)
+    small.batcher.close()
     assert all(a.draws == 4 for decided in answers for a in decided)
     assert small.cache.misses == len(lines)  # each prompt encoded once, for its first draw
     assert small.cache.hits == 3 * len(lines)

@@ -32,7 +32,7 @@ RED, BLUE = (200, 30, 30), (30, 30, 200)
 def upstream(tiny_model_dir: Path) -> Iterator[TransformersUpstream]:
     upstream = _upstream(tiny_model_dir, tiny_model_dir)
     yield upstream
-    upstream.batcher.executor.shutdown(wait=True)
+    upstream.batcher.close()
 
 
 def _upstream(model_dir: Path, tokenizer_dir: Path) -> TransformersUpstream:
@@ -94,4 +94,4 @@ def test_a_prompt_whose_image_tokens_do_not_match_the_processor_is_rejected(
         with pytest.raises(UpstreamRejected, match=r"image tokens .* features"):
             _read(upstream, _request(upstream, png_data_url(RED)))
     finally:
-        upstream.batcher.executor.shutdown(wait=True)
+        upstream.batcher.close()

@@ -244,6 +244,6 @@ def test_text_reads_never_load_the_image_encoder(tiny_model_dir: Any) -> None:
     try:
         result = asyncio.run(upstream.read(_chat_request(tokenizer)))
     finally:
-        upstream.batcher.executor.shutdown(wait=True)
+        upstream.batcher.close()
     assert result.rows and not model.vision.loaded
     assert model.model.model.encoder.vision_tower is None
