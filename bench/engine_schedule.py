@@ -40,7 +40,11 @@ from app.upstream.transformers_engine import (  # noqa: E402
 )
 from app.upstream.transformers_engine.executor import JobOutput, ReadJob  # noqa: E402
 from app.upstream.transformers_engine.tiny import rounded_vocab  # noqa: E402
-from bench.transformers_reads import _run_decisions, field_decisions  # noqa: E402
+from bench.transformers_reads import (  # noqa: E402
+    _run_decisions,
+    add_schedule_options,
+    field_decisions,
+)
 
 
 def main() -> None:
@@ -49,13 +53,9 @@ def main() -> None:
                                                    "diffusiongemma-approx"))
     parser.add_argument("--states", type=int, default=1056)
     parser.add_argument("--draws", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--chunk", type=int, default=16)
-    parser.add_argument("--in-flight", type=int, default=64)
-    parser.add_argument("--max-batch", type=int, default=64)
+    add_schedule_options(parser)
     parser.add_argument("--ms-per-read", type=float, default=5.5)
     parser.add_argument("--ms-per-batch", type=float, default=28.0)
-    parser.add_argument("--flush-ms", type=float, default=3.0)
     args = parser.parse_args()
 
     tokenizer = load_tokenizer(args.tokenizer)

@@ -333,6 +333,15 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
     return figures
 
 
+def add_schedule_options(parser: argparse.ArgumentParser) -> None:
+    """execute_run's schedule (``_run_decisions``) and the engine's batch."""
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--flush-ms", type=float, default=3.0)
+
+
 # -- FP8 against bf16 --------------------------------------------------------------------------
 
 
@@ -687,13 +696,9 @@ def main() -> None:
                              "through torch.compile), each optionally @MAX_BATCH")
     parser.add_argument("--states", type=int, default=1056)
     parser.add_argument("--multi-states", type=int, default=64)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--chunk", type=int, default=16)
-    parser.add_argument("--in-flight", type=int, default=64)
-    parser.add_argument("--max-batch", type=int, default=64)
+    add_schedule_options(parser)
     parser.add_argument("--prefill-budget", type=int, default=16384)
     parser.add_argument("--cache-gib", type=int, default=0, help="0: the engine's default")
-    parser.add_argument("--flush-ms", type=float, default=3.0)
     parser.add_argument("--no-bare", action="store_true")
     parser.add_argument("--check", default="float32", help="dtypes of the 6-layer check, or ''")
     parser.add_argument("--check-compiled", action="store_true",
