@@ -265,6 +265,10 @@ class ReadRequest:
     body: Mapping[str, JSON]  #: the exact JSON body; serialised deterministically
     slots: tuple[int, ...]  #: slot positions to read
     logprob_ids: tuple[int, ...]
+    #: the prompt's ids as the planner rendered them (the body's messages as the server renders
+    #: them); an in-process engine reads these instead of rendering the body again. Empty: not
+    #: known (a request made elsewhere)
+    prompt_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

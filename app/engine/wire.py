@@ -96,7 +96,7 @@ def build_request(unit: ReadUnit, settings: ReadSettings, *, draw: int, seed: in
         body.update(_messages(unit))
     return ReadRequest(unit=unit.index, draw=draw, seed=seed,
                        endpoint=Endpoint(settings.endpoint), body=body, slots=slots,
-                       logprob_ids=unit.logprob_ids)
+                       logprob_ids=unit.logprob_ids, prompt_ids=tuple(unit.prompt_ids))
 
 
 def encode_body(body: Mapping[str, Any]) -> bytes:

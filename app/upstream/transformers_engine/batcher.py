@@ -1,11 +1,13 @@
 """A micro-batcher whose own thread runs the batches.
 
-Every ``submit`` from any coroutine of the process (of any event loop) joins the pending list.
-The engine's thread takes up to ``max_batch`` of them once that many wait or ``flush_ms`` after
-it started waiting, runs the batch function, hands each result to its reader's event loop, and
-takes the next batch straight away. It never waits for an event loop: while the loop plans
-decisions, tokenizes prompts and reads results (the CPU's part of a read), the reads already
-waiting go to the GPU, so the two overlap whenever more reads are in flight than one batch.
+Every ``submit`` from any coroutine of the process (of any event loop) joins the pending list
+together with the other jobs its event loop submits in the same turn (the reads of one
+decision's questions, say), so those are batched together. The engine's thread takes up to
+``max_batch`` pending jobs once that many wait or ``flush_ms`` after it started waiting, runs
+the batch function, hands each result to its reader's event loop, and takes the next batch
+straight away. It never waits for an event loop: while the loop plans decisions, tokenizes
+prompts and reads results (the CPU's part of a read), the reads already waiting go to the
+GPU, so the two overlap whenever more reads are in flight than one batch.
 
 With ``first``, the jobs it holds true for are taken before the others (in arrival order within
 each kind). The engine uses it for reads whose prompt is already encoded: a decision's later
@@ -44,29 +46,42 @@ class MicroBatcher(Generic[J, R]):
         self._ready = threading.Condition()  #: guards the fields below
         self._pending: list[tuple[J, asyncio.Future[R]]] = []
         self._submitted = 0  #: jobs submitted so far
+        #: per event loop, the jobs submitted in its current turn (touched by that loop only)
+        self._staged: dict[asyncio.AbstractEventLoop, list[tuple[J, asyncio.Future[R]]]] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
         self.batch_sizes: list[int] = []  #: size of every batch run (for benchmarks)
 
     async def submit(self, job: J) -> R:
         """Queue one job and wait for its result (its exception is raised here)."""
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        with self._ready:
-            if self._closed:
-                raise RuntimeError("the engine's batcher is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name=self._thread_name,
-                                                daemon=True)
-                self._thread.start()
-            self._pending.append((job, future))
-            self._submitted += 1
-            self._ready.notify()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        if self._closed:
+            raise RuntimeError("the engine's batcher is closed")
+        staged = self._staged.setdefault(loop, [])
+        if not staged:  # the loop's turn ends: the jobs of the turn go to the thread at once
+            loop.call_soon(self._publish, loop)
+        staged.append((job, future))
         try:
             return await future
         except asyncio.CancelledError:
             with self._ready:  # not read yet: leave the batch it would have joined
                 self._pending = [(j, f) for j, f in self._pending if f is not future]
             raise
+
+    def _publish(self, loop: asyncio.AbstractEventLoop) -> None:
+        jobs = self._staged.pop(loop, [])
+        with self._ready:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._serve, name=self._thread_name,
+                                                daemon=True)
+                self._thread.start()
+            self._pending.extend(jobs)
+            self._submitted += len(jobs)
+            self._ready.notify()
+        if self._closed:
+            for _, future in jobs:
+                future.cancel()
 
     def close(self) -> None:
         """Stop the thread once its batch is done; jobs still waiting are cancelled."""

@@ -181,7 +181,7 @@ class TransformersUpstream:
                 "diffusion_read_only: true and diffusion_seed_canvas", param="extra_args")
         ids = spec.logprob_ids or tuple(request.logprob_ids)
         images = self._image_inputs(image_urls(body["messages"]) if chat else ())
-        prompt = self._prompt_ids(body, chat=chat, images=images)
+        prompt = self._prompt_ids(body, chat=chat, images=images, planned=request.prompt_ids)
         return ReadJob(prompt, spec.canvas, tuple(request.slots), tuple(ids), spec.constrained,
                        images)
 
@@ -226,13 +226,20 @@ class TransformersUpstream:
                     "square", param="messages")
 
     def _prompt_ids(self, body: Mapping[str, Any], *, chat: bool,
-                    images: ImageInputs | None = None) -> tuple[int, ...]:
+                    images: ImageInputs | None = None,
+                    planned: tuple[int, ...] = ()) -> tuple[int, ...]:
         """The prompt as vLLM renders it (a chat body may continue a final assistant
-        message: the thought block of a read), each image expanded to its placeholder ids.
+        message: the thought block of a read), each image expanded to its placeholder ids:
+        the ``planned`` ids when the planner sent them (the same ids, rendered once per
+        decision instead of twice), else the body rendered here.
 
         Raises:
             UpstreamRejected: the prompt's image token ids do not match its images.
         """
+        if planned and chat:
+            if images is not None:
+                self._check_image_runs(planned, images)
+            return planned
         if not chat:
             return self._completion_ids(body["prompt"])
         flags = (bool(body.get("add_generation_prompt", True)),

@@ -150,3 +150,19 @@ def test_a_cache_for_a_batch_of_prompts_encodes_each_prompt_once(
     assert all(a.draws == 4 for decided in answers for a in decided)
     assert small.cache.misses == len(lines)  # each prompt encoded once, for its first draw
     assert small.cache.hits == 3 * len(lines)
+
+
+@pytest.mark.parametrize("mode", [ReadMode.ISOLATED, ReadMode.JOINT])
+def test_the_planned_prompt_ids_are_the_engines_own_rendering(
+        tiny_upstream: TransformersUpstream, standin_tokenizer: Any, mode: ReadMode) -> None:
+    """The engine reads the planner's ids instead of rendering the body again: they are the
+    ids it would render itself, for every read of a decision."""
+    settings = ReadSettings(read_mode=mode)
+    plan = plan_decision(parse_decision(_decision_lines(1)[0], line_no=1), settings,
+                         standin_tokenizer)
+    requests = DecisionFlow(plan, settings,
+                            vocab_size=standin_tokenizer.info.vocab_size).next_requests()
+    assert requests and all(r.prompt_ids for r in requests)
+    for request in requests:
+        rendered = tiny_upstream.job_for(dataclasses.replace(request, prompt_ids=()))
+        assert tiny_upstream.job_for(request).prompt == rendered.prompt
