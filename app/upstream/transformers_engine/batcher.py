@@ -72,14 +72,16 @@ class MicroBatcher(Generic[J, R]):
     def _publish(self, loop: asyncio.AbstractEventLoop) -> None:
         jobs = self._staged.pop(loop, [])
         with self._ready:
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._serve, name=self._thread_name,
-                                                daemon=True)
-                self._thread.start()
-            self._pending.extend(jobs)
-            self._submitted += len(jobs)
-            self._ready.notify()
-        if self._closed:
+            closed = self._closed
+            if not closed:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                    name=self._thread_name)
+                    self._thread.start()
+                self._pending.extend(jobs)
+                self._submitted += len(jobs)
+                self._ready.notify()
+        if closed:  # closed during the turn: nothing will read them
             for _, future in jobs:
                 future.cancel()
 
