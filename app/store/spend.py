@@ -42,11 +42,14 @@ _PRICES = (select(_RUNS.c.price_input_per_mtok, _RUNS.c.price_output_per_mtok,
 
 def add_spend(session: Session, run_id: int, by_cell: Mapping[str | None, SpendDelta]) -> None:
     """Add each cell's ``SpendDelta`` to the run's spend rows (created at the first): one
-    prebuilt statement, executed for the cells' rows together (the driver's executemany)."""
-    rows = [{"run_id": run_id, "cell": NO_CELL if cell is None else cell[:200],
-             "decisions": d.decisions, "reads": d.reads, "input_tokens": d.input_tokens,
-             "output_tokens": d.output_tokens, "gpu_seconds": d.gpu_seconds, "cost": d.cost}
-            for cell, d in by_cell.items()]
+    prebuilt statement, executed for the cells' rows together (the driver's executemany), in
+    the order of their cells, so that two workers' commits lock the rows they share in one
+    order and cannot deadlock on them."""
+    cells = sorted(((NO_CELL if cell is None else cell[:200], d) for cell, d in by_cell.items()),
+                   key=lambda pair: pair[0])
+    rows = [{"run_id": run_id, "cell": cell, "decisions": d.decisions, "reads": d.reads,
+             "input_tokens": d.input_tokens, "output_tokens": d.output_tokens,
+             "gpu_seconds": d.gpu_seconds, "cost": d.cost} for cell, d in cells]
     if not rows:
         return
     conn = session.connection()

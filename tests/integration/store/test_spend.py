@@ -131,3 +131,40 @@ def test_a_budget_raised_meanwhile_is_the_one_that_counts(factory: Factory) -> N
                                 now=utcnow()).paused is None
     with session_scope(factory) as s:
         assert s.scalars(select(Run.status)).one() == "active"
+
+
+def test_two_workers_adding_to_the_same_cells_never_deadlock(factory: Factory) -> None:
+    """Two workers' commits add to the rows of the same cells, each listing them in its own
+    order: the rows are written in one order, so neither waits on the other in a cycle (a
+    PostgreSQL deadlock aborts a commit, and the decisions come back as db_error attempts)."""
+    import threading
+
+    from app.engine.spend import SpendDelta
+    from app.store.spend import add_spend
+
+    if factory.kw["bind"].dialect.name != "postgresql":
+        pytest.skip("one writer at a time on SQLite")
+    run_id, _ = _seed(factory, 1)
+    cells = [f"c{i}" for i in range(8)]
+    delta = SpendDelta(decisions=1, reads=1, input_tokens=1, output_tokens=1, gpu_seconds=0.0,
+                       cost=None)
+    errors: list[BaseException] = []
+
+    def worker(order: list[str]) -> None:
+        try:
+            for _ in range(60):
+                with session_scope(factory) as s:
+                    add_spend(s, run_id, {cell: delta for cell in order})
+        except BaseException as exc:  # a deadlock: the commit was aborted
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(order,))
+               for order in (cells, cells[::-1], cells[::2] + cells[1::2])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
+    with session_scope(factory) as s:
+        totals = spend_of(s, run_id)
+    assert totals.total.decisions == 3 * 60 * len(cells)
