@@ -77,6 +77,20 @@ class SlotQuestion:
 KeyEntry = tuple[str, str] | tuple[str, str, tuple[str, ...]]
 
 
+def _key_entry(line: bytes, path: str | Path, line_no: int) -> tuple[KeyEntry, str]:
+    """One answer-key line.
+
+    Raises:
+        ConfigError: the line is not an answer-key line (named by file and number).
+    """
+    try:
+        return _key_line(orjson.loads(line))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{path}:{line_no}: an answer-key line needs JSON with state, question and label, "
+            f"and image_sha256 a list of hex digests if given ({exc})") from exc
+
+
 class AnswerKey:
     """(serialised state, instructions[, images' sha256s]) -> canvas label, from the JSONL
     answer-key file. A line with ``image_sha256`` (a list of hex digests, in the read's order)
@@ -95,21 +109,14 @@ class AnswerKey:
         """
         labels: dict[KeyEntry, str] = {}
         try:
-            data = Path(path).read_bytes()
+            with open(path, "rb") as handle:  # line by line: a large run's key is large
+                for line_no, line in enumerate(handle, start=1):
+                    if line.strip():
+                        entry, label = _key_entry(line, path, line_no)
+                        labels[entry] = label
         except OSError as exc:
             raise ConfigError(f"cannot read the answer key {str(path)!r}: "
                               f"{exc.strerror or exc}") from exc
-        for line_no, line in enumerate(data.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                entry, label = _key_line(orjson.loads(line))
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"{path}:{line_no}: an answer-key line needs JSON with state, question "
-                    f"and label, and image_sha256 a list of hex digests if given ({exc})"
-                ) from exc
-            labels[entry] = label
         return cls(labels)
 
     def label(self, state_text: str, instructions: str,

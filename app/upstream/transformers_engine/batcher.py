@@ -22,9 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["MicroBatcher"]
 
@@ -91,8 +90,7 @@ class MicroBatcher(Generic[J, R]):
             self._closed = True
             waiting, self._pending = self._pending, []
             self._ready.notify_all()
-        for _, future in waiting:
-            _settle_future(future, cancel=True)
+        _settle([future for _, future in waiting], [_Cancelled()] * len(waiting))
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -106,23 +104,16 @@ class MicroBatcher(Generic[J, R]):
         while (batch := self._next_batch()) is not None:
             self._run(batch)
             if self._first is not None:
-                self._settle(len(batch))
+                self._await_next_reads(len(batch))
 
     def _next_batch(self) -> list[tuple[J, asyncio.Future[R]]] | None:
         """Wait for a job, then until ``max_batch`` wait or ``flush_ms`` passed; None once
         closed."""
         with self._ready:
-            while not self._pending and not self._closed:
-                self._ready.wait()
-            deadline = time.monotonic() + self.flush_s
-            while len(self._pending) < self.max_batch and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._ready.wait(remaining)
-            if self._closed:
-                return None
-            return self._take()
+            self._ready.wait_for(lambda: self._pending or self._closed)
+            self._ready.wait_for(lambda: len(self._pending) >= self.max_batch or self._closed,
+                                 timeout=self.flush_s)
+            return None if self._closed else self._take()
 
     def _take(self) -> list[tuple[J, asyncio.Future[R]]]:
         """The next batch off the pending list: ``first``'s jobs, then the rest, each kind in
@@ -140,42 +131,51 @@ class MicroBatcher(Generic[J, R]):
         if not live:
             return
         self.batch_sizes.append(len(live))
+        futures = [future for _, future in live]
         try:
             results = self._run_batch([job for job, _ in live])
         except Exception as exc:  # the whole batch failed: every read gets the error
-            for _, future in live:
-                _settle_future(future, error=exc)
+            _settle(futures, [_Failed(exc)] * len(futures))
             return
-        for (_, future), result in zip(live, results, strict=True):
-            _settle_future(future, result=result)
+        _settle(futures, results)
 
-    def _settle(self, answered: int) -> None:
+    def _await_next_reads(self, answered: int) -> None:
         """Wait until the ``answered`` readers queued that many jobs, or ``flush_ms`` passed
         (a reader that is done queues nothing)."""
         with self._ready:
             target = self._submitted + answered
-            deadline = time.monotonic() + self.flush_s
-            while self._submitted < target and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._ready.wait(remaining)
+            self._ready.wait_for(lambda: self._submitted >= target or self._closed,
+                                 timeout=self.flush_s)
 
 
-def _settle_future(future: asyncio.Future[R], *, result: R | None = None,
-                   error: BaseException | None = None, cancel: bool = False) -> None:
-    """Set ``future``'s outcome on its own event loop (from any thread); a future already done,
-    or whose loop has closed, is left as it is."""
+def _settle(futures: Sequence[asyncio.Future[Any]], outcomes: Sequence[Any]) -> None:
+    """Give each future its outcome (a result, ``_Failed`` or ``_Cancelled``) on its own event
+    loop, from any thread. One call a future, so the loop resumes each reader as its result
+    comes rather than all of a batch in one turn (their next reads then reach the thread over
+    several turns, while it is free). A future already done, or whose loop has closed, is left
+    as it is."""
+    for future, outcome in zip(futures, outcomes, strict=True):
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
+            future.get_loop().call_soon_threadsafe(_set_outcome, future, outcome)
 
-    def settle() -> None:
-        if future.done():
-            return
-        if cancel:
-            future.cancel()
-        elif error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
 
-    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
-        future.get_loop().call_soon_threadsafe(settle)
+class _Failed:
+    """A job's outcome that is an error."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _Cancelled:
+    """A job's outcome that is its cancellation (the batcher closed)."""
+
+
+def _set_outcome(future: asyncio.Future[Any], outcome: Any) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, _Cancelled):
+        future.cancel()
+    elif isinstance(outcome, _Failed):
+        future.set_exception(outcome.error)
+    else:
+        future.set_result(outcome)
