@@ -83,6 +83,7 @@ from app.upstream.transformers_engine.kv import layers_of
 from app.upstream.transformers_engine.memory import GIB, limit_memory, model_bytes
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
 from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
+from app.upstream.transformers_engine.varlen import VarlenPrefill
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL_TEXT = dict(
@@ -331,6 +332,45 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
                       cache_hit_rate=cache.hits / lookups if lookups else 0.0, trace=trace)
     cache.clear()
     return figures
+
+
+def calls_split(trace: Sequence[tuple[Any, ...]]) -> str:
+    """The traced forwards by kind: calls, tokens (encoder) or rows (decoder), seconds."""
+    kinds: dict[str, list[float]] = {}
+    for item in trace:
+        kind = ("decode" if item[0] == "decode" else "extend" if item[4] else "fresh")
+        into = kinds.setdefault(kind, [0, 0, 0.0])
+        into[0] += 1
+        into[1] += int(item[3]) if item[0] == "prefill" else int(item[1])
+        into[2] += float(item[-1])
+    parts = [f"{kind} {n:.0f} calls, {size:,.0f} {'rows' if kind == 'decode' else 'tokens'}, "
+             f"{s:.2f}s ({1e3 * s / n:.1f} ms a call)" for kind, (n, size, s) in kinds.items()]
+    return "; ".join(parts)
+
+
+def prefill_sweep(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[Decision],
+                  counts: Sequence[int], repeats: int = 5) -> None:
+    """Time the encoder alone on 1, 2, 4, ... field prompts (median of ``repeats``): until
+    its launches return, and until the GPU is done. A call whose launches take about its wall
+    is bound by the host (or waits on the GPU inside), not by the GPU's work."""
+    prompts = [tuple(tokenizer.encode(d.state)) for d in decisions[:max(counts)]]
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    print("prefill alone: prompts, tokens, launched ms, wall ms, tokens/s", flush=True)
+    for n in counts:
+        jobs = [PrefillJob(None, ids) for ids in prompts[:n]]
+        walls, launches = [], []
+        for _ in range(repeats + 1):
+            sync()
+            started = time.perf_counter()
+            with torch.inference_mode():
+                model._prefill_packed(jobs)
+            launches.append(time.perf_counter() - started)
+            sync()
+            walls.append(time.perf_counter() - started)
+        tokens = sum(len(ids) for ids in prompts[:n])
+        wall, launch = statistics.median(walls[1:]), statistics.median(launches[1:])
+        print(f"  {n:3d} {tokens:7,d} {1e3 * launch:8.1f} {1e3 * wall:8.1f} "
+              f"{tokens / wall:10,.0f}", flush=True)
 
 
 def add_schedule_options(parser: argparse.ArgumentParser) -> None:
@@ -646,21 +686,21 @@ def _print(results: list[Figures]) -> None:
                       f"{r.qreads_per_s / joint.qreads_per_s:.2f}")
 
 
-def _profile(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Sequence[Decision],
-             draws: int, args: Any, out: Path) -> None:
+def _profile(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
+             decisions: Sequence[Decision], draws: int, args: Any, out: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + (
         [ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        figures = measure(model, tokenizer, "field", decisions, draws, args)
+        figures = measure(model, tokenizer, scenario, decisions, draws, args)
     sort = "self_cuda_time_total" if model.device.type == "cuda" else "self_cpu_time_total"
     averages = prof.key_averages()
     kernels = averages.table(sort_by=sort, row_limit=60, max_name_column_width=110)
     calls = averages.table(sort_by=sort.removeprefix("self_"), row_limit=60,
                            max_name_column_width=110)
     out.write_text(f"by own time (kernels)\n{kernels}\nby total time (calls)\n{calls}")
-    print(f"profile of {len(decisions)} field decisions x {draws} draws "
+    print(f"profile of {len(decisions)} {scenario} decisions x {draws} draws "
           f"({figures.path}; wall {figures.wall_s:.2f}s under the "
           f"profiler) -> {out}")
     print("\n".join(kernels.splitlines()[:34]))
@@ -679,6 +719,20 @@ def run_checks(args: Any, vocab: int) -> None:
                 torch.cuda.empty_cache()
     elif args.check:
         check_paths(build_model("small", args.device, dtype=torch.float32, vocab=vocab), "tiny")
+
+
+def _before_scenarios(model: ReadModel, tokenizer: HFTextTokenizer, field: Sequence[Decision],
+                      multi: Sequence[Decision], args: Any) -> None:
+    """``--prefill-sweep`` and ``--profile``."""
+    if args.prefill_sweep:
+        prefill_sweep(model, tokenizer, field, [int(n) for n in args.prefill_sweep.split(",")])
+    if args.profile:
+        where, _, rest = args.profile.partition(":")
+        draws, _, scenario = rest.partition(":")
+        scenario = scenario or "field"
+        chosen = field if scenario == "field" else multi
+        _profile(model, tokenizer, scenario, chosen[:args.profile_decisions], int(draws or 1),
+                 args, Path(where))
 
 
 def main() -> None:
@@ -703,9 +757,11 @@ def main() -> None:
     parser.add_argument("--check", default="float32", help="dtypes of the 6-layer check, or ''")
     parser.add_argument("--check-compiled", action="store_true",
                         help="the full-width check also runs the compiled path (minutes)")
-    parser.add_argument("--profile", default="", help="write a torch profile of "
-                        "--profile-decisions field decisions x DRAWS here (e.g. "
-                        "$OUT/profile.txt:1)")
+    parser.add_argument("--profile", default="", help="FILE:DRAWS[:SCENARIO]: write a torch "
+                        "profile of --profile-decisions decisions of SCENARIO (field, iso6 "
+                        "or joint6; default field) x DRAWS to FILE (e.g. $OUT/profile.txt:1)")
+    parser.add_argument("--prefill-sweep", default="", metavar="N,N,...",
+                        help="time the encoder alone on N field prompts (e.g. 1,4,16,64)")
     parser.add_argument("--profile-decisions", type=int, default=256)
     parser.add_argument("--time-limit-s", type=float, default=480.0)
     parser.add_argument("--weights", choices=("bf16", "fp8"), default="bf16",
@@ -717,7 +773,10 @@ def main() -> None:
                         help="GiB: cap the process as DREADS_ENGINE_GPU_MEMORY does (0: no cap)")
     parser.add_argument("--compare-fp8", type=int, default=0, metavar="N",
                         help="only compare P(yes) of N field decisions: bf16, then FP8")
+    parser.add_argument("--attention-per-prompt", action="store_true",
+                        help="the prefill's attention a call per prompt, not one call a layer")
     args = parser.parse_args()
+    VarlenPrefill.one_call = not args.attention_per_prompt
     began = time.perf_counter()
     tok_dir = args.tokenizer or (str(ROOT.parent / "shared" / "tokenizers" /
                                      "diffusiongemma-approx") if args.config == "full"
@@ -753,10 +812,7 @@ def main() -> None:
         measure(model, tokenizer, "field", field[:32], 2, args)
         measure(model, tokenizer, "iso6", multi[:4], 1, args)
         print(f"  warm-up {path}: {time.perf_counter() - started:.1f}s", flush=True)
-    if args.profile:
-        where, _, draws = args.profile.partition(":")
-        _profile(model, tokenizer, field[:args.profile_decisions], int(draws or 1), args,
-                 Path(where))
+    _before_scenarios(model, tokenizer, field, multi, args)
     results: list[Figures] = []
     bare = Bare(model)
     for item in args.scenarios.split(","):
@@ -782,6 +838,7 @@ def main() -> None:
             steps = model._steps
             graphs = (f", graphs so far: {steps.captured} captured in {steps.capture_s:.1f}s, "
                       f"{steps.fallbacks} batches read without" if steps is not None else "")
+            print(f"    {calls_split(figures.trace)}", flush=True)
             print(f"  {path} {item}: {figures.wall_s:.2f}s, {figures.decisions_per_s:.1f} "
                   f"decisions/s, enc {figures.encoder_s:.2f}s dec {figures.decoder_s:.2f}s, "
                   f"bare enc {figures.bare_encoder_s:.2f}s dec {figures.bare_decoder_s:.2f}s"

@@ -128,9 +128,10 @@ class BatchExecutor:
         self.min_shared_prefix = min_shared_prefix
         self.shared_share = shared_share
         self.last = BatchStats(0, 0, 0, 0, 0)
-        #: when a list: every forward's shape is appended, ("prefill", rows, padded width) or
-        #: ("decode", rows, longest prompt, canvas width, slots per row) (benchmarks)
-        self.trace: list[tuple[str | int, ...]] | None = None
+        #: when a list: every forward's shape and seconds are appended, ("prefill", rows,
+        #: longest, tokens, rows after a cached prefix, s) or ("decode", rows, longest prompt,
+        #: canvas width, slots per row, s) (benchmarks)
+        self.trace: list[tuple[str | int | float, ...]] | None = None
         self.totals: Counter[str] = Counter()  #: BatchStats summed over every batch
         self._encoder_calls = self._decoder_calls = self._prefilled = 0
         self._encoder_s = self._decoder_s = 0.0
@@ -149,13 +150,14 @@ class BatchExecutor:
         for group in _by_width(jobs):
             for chunk in self._decode_chunks(group, jobs, entries):
                 rows = [_decode_row(jobs[i], entries[jobs[i].key]) for i in chunk]
-                if self.trace is not None:
-                    self.trace.append(("decode", len(rows), max(r.entry.length for r in rows),
-                                       len(rows[0].canvas), len(rows[0].slots)))
                 self._decoder_calls += 1
                 started = time.perf_counter()
                 results = self.model.decode(rows)
-                self._decoder_s += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                self._decoder_s += elapsed
+                if self.trace is not None:
+                    self.trace.append(("decode", len(rows), max(r.entry.length for r in rows),
+                                       len(rows[0].canvas), len(rows[0].slots), elapsed))
                 for i, result in zip(chunk, results, strict=True):
                     outputs[i] = JobOutput(_slot_rows(jobs[i], result), len(jobs[i].prompt),
                                            cached_tokens[i])
@@ -266,11 +268,12 @@ class BatchExecutor:
         for key, job in jobs.items():
             self._encoder_calls += 1
             self._prefilled += len(job.ids)
-            if self.trace is not None:
-                self.trace.append(("prefill", 1, len(job.ids)))
             started = time.perf_counter()
             entry = self.model.prefill_images([job])[0]
-            self._encoder_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self._encoder_s += elapsed
+            if self.trace is not None:
+                self.trace.append(("prefill", 1, len(job.ids), len(job.ids), 0, elapsed))
             yield key, entry
 
     def _prefill(self, jobs: list[tuple[Prompt, PrefillJob]]) -> Iterator[tuple[Prompt, KVEntry]]:
@@ -289,12 +292,15 @@ class BatchExecutor:
         for chunk in _budget_chunks(jobs, self.prefill_token_budget, self.decode_batch,
                                     padded=not self.model.packed):
             self._encoder_calls += 1
-            self._prefilled += sum(len(j.ids) for _, j in chunk)
-            if self.trace is not None:
-                self.trace.append(("prefill", len(chunk), max(len(j.ids) for _, j in chunk)))
+            tokens = sum(len(j.ids) for _, j in chunk)
+            self._prefilled += tokens
             started = time.perf_counter()
             entries = self.model.prefill([j for _, j in chunk])
-            self._encoder_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self._encoder_s += elapsed
+            if self.trace is not None:
+                self.trace.append(("prefill", len(chunk), max(len(j.ids) for _, j in chunk),
+                                   tokens, sum(j.prefix is not None for _, j in chunk), elapsed))
             yield from zip((k for k, _ in chunk), entries, strict=True)
 
 

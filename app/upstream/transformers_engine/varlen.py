@@ -4,10 +4,11 @@ A right-padded encoder batch of prompts of 150 to 800 tokens spends a quarter of
 pads: every layer's projections, norms and experts run on them. Here the prompts of one call
 are laid end to end in a single row ``[prompt 1 | prompt 2 | ...]``, each at positions
 ``0..n-1``; every layer but attention works token by token, so only attention needs to know
-where a prompt ends: it runs causally over each prompt's own span (SDPA's fused causal kernels:
-flash with grouped-query heads, or the memory-efficient kernel over expanded heads where they
-are too wide for flash), with the sliding window applied when a prompt is longer than it. So
-each prompt's keys and values are what it gets encoded alone.
+where a prompt ends: it runs causally over each prompt's own span, with the sliding window
+applied when a prompt is longer than it. So each prompt's keys and values are what it gets
+encoded alone. On a GPU that is one variable-length kernel call per layer over the row (flash
+attention with grouped-query heads and the window; the memory-efficient kernel over expanded
+heads where they are too wide for flash); on the CPU, an SDPA call per prompt.
 
 The object is both the encoder's ``cache`` (``update`` keeps each layer's new keys and hands
 them back unchanged) and its ``read_batch`` (``attend``).
@@ -27,6 +28,8 @@ from app.upstream.transformers_engine.kv import KVEntry, LayerKinds
 __all__ = ["FUSED_BACKENDS", "VarlenPrefill"]
 
 _FLASH_MAX_DIM = 256  #: the widest head the flash kernel takes
+_HALF = (torch.bfloat16, torch.float16)  #: the dtypes the variable-length kernels take
+_CAUSAL_FROM_TOP_LEFT = 1  #: the memory-efficient kernel's ``custom_mask_type`` for causal
 
 #: the SDPA kernels a prefill's attention may use on a GPU. Not cuDNN's: it builds an execution
 #: plan for every new sequence length, tens of milliseconds of CPU each, and a packed prefill
@@ -39,6 +42,7 @@ class VarlenPrefill:
     """One encoder call over ``prompts`` packed in one row (see the module doc)."""
 
     is_compileable = False
+    one_call = True  #: on a GPU, ``attend_varlen`` where it applies (False: benchmarks)
 
     def __init__(self, kinds: LayerKinds, lengths: Sequence[int]) -> None:
         self.layer_kinds = kinds
@@ -47,6 +51,7 @@ class VarlenPrefill:
         #: per layer: its (1, kv_heads, total, dim) keys and values, as the encoder made them
         self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._masks: dict[int, torch.Tensor] = {}
+        self._cumulative: torch.Tensor | None = None
 
     def inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(1, total) input ids and positions: each prompt from position 0."""
@@ -67,8 +72,20 @@ class VarlenPrefill:
     def attend(self, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                ) -> torch.Tensor:
         """Causal attention within each prompt. ``query`` (1, heads, total, dim), ``key`` and
-        ``value`` (1, kv_heads, total, dim); returns (1, total, heads, dim)."""
-        window = getattr(module, "sliding_window", None)
+        ``value`` (1, kv_heads, total, dim); returns (1, total, heads, dim). On a GPU one
+        variable-length kernel call for the row (``attend_varlen``) in bf16 or float16, except
+        for heads too wide for flash attention under a sliding window; else a call per prompt
+        (``attend_each``)."""
+        scale, window = module.scaling, getattr(module, "sliding_window", None)
+        window = window if window and max(self.lengths) > window else None
+        if (self.one_call and query.is_cuda and query.dtype in _HALF
+                and (query.shape[-1] <= _FLASH_MAX_DIM or window is None)):
+            return self.attend_varlen(scale, window, query, key, value)
+        return self.attend_each(scale, window, query, key, value)
+
+    def attend_each(self, scale: float, window: int | None, query: torch.Tensor,
+                    key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """``attend`` with one SDPA call per prompt (the CPU's way)."""
         gqa = query.shape[1] != key.shape[1]
         if gqa and query.shape[-1] > _FLASH_MAX_DIM:
             # no fused kernel takes grouped heads this wide (SDPA would fall back to its float32
@@ -82,8 +99,39 @@ class VarlenPrefill:
             mask = self._window_mask(n, window, query.device) if window and n > window else None
             out[:, :, span] = torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, span], key[:, :, span], value[:, :, span], attn_mask=mask,
-                is_causal=mask is None, scale=module.scaling, enable_gqa=gqa)
+                is_causal=mask is None, scale=scale, enable_gqa=gqa)
         return out.transpose(1, 2)
+
+    def attend_varlen(self, scale: float, window: int | None, query: torch.Tensor,
+                      key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """Every prompt's causal attention in one kernel call over the packed row, delimited by
+        cumulative lengths (a GPU's variable-length kernels): flash attention for heads up to
+        256 wide, grouped-query heads and a sliding ``window`` included (keys less than
+        ``window`` tokens back); the memory-efficient kernel over expanded key heads for wider
+        ones (no window). A GPU only."""
+        q = query[0].transpose(0, 1)  # (total, heads, dim)
+        k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
+        longest = max(self.lengths)
+        bounds = self._bounds(q.device)
+        if q.shape[-1] <= _FLASH_MAX_DIM:
+            return torch.ops.aten._flash_attention_forward(
+                q, k, v, bounds, bounds, longest, longest, 0.0, True, False, scale=scale,
+                window_size_left=window - 1 if window else -1,
+                window_size_right=0 if window else -1)[0][None]
+        repeat = q.shape[1] // k.shape[1]
+        if repeat > 1:
+            k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
+        out = torch.ops.aten._efficient_attention_forward(
+            q[None], k[None], v[None], None, bounds, bounds, longest, longest, 0.0,
+            _CAUSAL_FROM_TOP_LEFT, False, scale=scale)[0]
+        return out
+
+    def _bounds(self, device: torch.device) -> torch.Tensor:
+        """(prompts + 1,) int32: where each prompt starts, then the total."""
+        if self._cumulative is None or self._cumulative.device != device:
+            ends = [*self.starts, self.starts[-1] + self.lengths[-1]]
+            self._cumulative = torch.tensor(ends, dtype=torch.int32).to(device)
+        return self._cumulative
 
     def _window_mask(self, n: int, window: int, device: torch.device) -> torch.Tensor:
         """(n, n) bool: causal, and less than ``window`` tokens back."""

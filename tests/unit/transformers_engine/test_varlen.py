@@ -57,6 +57,37 @@ def test_packed_attention_sees_each_prompt_alone(model: Any, dim: int, window: i
         at += n
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="variable-length kernels: a GPU")
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "window"),
+                         [(16, 8, 256, None), (16, 8, 256, 100), (16, 2, 512, None)])
+def test_one_kernel_call_on_a_gpu_attends_as_a_call_per_prompt(
+        model: Any, heads: int, kv_heads: int, dim: int, window: int | None) -> None:
+    """In bf16 on a GPU the row's attention is one variable-length kernel call (flash with
+    grouped heads and the sliding window, or the memory-efficient kernel for 512-wide heads);
+    against float32 math per prompt it is as close as a bf16 SDPA call per prompt."""
+    lengths = [1, 37, 300, 130, 9, 257]
+    packed = VarlenPrefill(model.kinds, lengths)
+    gen = torch.Generator().manual_seed(2)
+    total = sum(lengths)
+    q, k, v = (torch.randn((1, n, total, dim), generator=gen)
+               for n in (heads, kv_heads, kv_heads))
+    scale = dim ** -0.5
+    module = SimpleNamespace(sliding_window=window, scaling=scale)
+    half = [t.to("cuda", torch.bfloat16) for t in (q, k, v)]
+    one_call = packed.attend(module, *half).float().cpu()
+    per_prompt = packed.attend_each(scale, window, *half).float().cpu()
+    assert one_call.shape == per_prompt.shape == (1, total, heads, dim)
+    at, worst = 0, [0.0, 0.0]
+    for n in lengths:
+        span = slice(at, at + n)
+        want = _reference_attention(q[:, :, span] * scale, k[:, :, span], v[:, :, span],
+                                    window).transpose(1, 2)
+        for i, got in enumerate((one_call, per_prompt)):
+            worst[i] = max(worst[i], float((got[:, span] - want).abs().max()))
+        at += n
+    assert worst[0] <= 2 * worst[1] + 1e-3, worst
+
+
 def test_varlen_prefill_equals_each_prompt_encoded_alone(model: Any) -> None:
     """Prompts of 3 to 40 tokens (past the 16-token window) in one packed call: every entry
     holds the keys and values transformers' own encoder gives that prompt alone."""
