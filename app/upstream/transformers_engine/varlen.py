@@ -16,6 +16,7 @@ them back unchanged) and its ``read_batch`` (``attend``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
@@ -25,7 +26,7 @@ from torch.nn.attention import SDPBackend
 
 from app.upstream.transformers_engine.kv import KVEntry, LayerKinds
 
-__all__ = ["FUSED_BACKENDS", "VarlenPrefill"]
+__all__ = ["FUSED_BACKENDS", "VarlenPrefill", "one_call_attention_works"]
 
 _FLASH_MAX_DIM = 256  #: the widest head the flash kernel takes
 _HALF = (torch.bfloat16, torch.float16)  #: the dtypes the variable-length kernels take
@@ -44,7 +45,8 @@ class VarlenPrefill:
     is_compileable = False
     one_call = True  #: on a GPU, ``attend_varlen`` where it applies (False: benchmarks)
 
-    def __init__(self, kinds: LayerKinds, lengths: Sequence[int]) -> None:
+    def __init__(self, kinds: LayerKinds | None, lengths: Sequence[int]) -> None:
+        """``kinds``: the model's layer kinds (None: for its attention alone)."""
         self.layer_kinds = kinds
         self.lengths = list(lengths)
         self.starts = [0, *accumulate(self.lengths)][:-1]  #: where each prompt starts
@@ -73,13 +75,15 @@ class VarlenPrefill:
                ) -> torch.Tensor:
         """Causal attention within each prompt. ``query`` (1, heads, total, dim), ``key`` and
         ``value`` (1, kv_heads, total, dim); returns (1, total, heads, dim). On a GPU one
-        variable-length kernel call for the row (``attend_varlen``) in bf16 or float16, except
-        for heads too wide for flash attention under a sliding window; else a call per prompt
+        variable-length kernel call for the row (``attend_varlen``) in bf16 or float16 where a
+        probe found the kernels working (``one_call_attention_works``), except for heads too
+        wide for flash attention under a sliding window; else a call per prompt
         (``attend_each``)."""
         scale, window = module.scaling, getattr(module, "sliding_window", None)
         window = window if window and max(self.lengths) > window else None
         if (self.one_call and query.is_cuda and query.dtype in _HALF
-                and (query.shape[-1] <= _FLASH_MAX_DIM or window is None)):
+                and (query.shape[-1] <= _FLASH_MAX_DIM or window is None)
+                and one_call_attention_works(query.device, query.dtype)):
             return self.attend_varlen(scale, window, query, key, value)
         return self.attend_each(scale, window, query, key, value)
 
@@ -147,6 +151,7 @@ class VarlenPrefill:
         """One entry per prompt, its kinds' layers stacked into memory of its own (sliding kinds
         keep their last window - 1 tokens)."""
         kinds = self.layer_kinds
+        assert kinds is not None, "an attention-only prefill has no entries"
         missing = set(kinds.kind_of) - set(self.layers)
         assert not missing, f"the encoder did not run layers {sorted(missing)}"
         out = []
@@ -158,3 +163,35 @@ class VarlenPrefill:
                               torch.stack([self.layers[i][1][0, :, span] for i in ids])))
             out.append(KVEntry(n, tuple(entry)))
         return out
+
+
+#: the probe's cases: (query heads, key heads, head width, sliding window): the model's sliding
+#: layers (grouped heads 256 wide, a window shorter than a prompt) and its full ones (512 wide)
+_PROBES = ((16, 8, 256, None), (16, 8, 256, 100), (16, 2, 512, None))
+_PROBE_LENGTHS = (1, 37, 300, 130, 9, 257)
+
+
+@functools.cache
+def one_call_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``VarlenPrefill.attend_varlen`` gives on ``device`` what a call per prompt gives
+    (probed once per device and dtype, on random prompts of 1 to 300 tokens in the model's head
+    shapes): against the same attention in float32, its largest error must stay within twice
+    that of SDPA called per prompt in ``dtype``, plus 1e-3. A kernel that fails or differs
+    leaves the call per prompt in use."""
+    probe = VarlenPrefill(None, _PROBE_LENGTHS)
+    generator = torch.Generator().manual_seed(0)
+    total = sum(_PROBE_LENGTHS)
+    for heads, kv_heads, dim, window in _PROBES:
+        q, k, v = (torch.randn((1, n, total, dim), generator=generator).to(device)
+                   for n in (heads, kv_heads, kv_heads))
+        scale = dim ** -0.5
+        half = [t.to(dtype) for t in (q, k, v)]
+        try:
+            one_call = probe.attend_varlen(scale, window, *half).float()
+        except RuntimeError:  # no such kernel for this device or dtype
+            return False
+        per_prompt = probe.attend_each(scale, window, *half).float()
+        exact = probe.attend_each(scale, window, q, k, v)
+        if not (one_call - exact).abs().max() <= 2 * (per_prompt - exact).abs().max() + 1e-3:
+            return False
+    return True

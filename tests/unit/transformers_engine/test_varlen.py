@@ -13,7 +13,10 @@ torch = pytest.importorskip("torch")
 
 from app.upstream.transformers_engine.executor import _budget_chunks  # noqa: E402
 from app.upstream.transformers_engine.model import DecodeRow, PrefillJob  # noqa: E402
-from app.upstream.transformers_engine.varlen import VarlenPrefill  # noqa: E402
+from app.upstream.transformers_engine.varlen import (  # noqa: E402
+    VarlenPrefill,
+    one_call_attention_works,
+)
 from tests.fixtures.tokens import random_ids  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -74,7 +77,9 @@ def test_one_kernel_call_on_a_gpu_attends_as_a_call_per_prompt(
     scale = dim ** -0.5
     module = SimpleNamespace(sliding_window=window, scaling=scale)
     half = [t.to("cuda", torch.bfloat16) for t in (q, k, v)]
-    one_call = packed.attend(module, *half).float().cpu()
+    assert one_call_attention_works(half[0].device, torch.bfloat16)  # else attend is per prompt
+    one_call = packed.attend_varlen(scale, window, *half).float().cpu()
+    assert torch.equal(packed.attend(module, *half).float().cpu(), one_call)
     per_prompt = packed.attend_each(scale, window, *half).float().cpu()
     assert one_call.shape == per_prompt.shape == (1, total, heads, dim)
     at, worst = 0, [0.0, 0.0]
@@ -86,6 +91,12 @@ def test_one_kernel_call_on_a_gpu_attends_as_a_call_per_prompt(
             worst[i] = max(worst[i], float((got[:, span] - want).abs().max()))
         at += n
     assert worst[0] <= 2 * worst[1] + 1e-3, worst
+
+
+def test_a_device_without_the_one_call_kernels_keeps_the_call_per_prompt() -> None:
+    """The probe answers no where the variable-length kernels do not run (the CPU has none),
+    and a CPU row's attention is the call per prompt."""
+    assert not one_call_attention_works(torch.device("cpu"), torch.bfloat16)
 
 
 def test_varlen_prefill_equals_each_prompt_encoded_alone(model: Any) -> None:
