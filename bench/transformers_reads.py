@@ -32,6 +32,11 @@ caps the process as ``DREADS_ENGINE_GPU_MEMORY`` does (refusing weights the cap 
 with the figures); the table's GiB column is each run's peak memory allocated (use
 ``--no-bare`` under a cap: the bare right-padded forwards are not the engine's).
 
+``--prefill-sweep 1,4,16,64`` times the encoder alone on that many field prompts, until its
+launches return and until the GPU is done (equal: the host is the limit);
+``--attention-per-prompt`` runs the prefill's attention a call per prompt instead of one call
+a layer; ``--profile FILE:DRAWS:SCENARIO`` writes a torch profile of one scenario's run.
+
     python bench/transformers_reads.py --config full --device cuda      # H200
     python bench/transformers_reads.py --config full --device cuda --weights fp8 --gpu-memory 32
     python bench/transformers_reads.py --config small --device cpu --states 24 --multi-states 4

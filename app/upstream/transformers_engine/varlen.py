@@ -175,9 +175,9 @@ _PROBE_LENGTHS = (1, 37, 300, 130, 9, 257)
 def one_call_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether ``VarlenPrefill.attend_varlen`` gives on ``device`` what a call per prompt gives
     (probed once per device and dtype, on random prompts of 1 to 300 tokens in the model's head
-    shapes): against the same attention in float32, its largest error must stay within twice
-    that of SDPA called per prompt in ``dtype``, plus 1e-3. A kernel that fails or differs
-    leaves the call per prompt in use."""
+    shapes): against the same attention of the same inputs in float32, its largest error must
+    stay within twice that of SDPA called per prompt in ``dtype``, plus 1e-3. A kernel that
+    fails or differs leaves the call per prompt in use."""
     probe = VarlenPrefill(None, _PROBE_LENGTHS)
     generator = torch.Generator().manual_seed(0)
     total = sum(_PROBE_LENGTHS)
@@ -191,7 +191,7 @@ def one_call_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
         except RuntimeError:  # no such kernel for this device or dtype
             return False
         per_prompt = probe.attend_each(scale, window, *half).float()
-        exact = probe.attend_each(scale, window, q, k, v)
+        exact = probe.attend_each(scale, window, *(t.float() for t in half))
         if not (one_call - exact).abs().max() <= 2 * (per_prompt - exact).abs().max() + 1e-3:
             return False
     return True
