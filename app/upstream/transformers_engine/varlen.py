@@ -188,7 +188,7 @@ def one_call_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
         half = [t.to(dtype) for t in (q, k, v)]
         try:
             one_call = probe.attend_varlen(scale, window, *half).float()
-        except RuntimeError:  # no such kernel for this device or dtype
+        except Exception:  # no such kernel for this device, dtype or torch: a call per prompt
             return False
         per_prompt = probe.attend_each(scale, window, *half).float()
         exact = probe.attend_each(scale, window, *(t.float() for t in half))
