@@ -83,7 +83,8 @@ class VarlenPrefill:
         window = window if window and max(self.lengths) > window else None
         if (self.one_call and query.is_cuda and query.dtype in _HALF
                 and (query.shape[-1] <= _FLASH_MAX_DIM or window is None)
-                and one_call_attention_works(query.device, query.dtype)):
+                and one_call_attention_works(query.device, query.dtype, query.shape[1],
+                                             key.shape[1], query.shape[-1], window)):
             return self.attend_varlen(scale, window, query, key, value)
         return self.attend_each(scale, window, query, key, value)
 
@@ -165,33 +166,29 @@ class VarlenPrefill:
         return out
 
 
-#: the probe's cases: (query heads, key heads, head width, sliding window): the model's sliding
-#: layers (grouped heads 256 wide, a window shorter than a prompt) and its full ones (512 wide)
-_PROBES = ((16, 8, 256, None), (16, 8, 256, 100), (16, 2, 512, None))
-_PROBE_LENGTHS = (1, 37, 300, 130, 9, 257)
+_PROBE_LENGTHS = (1, 37, 300, 130, 9, 257)  #: the probe's prompts (tokens)
 
 
 @functools.cache
-def one_call_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether ``VarlenPrefill.attend_varlen`` gives on ``device`` what a call per prompt gives
-    (probed once per device and dtype, on random prompts of 1 to 300 tokens in the model's head
-    shapes): against the same attention of the same inputs in float32, its largest error must
-    stay within twice that of SDPA called per prompt in ``dtype``, plus 1e-3. A kernel that
-    fails or differs leaves the call per prompt in use."""
+def one_call_attention_works(device: torch.device, dtype: torch.dtype, heads: int,
+                             kv_heads: int, dim: int, window: int | None) -> bool:
+    """Whether ``VarlenPrefill.attend_varlen`` gives on ``device`` what a call per prompt gives,
+    for one head shape and window (probed once each, on random prompts of 1 to 300 tokens, a
+    window shorter than the longest): against the same attention of the same inputs in
+    float32, its largest error must stay within twice that of SDPA called per prompt in
+    ``dtype``, plus 1e-3. A kernel that fails or differs leaves the call per prompt in use for
+    that shape."""
     probe = VarlenPrefill(None, _PROBE_LENGTHS)
     generator = torch.Generator().manual_seed(0)
     total = sum(_PROBE_LENGTHS)
-    for heads, kv_heads, dim, window in _PROBES:
-        q, k, v = (torch.randn((1, n, total, dim), generator=generator).to(device)
-                   for n in (heads, kv_heads, kv_heads))
-        scale = dim ** -0.5
-        half = [t.to(dtype) for t in (q, k, v)]
-        try:
-            one_call = probe.attend_varlen(scale, window, *half).float()
-        except Exception:  # no such kernel for this device, dtype or torch: a call per prompt
-            return False
-        per_prompt = probe.attend_each(scale, window, *half).float()
-        exact = probe.attend_each(scale, window, *(t.float() for t in half))
-        if not (one_call - exact).abs().max() <= 2 * (per_prompt - exact).abs().max() + 1e-3:
-            return False
-    return True
+    q, k, v = (torch.randn((1, n, total, dim), generator=generator).to(device, dtype)
+               for n in (heads, kv_heads, kv_heads))
+    scale = dim ** -0.5
+    window = min(window, max(_PROBE_LENGTHS) // 3) if window else None
+    try:
+        one_call = probe.attend_varlen(scale, window, q, k, v).float()
+    except Exception:  # no such kernel for this device, dtype or torch: a call per prompt
+        return False
+    per_prompt = probe.attend_each(scale, window, q, k, v).float()
+    exact = probe.attend_each(scale, window, q.float(), k.float(), v.float())
+    return bool((one_call - exact).abs().max() <= 2 * (per_prompt - exact).abs().max() + 1e-3)

@@ -77,7 +77,8 @@ def test_one_kernel_call_on_a_gpu_attends_as_a_call_per_prompt(
     scale = dim ** -0.5
     module = SimpleNamespace(sliding_window=window, scaling=scale)
     half = [t.to("cuda", torch.bfloat16) for t in (q, k, v)]
-    assert one_call_attention_works(half[0].device, torch.bfloat16)  # else attend is per prompt
+    assert one_call_attention_works(half[0].device, torch.bfloat16, heads, kv_heads, dim,
+                                    window)  # else attend runs a call per prompt
     one_call = packed.attend_varlen(scale, window, *half).float().cpu()
     assert torch.equal(packed.attend(module, *half).float().cpu(), one_call)
     per_prompt = packed.attend_each(scale, window, *half).float().cpu()
@@ -96,7 +97,10 @@ def test_one_kernel_call_on_a_gpu_attends_as_a_call_per_prompt(
 def test_a_device_without_the_one_call_kernels_keeps_the_call_per_prompt() -> None:
     """The probe answers no where the variable-length kernels do not run (the CPU has none),
     and a CPU row's attention is the call per prompt."""
-    assert not one_call_attention_works(torch.device("cpu"), torch.bfloat16)
+    for heads, kv_heads, dim, window in ((16, 8, 256, None), (16, 8, 256, 100),
+                                         (16, 2, 512, None)):
+        assert not one_call_attention_works(torch.device("cpu"), torch.bfloat16, heads,
+                                            kv_heads, dim, window)
 
 
 def test_varlen_prefill_equals_each_prompt_encoded_alone(model: Any) -> None:
