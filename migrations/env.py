@@ -1,4 +1,5 @@
-"""Alembic environment: metadata from app.store.models, URL from the caller or DREADS_DATABASE_URL."""
+"""Alembic environment: metadata from app.store.models, URL from the caller or the environment
+(DREADS_DATABASE_URL)."""
 
 from __future__ import annotations
 
