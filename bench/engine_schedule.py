@@ -41,9 +41,9 @@ from app.upstream.transformers_engine import (  # noqa: E402
 from app.upstream.transformers_engine.executor import JobOutput, ReadJob  # noqa: E402
 from app.upstream.transformers_engine.tiny import rounded_vocab  # noqa: E402
 from bench.transformers_reads import (  # noqa: E402
-    _run_decisions,
     add_schedule_options,
     field_decisions,
+    run_decisions,
 )
 
 
@@ -77,7 +77,7 @@ def main() -> None:
 
     upstream.executor.run = stand_in  # type: ignore[method-assign]
     started = time.perf_counter()
-    asyncio.run(_run_decisions(upstream, decisions, settings, tokenizer, workers=args.workers,
+    asyncio.run(run_decisions(upstream, decisions, settings, tokenizer, workers=args.workers,
                                chunk=args.chunk, in_flight=args.in_flight))
     wall = time.perf_counter() - started
     sizes = upstream.batcher.batch_sizes

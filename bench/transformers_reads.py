@@ -270,7 +270,7 @@ class Figures:
         return self.question_reads / self.wall_s
 
 
-async def _run_decisions(upstream: TransformersUpstream, decisions: Sequence[Decision],
+async def run_decisions(upstream: TransformersUpstream, decisions: Sequence[Decision],
                          settings: ReadSettings, tokenizer: HFTextTokenizer, *, workers: int,
                          chunk: int, in_flight: int) -> tuple[int, int]:
     """execute_run's schedule: ``workers`` slots take chunks of ``chunk`` decisions; a chunk's
@@ -319,7 +319,7 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
         **({"cache_bytes": args.cache_gib << 30} if args.cache_gib else {}))
     upstream.executor.trace = []
     started = time.perf_counter()
-    qreads, canvases = asyncio.run(_run_decisions(
+    qreads, canvases = asyncio.run(run_decisions(
         upstream, decisions, settings, tokenizer, workers=args.workers, chunk=args.chunk,
         in_flight=args.in_flight))
     wall = time.perf_counter() - started
@@ -337,6 +337,12 @@ def measure(model: ReadModel, tokenizer: HFTextTokenizer, scenario: str,
                       cache_hit_rate=cache.hits / lookups if lookups else 0.0, trace=trace)
     cache.clear()
     return figures
+
+
+def synchronize(model: ReadModel) -> None:
+    """Wait for the model's GPU work (nothing to wait for on the CPU)."""
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def calls_split(trace: Sequence[tuple[Any, ...]]) -> str:
@@ -359,18 +365,17 @@ def prefill_sweep(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Seque
     its launches return, and until the GPU is done. A call whose launches take about its wall
     is bound by the host (or waits on the GPU inside), not by the GPU's work."""
     prompts = [tuple(tokenizer.encode(d.state)) for d in decisions[:max(counts)]]
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     print("prefill alone: prompts, tokens, launched ms, wall ms, tokens/s", flush=True)
     for n in counts:
         jobs = [PrefillJob(None, ids) for ids in prompts[:n]]
         walls, launches = [], []
         for _ in range(repeats + 1):
-            sync()
+            synchronize(model)
             started = time.perf_counter()
             with torch.inference_mode():
                 model._prefill_packed(jobs)
             launches.append(time.perf_counter() - started)
-            sync()
+            synchronize(model)
             walls.append(time.perf_counter() - started)
         tokens = sum(len(ids) for ids in prompts[:n])
         wall, launch = statistics.median(walls[1:]), statistics.median(launches[1:])
@@ -379,7 +384,7 @@ def prefill_sweep(model: ReadModel, tokenizer: HFTextTokenizer, decisions: Seque
 
 
 def add_schedule_options(parser: argparse.ArgumentParser) -> None:
-    """execute_run's schedule (``_run_decisions``) and the engine's batch."""
+    """execute_run's schedule (``run_decisions``) and the engine's batch."""
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--in-flight", type=int, default=64)
@@ -458,18 +463,14 @@ class Bare:
         return torch.randint(200, self.model.vocab_size, (rows, n), generator=self.rng).to(
             self.model.device)
 
-    def _sync(self) -> None:
-        if self.model.device.type == "cuda":
-            torch.cuda.synchronize()
-
     def _time(self, key: tuple[Any, ...], fn: Any) -> float:
         key = (*key, self.model.kernels)  # transformers' forwards, or with the fused kernels
         if key not in self.times:
             fn()  # warm
-            self._sync()
+            synchronize(self.model)
             started = time.perf_counter()
             fn()
-            self._sync()
+            synchronize(self.model)
             self.times[key] = time.perf_counter() - started
         return self.times[key]
 

@@ -120,8 +120,7 @@ class MicroBatcher(Generic[J, R]):
         arrival order."""
         if self._first is not None and len(self._pending) > self.max_batch:
             first = self._first
-            marked = [(not first(job), i) for i, (job, _) in enumerate(self._pending)]
-            self._pending = [self._pending[i] for _, i in sorted(marked)]
+            self._pending.sort(key=lambda pending: not first(pending[0]))  # stable
         batch = self._pending[: self.max_batch]
         del self._pending[: self.max_batch]
         return batch

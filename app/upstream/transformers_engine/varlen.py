@@ -50,10 +50,11 @@ class VarlenPrefill:
         self.layer_kinds = kinds
         self.lengths = list(lengths)
         self.starts = [0, *accumulate(self.lengths)][:-1]  #: where each prompt starts
+        self.longest = max(self.lengths)
         #: per layer: its (1, kv_heads, total, dim) keys and values, as the encoder made them
         self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._masks: dict[int, torch.Tensor] = {}
-        self._cumulative: torch.Tensor | None = None
+        self._bounds: torch.Tensor | None = None  #: the kernels' cumulative lengths, on a GPU
 
     def inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(1, total) input ids and positions: each prompt from position 0."""
@@ -80,7 +81,7 @@ class VarlenPrefill:
         wide for flash attention under a sliding window; else a call per prompt
         (``attend_each``)."""
         scale, window = module.scaling, getattr(module, "sliding_window", None)
-        window = window if window and max(self.lengths) > window else None
+        window = window if window and self.longest > window else None
         if (self.one_call and query.is_cuda and query.dtype in _HALF
                 and (query.shape[-1] <= _FLASH_MAX_DIM or window is None)
                 and one_call_attention_works(query.device, query.dtype, query.shape[1],
@@ -116,8 +117,11 @@ class VarlenPrefill:
         ones (no window). A GPU only."""
         q = query[0].transpose(0, 1)  # (total, heads, dim)
         k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
-        longest = max(self.lengths)
-        bounds = self._bounds(q.device)
+        longest = self.longest
+        if self._bounds is None:  # (prompts + 1,): where each prompt starts, then the total
+            self._bounds = torch.tensor([0, *accumulate(self.lengths)], dtype=torch.int32,
+                                        device=q.device)
+        bounds = self._bounds
         if q.shape[-1] <= _FLASH_MAX_DIM:
             return torch.ops.aten._flash_attention_forward(
                 q, k, v, bounds, bounds, longest, longest, 0.0, True, False, scale=scale,
@@ -126,17 +130,9 @@ class VarlenPrefill:
         repeat = q.shape[1] // k.shape[1]
         if repeat > 1:
             k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
-        out = torch.ops.aten._efficient_attention_forward(
+        return torch.ops.aten._efficient_attention_forward(
             q[None], k[None], v[None], None, bounds, bounds, longest, longest, 0.0,
             _CAUSAL_FROM_TOP_LEFT, False, scale=scale)[0]
-        return out
-
-    def _bounds(self, device: torch.device) -> torch.Tensor:
-        """(prompts + 1,) int32: where each prompt starts, then the total."""
-        if self._cumulative is None or self._cumulative.device != device:
-            ends = [*self.starts, self.starts[-1] + self.lengths[-1]]
-            self._cumulative = torch.tensor(ends, dtype=torch.int32).to(device)
-        return self._cumulative
 
     def _window_mask(self, n: int, window: int, device: torch.device) -> torch.Tensor:
         """(n, n) bool: causal, and less than ``window`` tokens back."""
