@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from app.config import Settings
     from app.runs.reports import ResumeReport, SweepReport
     from app.runs.resume import Proceed
+    from app.store.csv_export import CsvExport
     from app.store.records import RunInfo
     from app.store.status_sql import Reader, RunStatusReport
     from app.store.types import Session, SessionFactory
@@ -451,18 +452,26 @@ def export(
         "-o", "--output", metavar="FILE",
         help="Write to FILE (replaced only once the export succeeded); default stdout.")]
     = None,
+    with_state: Annotated[bool, typer.Option(
+        "--with-state", help="Add each decision's state text (csv: a 'state' column; jsonl: "
+        "a 'state' field, as stored). Off by default: states are most of a run's size.")]
+    = False,
     database: DatabaseOpt = None,
 ) -> None:
-    """One line per decision with every answer and diagnostic (streamed from SQL)."""
+    """One line per decision with every answer and diagnostic (streamed from SQL); csv
+    columns: docs/commands.md#export."""
     from app.store.runs import require_run
 
     with cli_errors():
+        if with_state and fmt is ExportFormat.OPENAI_BATCH:
+            raise InputError("--with-state is for --format csv or jsonl (an OpenAI Batch "
+                             "output line has no state); leave it out or change --format")
         if output is not None:
             check_output_path(output)
         with _session(database) as session:
             info = require_run(session, run)
             with atomic_output(output, newline="") as out:
-                n = _write_export(out, session, info, fmt)
+                n = _write_export(out, session, info, fmt, with_state=with_state)
             spend_line = _spend_line(session, info)
     if output is not None and str(output) != "-":
         err_console.print(f"exported {n} decision(s) of run {run!r} to {output}",
@@ -479,18 +488,21 @@ def _spend_line(session: Session, info: RunInfo) -> str:
     return spend_of(session, info.id).line(counts.get("done", 0), sum(counts.values()))
 
 
-def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat) -> int:
+def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat, *,
+                  with_state: bool) -> int:
     """Write the run in ``fmt``; the number of decisions written."""
-    from app.store.views import iter_export, question_ids
+    from app.store.views import iter_export
 
     if fmt is ExportFormat.JSONL:
-        return _write_jsonl(out, iter_export(session, info.id))
+        return _write_jsonl(out, iter_export(session, info.id, with_state=with_state))
     if fmt is ExportFormat.OPENAI_BATCH:
         from app.store.openai_export import iter_openai_batch
 
         model = str(info.settings.get("model", ""))
         return _write_jsonl(out, iter_openai_batch(session, info.id, model))
-    return _write_csv(out, question_ids(session, info.id), iter_export(session, info.id))
+    from app.store.csv_export import csv_export
+
+    return _write_csv(out, csv_export(session, info, with_state=with_state))
 
 
 @contextmanager
@@ -511,32 +523,12 @@ def _write_jsonl(out: IO[str], records: Iterator[dict[str, Any]]) -> int:
     return n
 
 
-def _csv_columns(qids: list[str]) -> list[str]:
-    from app.store.views import ANSWER_FIELDS
-
-    per_question = [*ANSWER_FIELDS, "expected"]
-    return ["id", "cell", "replicate", "status", "error_kind", "error",
-            *(f"{qid}.{name}" for qid in qids for name in per_question)]
-
-
-def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
-    import orjson
-
-    row = {k: record[k] for k in ("id", "cell", "replicate", "status", "error_kind", "error")}
-    for qid, answer in record["answers"].items():
-        for name, value in answer.items():
-            if name == "probs" and value is not None:
-                value = orjson.dumps(value).decode()
-            if name != "answered":
-                row[f"{qid}.{name}"] = value
-    return row
-
-
-def _write_csv(out: IO[str], qids: list[str], records: Iterator[dict[str, Any]]) -> int:
-    writer = csv.DictWriter(out, fieldnames=_csv_columns(qids), extrasaction="ignore")
+def _write_csv(out: IO[str], table: CsvExport) -> int:
+    """The header, then one row per decision; the number of rows."""
+    writer = csv.DictWriter(out, fieldnames=table.columns)
     writer.writeheader()
     n = 0
-    for record in records:
-        writer.writerow(_csv_row(record))
+    for row in table.rows:
+        writer.writerow(row)
         n += 1
     return n

@@ -13,6 +13,7 @@ from sqlalchemy import Select, and_, case, func, select, text
 from sqlalchemy.orm import Session
 
 from app.store import dialects, status_sql
+from app.store.export_shapes import mean_level, question_shapes
 from app.store.models import (
     Answer,
     Decision,
@@ -155,34 +156,55 @@ def _export_stmt(run_id: int) -> Select[Any]:
             .execution_options(yield_per=1000))
 
 
-def iter_export(session: Session, run_id: int) -> Iterator[dict[str, Any]]:
-    """One dict per decision, streamed: its identity, status and per question the answer
-    with every diagnostic and the expected label (None where unanswered)."""
+def iter_export(session: Session, run_id: int, *,
+                with_state: bool = False) -> Iterator[dict[str, Any]]:
+    """One dict per decision, streamed: its identity, status (and with ``with_state`` its
+    state, as stored) and per question the answer with every diagnostic, the expected label
+    and the expected answer in the answer's form (``expected_option``); a score's mean level
+    in the job file's numbering is ``mean_level`` (``expected_level`` is 0-based)."""
     run_status = _run_status(session, run_id)
     rows = session.execute(_export_stmt(run_id))
     for _, group in groupby(rows, key=lambda r: r.id):
-        yield _export_record(list(group), run_status)
+        yield _export_record(list(group), run_status, with_state=with_state)
 
 
-def _export_record(rows: Sequence[Any], run_status: str) -> dict[str, Any]:
+def _export_record(rows: Sequence[Any], run_status: str, *, with_state: bool) -> dict[str, Any]:
     first = rows[0]
-    expected = first.payload.get("expected") or {}
+    answers = _export_answers(rows, first.payload)
+    record = {"id": first.key, "cell": first.cell, "replicate": first.replicate,
+              "status": shown_status(first.status, run_status),
+              "error_kind": first.last_error_kind,
+              "error": first.last_error, "answers": answers}
+    if with_state:
+        record["state"] = first.payload.get("state")
+    if first.payload.get("images"):  # each image's reference and what submit checked
+        record["images"] = first.payload["images"]
+    return record
+
+
+def _export_answers(rows: Sequence[Any], payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Question id -> its answer (or ``answered: False``), expected label and option."""
+    expected = payload.get("expected") or {}
+    shapes = question_shapes(payload)
+
+    def option(qid: str, label: str | None) -> str | None:
+        shape = shapes.get(qid)
+        return None if shape is None else shape.option_of(label)
+
     answers: dict[str, Any] = {
-        qid: {"answered": False, "expected": expected.get(qid)}
-        for qid in _payload_questions(first.payload)
+        qid: {"answered": False, "expected": expected.get(qid),
+              "expected_option": option(qid, expected.get(qid))}
+        for qid in _payload_questions(payload)
     }
     for row in rows:
         if row.question_id is not None:
             answer = {name: getattr(row, name) for name in ANSWER_FIELDS}
             exp = row.expected if row.expected is not None else expected.get(row.question_id)
-            answers[row.question_id] = {"answered": True, **answer, "expected": exp}
-    record = {"id": first.key, "cell": first.cell, "replicate": first.replicate,
-              "status": shown_status(first.status, run_status),
-              "error_kind": first.last_error_kind,
-              "error": first.last_error, "answers": answers}
-    if first.payload.get("images"):  # each image's reference and what submit checked
-        record["images"] = first.payload["images"]
-    return record
+            answers[row.question_id] = {
+                "answered": True, **answer, "expected": exp,
+                "expected_option": option(row.question_id, exp),
+                "mean_level": mean_level(row.expected_level)}
+    return answers
 
 
 def resume_preview(
