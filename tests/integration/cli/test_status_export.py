@@ -99,13 +99,15 @@ def test_export_jsonl_and_csv(dreads: Dreads, cli_pg: str, finished_run: str,
     assert set(s5["answers"]) == {"ok", "topic"}
     topic = s5["answers"]["topic"]
     assert set(ANSWER_FIELDS) <= set(topic) and topic["expected"] == "B"
+    assert topic["expected_option"] == "law" and topic["mean_level"] is None
     assert topic["label"] in ("A", "B") and abs(sum(topic["probs"].values()) - 1) < 1e-6
     assert records[1]["answers"]["ok"]["expected"] == "no"
     assert records[0]["answers"]["ok"]["p_yes"] is not None
     result = dreads("export", finished_run, "--format", "csv", "--database-url", cli_pg)
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [r["id"] for r in rows] == ["s1", "s2", "s3", "s4", "s5"]
-    assert rows[4]["topic.expected"] == "B" and rows[0]["topic.label"] == ""
+    assert (rows[4]["topic.expected"], rows[4]["topic.expected_label"]) == ("law", "B")
+    assert rows[4]["topic.answer"] == topic["option"] and rows[0]["topic.label"] == ""
     assert float(rows[0]["ok.p_yes"]) == pytest.approx(records[0]["answers"]["ok"]["p_yes"])
     assert orjson.loads(rows[4]["topic.probs"]) == topic["probs"]
 

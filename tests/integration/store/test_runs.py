@@ -128,7 +128,8 @@ def test_template_problems_stored_as_rejected(factory, tmp_path: Path) -> None: 
     with session_scope(factory) as session:
         records = {r["id"]: r for r in iter_export(session, report.run.id)}
     assert records["ch"]["status"] == "rejected" and "logprob ids" in records["ch"]["error"]
-    assert records["n1"]["answers"]["ok"] == {"answered": False, "expected": "yes"}
+    assert records["n1"]["answers"]["ok"] == {"answered": False, "expected": "yes",
+                                              "expected_option": "yes"}
 
 
 @pytest.mark.slow
