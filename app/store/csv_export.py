@@ -27,7 +27,7 @@ from app.store.records import RunInfo
 from app.store.views import iter_export
 
 __all__ = ["DECISION_COLUMNS", "QUESTION_COLUMNS", "Column", "CsvExport", "Needs",
-           "csv_export"]
+           "csv_export", "question_types"]
 
 NOUL, CHOICE, SCORE = "noul", "choice", "score"
 EVERY_TYPE = frozenset({NOUL, CHOICE, SCORE})
