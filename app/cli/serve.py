@@ -89,14 +89,19 @@ def _check_store(url: str) -> None:
 
 def _check_answer_key(path: str) -> None:
     """Read the simulator's answer key once before the server starts, so that a missing or
-    malformed one is one line here (exit 2) rather than a traceback from the server's startup.
+    malformed one is one line here (exit 2) rather than a traceback from the server's startup,
+    and what it does not match in its job file is said here.
 
     Raises:
         ConfigError: the key cannot be read, or a line of it is not an answer-key line.
     """
-    from app.upstream.sim.scorer import AnswerKey
+    from rich.markup import escape
 
-    AnswerKey.load(path)
+    from app.upstream.sim.key import AnswerKey
+
+    for warning in AnswerKey.load(path).warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,
+                          soft_wrap=True)
 
 
 @app.command("serve", rich_help_panel=SERVERS)
