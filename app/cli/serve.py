@@ -115,7 +115,8 @@ def serve(
         "--upstream", help="vLLM base URL, or 'sim' for a simulator in this process "
         "(DREADS_UPSTREAM).")] = None,
     sim_key: Annotated[str | None, typer.Option(
-        "--sim-key", help="With --upstream sim: the simulator's answer key (JSONL).")] = None,
+        "--sim-key", help="With --upstream sim: the simulator's answer key (JSONL lines "
+        "{state, question, label}; X.key.jsonl is read against X.jsonl beside it).")] = None,
     executor: Annotated[Executor, typer.Option(
         help="Who runs submitted runs: local (this process), queue (Celery workers), auto: "
         "local for SQLite, queue otherwise (DREADS_API_EXECUTOR).", rich_help_panel=_API)]
