@@ -12,7 +12,7 @@ question's options (``Asked.key_label``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,12 +57,12 @@ class AnswerKey:
         Raises:
             ConfigError: the file cannot be read, or a line is not an answer-key line (named).
         """
+        job_file = job_file_beside(Path(path))
+        asked_by = _file_questions(job_file) if job_file is not None else {}
         try:
-            lines = list(_read(path))
-            job_file = job_file_beside(Path(path))
             if job_file is None:
-                return cls({line.entry: line.answer for line in lines})
-            return _against(lines, str(path), job_file)
+                return cls({line.entry: line.answer for line in _read(path)})
+            return _against(_read(path), str(path), job_file, asked_by)
         except OSError as exc:
             raise ConfigError(f"cannot read the answer key {str(path)!r}: "
                               f"{exc.strerror or exc}") from exc
@@ -113,11 +113,26 @@ def _key_line(line: bytes, path: str | Path, line_no: int) -> _Line:
             f"and image_sha256 a list of hex digests if given ({exc})") from exc
 
 
-def _file_questions(job_file: Path) -> dict[tuple[str, str], dict[Question, str]]:
+Asked = dict[tuple[str, str], dict[Question, str]]
+
+
+def _file_questions(job_file: Path) -> Asked:
     """(serialised state, instructions) -> each distinct question asked so, with the id of the
-    first decision asking it. Lines that are not decisions are passed over (a run names them)."""
+    first decision asking it. Lines that are not decisions are passed over (a run names them).
+
+    Raises:
+        ConfigError: the job file cannot be read.
+    """
+    try:
+        return _questions_in(job_file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {str(job_file)!r}, the job file beside the answer key: "
+                          f"{exc.strerror or exc}") from exc
+
+
+def _questions_in(job_file: Path) -> Asked:
     memo: QuestionsMemo = {}
-    found: dict[tuple[str, str], dict[Question, str]] = {}
+    found: Asked = {}
     with open(job_file, "rb") as handle:
         for line in handle:
             try:
@@ -152,8 +167,7 @@ class _Tally:
         self.first = self.first or first
 
 
-def _against(lines: list[_Line], path: str, job_file: Path) -> AnswerKey:
-    asked_by = _file_questions(job_file)
+def _against(lines: Iterable[_Line], path: str, job_file: Path, asked_by: Asked) -> AnswerKey:
     labels: dict[KeyEntry, Any] = {}
     unmatched, unoffered = _Tally(), _Tally()
     for line in lines:

@@ -133,8 +133,8 @@ def _say_key(key: AnswerKey | None, path: str | None) -> None:
     if key is None:
         return
     if key.job_file is None:
-        logger.info("[dreads sim] answer key %s: %d line(s), not checked against a job file "
-                    "(none named X.jsonl beside X.key.jsonl)", path, len(key.labels))
+        logger.info("[dreads sim] answer key %s: %d line(s), not checked: no job file beside "
+                    "it (X.jsonl for X.key.jsonl)", path, len(key.labels))
         return
     logger.info("[dreads sim] answer key %s: %d line(s), read against %s", path,
                 len(key.labels), key.job_file)
