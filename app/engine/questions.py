@@ -230,7 +230,8 @@ _PREDICATE = {"yes": "true", "no": "false", True: "true", False: "false"}
 def answer_label(question: Question, value: Any) -> str:
     """The canvas label a given answer names (an answer key's): the label itself, else what
     ``normalize_expected`` reads (option name, level text, index); yes/no (or a boolean) name
-    the options of a true/false choice, an OpenAI predicate.
+    the options of a true/false choice, an OpenAI predicate. Labels first, so that a label
+    read again is the same label.
 
     Raises:
         InputError: the value is none of the question's labels or options.
