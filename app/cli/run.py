@@ -330,6 +330,7 @@ def _execute(job: _Job) -> ExecutorStats:
             _say_endpoint(job, settings, url)
         else:
             _say_upstream(job, url)
+        _say_key_warnings(sim)
         tokenizer = load_tokenizer(settings.tokenizer)
         if job.check_server and not by_endpoint:
             note = check_server(job.factory, job.run, ServerAt(url, job.engine), settings,
@@ -386,6 +387,14 @@ def _say_upstream(job: _Job, url: str) -> None:
              else "without an answer key (answers are noise)")
     err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url}), "
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
+
+
+def _say_key_warnings(sim: Any) -> None:
+    """What the simulator's answer key does not match in the job file, even with --json."""
+    key = sim.app.answer_key if sim is not None else None
+    for warning in key.warnings if key is not None else ():
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,
+                          soft_wrap=True)
 
 
 def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:

@@ -89,14 +89,19 @@ def _check_store(url: str) -> None:
 
 def _check_answer_key(path: str) -> None:
     """Read the simulator's answer key once before the server starts, so that a missing or
-    malformed one is one line here (exit 2) rather than a traceback from the server's startup.
+    malformed one is one line here (exit 2) rather than a traceback from the server's startup,
+    and what it does not match in its job file is said here.
 
     Raises:
         ConfigError: the key cannot be read, or a line of it is not an answer-key line.
     """
-    from app.upstream.sim.scorer import AnswerKey
+    from rich.markup import escape
 
-    AnswerKey.load(path)
+    from app.upstream.sim.key import AnswerKey
+
+    for warning in AnswerKey.load(path).warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,
+                          soft_wrap=True)
 
 
 @app.command("serve", rich_help_panel=SERVERS)
@@ -110,7 +115,8 @@ def serve(
         "--upstream", help="vLLM base URL, or 'sim' for a simulator in this process "
         "(DREADS_UPSTREAM).")] = None,
     sim_key: Annotated[str | None, typer.Option(
-        "--sim-key", help="With --upstream sim: the simulator's answer key (JSONL).")] = None,
+        "--sim-key", help="With --upstream sim: the simulator's answer key (JSONL lines "
+        "{state, question, label}; X.key.jsonl is read against X.jsonl beside it).")] = None,
     executor: Annotated[Executor, typer.Option(
         help="Who runs submitted runs: local (this process), queue (Celery workers), auto: "
         "local for SQLite, queue otherwise (DREADS_API_EXECUTOR).", rich_help_panel=_API)]

@@ -56,7 +56,9 @@ def sim(
     vocab: Annotated[int | None, typer.Option(help="Vocabulary size (default: tokenizer's).")]
     = None,
     key: Annotated[str | None, typer.Option(
-        "--key", help="Answer key JSONL {state, question, label}.", rich_help_panel=_ANSWERS)]
+        "--key", help="Answer key: JSONL lines {state, question, label}, the label as a job "
+        "file's expected takes it (docs/jobfile.md); X.key.jsonl is read against X.jsonl "
+        "beside it.", rich_help_panel=_ANSWERS)]
     = None,
     noise: Annotated[float, typer.Option(
         min=0.0, help="How much the noise token moves the logits.", rich_help_panel=_ANSWERS)]

@@ -43,6 +43,7 @@ from app.errors import BadLine, InputError
 __all__ = [
     "QuestionsMemo",
     "SpecsMemo",
+    "answer_label",
     "build_decision",
     "decision_from_payload",
     "decision_payload",
@@ -221,6 +222,25 @@ def normalize_expected(question: Question, value: Any) -> str:
         raise InputError(f"expected value {value!r} of question {question.id!r} is not among "
                          f"its labels {list(question.labels)} or options ({allowed})")
     return label
+
+
+_PREDICATE = {"yes": "true", "no": "false", True: "true", False: "false"}
+
+
+def answer_label(question: Question, value: Any) -> str:
+    """The canvas label a given answer names (an answer key's): the label itself, else what
+    ``normalize_expected`` reads (option name, level text, index); yes/no (or a boolean) name
+    the options of a true/false choice, an OpenAI predicate. Labels first, so that a label
+    read again is the same label.
+
+    Raises:
+        InputError: the value is none of the question's labels or options.
+    """
+    if isinstance(value, str) and value in question.labels:
+        return value
+    if set(question.options) == {"true", "false"} and isinstance(value, str | bool):
+        value = _PREDICATE.get(value.lower() if isinstance(value, str) else value, value)
+    return normalize_expected(question, value)
 
 
 #: Parsed question sets by their JSON text: a job file asks the same few question sets of

@@ -113,3 +113,11 @@ def test_batch_style_lines_are_openai_batch_requests() -> None:
     lines = _lines(EXAMPLES / "batch_style.jsonl")
     assert lines and all(line.keys() >= {"custom_id", "method", "url", "body"} for line in lines)
     assert {line["url"] for line in lines} == {"/v1/systemone"}
+
+
+@pytest.mark.parametrize("stem", (*JOB_FILES, "images"))
+def test_key_read_against_its_job_file_warns_of_nothing(stem: str) -> None:
+    from app.upstream.sim.key import AnswerKey
+
+    key = AnswerKey.load(EXAMPLES / f"{stem}.key.jsonl")
+    assert key.job_file == EXAMPLES / f"{stem}.jsonl" and key.warnings == ()

@@ -42,10 +42,11 @@ from app.upstream.invariance import ENV_NAME, SERVER_INFO_PATH
 from app.upstream.sim.capacity import BatchModel
 from app.upstream.sim.faults import FaultPlan, FaultRates
 from app.upstream.sim.images import SimImage, image_urls, load_images
+from app.upstream.sim.key import AnswerKey
 from app.upstream.sim.limits import DecisionLimits
 from app.upstream.sim.options import SimOptions
 from app.upstream.sim.prompts import ReadPrompt, understand
-from app.upstream.sim.scorer import AnswerKey, Row, ScoreOptions, Scorer, SlotQuestion
+from app.upstream.sim.scorer import Row, ScoreOptions, Scorer, SlotQuestion
 from app.upstream.sim.shapes import chat_response, completions_response, models_response, usage
 from app.upstream.sim.tokens import (
     PrefixCache,
@@ -97,10 +98,11 @@ class SimApp:
         self.options = options
         self.tokenizer = tokenizer
         self.vocab_size = options.vocab or tokenizer.vocab_size
-        key = AnswerKey.load(options.key_path) if options.key_path else None
+        self.answer_key = AnswerKey.load(options.key_path) if options.key_path else None
         score = ScoreOptions(options.noise, options.separation, options.miscalibration,
                              options.seed)
-        self.scorer = Scorer(score, vocab_size=self.vocab_size, piece=tokenizer.piece, key=key)
+        self.scorer = Scorer(score, vocab_size=self.vocab_size, piece=tokenizer.piece,
+                             key=self.answer_key)
         rates = FaultRates(options.fail_rate, options.hang_rate, options.malformed_rate,
                            options.low_mass_rate)
         self.faults = FaultPlan(rates, seed=options.seed)

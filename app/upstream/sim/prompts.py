@@ -10,8 +10,9 @@ Two prompt families are understood:
   a joint read at the numbered answer lines (``1``, ``2``, ...); labels are yes/no, A..Z and
   the digits 0..9 of score levels.
 
-The answer key holds dreads' labels; ``Asked.key_label`` turns one into the label the prompt
-offers (a score's "3", its third level, is "2" in vLLM's 0-indexed digits). Any other prompt is
+The answer key holds answers as a job file's ``expected`` gives them; ``Asked.key_label`` turns
+one into the label the prompt offers (a score's "3", its third level, is "2" in vLLM's
+0-indexed digits; an option's name is its letter). Any other prompt is
 read as plain text with no known question.
 """
 
@@ -20,12 +21,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Any
 
 from app.engine import parse_messages
-from app.engine.questions import score_labels
-from app.engine.types import QuestionType
+from app.engine.questions import answer_label, score_labels
+from app.engine.types import Question, QuestionType
 from app.engine.vllm_reader import JOINT_REPLY, REPLY_INSTRUCTIONS
+from app.errors import InputError
 
 __all__ = ["Asked", "ReadPrompt", "understand"]
 
@@ -43,14 +46,23 @@ class Asked:
     labels: tuple[str, ...] = ()  #: the labels the prompt offers, in option order
     options: tuple[str, ...] = ()  #: the option names, in the same order
 
-    def key_label(self, label: str) -> str:
-        """The prompt's label for an answer-key (dreads) label."""
-        if self.qtype is QuestionType.SCORE and label in score_labels(len(self.labels)):
-            return self.labels[score_labels(len(self.labels)).index(label)]
-        if self.qtype is QuestionType.CHOICE and self.options == ("false", "true"):
-            # a Decisions predicate: options false, true
-            return {"yes": self.labels[1], "no": self.labels[0]}.get(label, label)
-        return label
+    def key_label(self, answer: Any) -> str | None:
+        """The prompt's label for an answer-key answer (a dreads label, an option name, a
+        level's text or index, yes/no for a true/false choice, as ``answer_label`` reads
+        them); None when the question offers no such answer."""
+        try:
+            label = answer_label(self._question, answer)
+        except InputError:
+            return None
+        return self.labels[self._question.labels.index(label)]
+
+    @cached_property
+    def _question(self) -> Question:
+        """The question as dreads writes it (its labels dreads': a score's are 1..)."""
+        assert self.qtype is not None, "only a vLLM-reader prompt's question has a type"
+        n = len(self.labels)
+        labels = score_labels(n) if self.qtype is QuestionType.SCORE else self.labels
+        return Question("", self.qtype, self.instructions, labels, self.options, (None,) * n)
 
 
 @dataclass(frozen=True)
@@ -111,8 +123,9 @@ def _asked(instructions: str, option_lines: list[str], qtype: QuestionType) -> A
     if qtype is QuestionType.NOUL:
         return Asked(instructions, qtype, ("yes", "no"), ("yes", "no"))
     labels = tuple(line.split(": ", 1)[0] for line in option_lines)
-    names = tuple(line.split(": ", 1)[1].split(" - ", 1)[0] if ": " in line else line
-                  for line in option_lines)
+    names = tuple(line.split(": ", 1)[1] if ": " in line else line for line in option_lines)
+    if qtype is QuestionType.CHOICE:  # "A: {name} - {description}"; a level is all text
+        names = tuple(name.split(" - ", 1)[0] for name in names)
     return Asked(instructions, qtype, labels, names)
 
 

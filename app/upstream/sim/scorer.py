@@ -22,15 +22,12 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-import orjson
+from app.upstream.sim.key import AnswerKey
 
-from app.errors import ConfigError
-
-__all__ = ["AnswerKey", "Row", "ScoreOptions", "Scorer", "SlotQuestion"]
+__all__ = ["Row", "ScoreOptions", "Scorer", "SlotQuestion"]
 
 _STD = NormalDist()
 _FIRST_LABELS = frozenset({"yes", "a", "1"})
@@ -60,7 +57,7 @@ class SlotQuestion:
 
     state: str
     instructions: str
-    key_label: Any = None  #: Callable[[str], str] or None: the prompt uses dreads' labels
+    key_label: Any = None  #: Callable[[answer], str | None] or None: the prompt uses dreads' labels
     labels: tuple[str, ...] = ()  #: the prompt's labels ((): any requested id may be one)
     images: tuple[str, ...] = ()  #: the sha256 of each image the read carries, in order
 
@@ -72,70 +69,6 @@ class SlotQuestion:
     def seed(self) -> tuple[Any, ...]:
         """What the question's hashes go by: its key, and its images when it has any."""
         return (*self.key, self.images) if self.images else self.key
-
-
-KeyEntry = tuple[str, str] | tuple[str, str, tuple[str, ...]]
-
-
-def _key_entry(line: bytes, path: str | Path, line_no: int) -> tuple[KeyEntry, str]:
-    """One answer-key line.
-
-    Raises:
-        ConfigError: the line is not an answer-key line (named by file and number).
-    """
-    try:
-        return _key_line(orjson.loads(line))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"{path}:{line_no}: an answer-key line needs JSON with state, question and label, "
-            f"and image_sha256 a list of hex digests if given ({exc})") from exc
-
-
-class AnswerKey:
-    """(serialised state, instructions[, images' sha256s]) -> canvas label, from the JSONL
-    answer-key file. A line with ``image_sha256`` (a list of hex digests, in the read's order)
-    answers only a read with those images; one without answers any read of its state and
-    question, with or without images."""
-
-    def __init__(self, labels: Mapping[KeyEntry, str]) -> None:
-        self.labels = dict(labels)
-
-    @classmethod
-    def load(cls, path: str | Path) -> AnswerKey:
-        """Read ``{"state", "question", "label"[, "image_sha256"]}`` lines.
-
-        Raises:
-            ConfigError: the file cannot be read, or a line is not an answer-key line (named).
-        """
-        labels: dict[KeyEntry, str] = {}
-        try:
-            with open(path, "rb") as handle:  # line by line: a large run's key is large
-                for line_no, line in enumerate(handle, start=1):
-                    if line.strip():
-                        entry, label = _key_entry(line, path, line_no)
-                        labels[entry] = label
-        except OSError as exc:
-            raise ConfigError(f"cannot read the answer key {str(path)!r}: "
-                              f"{exc.strerror or exc}") from exc
-        return cls(labels)
-
-    def label(self, state_text: str, instructions: str,
-              images: tuple[str, ...] = ()) -> str | None:
-        if images and (found := self.labels.get((state_text, instructions, images))):
-            return found
-        return self.labels.get((state_text, instructions))
-
-
-def _key_line(obj: Any) -> tuple[KeyEntry, str]:
-    from app.engine import serialize_state
-
-    state, question = serialize_state(obj["state"]), str(obj["question"])
-    digests = obj.get("image_sha256")
-    if digests is None:
-        return (state, question), str(obj["label"])
-    if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
-        raise ValueError("image_sha256 must be a list of strings")
-    return (state, question, tuple(d.lower() for d in digests)), str(obj["label"])
 
 
 def _unit(*parts: Any) -> float:
@@ -227,10 +160,10 @@ class Scorer:
         if self.key is None or slot is None:
             return None
         label = self.key.label(*slot.key, slot.images)
-        if label is None:
-            return None
-        if slot.key_label is not None:
+        if label is not None and slot.key_label is not None:
             label = slot.key_label(label)
+        if not isinstance(label, str):  # no answer, or one the prompt's question does not offer
+            return None
         matches = [i for i in ids if self.piece(i).strip() == label]
         preferred = [i for i in matches if self.piece(i).startswith(" ") == spaced]
         found = preferred or matches

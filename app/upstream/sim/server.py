@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from app.upstream.sim.app import SimApp, create_app
+from app.upstream.sim.key import AnswerKey
 from app.upstream.sim.options import SimOptions
 
 __all__ = ["SimHandle", "bind_socket", "run_sim_forever", "start_sim_thread"]
@@ -127,9 +128,24 @@ def _wait_started(server: uvicorn.Server, thread: threading.Thread, timeout_s: f
         time.sleep(0.01)
 
 
+def _say_key(key: AnswerKey | None, path: str | None) -> None:
+    """What the answer key was read against, and what of it matches nothing there."""
+    if key is None:
+        return
+    if key.job_file is None:
+        logger.info("[dreads sim] answer key %s: %d line(s), not checked: no job file beside "
+                    "it (X.jsonl for X.key.jsonl)", path, len(key.labels))
+        return
+    logger.info("[dreads sim] answer key %s: %d line(s), read against %s", path,
+                len(key.labels), key.job_file)
+    for warning in key.warnings:
+        logger.warning("warning: %s", warning)
+
+
 def run_sim_forever(options: SimOptions) -> None:
     """Serve in the foreground until interrupted (``dreads sim``)."""
     app = create_app(options)
+    _say_key(app.answer_key, options.key_path)
     sock = bind_socket(options.host, options.port)
     host, port = sock.getsockname()[:2]
     if options.down_for_s > 0:

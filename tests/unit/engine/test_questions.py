@@ -18,6 +18,7 @@ from app.engine import (
     parse_decision,
     parse_question,
 )
+from app.engine.questions import answer_label
 from app.errors import BadLine, InputError
 
 NOUL = {"type": "noul", "instructions": "Do these clauses conflict?"}
@@ -155,6 +156,27 @@ def test_expected_is_normalised_to_the_canvas_label(spec: dict[str, Any], value:
 def test_expected_outside_labels_is_rejected(spec: dict[str, Any], value: Any) -> None:
     with pytest.raises(InputError, match="not among its labels"):
         parse_decision(line(questions={"q": spec}, expected={"q": value}))
+
+
+PREDICATE = {"type": "choice", "instructions": "Is it void?",
+             "criteria": {"true": None, "false": None}}
+DIGIT_LEVELS = {"type": "score", "instructions": "Which?", "criteria": ["3", "2", "1"]}
+
+
+@pytest.mark.parametrize(("spec", "value", "label"), [
+    (NOUL, True, "yes"), (CHOICE, "seller", "B"), (SCORE, "major", "3"), (SCORE, 2, "3"),
+    (PREDICATE, "yes", "A"), (PREDICATE, "No", "B"), (PREDICATE, False, "B"),
+    (PREDICATE, "true", "A"), (DIGIT_LEVELS, "1", "1"),  # a label reads as the label first
+])
+def test_an_answer_keys_answer_reads_as_expected_does(spec: dict[str, Any], value: Any,
+                                                      label: str) -> None:
+    assert answer_label(parse_question("q", spec), value) == label
+
+
+@pytest.mark.parametrize(("spec", "value"), [(CHOICE, "maybe"), (SCORE, 3), (PREDICATE, "y?")])
+def test_an_answer_not_offered_is_refused(spec: dict[str, Any], value: Any) -> None:
+    with pytest.raises(InputError, match="not among its labels"):
+        answer_label(parse_question("q", spec), value)
 
 
 def test_dreads_line_keeps_order_cell_and_state() -> None:
