@@ -39,6 +39,7 @@ from app.cli.options import (
     JsonOpt,
     ReadGiven,
     ReplaceChangedOpt,
+    checked_url,
     cli_errors,
     console,
     database_url,
@@ -95,7 +96,8 @@ class _Job:
 def run(
     file: JobFileArg,
     upstream: Annotated[str | None, typer.Option(
-        "--upstream", help="vLLM URL, or 'sim' for the built-in simulator (default: "
+        "--upstream", callback=checked_url,
+        help="vLLM URL, or 'sim' for the built-in simulator (default: "
         "DREADS_UPSTREAM if set, else the run's own, else http://127.0.0.1:8001).")] = None,
     database: DatabaseOpt = None,
     run_name: Annotated[str | None, typer.Option(

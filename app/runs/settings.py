@@ -38,6 +38,7 @@ __all__ = [
     "engine_choice",
     "engine_config",
     "env_engine",
+    "env_upstream",
     "image_policy",
     "read_overrides",
     "run_upstream",
@@ -273,8 +274,22 @@ def upstream_url(given: str | None, recorded: str | None, env: Settings) -> str:
     if given:
         return given
     if "upstream" in env.model_fields_set or recorded is None:
-        return env.upstream
+        return env_upstream(env)
     return recorded
+
+
+def env_upstream(env: Settings) -> str:
+    """``DREADS_UPSTREAM`` (or its default), refused when it cannot be a server's address.
+
+    Raises:
+        InputError: no ``http://``, another scheme, or no host (``app.upstream.urls``).
+    """
+    from app.upstream.urls import url_problem
+
+    problem = url_problem(env.upstream, name="DREADS_UPSTREAM")
+    if problem is not None:
+        raise InputError(problem)
+    return env.upstream
 
 
 def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig,
