@@ -41,6 +41,7 @@ RUN_WAIT_S = 0.0
 
 __all__ = [
     "NOT_GIVEN",
+    "RUN_WAIT_S",
     "STANDIN",
     "AnswerByOpt",
     "AnswerConcurrencyOpt",

@@ -45,6 +45,7 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.upstream.base import WaitProgress
 from app.upstream.http_errors import (
     error_field,
     error_message,
@@ -198,8 +199,10 @@ class VllmUpstream:
             batch_invariant=invariant, batch_invariant_from=invariant_from,
         )
 
-    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
-        """Poll ``/v1/models`` until it lists a model, then (if given) read ``probe`` once.
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None,
+                         progress: WaitProgress | None = None) -> None:
+        """Poll ``/v1/models`` until it lists a model, then (if given) read ``probe`` once;
+        after each try that failed, tell ``progress`` the seconds waited and why.
 
         Raises:
             UpstreamUnavailable: not ready within ``timeout_s``.
@@ -216,6 +219,8 @@ class VllmUpstream:
                     logger.info("upstream %s ready after %.1fs", self.base_url,
                                 time.monotonic() - started)
                     return
+                if progress is not None:
+                    progress(time.monotonic() - started, last_error)
                 if time.monotonic() >= next_log:
                     logger.info("waiting for upstream %s (%.0fs): %s", self.base_url,
                                 time.monotonic() - started, last_error)
