@@ -124,6 +124,7 @@ class DecisionEndpoint:
         first_failure: float | None = None
         attempt = 0
         while True:
+            sent_at = self._outage.now()
             try:
                 answer = await self._send(body)
             except _Later as later:
@@ -139,7 +140,7 @@ class DecisionEndpoint:
                                       f"retry {attempt} in {delay:.2f}s")
                 await asyncio.sleep(delay)
                 continue
-            self._outage.succeeded()
+            self._outage.succeeded(sent_at)
             return answer
 
     def _backoff(self, attempt: int) -> float:

@@ -8,8 +8,9 @@ lasted and how many requests were retried (``level``: WARNING unless given). Eve
 retry stays in the log at DEBUG.
 
     outage = OutageLog("http://pod:8001", logger)
-    outage.retrying("server_error", "server error 503: ...", "retry 1/4 in 0.40s")  # per retry
-    outage.succeeded()                                                               # per answer
+    sent_at = outage.now()                                                  # per request
+    outage.retrying("server_error", "server error 503: ...", "retry 1/4 in 0.40s")  # it failed
+    outage.succeeded(sent_at)                                               # it was answered
 """
 
 from __future__ import annotations
@@ -55,21 +56,25 @@ class OutageLog:
         if self._since is None:
             self._since, self._next_reminder = now, now + self.remind_s
             self._since_text = datetime.now().strftime("%H:%M:%S")
-            self._log.log(self.level, "%s at %s failing since %s (%s: %s); retrying with backoff, "
-                              "one line when they succeed again", self.what, self.url,
-                              self._since_text, kind, message)
+            self._log.log(self.level, "%s at %s failing since %s (%s: %s); retrying with "
+                          "backoff", self.what, self.url, self._since_text, kind, message)
         elif now >= self._next_reminder:
             self._next_reminder = now + self.remind_s
-            self._log.log(self.level, "%s at %s still failing since %s (%.0fs, %d retried so far): "
-                              "%s: %s", self.what, self.url, self._since_text,
-                              now - self._since, self._retried, kind, message)
+            self._log.log(self.level, "%s at %s still failing since %s (%.0fs, %d retried so "
+                          "far): %s: %s", self.what, self.url, self._since_text,
+                          now - self._since, self._retried, kind, message)
 
-    def succeeded(self) -> None:
-        """A request succeeded: an outage in progress is over."""
-        if self._since is None:
+    def now(self) -> float:
+        """The time a request is sent, for ``succeeded``."""
+        return self._clock()
+
+    def succeeded(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` (``now()``) succeeded: an outage in progress is over,
+        unless the request was sent before it began (an answer already on its way)."""
+        if self._since is None or sent_at < self._since:
             return
         lasted, retried = self._clock() - self._since, self._retried
         self._since, self._retried = None, 0
-        self._log.log(self.level, "%s at %s succeed again at %s, after %.1fs failing (%d retried)",
-                          self.what, self.url, datetime.now().strftime("%H:%M:%S"), lasted,
-                          retried)
+        self._log.log(self.level, "%s at %s succeed again at %s, after %.1fs failing (%d "
+                      "retried)", self.what, self.url, datetime.now().strftime("%H:%M:%S"),
+                      lasted, retried)

@@ -123,6 +123,7 @@ class VllmUpstream:
         url = self.base_url + _PATHS[Endpoint(request.endpoint)]
         body = encode_body(request.body)
         for attempt in range(retries + 1):
+            sent_at = self._outage.now()
             try:
                 payload, latency_ms = await self._send(url, body)
             except UpstreamUnavailable as exc:
@@ -135,7 +136,7 @@ class VllmUpstream:
                                       f"retry {attempt + 1}/{retries} in {delay:.2f}s")
                 await asyncio.sleep(delay)
                 continue
-            self._outage.succeeded()
+            self._outage.succeeded(sent_at)
             return parse_response(request.endpoint, payload, request.slots,
                                   latency_ms=latency_ms)
         raise AssertionError("unreachable")  # pragma: no cover
