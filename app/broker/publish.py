@@ -20,7 +20,7 @@ from app.broker.epoch import broker_epoch, broker_unreachable
 from app.broker.names import QUEUE, TASK_RUN_CHUNK
 from app.errors import PublishError
 
-__all__ = ["PublishError", "RunPublisher", "Sender", "chunk_ids", "publish_chunks",
+__all__ = ["PublishError", "RunPublisher", "Sender", "chunk_ids", "chunk_repr", "publish_chunks",
            "queue_backlog"]
 
 log = logging.getLogger("dreads.publish")
@@ -43,9 +43,11 @@ def chunk_ids(decision_ids: Sequence[int], chunk_size: int) -> Iterator[tuple[in
 
 def publish_chunks(celery_app_or_sender: Sender, run_id: int, decision_ids: Sequence[int],
                    chunk_size: int, *, run_name: str | None = None,
-                   queue: str = QUEUE) -> int:
+                   queue: str = QUEUE, first_chunk: int = 1, by: str | None = None) -> int:
     """Publish one ``reads.run_chunk`` message per chunk to ``queue``; return the number of
-    messages.
+    messages. Each message's ``argsrepr`` (what Flower and the worker's events show for its
+    arguments) names the run and the chunk, numbered from ``first_chunk``: ``run=R chunk=3
+    (40 decisions)``, with ``by`` after the count when given (``sweeper``).
 
     Raises PublishError when the broker is unreachable (after Celery's publish retries); the
     messages already sent stay sent, and the rest are picked up by the sweeper.
@@ -54,7 +56,8 @@ def publish_chunks(celery_app_or_sender: Sender, run_id: int, decision_ids: Sequ
     sent = 0
     with _producer(celery_app_or_sender, queue) as producer, _batched(producer, label):
         for chunk in chunk_ids(decision_ids, chunk_size):
-            _send(celery_app_or_sender, producer, run_id, chunk, label, queue)
+            shown = chunk_repr(label, first_chunk + sent, len(chunk), by=by)
+            _send(celery_app_or_sender, producer, run_id, chunk, (label, shown), queue)
             sent += 1
     if sent:
         log.debug("published %d chunk(s) of run %s", sent, label)
@@ -90,12 +93,16 @@ def _batched(producer: Any, label: str) -> Iterator[None]:
         ) from exc
 
 
+def chunk_repr(run: str, number: int, size: int, *, by: str | None = None) -> str:
+    """A chunk message's ``argsrepr``: ``run=R chunk=N (K decisions[, by])``."""
+    what = f"{size} decision{'' if size == 1 else 's'}" + (f", {by}" if by else "")
+    return f"run={run} chunk={number} ({what})"
+
+
 def _send(sender: Sender, producer: Any, run_id: int, chunk: tuple[int, ...],
-          label: str, queue: str) -> None:
-    options: dict[str, Any] = {
-        "queue": queue,
-        "argsrepr": f"run={label} chunk={chunk[0]}..{chunk[-1]} n={len(chunk)}",
-    }
+          shown: tuple[str, str], queue: str) -> None:
+    label, argsrepr = shown
+    options: dict[str, Any] = {"queue": queue, "argsrepr": argsrepr}
     if producer is not None:
         options["producer"] = producer
     try:
@@ -153,6 +160,7 @@ class RunPublisher:
         self.chunk_size = chunk_size
         self.run_name = run_name
         self.queue = queue
+        self.chunks = 0  #: messages published so far: the next chunk's number is one more
 
     def start(self, now_s: float) -> None:
         """Before the first message: make sure the broker has an epoch, so a sweeper does not
@@ -160,5 +168,8 @@ class RunPublisher:
         broker_epoch(self.sender, now_s)
 
     def __call__(self, run_id: int, decision_ids: Sequence[int]) -> int:
-        return publish_chunks(self.sender, run_id, decision_ids, self.chunk_size,
-                              run_name=self.run_name, queue=self.queue)
+        sent = publish_chunks(self.sender, run_id, decision_ids, self.chunk_size,
+                              run_name=self.run_name, queue=self.queue,
+                              first_chunk=self.chunks + 1)
+        self.chunks += sent
+        return sent

@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 
 #: How long commands wait for an upstream to be ready, unless --wait / DREADS_WAIT_S.
 DEFAULT_WAIT_S = 60.0
+#: How long the run commands (run, submit, resume) wait for it: not at all unless asked.
+RUN_WAIT_S = 0.0
 
 __all__ = [
     "NOT_GIVEN",
+    "RUN_WAIT_S",
     "STANDIN",
     "AnswerByOpt",
     "AnswerConcurrencyOpt",
@@ -65,6 +68,7 @@ __all__ = [
     "ReplaceChangedOpt",
     "ReplicatesOpt",
     "RunArg",
+    "RunWaitOpt",
     "SeedOpt",
     "StepsOpt",
     "ThresholdOpt",
@@ -72,6 +76,7 @@ __all__ = [
     "UpstreamOpt",
     "WaitOpt",
     "base_read_settings",
+    "checked_url",
     "cli_errors",
     "console",
     "database_url",
@@ -88,6 +93,24 @@ __all__ = [
 # emoji=False: a user's text (a run name, a reason) is printed as written, never ":x:" -> ❌
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
+
+def checked_url(ctx: typer.Context, param: typer.CallbackParam,
+                value: str | None) -> str | None:
+    """The callback of every option (and argument) that names a server: an address that
+    cannot be one (no ``http://``, another scheme, no host) is one error line, exit 2."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    from rich.markup import escape
+
+    from app.upstream.urls import url_problem
+
+    name = param.opts[0] if param.opts and param.opts[0].startswith("-") else "URL"
+    problem = url_problem(value, name=name)
+    if problem is None:
+        return value
+    err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
 
 _RUN = "Run settings"
 _ANSWER = "Who answers (run settings)"
@@ -159,9 +182,10 @@ AnswerByOpt = Annotated[
 ]
 AnswerUrlOpt = Annotated[
     str | None,
-    typer.Option("--answer-url", help="Base URL of the decision endpoint (vLLM, a hosted "
-                 "API, another dreads serve; 'sim' for the built-in simulator). Default: the "
-                 "run's --upstream, so vLLM's own reader on the same pod.",
+    typer.Option("--answer-url", callback=checked_url,
+                 help="Base URL of the decision endpoint (vLLM, a hosted API, another dreads "
+                 "serve; 'sim' for the built-in simulator). Default: the run's --upstream, so "
+                 "vLLM's own reader on the same pod.",
                  rich_help_panel=_ANSWER),
 ]
 AnswerRpsOpt = Annotated[
@@ -183,8 +207,9 @@ ReplicatesOpt = Annotated[
 ]
 UpstreamOpt = Annotated[
     str | None,
-    typer.Option("--upstream", help="vLLM base URL, or 'sim' (default: DREADS_UPSTREAM if "
-                 "set, else the run's own upstream, else http://127.0.0.1:8001)."),
+    typer.Option("--upstream", callback=checked_url,
+                 help="vLLM base URL, or 'sim' (default: DREADS_UPSTREAM if set, else the "
+                 "run's own upstream, else http://127.0.0.1:8001)."),
 ]
 DatabaseOpt = Annotated[
     str | None,
@@ -199,6 +224,14 @@ WaitOpt = Annotated[
                  metavar="SECONDS",
                  help="How long to wait for the upstream to be ready (its model list, then a "
                  "real read)."),
+]
+RunWaitOpt = Annotated[
+    float,
+    typer.Option("--wait", min=0.0, envvar="DREADS_WAIT_S", show_envvar=True,
+                 metavar="SECONDS",
+                 help="Wait up to SECONDS for the model server to be ready (its model list, "
+                 "then a real read), with a line saying what it waits for; 0 (the default): "
+                 "a server that does not answer fails the command at once."),
 ]
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", show_default=False)]
 JobFileArg = Annotated[Path, typer.Argument(

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from app.cli import _render as render
 from app.cli._app import RUN_JOBS, app
+from app.cli._wait import wait_for_run
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.dryrun import (
     DryRunArgs,
@@ -32,6 +33,7 @@ from app.cli.dryrun import (
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     NOT_GIVEN,
+    RUN_WAIT_S,
     DatabaseOpt,
     FailOnBadLinesOpt,
     ImageDirsOpt,
@@ -39,6 +41,8 @@ from app.cli.options import (
     JsonOpt,
     ReadGiven,
     ReplaceChangedOpt,
+    RunWaitOpt,
+    checked_url,
     cli_errors,
     console,
     database_url,
@@ -95,7 +99,8 @@ class _Job:
 def run(
     file: JobFileArg,
     upstream: Annotated[str | None, typer.Option(
-        "--upstream", help="vLLM URL, or 'sim' for the built-in simulator (default: "
+        "--upstream", callback=checked_url,
+        help="vLLM URL, or 'sim' for the built-in simulator (default: "
         "DREADS_UPSTREAM if set, else the run's own, else http://127.0.0.1:8001).")] = None,
     database: DatabaseOpt = None,
     run_name: Annotated[str | None, typer.Option(
@@ -114,6 +119,7 @@ def run(
         "--chunk-size", min=1, help="Decisions each of the --workers claims and answers at a "
         "time (16).")] = None,
     json_out: JsonOpt = False,
+    wait: RunWaitOpt = RUN_WAIT_S,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
     image_dirs: ImageDirsOpt = None,
     dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
@@ -153,6 +159,7 @@ def run(
                                     env=env)
             config = embedded_config(env, choice, chunk_size=chunk_size or 16, workers=workers,
                                      max_in_flight=concurrency)
+            wait_for_run(upstream, wait, existing, given=given, choice=choice, env=env)
             settings, n_rep, tok = _settings(existing, given, replicates, choice.engine,
                                              upstream, env)
             target = run_upstream(upstream, existing, choice, settings, env)

@@ -22,6 +22,7 @@ import typer
 from app.cli import _render as render
 from app.cli._app import INSPECT, RUN_JOBS, app
 from app.cli._files import atomic_output, check_output_path
+from app.cli._wait import wait_for_run
 from app.cli._wiring import (
     existing_run,
     resolve_engine,
@@ -43,6 +44,7 @@ from app.cli.dryrun import (
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     NOT_GIVEN,
+    RUN_WAIT_S,
     BrokerOpt,
     ChunkSizeOpt,
     DatabaseOpt,
@@ -53,6 +55,7 @@ from app.cli.options import (
     ReadGiven,
     ReplaceChangedOpt,
     RunArg,
+    RunWaitOpt,
     UpstreamOpt,
     cli_errors,
     console,
@@ -89,7 +92,8 @@ def submit(
         "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,
     replace_changed: ReplaceChangedOpt = False,
-    upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
+    upstream: UpstreamOpt = None, wait: RunWaitOpt = RUN_WAIT_S,
+    chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None, image_dirs: ImageDirsOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
@@ -132,6 +136,7 @@ def submit(
             existing = existing_run(factory, run)
             choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
                                     env=env)
+            wait_for_run(upstream, wait, existing, given=given, choice=choice, env=env)
             settings, n_replicates, tok = resolve_settings(
                 existing, given, replicates, env=env, engine=choice.engine, upstream=upstream)
             url = run_upstream(upstream, existing, choice, settings, env)
@@ -289,7 +294,8 @@ def resume(
     force: Annotated[bool, typer.Option(
         "--force", help="Continue against a server whose model or canvas differs.")] = False,
     given: ReadGiven = NOT_GIVEN,
-    upstream: UpstreamOpt = None, chunk_size: ChunkSizeOpt = None,
+    upstream: UpstreamOpt = None, wait: RunWaitOpt = RUN_WAIT_S,
+    chunk_size: ChunkSizeOpt = None,
     broker: BrokerOpt = None,
     json_out: JsonOpt = False, database: DatabaseOpt = None,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
@@ -321,6 +327,7 @@ def resume(
     with cli_errors(), opened_store(url) as factory:
         info = load_run(factory, run)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype, env=env)
+        wait_for_run(upstream, wait, info, given=given, choice=choice, env=env)
         server = ServerAt(upstream_url(upstream, info, env), choice)
         if url.startswith("sqlite") and not dry_run:  # the embedded mode: run it here
             from app.cli.run import resume_embedded

@@ -20,6 +20,7 @@ from app.cli.options import (
     ReadGiven,
     WaitOpt,
     base_read_settings,
+    checked_url,
     cli_errors,
     database_url,
     err_console,
@@ -112,7 +113,8 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (DREADS_API_PORT, 8000).",
                                              rich_help_panel=_API)] = None,
     upstream: Annotated[str | None, typer.Option(
-        "--upstream", help="vLLM base URL, or 'sim' for a simulator in this process "
+        "--upstream", callback=checked_url,
+        help="vLLM base URL, or 'sim' for a simulator in this process "
         "(DREADS_UPSTREAM).")] = None,
     sim_key: Annotated[str | None, typer.Option(
         "--sim-key", help="With --upstream sim: the simulator's answer key (JSONL lines "

@@ -37,6 +37,7 @@ from app.cli.options import (
     UpstreamOpt,
     WaitOpt,
     base_read_settings,
+    checked_url,
     console,
     err_console,
     exit_error,
@@ -52,7 +53,7 @@ from app.engine import (
     parse_decision,
 )
 from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
-from app.runs.settings import image_policy, wait_served_settings
+from app.runs.settings import env_upstream, image_policy, wait_served_settings
 from app.upstream.engines import is_in_process
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings,
             env: Settings) -> str:
     """The URL to read from, or the model the transformers engine loads in this process."""
     if not is_in_process(choice.engine):
-        return url or env.upstream
+        return url or env_upstream(env)
     if url:
         raise InputError(f"{url} is an upstream URL, for an engine that reads from a server; "
                          f"with --engine {choice.engine} the model (--model DIR or hub id) is "
@@ -150,7 +151,7 @@ def _invariance(fp: ServerFingerprint) -> str | None:
 @app.command("check-upstream", rich_help_panel=SERVERS)
 def check_upstream(
     url: Annotated[str | None, typer.Argument(
-        metavar="URL", show_default=False,
+        metavar="URL", show_default=False, callback=checked_url,
         help="vLLM (or dreads sim) base URL (default DREADS_UPSTREAM; none with --engine "
         "transformers).")] = None,
     timeout: WaitOpt = DEFAULT_WAIT_S,
@@ -182,6 +183,8 @@ def check_upstream(
                                                             timeout, env=env))
                 check = asyncio.run(_check(url, settings, timeout, choice))
     except DreadsError as exc:
+        if exc.exit_code == EXIT_USAGE and not json_out:
+            exit_error(exc, exc.exit_code)
         _not_ready(url, exc, json_out)
         raise typer.Exit(exc.exit_code) from exc
     if json_out:

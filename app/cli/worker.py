@@ -1,13 +1,14 @@
 """``dreads worker``: a Celery worker for ``workers.celery_app`` with dreads' defaults.
 
-Runs ``celery -A workers.celery_app worker -P prefork -c 2 -n dreads@%h`` as a supervised
+Runs ``celery -A workers.celery_app worker -P prefork -c 2 -n dreads-<pid>@%h`` as a supervised
 child (it consumes the queue of the model and canvas its upstream serves): a worker that dies
 on its own (Celery/kombu can exit with "Unrecoverable
 error" when the broker connection drops at the wrong moment) is started again, with backoff;
 a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
 ``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
 ``DREADS_BROKER_URL`` for this worker and its pool processes (passed in the Celery child's
-environment; this process's own is not written). ``--metrics-port``
+environment; this process's own is not written). The node name holds this process's id, so
+two workers on one host are two nodes to Celery and Flower. ``--metrics-port``
 (``DREADS_METRICS_PORT``) serves Prometheus metrics of the worker and its pool children.
 """
 
@@ -26,16 +27,30 @@ import typer
 
 from app.cli._app import SERVERS, app
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
-from app.cli.options import DatabaseOpt, ImageDirsOpt, database_url, err_console, exit_error
+from app.cli.options import (
+    DatabaseOpt,
+    ImageDirsOpt,
+    checked_url,
+    database_url,
+    err_console,
+    exit_error,
+)
 from app.errors import DreadsError
+from app.runs.settings import env_upstream
 
-__all__ = ["supervise", "worker", "worker_argv"]
+__all__ = ["default_node_name", "supervise", "worker", "worker_argv"]
 
 POOLS = ("prefork", "solo", "threads")
 #: Restarts allowed within RESTART_WINDOW_S before the supervisor gives up.
 MAX_RESTARTS = 10
 RESTART_WINDOW_S = 300.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+def default_node_name(pid: int | None = None) -> str:
+    """``dreads-<pid>@%h``: this process's id (``pid``) and the host (Celery expands ``%h``),
+    unique per worker on a host and kept across the supervisor's restarts of its child."""
+    return f"dreads-{os.getpid() if pid is None else pid}@%h"
 
 
 def worker_argv(*, concurrency: int, pool: str, loglevel: str, hostname: str,
@@ -103,9 +118,14 @@ def worker(
     pool: Annotated[str, typer.Option("--pool", "-P", help="prefork, solo or threads.")
                     ] = "prefork",
     loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
-    hostname: Annotated[str, typer.Option("--hostname", "-n")] = "dreads@%h",
+    hostname: Annotated[str | None, typer.Option(
+        "--hostname", "-n", metavar="NAME@HOST", show_default=False,
+        help="Celery node name, as Flower and `celery inspect` list it (%h: the host name, "
+        "%n: its first part, %d: its domain). Default: dreads-PID@%h, PID this process's id, "
+        "so workers on one host never share a name.")] = None,
     upstream: Annotated[str | None, typer.Option(
-        help="Model server URL. Default: DREADS_UPSTREAM.", show_default=False)] = None,
+        callback=checked_url, help="Model server URL. Default: DREADS_UPSTREAM.",
+        show_default=False)] = None,
     database: DatabaseOpt = None,
     broker: Annotated[str | None, typer.Option(
         help="Broker URL. Default: DREADS_BROKER_URL.", show_default=False)] = None,
@@ -142,11 +162,13 @@ def worker(
              "metrics_host": metrics_host, "image_dirs": image_dirs}
     settings = settings_with(**flags)
     try:
+        if not settings.worker_answers:
+            env_upstream(settings)
         _check_database(settings.database_url)
     except DreadsError as exc:
         exit_error(exc, exc.exit_code)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
-                       hostname=hostname, extra=list(ctx.args))
+                       hostname=hostname or default_node_name(), extra=list(ctx.args))
     env = to_environ(flags, os.environ)
     with _metrics_dir(settings.metrics_port, env):
         code = supervise([sys.executable, "-m", "celery", *argv], env=env)

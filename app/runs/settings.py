@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from app.runs.breaker import BreakerPolicy
     from app.runs.chunk import ChunkPolicy
     from app.runs.sweep import SweepPolicy
+    from app.upstream.base import WaitProgress
     from app.upstream.factory import UpstreamConfig
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "engine_choice",
     "engine_config",
     "env_engine",
+    "env_upstream",
     "image_policy",
     "read_overrides",
     "run_upstream",
@@ -170,9 +172,11 @@ def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
 
 async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
                                choice: UpstreamConfig, timeout_s: float, *,
-                               env: Settings) -> ReadSettings:
+                               env: Settings,
+                               progress: WaitProgress | None = None) -> ReadSettings:
     """Model and tokenizer set nowhere: wait (up to ``timeout_s``) for the model list at
-    ``url``, then take the served ones; ``settings`` as they are otherwise.
+    ``url``, then take the served ones; ``settings`` as they are otherwise. ``progress`` is
+    told the seconds waited and why after each try that failed.
 
     Raises:
         UpstreamUnavailable: the server did not list its model in time.
@@ -184,15 +188,18 @@ async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict
 
     if is_in_process(choice.engine) or not served_fields_missing(overrides, env):
         return settings
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     while True:
         try:
             return base_read_settings(overrides, env=env, engine=choice.engine, upstream=url)
         except (ConfigError, UpstreamUnavailable) as exc:
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - started
+            if waited >= timeout_s:
                 raise UpstreamUnavailable(f"not ready after {timeout_s:g}s: {exc.message}"
                                           ) from exc
-            await asyncio.sleep(1.0)
+            if progress is not None:
+                progress(waited, exc.message)
+            await asyncio.sleep(min(1.0, timeout_s - waited))
 
 
 def with_served_identity(env: Settings) -> Settings:
@@ -273,8 +280,22 @@ def upstream_url(given: str | None, recorded: str | None, env: Settings) -> str:
     if given:
         return given
     if "upstream" in env.model_fields_set or recorded is None:
-        return env.upstream
+        return env_upstream(env)
     return recorded
+
+
+def env_upstream(env: Settings) -> str:
+    """``DREADS_UPSTREAM`` (or its default), refused when it cannot be a server's address.
+
+    Raises:
+        InputError: no ``http://``, another scheme, or no host (``app.upstream.urls``).
+    """
+    from app.upstream.urls import url_problem
+
+    problem = url_problem(env.upstream, name="DREADS_UPSTREAM")
+    if problem is not None:
+        raise InputError(problem)
+    return env.upstream
 
 
 def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig,

@@ -92,6 +92,8 @@ class _Tally:
     published: int = 0
     messages: int = 0
     backlogs: dict[str, int | None] = field(default_factory=dict)
+    #: messages published per run in this sweep (they number the run's chunks: 1, 2, ...)
+    chunks: dict[int, int] = field(default_factory=dict)
 
 
 def run_queue(run: RunInfo) -> str:
@@ -277,8 +279,11 @@ def _send_page(publisher: Sender, run: RunInfo, queue: str, rows: list[tuple[int
     together = [did for did, kind in rows if kind not in ISOLATE_KINDS]
     for ids, size in ((together, chunk_size), (alone, 1)):
         if ids:
-            tally.messages += publish_chunks(publisher, run.id, ids, size, run_name=run.name,
-                                             queue=queue)
+            before = tally.chunks.get(run.id, 0)
+            sent = publish_chunks(publisher, run.id, ids, size, run_name=run.name,
+                                  queue=queue, first_chunk=before + 1, by="sweeper")
+            tally.chunks[run.id] = before + sent
+            tally.messages += sent
             tally.published += len(ids)
 
 

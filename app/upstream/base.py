@@ -6,11 +6,15 @@ transformers engine. The runner depends only on this Protocol.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from app.engine.types import ReadRequest, ReadResult, ServerFingerprint
 
-__all__ = ["Upstream"]
+__all__ = ["Upstream", "WaitProgress"]
+
+#: Told, while ``wait_ready`` waits, the seconds waited so far and why it is not ready yet.
+WaitProgress = Callable[[float, str], None]
 
 
 class Upstream(Protocol):
@@ -32,9 +36,10 @@ class Upstream(Protocol):
         """Served model id, max_model_len, version, canvas length."""
         ...
 
-    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
-        """Wait until the model list answers and, if given, one real read succeeds.
-        Raises UpstreamUnavailable on timeout."""
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None,
+                         progress: WaitProgress | None = None) -> None:
+        """Wait until the model list answers and, if given, one real read succeeds (telling
+        ``progress`` after each try that failed). Raises UpstreamUnavailable on timeout."""
         ...
 
     async def aclose(self) -> None: ...

@@ -52,6 +52,7 @@ from app.upstream.http_errors import (
     names_missing_model,
     retry_after_s,
 )
+from app.upstream.outage import OutageLog
 
 __all__ = ["DecisionEndpoint", "endpoint_url"]
 
@@ -114,6 +115,8 @@ class DecisionEndpoint:
         self._next_start = 0.0  #: monotonic time the next request may start (rps pacing)
         self._paused_until = 0.0  #: a retry-after pauses every request of this endpoint
         self._state: _LoopState | None = None
+        #: throttling or an outage: a line when it starts and one when it ends (DEBUG: each)
+        self._outage = OutageLog(self.url, logger, what="decision requests", level=logging.INFO)
 
     async def ask(self, body: bytes) -> tuple[dict[str, Any], float]:
         """POST one decision; (the decoded answer, latency in ms of the answered request).
@@ -121,8 +124,9 @@ class DecisionEndpoint:
         first_failure: float | None = None
         attempt = 0
         while True:
+            sent_at = self._outage.now()
             try:
-                return await self._send(body)
+                answer = await self._send(body)
             except _Later as later:
                 now = time.monotonic()
                 first_failure = first_failure if first_failure is not None else now
@@ -132,8 +136,12 @@ class DecisionEndpoint:
                 if later.wait_s is not None:
                     self._paused_until = max(self._paused_until, now + later.wait_s)
                 attempt += 1
-                logger.info("%s: %s; retry %d in %.2fs", self.url, later.message, attempt, delay)
+                self._outage.retrying(later.kind, later.message,
+                                      f"retry {attempt} in {delay:.2f}s")
                 await asyncio.sleep(delay)
+                continue
+            self._outage.succeeded(sent_at)
+            return answer
 
     def _backoff(self, attempt: int) -> float:
         return random.uniform(0.5, 1.0) * min(_MAX_BACKOFF_S, self.backoff_s * 2.0 ** attempt)

@@ -6,7 +6,9 @@ the pre-encoded bytes of ``encode_body`` (byte-identical on every retry), respon
 orjson and ``parse_response``. Control plane (``fingerprint``, ``wait_ready``) on httpx.
 
 Errors: aiohttp exceptions are translated in ``_post`` only. Connection refused/reset, timeouts
-and 5xx are retried with jittered exponential backoff, then raise ``UpstreamUnavailable``
+and 5xx are retried with jittered exponential backoff (logged as an outage: a line when reads
+start failing and one when they succeed again, ``app.upstream.outage``; each retry at DEBUG),
+then raise ``UpstreamUnavailable``
 (kind ``upstream_unreachable``, ``timeout`` or ``server_error``). 4xx raises ``UpstreamRejected``
 at once with vLLM's message; 401/403 (a missing or wrong ``--api-key``, on the control plane as
 on reads) ``UpstreamUnauthorized``. A bad body raises ``MalformedResponse``.
@@ -45,6 +47,7 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.upstream.base import WaitProgress
 from app.upstream.http_errors import (
     error_field,
     error_message,
@@ -56,6 +59,7 @@ from app.upstream.invariance import (
     batch_invariance,
     observed_batch_invariance,
 )
+from app.upstream.outage import OutageLog
 
 __all__ = ["VllmUpstream"]
 
@@ -107,6 +111,8 @@ class VllmUpstream:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._on_close = on_close
         self._state: _LoopState | None = None
+        #: retries during an outage: a line when it starts and one when it ends (DEBUG: each)
+        self._outage = OutageLog(self.base_url, logger)
 
     # -- hot path -----------------------------------------------------------------------------
     async def read(self, request: ReadRequest) -> ReadResult:
@@ -117,19 +123,22 @@ class VllmUpstream:
         url = self.base_url + _PATHS[Endpoint(request.endpoint)]
         body = encode_body(request.body)
         for attempt in range(retries + 1):
+            sent_at = self._outage.now()
             try:
                 payload, latency_ms = await self._send(url, body)
-                return parse_response(request.endpoint, payload, request.slots,
-                                      latency_ms=latency_ms)
             except UpstreamUnavailable as exc:
                 if attempt >= retries:
                     raise UpstreamUnavailable(
                         f"{exc.message} (gave up after {attempt + 1} attempt(s))",
                         kind=exc.kind, status=exc.status) from exc
                 delay = self._backoff(attempt)
-                logger.warning("read failed (%s: %s); retry %d/%d in %.2fs", exc.kind,
-                               exc.message, attempt + 1, retries, delay)
+                self._outage.retrying(exc.kind, exc.message,
+                                      f"retry {attempt + 1}/{retries} in {delay:.2f}s")
                 await asyncio.sleep(delay)
+                continue
+            self._outage.succeeded(sent_at)
+            return parse_response(request.endpoint, payload, request.slots,
+                                  latency_ms=latency_ms)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _backoff(self, attempt: int) -> float:
@@ -198,8 +207,10 @@ class VllmUpstream:
             batch_invariant=invariant, batch_invariant_from=invariant_from,
         )
 
-    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
-        """Poll ``/v1/models`` until it lists a model, then (if given) read ``probe`` once.
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None,
+                         progress: WaitProgress | None = None) -> None:
+        """Poll ``/v1/models`` until it lists a model, then (if given) read ``probe`` once;
+        after each try that failed, tell ``progress`` the seconds waited and why.
 
         Raises:
             UpstreamUnavailable: not ready within ``timeout_s``.
@@ -216,6 +227,8 @@ class VllmUpstream:
                     logger.info("upstream %s ready after %.1fs", self.base_url,
                                 time.monotonic() - started)
                     return
+                if progress is not None:
+                    progress(time.monotonic() - started, last_error)
                 if time.monotonic() >= next_log:
                     logger.info("waiting for upstream %s (%.0fs): %s", self.base_url,
                                 time.monotonic() - started, last_error)

@@ -30,6 +30,7 @@ from app.engine.types import (
     ServerFingerprint,
 )
 from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
+from app.upstream.base import WaitProgress
 from app.upstream.tokenizer import HFTextTokenizer
 from app.upstream.transformers_engine.batcher import MicroBatcher
 from app.upstream.transformers_engine.executor import BatchExecutor, JobOutput, ReadJob
@@ -140,8 +141,10 @@ class TransformersUpstream:
             canvas_length=self.canvas_length,
         )
 
-    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None) -> None:
-        """The model is loaded in the constructor; a probe read must succeed within timeout_s."""
+    async def wait_ready(self, *, timeout_s: float, probe: ReadRequest | None = None,
+                         progress: WaitProgress | None = None) -> None:
+        """The model is loaded in the constructor; a probe read must succeed within timeout_s
+        (there is nothing to wait for, so ``progress`` is never called)."""
         if probe is None:
             return
         try:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from app.broker.names import TASK_RUN_CHUNK, queue_for
-from app.broker.publish import PublishError, chunk_ids, publish_chunks
+from app.broker.publish import PublishError, RunPublisher, chunk_ids, publish_chunks
 from app.runs.sweep import SweepPolicy, sweep_once
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, DecisionPayload, Run
@@ -76,7 +76,21 @@ def test_publish_chunks_sends_named_tasks_with_readable_argsrepr(
     headers = [m["headers"] for m in messages]
     assert {h["task"] for h in headers} == {TASK_RUN_CHUNK}  # type: ignore[index]
     assert sorted(h["argsrepr"] for h in headers) == [  # type: ignore[index]
-        "run=demo chunk=1..32 n=32", "run=demo chunk=33..64 n=32", "run=demo chunk=65..70 n=6"]
+        "run=demo chunk=1 (32 decisions)", "run=demo chunk=2 (32 decisions)",
+        "run=demo chunk=3 (6 decisions)"]
+
+
+def test_a_runs_chunks_are_numbered_across_its_batches(redis_server: RedisServer) -> None:
+    """Submit publishes batch by batch through one RunPublisher: Flower's args column counts
+    the run's chunks on (1, 2, 3, ...), never from 1 again per batch."""
+    celery = make_celery(broker_url=redis_server.url)
+    publisher = RunPublisher(celery, 2, run_name="batches", queue=QUEUE)
+    assert publisher(7, [1, 2, 3]) == 2
+    assert publisher(7, [4]) == 1
+    shown = [m["headers"]["argsrepr"] for m in _messages(redis_server)]  # type: ignore[index]
+    assert sorted(shown) == ["run=batches chunk=1 (2 decisions)",
+                             "run=batches chunk=2 (1 decision)",
+                             "run=batches chunk=3 (1 decision)"]
 
 
 def test_sweep_publishes_pending_isolates_lost_and_waits_for_backlog(
@@ -92,6 +106,9 @@ def test_sweep_publishes_pending_isolates_lost_and_waits_for_backlog(
     assert sorted(_chunks(redis_server), key=lambda c: (len(c), c)) == [
         [ids[0]], [ids[1]], ids[2:6], ids[6:]]
     assert set(_statuses(factory).values()) == {"queued"}
+    shown = sorted(m["headers"]["argsrepr"] for m in _messages(redis_server))  # type: ignore[index]
+    assert shown == ["run=r chunk=1 (4 decisions, sweeper)", "run=r chunk=2 (1 decision, sweeper)",
+                     "run=r chunk=3 (1 decision, sweeper)", "run=r chunk=4 (4 decisions, sweeper)"]
     again = sweep_once(factory, celery, SweepPolicy(requeue_after_s=0, chunk_size=32))
     assert again.published == 0 and again.backlog == 4, "a backlog is not a loss"
 
