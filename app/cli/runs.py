@@ -125,6 +125,7 @@ def submit(
             from app.engine import AnswerBy
             from app.runs.probe import ServerAt
             from app.runs.settings import image_policy
+            from app.runs.sources import recorded_path
             from app.runs.submit import SubmitRequest
 
             env = settings_with(image_dirs=image_dirs)
@@ -140,7 +141,7 @@ def submit(
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint,
                                     replace_changed=replace_changed, images=image_policy(env),
-                                    prices=spend.recorded())
+                                    prices=spend.recorded(), sources=(recorded_path(file),))
             report = _submit(factory, request, tok, publisher)
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),
@@ -454,6 +455,7 @@ def export(
     database: DatabaseOpt = None,
 ) -> None:
     """One line per decision with every answer and diagnostic (streamed from SQL)."""
+    from app.runs.sources import check_not_run_file
     from app.store.runs import require_run
 
     with cli_errors():
@@ -461,6 +463,9 @@ def export(
             check_output_path(output)
         with _session(database) as session:
             info = require_run(session, run)
+            if output is not None and str(output) != "-":
+                check_not_run_file(session, output, option="-o",
+                                   instead=render.answers_file(run, fmt.value))
             with atomic_output(output, newline="") as out:
                 n = _write_export(out, session, info, fmt)
             spend_line = _spend_line(session, info)
