@@ -76,9 +76,9 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
                if not c.is_budget]
     if changes:
         raise RunSettingsMismatch(
-            f"run {run.name!r} was created with other settings "
-            f"({'; '.join(map(str, changes))}); a run continues only under its own settings: "
-            "leave these settings out, or submit the file under a new run name")
+            run=run.name, changes=changes, situation="was created with other settings",
+            advice="a run continues only under its own settings: leave these settings out, "
+            "or submit the file under a new run name")
     return wanted
 
 
