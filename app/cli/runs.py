@@ -450,7 +450,8 @@ def export(
     = ExportFormat.JSONL,
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
-        help="Write to FILE (replaced only once the export succeeded); default stdout.")]
+        help="Write to FILE (replaced only once the export succeeded; never a run's job file "
+        "or answer key); default stdout.")]
     = None,
     database: DatabaseOpt = None,
 ) -> None:

@@ -7,12 +7,13 @@ SQLite store, the built-in simulator answering."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.cli_process import Result, assert_one_line_error, dreads
-from tests.fixtures.services import ROOT
+from tests.fixtures.services import ROOT, free_port
 
 EXAMPLE = ROOT / "examples" / "small.jsonl"
 
@@ -80,3 +81,18 @@ def test_a_run_whose_job_file_is_named_like_the_hint_gets_another(tmp_path: Path
                     cwd=tmp_path)
     assert result.code == 0, result.stderr
     assert "dreads export t -o t.export.jsonl" in result.stdout
+
+
+def test_submit_records_the_file_on_postgresql(make_database: Callable[..., str],
+                                               tmp_path: Path) -> None:
+    """``dreads submit`` records the job file as ``dreads run`` does: the export refuses it
+    on PostgreSQL too."""
+    db = make_database("postgresql")
+    shutil.copy(EXAMPLE, tmp_path / "jobs.jsonl")
+    submitted = dreads("submit", "jobs.jsonl", "--run", "pg", "--database-url", db,
+                       "--broker", f"redis://127.0.0.1:{free_port()}/0", "--upstream", "sim",
+                       cwd=tmp_path)
+    assert submitted.code == 0, submitted.stderr
+    result = dreads("export", "pg", "-o", "./jobs.jsonl", "--database-url", db, cwd=tmp_path)
+    assert_one_line_error(result, says="is the job file of run 'pg'", code=2)
+    assert (tmp_path / "jobs.jsonl").read_bytes() == EXAMPLE.read_bytes()
