@@ -458,6 +458,7 @@ def export(
     """One line per decision with every answer and diagnostic (streamed from SQL)."""
     from app.runs.sources import check_not_run_file
     from app.store.runs import require_run
+    from app.store.sources import source_files
 
     with cli_errors():
         if output is not None:
@@ -465,8 +466,9 @@ def export(
         with _session(database) as session:
             info = require_run(session, run)
             if output is not None and str(output) != "-":
+                sources = [path for name, path in source_files(session) if name == run]
                 check_not_run_file(session, output, option="-o",
-                                   instead=render.answers_file(run, fmt.value))
+                                   instead=render.answers_file(run, fmt.value, sources))
             with atomic_output(output, newline="") as out:
                 n = _write_export(out, session, info, fmt)
             spend_line = _spend_line(session, info)

@@ -81,6 +81,8 @@ def test_a_run_whose_job_file_is_named_like_the_hint_gets_another(tmp_path: Path
                     cwd=tmp_path)
     assert result.code == 0, result.stderr
     assert "dreads export t -o t.export.jsonl" in result.stdout
+    refused = dreads("export", "t", "-o", "t.answers.jsonl", cwd=tmp_path)
+    assert_one_line_error(refused, says="write to -o t.export.jsonl", code=2)
 
 
 def test_submit_records_the_file_on_postgresql(make_database: Callable[..., str],
