@@ -32,7 +32,9 @@ status a command that ends with it exits with (``EXIT_*`` below; docs/commands.m
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from enum import StrEnum
+from typing import Any, Protocol
 
 __all__ = [
     "EXIT_BAD_LINES",
@@ -54,6 +56,7 @@ __all__ = [
     "RunPaused",
     "RunSettingsMismatch",
     "SchemaNotReady",
+    "SettingChange",
     "StoreError",
     "TemplateError",
     "UpstreamError",
@@ -238,10 +241,48 @@ class BadDatabaseUrl(StoreError):
     exit_code = EXIT_USAGE
 
 
+class SettingChange(Protocol):
+    """One setting that differs (``app.engine.SettingChange``): its field name, the run's
+    value and the one asked for."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def old(self) -> Any: ...
+    @property
+    def new(self) -> Any: ...
+
+
+def _by_field(change: SettingChange) -> str:
+    return f"{change.name}: {change.old!r} -> {change.new!r}"
+
+
 class RunSettingsMismatch(StoreError):
-    """A run would continue under settings or a server other than the ones it started with."""
+    """A run would continue under settings or a server other than the ones it started with.
+
+    Made with ``changes`` (and no message), it carries the settings that differ by field name,
+    so that each entry point words them as its user typed them (``worded``): ``run {run!r}
+    {situation} ({changes}); {advice}``; ``message`` names the fields.
+    """
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str = "", *, run: str = "",
+                 changes: Sequence[SettingChange] = (), situation: str = "",
+                 advice: str = "") -> None:
+        self.run = run
+        self.changes = tuple(changes)
+        self.situation = situation  #: "exists with other settings"
+        self.advice = advice  #: what to do, after the changes
+        super().__init__(message or self.worded(_by_field))
+
+    def worded(self, describe: Callable[[SettingChange], str]) -> str:
+        """The message with each change worded by ``describe`` (the message as made when the
+        error carries no changes)."""
+        if not self.changes:
+            return str(self)
+        return (f"run {self.run!r} {self.situation} "
+                f"({'; '.join(map(describe, self.changes))}); {self.advice}")
 
 
 class PublishError(DreadsError):

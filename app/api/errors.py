@@ -24,6 +24,7 @@ from app.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
+from app.runs.setting_names import api_words
 
 __all__ = ["api_error", "raise_for", "unaskable"]
 
@@ -59,7 +60,9 @@ def _http_for(exc: DreadsError) -> HTTPException:
     if isinstance(exc, MalformedResponse):
         return api_error(502, "api_error", f"the model server answered malformed logprobs: "
                          f"{exc.message}")
-    if isinstance(exc, (RunSettingsMismatch, RunCancelled)):
+    if isinstance(exc, RunSettingsMismatch):
+        return api_error(409, "conflict_error", api_words(exc))
+    if isinstance(exc, RunCancelled):
         return api_error(409, "conflict_error", exc.message)
     if isinstance(exc, SchemaNotReady):
         return api_error(503, "api_error", exc.message, retry_after=UPSTREAM_RETRY_AFTER_S)

@@ -36,6 +36,7 @@ from app.engine.types import ImageData
 from app.errors import DreadsError, ImageError, InputError, RunSettingsMismatch, StoreError
 from app.images import fetch_image_async
 from app.runs.answer import Answered, answer_decision
+from app.runs.setting_names import api_words
 from app.store.queue import utcnow
 
 __all__ = ["router"]
@@ -172,7 +173,9 @@ async def _check_record(api: ApiState, run: str, key: str | None) -> None:
     """Before any read: the run takes this server's answers and the id is new (else 409)."""
     try:
         await asyncio.to_thread(api.recorder.check, run, key)
-    except (InputError, RunSettingsMismatch) as exc:
+    except RunSettingsMismatch as exc:
+        raise api_error(409, "conflict_error", api_words(exc)) from exc
+    except InputError as exc:
         raise api_error(409, "conflict_error", exc.message) from exc
     except DreadsError as exc:
         raise_for(exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BAD_LINES_EXIT",
     "CHANGED_EXIT",
+    "answers_file",
     "cancel_lines",
     "cells_table",
     "changed_report",
@@ -221,8 +223,20 @@ def status_view(report: RunStatusReport) -> Group:
     return Group(*parts)
 
 
-def next_steps(run: str, db: Path | None = None) -> str:
-    """What to run next after a run: the report, on the same database."""
+def answers_file(run: str, fmt: str = "jsonl", sources: Iterable[str] = ()) -> str:
+    """A file name for a run's export that is none of the files it was submitted from:
+    ``RUN.answers.jsonl``, else the next free of a few others."""
+    from app.runs.sources import free_name
+
+    suffix = "jsonl" if fmt == "openai-batch" else fmt
+    names = [f"{run}.answers.{suffix}", f"{run}.export.{suffix}",
+             *(f"{run}.answers-{n}.{suffix}" for n in range(2, 10))]
+    return free_name(names, sources)
+
+
+def next_steps(run: str, db: Path | None = None, sources: Iterable[str] = ()) -> str:
+    """What to run next after a run: the report, on the same database, and the export to a
+    file that is none of the run's job files (``sources``)."""
     from app.store.urls import sqlite_path
 
     default = sqlite_path(database_url(None))
@@ -230,8 +244,9 @@ def next_steps(run: str, db: Path | None = None) -> str:
     if db is not None and (default is None or default.resolve() != db.resolve()):
         where = f" --database-url {shlex.quote(str(db))}"
     name = shlex.quote(run)
+    out = shlex.quote(answers_file(run, sources=sources))
     return (f"next: dreads report {name}{where} --html report.html (every figure, per cell, "
-            f"with plots); dreads export {name}{where} -o {name}.jsonl (every answer)")
+            f"with plots); dreads export {name}{where} -o {out} (every answer)")
 
 
 def resume_report(report: Any) -> None:

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode
-from app.errors import DreadsError
+from app.errors import DreadsError, RunSettingsMismatch
 from app.runs.settings import (
     STANDIN,
     base_read_settings,
@@ -335,6 +335,11 @@ def cli_errors() -> Iterator[None]:
     """Map dreads errors to a red message and their exit code (``DreadsError.exit_code``)."""
     try:
         yield
+    except RunSettingsMismatch as exc:
+        from app.runs.setting_names import cli_words
+
+        exc.message = cli_words(exc)
+        exit_error(exc, exc.exit_code)
     except DreadsError as exc:
         exit_error(exc, exc.exit_code)
 

@@ -84,6 +84,7 @@ def report(
     from app.report.document import report_with_rows
     from app.report.load import load_run_rows, resolve_run
     from app.report.tables import report_view
+    from app.runs.sources import check_not_run_file
     from app.store.db import session_scope
 
     with cli_errors():
@@ -93,6 +94,8 @@ def report(
         calib = load_calibration(calibration) if calibration is not None else None
         factory = _store(database)
         with session_scope(factory) as session:
+            if html is not None:
+                check_not_run_file(session, html, option="--html", instead="report.html")
             data = load_run_rows(session, resolve_run(session, run))
             doc, cal_rows = report_with_rows(session, data, params, calibration=calib,
                                              against=against)
@@ -152,12 +155,14 @@ def calibrate(
     from app.report.figures import noul_arrays, typed_rows
     from app.report.load import load_run_rows, resolve_run
     from app.report.metrics import ece
+    from app.runs.sources import check_not_run_file
     from app.store.db import session_scope
 
     with cli_errors():
         check_output_path(output)
         factory = _store(database)
         with session_scope(factory) as session:
+            check_not_run_file(session, output, option="-o", instead="calib.json")
             data = load_run_rows(session, resolve_run(session, run))
         rows = [r for r in typed_rows(data.rows, "noul") if r.answered and r.p_yes is not None]
         y, s, _ = noul_arrays(rows)

@@ -144,6 +144,7 @@ def run(
     from app.config import settings_with
     from app.runs.jobfile import check_job_file
     from app.runs.settings import image_policy
+    from app.runs.sources import recorded_path
     from app.runs.submit import SubmitRequest, submit_job
     from app.store.admin import discard_empty_run
     from app.store.runs import load_run
@@ -166,7 +167,8 @@ def run(
             request = SubmitRequest(path=file, run_name=name, settings=settings,
                                     upstream=target, engine=choice.engine, replicates=n_rep,
                                     strict=strict, replace_changed=replace_changed,
-                                    images=image_policy(env), prices=spend.recorded())
+                                    images=image_policy(env), prices=spend.recorded(),
+                                    sources=(recorded_path(file),))
             report = submit_job(request, factory, tok)
             discard_empty_run(factory, report)
             if not json_out or report.refused:
@@ -310,12 +312,11 @@ def _execute(job: _Job) -> ExecutorStats:
     from app.engine import AnswerBy, settings_from_dict
     from app.runs.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
     from app.runs.probe import ServerAt, check_server
+    from app.runs.refusals import refuse_cancelled
     from app.store.models import RunStatus
     from app.upstream.tokenizer import load_tokenizer
 
-    if job.run.status == RunStatus.CANCELLED:
-        raise InputError(f"run {job.run.name!r} was cancelled; run the file under a new --run "
-                         "name to run it again")
+    refuse_cancelled(job.run)
     if job.run.status == RunStatus.PAUSED:
         job = _go_on_paused(job)
     reclaimed = reclaim_dead_leases(job.factory, job.run.id, max_attempts=job.config.max_attempts)
@@ -484,6 +485,7 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
     from app.runs.embedded import SIM, draws_used
     from app.store.db import session_scope
     from app.store.runs import require_run
+    from app.store.sources import source_files
     from app.store.views import run_status
 
     with session_scope(factory) as session:
@@ -491,6 +493,7 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
         status = run_status(session, info)
         draws = draws_used(session, info.id)
         headline = _headline(session, info.id)
+        sources = [path for run, path in source_files(session) if run == name]
     if json_out:
         doc = {**status.as_dict(), "draws": draws, "headline": headline}
         console.print_json(render.json_text(doc))
@@ -508,7 +511,8 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
         console.print(_headline_table(headline))
     else:
         console.print("no expected labels in this run: no evaluation figures")
-    console.print(render.next_steps(name, db), highlight=False, markup=False, soft_wrap=True)
+    console.print(render.next_steps(name, db, sources), highlight=False, markup=False,
+                  soft_wrap=True)
 
 
 def _headline(session: Session, run_id: int) -> dict[str, Any] | None:

@@ -130,6 +130,7 @@ def submit(
             from app.engine import AnswerBy
             from app.runs.probe import ServerAt
             from app.runs.settings import image_policy
+            from app.runs.sources import recorded_path
             from app.runs.submit import SubmitRequest
 
             env = settings_with(image_dirs=image_dirs)
@@ -146,7 +147,7 @@ def submit(
                                     engine=choice.engine, replicates=n_replicates,
                                     strict=strict, fingerprint=fingerprint,
                                     replace_changed=replace_changed, images=image_policy(env),
-                                    prices=spend.recorded())
+                                    prices=spend.recorded(), sources=(recorded_path(file),))
             report = _submit(factory, request, tok, publisher)
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),
@@ -457,7 +458,8 @@ def export(
     = ExportFormat.JSONL,
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
-        help="Write to FILE (replaced only once the export succeeded); default stdout.")]
+        help="Write to FILE (replaced only once the export succeeded; never a run's job file "
+        "or answer key); default stdout.")]
     = None,
     with_state: Annotated[bool, typer.Option(
         "--with-state", help="Add each decision's state text (csv: a 'state' column; jsonl: "
@@ -467,7 +469,9 @@ def export(
 ) -> None:
     """One line per decision with every answer and diagnostic (streamed from SQL); csv
     columns: docs/commands.md#export."""
+    from app.runs.sources import check_not_run_file
     from app.store.runs import require_run
+    from app.store.sources import source_files
 
     with cli_errors():
         if with_state and fmt is ExportFormat.OPENAI_BATCH:
@@ -477,6 +481,10 @@ def export(
             check_output_path(output)
         with _session(database) as session:
             info = require_run(session, run)
+            if output is not None and str(output) != "-":
+                sources = [path for name, path in source_files(session) if name == run]
+                check_not_run_file(session, output, option="-o",
+                                   instead=render.answers_file(run, fmt.value, sources))
             with atomic_output(output, newline="") as out:
                 n = _write_export(out, session, info, fmt, with_state=with_state)
             spend_line = _spend_line(session, info)

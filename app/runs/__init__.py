@@ -13,6 +13,10 @@
     embedded.py   the embedded executor: a run driven in this process (SQLite, no broker)
     resume.py     resume: the checks every caller shares, then a sweep or the executor
     reports.py    what a sweep and a resume did (plain values)
+    refusals.py   what a cancelled run refuses, in one set of words for every entry point
+    setting_names.py  each run setting's option, API parameter and variable: mismatches
+                  worded as the user typed them
+    sources.py    a run's own files (job files, answer keys): never written over
 
 The SQL is in ``app.store``, the broker in ``app.broker``, the model behind ``app.upstream``;
 the pure decision logic in ``app.engine``. Nothing here reads the environment: the entry

@@ -48,6 +48,7 @@ from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.probe import reads_config
+from app.runs.sources import answer_key_of
 from app.runs.spend import PodMeter
 from app.runs.sweep import expire_dead_leases
 from app.store.breaker import pause_kind, pause_reason
@@ -185,7 +186,7 @@ def embedded_lock(db_path: Path) -> Iterator[None]:
 
 def sim_key_path(job_file: Path) -> Path | None:
     """``examples/foo.jsonl`` -> ``examples/foo.key.jsonl`` when that file exists."""
-    key = job_file.with_name(job_file.stem + ".key.jsonl")
+    key = answer_key_of(job_file)
     return key if key.is_file() else None
 
 

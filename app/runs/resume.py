@@ -29,8 +29,9 @@ from typing import Any
 
 from app.engine import AnswerBy, ReadSettings, settings_from_dict, settings_to_dict
 from app.engine.settings_hash import changed_settings
-from app.errors import RunCancelled, RunSettingsMismatch
+from app.errors import RunSettingsMismatch
 from app.runs.probe import ProbeTokenizer, Server, check_server
+from app.runs.refusals import refuse_cancelled
 from app.runs.reports import ResumeReport, SweepReport, settled_report
 from app.runs.spend import check_budget
 from app.store.breaker import unpause_run
@@ -68,18 +69,16 @@ def check_resume_settings(run: RunInfo, given: Mapping[str, Any]) -> ReadSetting
         RunCancelled: the run was cancelled.
         RunSettingsMismatch: a setting other than the budget differs.
     """
-    if run.status == RunStatus.CANCELLED:
-        raise RunCancelled(f"run {run.name!r} was cancelled; submit its file under a new run "
-                           "name to run it again")
+    refuse_cancelled(run)
     current = settings_from_dict(dict(run.settings))
     wanted = replace(current, **given)
     changes = [c for c in changed_settings(settings_to_dict(current), settings_to_dict(wanted))
                if not c.is_budget]
     if changes:
         raise RunSettingsMismatch(
-            f"run {run.name!r} was created with other settings "
-            f"({'; '.join(map(str, changes))}); a run continues only under its own settings: "
-            "leave these settings out, or submit the file under a new run name")
+            run=run.name, changes=changes, situation="was created with other settings",
+            advice="a run continues only under its own settings: leave these settings out, "
+            "or submit the file under a new run name")
     return wanted
 
 

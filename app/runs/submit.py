@@ -59,12 +59,14 @@ from app.runs.jobfile import (
     split_lines,
 )
 from app.runs.probe import fingerprint_dict
+from app.runs.refusals import refuse_cancelled
 from app.runs.submit_images import BatchImages, SubmitImages
 from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
 from app.store.models import DecisionStatus
 from app.store.queue import database_now, translate_db_errors, unpublish
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
+from app.store.sources import record_sources
 from app.store.spend import set_prices
 from app.store.types import Session, SessionFactory
 
@@ -112,6 +114,9 @@ class SubmitRequest:
     #: token prices and budget recorded with the run (``app.store.spend.PRICE_COLUMNS``;
     #: None: not given)
     prices: Mapping[str, float | None] = field(default_factory=dict)
+    #: the files read, as resolved absolute paths (``app.runs.sources.recorded_path``),
+    #: recorded with the run; an upload over the API reads none
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -390,13 +395,22 @@ def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
 
 
 def _ensure(session: Session, request: SubmitRequest) -> tuple[RunInfo, bool]:
+    """The run (created if new) with the request's prices and files recorded.
+
+    Raises:
+        RunCancelled: the run was cancelled (nothing is stored: the caller's transaction
+            rolls back).
+        RunSettingsMismatch: the run exists with other settings.
+    """
     run, created = ensure_run(
         session, name=request.run_name, settings=settings_to_dict(request.settings),
         settings_hash=settings_hash(request.settings), upstream=request.upstream,
         engine=request.engine, source=str(request.path), replicates=request.replicates,
         fingerprint=fingerprint_dict(request.fingerprint),
     )
+    refuse_cancelled(run)
     set_prices(session, run.id, request.prices)
+    record_sources(session, run.id, request.sources)
     return run, created
 
 

@@ -22,6 +22,7 @@ from app.store.models import (
     DecisionStatus,
     Draw,
     Run,
+    RunSource,
     RunSpend,
     RunStatus,
 )
@@ -158,7 +159,7 @@ def run_contents(session: Session, run_id: int, *, now: datetime | None = None) 
 
 def delete_run(session: Session, run_id: int) -> None:
     """Delete the run and everything it recorded (answers, draws, attempts, payloads,
-    decisions, spend)."""
+    decisions, spend, the files it was submitted from)."""
     decisions = select(Decision.id).where(Decision.run_id == run_id).scalar_subquery()
     session.execute(delete(Answer).where(Answer.run_id == run_id))
     session.execute(delete(Draw).where(Draw.decision_id.in_(decisions)))
@@ -166,6 +167,7 @@ def delete_run(session: Session, run_id: int) -> None:
     session.execute(delete(Attempt).where(Attempt.run_id == run_id))
     session.execute(delete(Decision).where(Decision.run_id == run_id))
     session.execute(delete(RunSpend).where(RunSpend.run_id == run_id))
+    session.execute(delete(RunSource).where(RunSource.run_id == run_id))
     session.execute(delete(Run).where(Run.id == run_id))
 
 

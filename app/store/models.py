@@ -1,5 +1,6 @@
 """SQLAlchemy 2 models. The schema is created and changed only through Alembic (``migrations/``).
 
+runs 1--* run_sources (the files the CLI submitted it from)
 runs 1--* decisions 1--* attempts 1--* draws
                     1--* answers (one per decision question; UNIQUE)
                     1--1 decision_payloads (what was asked: written at submit, replaced only
@@ -45,6 +46,7 @@ __all__ = [
     "Draw",
     "OutcomeKind",
     "Run",
+    "RunSource",
     "RunSpend",
     "RunStatus",
     "shown_status",
@@ -89,6 +91,17 @@ class Run(Base):
     price_output_per_mtok: Mapped[float | None] = mapped_column(Float, nullable=True)
     #: the run pauses (pause kind ``budget``) once its recorded cost reaches this (dollars)
     max_cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class RunSource(Base):
+    """A file a run was submitted from (``dreads submit``, ``dreads run``), as its resolved
+    absolute path: commands that write a user's file refuse to write over it."""
+
+    __tablename__ = "run_sources"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    path: Mapped[str] = mapped_column(Text, primary_key=True)
 
 
 class RunSpend(Base):

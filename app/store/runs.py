@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.engine import changed_settings
+from app.engine import SettingChange, changed_settings
 from app.errors import InputError, RunSettingsMismatch
 from app.store import dialects
 from app.store.models import (
@@ -131,17 +131,18 @@ def ensure_run(
 
 
 def _check_same(run: Run, settings: Mapping[str, Any], digest: str, replicates: int) -> None:
-    diffs = [] if run.settings_hash == digest \
-        else [str(c) for c in changed_settings(run.settings, settings)]
+    """Raises ``RunSettingsMismatch`` with the settings that differ, by field name (each
+    entry point words them for its user)."""
+    diffs = [] if run.settings_hash == digest else changed_settings(run.settings, settings)
     if run.settings_hash != digest and not diffs:
-        diffs = [f"settings hash {run.settings_hash[:12]} -> {digest[:12]}"]
+        diffs = [SettingChange("settings_hash", run.settings_hash[:12], digest[:12])]
     if run.replicates != replicates:
-        diffs.append(f"replicates: {run.replicates} -> {replicates}")
+        diffs.append(SettingChange("replicates", run.replicates, replicates))
     if diffs:
-        raise RunSettingsMismatch(
-            f"run {run.name!r} exists with other settings ({'; '.join(diffs)}); "
-            "submit under a new --run name, or repeat the run's own settings"
-        )
+        raise RunSettingsMismatch(run=run.name, changes=diffs,
+                                  situation="exists with other settings",
+                                  advice="submit under a new run name, or repeat the run's "
+                                  "own settings")
 
 
 def _json(value: Mapping[str, Any] | None) -> dict[str, Any] | None:

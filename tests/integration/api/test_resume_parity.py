@@ -57,7 +57,9 @@ def test_a_changed_setting_is_refused_the_same_way(
     cli, api = _both(dreads, serve_factory, cli_pg, cli_redis, served.url, run,
                      ("--threshold", "0.3"), {"threshold": "0.3"})
     assert cli.code != 0
-    assert "threshold: 0.1 -> 0.3" in api and api in cli.stderr
+    # the same message, each naming the setting as its user gave it
+    assert f"run {run!r} was created with other settings (threshold: 0.1 -> 0.3); " in api
+    assert api.replace("(threshold: ", "(--threshold ") in cli.stderr
     assert run_counts(cli_pg, run) == {"pending": 3}
 
 
@@ -85,3 +87,42 @@ def test_a_server_of_another_model_is_refused_the_same_way(
                         "--upstream", other.url, "--force", "--json")
         assert forced.code == 0, forced.stderr
         assert forced.json()["sweep"]["published"] == 3
+
+
+def test_a_submit_to_a_cancelled_run_is_refused_as_resume_refuses_it(
+        dreads: Dreads, serve_factory: StartServe, cli_pg: str, cli_redis: RedisServer,
+        served: SimHandle, tmp_path: Path) -> None:
+    """``POST /v1/runs`` to a cancelled run: 409 with the words of ``dreads submit`` and
+    ``dreads resume``; nothing stored."""
+    run = _open_run(dreads, cli_pg, served, tmp_path, "sc")
+    assert dreads("cancel", run, "--database-url", cli_pg).code == 0
+    more = write_jobs(tmp_path / "more.jsonl", [job_line(f"more{i}") for i in range(2)])
+    cli = dreads("submit", str(more), "--run", run, "--database-url", cli_pg, "--broker",
+                 cli_redis.url, "--upstream", served.url)
+    server = serve_factory("--database-url", cli_pg, "--broker", cli_redis.url,
+                           "--upstream", served.url)
+    answer = httpx.post(f"{server.url}/v1/runs", params={"run": run},
+                        content=more.read_bytes(),
+                        headers={"content-type": "application/x-ndjson"}, timeout=60.0)
+    server.stop()
+    assert answer.status_code == 409, answer.text
+    message = str(answer.json()["detail"]["message"])
+    assert message == f"run {run!r} was cancelled; submit its file under a new run name to run " \
+        "it again"
+    assert cli.code == 2 and message in cli.stderr
+    assert run_counts(cli_pg, run) == {"cancelled": 3}
+
+
+def test_a_settings_mismatch_over_the_api_names_its_parameters(
+        dreads: Dreads, serve_factory: StartServe, cli_pg: str, cli_redis: RedisServer,
+        served: SimHandle, tmp_path: Path) -> None:
+    run = _open_run(dreads, cli_pg, served, tmp_path, "sm")
+    server = serve_factory("--database-url", cli_pg, "--broker", cli_redis.url,
+                           "--upstream", served.url)
+    answer = httpx.post(f"{server.url}/v1/runs", params={"run": run, "mode": "joint"},
+                        content=(tmp_path / "sm.jsonl").read_bytes(),
+                        headers={"content-type": "application/x-ndjson"}, timeout=60.0)
+    server.stop()
+    assert answer.status_code == 409, answer.text
+    assert "exists with other settings (mode: isolated -> joint)" in \
+        answer.json()["detail"]["message"]

@@ -220,7 +220,7 @@ def test_resume_refuses_to_switch_who_answers(dreads: Dreads, make_sim: MakeSim,
     url = f"sqlite:///{db}"
     switched = dreads("resume", "jobs", "--answer-by", "decisions", "--database-url", url)
     assert switched.code == 2
-    assert "answer_by: 'systemone' -> 'decisions'" in switched.stderr
+    assert "(--answer-by systemone -> decisions)" in switched.stderr
     to_reads = run(dreads, path, db, "--answer-by", "reads")
     assert to_reads.code == 2 and "exists with other settings" in to_reads.stderr
     budget = dreads("resume", "jobs", "--answer-rps", "5", "--database-url", url)

@@ -98,7 +98,7 @@ def test_changed_setting_refused(dreads: Dreads, cli_pg: str, cli_redis: RedisSe
     result = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", served.url,
                      "--policy", "fixed", "--draws", "3")
     assert result.code == 2
-    assert "policy: 'agree' -> 'fixed'" in result.stderr and "fixed_draws: 1 -> 3" in result.stderr
+    assert "(--draws 1 -> 3; --policy agree -> fixed)" in result.stderr
     same = _resume(dreads, cli_pg, cli_redis, done_run, "--upstream", served.url, "--seed", "0")
     assert same.code == 0, same.stderr
 

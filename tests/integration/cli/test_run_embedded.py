@@ -44,7 +44,7 @@ def test_run_refuses_changed_settings(dreads: Dreads, tmp_path: Path) -> None:
     db = tmp_path / "d.db"
     assert dreads("run", str(path), "--upstream", "sim", "--db", str(db)).code == 0
     result = dreads("run", str(path), "--upstream", "sim", "--db", str(db), "--seed", "9")
-    assert result.code == 2 and "seed: 0 -> 9" in result.stderr
+    assert result.code == 2 and "(--seed 0 -> 9)" in result.stderr
 
 
 def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -100,7 +100,7 @@ def test_existing_run_under_other_settings_refused(dreads: Dreads, cli_pg: str,
     assert _submit(dreads, cli_pg, cli_redis, path, "mis").code == 0
     result = _submit(dreads, cli_pg, cli_redis, path, "mis", "--seed", "7")
     assert result.code == 2
-    assert "seed: 0 -> 7" in result.stderr and "--run" in result.stderr
+    assert "(--seed 0 -> 7)" in result.stderr and "new run name" in result.stderr
 
 
 def test_broker_down_leaves_rows_pending(dreads: Dreads, cli_pg: str, tmp_path: Path) -> None:

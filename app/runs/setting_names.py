@@ -1,0 +1,84 @@
+"""How a user names each run setting, declared once: the option typed on the command line,
+the query parameter of the API, and the ``DREADS_*`` variable that sets it for a new run.
+
+The store reports a settings mismatch by field name (``RunSettingsMismatch.changes``); the
+entry points word it here: ``dreads`` as ``--mode isolated -> joint``, the API as
+``mode: isolated -> joint``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import RunSettingsMismatch, SettingChange
+
+__all__ = ["SETTING_NAMES", "SettingName", "api_words", "cli_words"]
+
+
+@dataclass(frozen=True)
+class SettingName:
+    option: str  #: the ``dreads`` option (``run``, ``submit``, ``resume``)
+    param: str | None  #: the query parameter of ``POST /v1/runs`` (None: the server's own)
+    #: the variable that sets it for a new run (``app.config``); an existing run keeps its own
+    env: str | None = None
+
+
+#: Run setting (``ReadSettings`` field, and the run's replicate count) -> its names.
+SETTING_NAMES: dict[str, SettingName] = {
+    "model": SettingName("--model", "model", "DREADS_MODEL"),
+    "tokenizer": SettingName("--tokenizer", None, "DREADS_TOKENIZER"),
+    "canvas_length": SettingName("--canvas", None, "DREADS_CANVAS"),
+    "canvas_step": SettingName("--canvas-step", "canvas_step"),
+    "layout": SettingName("--layout", "layout"),
+    "read_mode": SettingName("--mode", "mode"),
+    "policy": SettingName("--policy", "policy"),
+    "fixed_draws": SettingName("--draws", "draws"),
+    "threshold": SettingName("--threshold", "threshold"),
+    "max_draws": SettingName("--max-draws", "max_draws"),
+    "steps": SettingName("--steps", "steps"),
+    "constrained": SettingName("--constrained", "constrained"),
+    "endpoint": SettingName("--endpoint", "endpoint"),
+    "seed": SettingName("--seed", "seed"),
+    "answer_by": SettingName("--answer-by", "answer_by"),
+    "answer_url": SettingName("--answer-url", "answer_url"),
+    "answer_rps": SettingName("--answer-rps", "answer_rps"),
+    "answer_concurrency": SettingName("--answer-concurrency", "answer_concurrency"),
+    "replicates": SettingName("--replicates", "replicates"),
+}
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _change(name: str, change: SettingChange) -> str:
+    return f"{name} {_value(change.old)} -> {_value(change.new)}"
+
+
+def cli_words(exc: RunSettingsMismatch) -> str:
+    """The mismatch as a ``dreads`` user types it: ``--mode isolated -> joint`` (a setting
+    with no option keeps its field name). The ``DREADS_*`` variables set only a new run's
+    settings, so an existing run's mismatch always comes from an option."""
+    def describe(change: SettingChange) -> str:
+        names = SETTING_NAMES.get(change.name)
+        return _change(names.option if names else change.name, change)
+
+    return exc.worded(describe)
+
+
+def api_words(exc: RunSettingsMismatch) -> str:
+    """The mismatch as an API client sent it: ``mode: isolated -> joint`` (a setting that is
+    the server's own, not a parameter: ``canvas_length (the server's): 320 -> 640``)."""
+    def describe(change: SettingChange) -> str:
+        names = SETTING_NAMES.get(change.name)
+        if names is None:
+            return _change(f"{change.name}:", change)
+        param = names.param or f"{change.name} (the server's)"
+        return _change(f"{param}:", change)
+
+    return exc.worded(describe)
