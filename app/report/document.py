@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from app.engine import is_simulator
 from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
@@ -123,7 +124,8 @@ def _run_info(data: RunRows) -> dict[str, Any]:
             "settings_hash": run.settings_hash, "settings": dict(run.settings or {}),
             "fingerprint": fingerprint or None,
             "created": run.created_at.isoformat() if run.created_at else None,
-            "simulator": run.upstream == "sim" or fingerprint.get("engine") == "sim"}
+            "simulator": is_simulator(run.upstream, fingerprint,
+                                      settings=dict(run.settings or {}))}
 
 
 def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
