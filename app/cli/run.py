@@ -491,8 +491,9 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
     console.print(render.cells_table(status))
     if status.reasons:
         console.print(render.reasons_table([r.as_dict() for r in status.reasons]))
-    console.print(f"reads: {draws['draw_rows']} draw row(s), "
-                  f"{draws['mean_draws_per_answer']:.2f} draws per answer on average")
+    console.print(f"reads: {status.spend.total.reads:,} (requests to the model server); "
+                  f"draws: {draws['draw_rows']:,} (a question read once), "
+                  f"{draws['mean_draws_per_answer']:.2f} per answer on average", highlight=False)
     if headline and any((headline.get(t) or {}).get("n") for t in _TYPES):
         console.print(_headline_table(headline))
     else:

@@ -2,10 +2,10 @@
 
 A draw is one question read once (a joint read gives one per question of its canvas); a read
 is a request sent to the model server. A cell is flagged when one of its rates (unanswered,
-failed attempts, draws with label mass below 0.5, draws whose argmax is not a label) stands far above the rate of the other cells:
-a one-sided exact binomial test, Bonferroni-corrected over the cells
-(``metrics.flag_outlier_rates``). The field report's 56 unanswered of ~1,653 in one cell
-against 0 elsewhere is such a cell.
+failed attempts, draws with label mass below 0.5, draws whose argmax is not a label) stands
+far above the rate of the other cells: a one-sided exact binomial test, Bonferroni-corrected
+over the cells (``metrics.flag_outlier_rates``). The field report's 56 unanswered of ~1,653
+in one cell against 0 elsewhere is such a cell.
 """
 
 from __future__ import annotations

@@ -156,7 +156,8 @@ def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
     return [
         HeadlineItem("unanswered", "unanswered", f"{h['unanswered']}/{h['questions']}"),
         HeadlineItem("failed", "failed attempts", f"{h['failed_attempts']}/{h['attempts']}"),
-        HeadlineItem("low_mass", "label mass <0.5", f"{h['low_mass_draws']}/{h['draw_rows']} draws"),
+        HeadlineItem("low_mass", "label mass <0.5",
+                     f"{h['low_mass_draws']}/{h['draw_rows']} draws"),
     ]
 
 
