@@ -386,12 +386,12 @@ def _say_upstream(job: _Job, url: str, *, simulator: bool) -> None:
     if not simulator:
         err_console.print(f"upstream: {url}", highlight=False)
         return
-    keyed = "with the answer key it was started with (--key), if any"
+    keyed = ""  # a dreads sim started apart answers with the key it was started with
     if job.upstream == SIM:
         key = sim_key_path(job.job_file) if job.job_file else None
-        keyed = (f"with the answer key {escape(str(key))}" if key
-                 else "without an answer key (answers are noise)")
-    err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url}), "
+        keyed = (f", with the answer key {escape(str(key))}" if key
+                 else ", without an answer key (answers are noise)")
+    err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url})"
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
 
 
