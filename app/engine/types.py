@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # shapes.py imports this module
 
 __all__ = [
     "SIM",
-    "SIM_VERSION_PREFIX",
     "Answer",
     "AnswerBy",
     "Decision",
@@ -376,7 +375,7 @@ class ServerFingerprint:
 #: process, and the engine a simulator's fingerprint names.
 SIM = "sim"
 #: How a simulator's ``/version`` begins (``dreads sim`` started apart, at a URL).
-SIM_VERSION_PREFIX = "dreads-sim"
+_SIM_VERSION = "dreads-sim"
 
 
 def is_simulator(upstream: str | None = None,
@@ -401,4 +400,4 @@ def is_simulator(upstream: str | None = None,
         if fingerprint.get("engine") == SIM:
             return True
         version = version or fingerprint.get("version")
-    return str(version or "").startswith(SIM_VERSION_PREFIX)
+    return str(version or "").startswith(_SIM_VERSION)
