@@ -118,12 +118,13 @@ def usage(draws: tuple[DrawRecord, ...]) -> dict[str, Any]:
 
 
 def _response(api: ApiState, request_id: str, decision: Decision, decided: Answered,
-              recorded: dict[str, Any] | None) -> dict[str, Any]:
+              recorded: dict[str, Any] | None, simulator: bool) -> dict[str, Any]:
     return {
         "model": api.model,
         "answers": openai_answers(decision, decided.answers),
         "usage": usage(decided.draws),
         "dreads": {"request_id": request_id, "reads": decided.n_reads, "recorded": recorded,
+                   "simulator": simulator,
                    "questions": {a.question_id: diagnostics(a) for a in decided.answers}},
     }
 
@@ -149,4 +150,5 @@ async def create_decision(request: Request, api: Api) -> dict[str, Any]:
         latency_ms = (time.perf_counter() - t0) * 1000.0
         recorded = (await _record(api, run, decision, decided, started, latency_ms,
                                   source="POST /v1/decisions") if run else None)
-    return _response(api, request_id, decision, decided, recorded)
+    return _response(api, request_id, decision, decided, recorded,
+                     api.simulator(await api.fingerprint()))

@@ -19,7 +19,8 @@ __all__ = ["LOW_MASS_WARN_SHARE", "live_view"]
 
 #: A cell is flagged when at least this share of its answers has label mass under 0.5.
 LOW_MASS_WARN_SHARE = 0.1
-#: Rejected decisions listed (the count of all is in ``counts``).
+#: Rejected lines listed, each once with its replicates (the count of all rejected decisions
+#: is in ``counts``).
 REJECTED_SHOWN = 20
 
 
@@ -32,7 +33,8 @@ def live_view(session: Session, run: RunInfo) -> dict[str, Any]:
     view["settled"] = report.total - report.remaining
     view["spend_line"] = report.spend_line
     view["failures"] = _failures(session, run.id, view["cells"])
-    view["rejected"] = [{"decision": r.decision, "cell": r.cell, "reason": r.reason}
+    view["rejected"] = [{"decision": r.decision, "cell": r.cell, "reason": r.reason,
+                         "replicates": list(r.replicates)}
                         for r in rejected_decisions(session, run.id, limit=REJECTED_SHOWN)]
     view["warnings"] = _mass_warnings(view["cells"])
     base = f"/runs/{quote(run.name, safe='')}"

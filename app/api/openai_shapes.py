@@ -145,7 +145,9 @@ class DecisionDreadsOut(BaseModel):
     """dreads' extension (the SDK ignores it): the reads behind the answers."""
 
     request_id: str
-    reads: int
+    reads: int = Field(description="Requests sent to the model server for these answers.")
+    simulator: bool = Field(
+        False, description="The answers come from the simulator (dreads sim), not a model.")
     questions: dict[str, dict[str, Any]] = Field(
         description="Question id (name, or position) -> dreads' diagnostics of its answer.")
     recorded: dict[str, Any] | None = Field(

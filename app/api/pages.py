@@ -85,6 +85,7 @@ async def runs_page(request: Request) -> Response:
     def _list() -> list[dict[str, Any]]:
         with session_scope(api.factory) as session:
             return [{"name": o.run.name, "status": o.state.value,
+                     "simulator": o.run.simulator, "replicates": o.run.replicates,
                      "total": sum(o.counts.values()), "done": o.counts.get("done", 0),
                      "created": o.run.created_at.strftime("%Y-%m-%d %H:%M")
                      if o.run.created_at else None} for o in list_runs(session)]

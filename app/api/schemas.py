@@ -179,7 +179,9 @@ class QuestionDiagnostics(BaseModel):
 
 
 class RequestDiagnostics(BaseModel):
-    reads: int
+    reads: int = Field(description="Requests sent to the model server for this answer.")
+    simulator: bool = Field(
+        False, description="The answers come from the simulator (dreads sim), not a model.")
     questions: dict[str, QuestionDiagnostics]
     recorded: dict[str, Any] | None = Field(
         None, description="Where the answers were recorded (run, decision id), or why not.")

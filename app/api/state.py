@@ -14,7 +14,7 @@ from app.api.config import ServeConfig
 from app.api.errors import OVERLOAD_RETRY_AFTER_S, api_error
 from app.api.executor import LocalExecutor, QueueExecutor, RunExecutor
 from app.api.recorder import Recorder
-from app.engine import ReadSettings, ServerFingerprint, TextTokenizer
+from app.engine import ReadSettings, ServerFingerprint, TextTokenizer, is_simulator
 from app.errors import UpstreamError
 from app.runs.embedded import embedded_lock, sqlite_store, start_upstream
 from app.runs.probe import LoadedServer, Server, ServerAt, fingerprint_dict, reads_config
@@ -93,6 +93,12 @@ class ApiState:
             return LoadedServer(self.upstream_url, self.upstream, asyncio.get_running_loop(),
                                 self.model)
         return ServerAt(self.upstream_url, self.config.engine)
+
+    def simulator(self, fingerprint: ServerFingerprint | None) -> bool:
+        """Whether this server's answers come from the simulator (``is_simulator``: the
+        upstream "sim", or a ``dreads sim`` at the upstream URL once its fingerprint is
+        known)."""
+        return is_simulator(self.config.upstream, fingerprint)
 
     def known_fingerprint(self) -> ServerFingerprint | None:
         """The fingerprint if known now; else one question is sent in the background (for

@@ -70,7 +70,7 @@ async def health(api: Api) -> dict[str, Any]:
     return {"status": "ok", "model": api.model, "upstream": api.config.upstream,
             "upstream_ready": fingerprint is not None, "executor": api.executor.name,
             "in_flight": api.limiter.active,
-            "simulator": fingerprint is not None and fingerprint.engine == "sim"}
+            "simulator": api.simulator(fingerprint)}
 
 
 @router.get("/v1/models", response_model=ModelsOut, tags=["jev"],
@@ -224,5 +224,6 @@ async def system_one(request: Request, api: Api) -> dict[str, Any]:
         "answers": answers_of(decision, decided.answers),
         "usage": {"input_tokens": input_tokens(decided.draws), "output_tokens": 0},
         "diagnostics": {"reads": decided.n_reads, "recorded": recorded,
+                        "simulator": api.simulator(await api.fingerprint()),
                         "questions": {a.question_id: diagnostics(a) for a in decided.answers}},
     }

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BAD_LINES_EXIT",
     "CHANGED_EXIT",
+    "SIMULATOR_LINE",
     "answers_file",
     "cancel_lines",
     "cells_table",
@@ -185,15 +186,22 @@ def changed_report(report: SubmitReport, *, replace_changed: bool) -> None:
                       soft_wrap=True)
 
 
+#: What every view of a simulator's run says (``RunInfo.simulator``).
+SIMULATOR_LINE = "SIMULATOR: answers from dreads sim (synthetic), not from a model"
+
+
 def runs_table(overview: list[RunOverview]) -> Table:
     table = Table(title="runs", title_justify="left")
-    for name in ("name", "status", "created", "settings", "decisions"):
-        table.add_column(name, overflow="fold")
+    for name in ("name", "status", "created", "settings", "replicates", "decisions"):
+        table.add_column(name, overflow="fold", justify="right" if name == "replicates"
+                         else "left")
     for o in overview:
         created = o.run.created_at.strftime("%Y-%m-%d %H:%M") if o.run.created_at else ""
-        table.add_row(escape(o.run.name), o.state.value, created,
-                      escape(settings_summary(dict(o.run.settings))),
-                      counts_text(o.counts))
+        settings = Text(settings_summary(dict(o.run.settings)))
+        if o.run.simulator:
+            settings.append("\nSIMULATOR", style="bold yellow")
+        table.add_row(escape(o.run.name), o.state.value, created, settings,
+                      str(o.run.replicates), counts_text(o.counts))
     return table
 
 
@@ -214,7 +222,10 @@ def status_view(report: RunStatusReport) -> Group:
     rate = Text(f"finished last 1 min {report.finished_1m}, last 5 min {report.finished_5m}; "
                 f"{report.rate_per_s:.2f}/s; {report.remaining} left; "
                 f"ETA {duration(report.eta_s)}")
-    parts: list[Any] = [head, rate, Text(f"spend: {report.spend_line}")]
+    parts: list[Any] = [head]
+    if report.run.simulator:
+        parts.append(Text(SIMULATOR_LINE, style="bold yellow"))
+    parts += [rate, Text(f"spend: {report.spend_line}")]
     if report.pause is not None:
         parts.append(Text(f"paused: {report.pause['reason']}", style="bold yellow"))
     parts.append(cells_table(report))

@@ -314,6 +314,7 @@ def _execute(job: _Job) -> ExecutorStats:
     from app.runs.probe import ServerAt, check_server
     from app.runs.refusals import refuse_cancelled
     from app.store.models import RunStatus
+    from app.store.runs import load_run
     from app.upstream.tokenizer import load_tokenizer
 
     refuse_cancelled(job.run)
@@ -334,17 +335,19 @@ def _execute(job: _Job) -> ExecutorStats:
         url, sim = (job.upstream, None) if job.in_process else start_upstream(
             job.upstream, settings, key)
     try:
-        if by_endpoint:
-            _say_endpoint(job, settings, url)
-        else:
-            _say_upstream(job, url)
-        _say_key_warnings(sim)
         tokenizer = load_tokenizer(settings.tokenizer)
+        note = None
         if job.check_server and not by_endpoint:
             note = check_server(job.factory, job.run, ServerAt(url, job.engine), settings,
                                 force=False, tokenizer=tokenizer)
-            if note and not job.quiet:
-                err_console.print(note, highlight=False)
+        simulator = load_run(job.factory, job.run.name).simulator  # with its fingerprint
+        if by_endpoint:
+            _say_endpoint(job, settings, url, simulator=simulator)
+        else:
+            _say_upstream(job, url, simulator=simulator)
+        _say_key_warnings(sim)
+        if note and not job.quiet:
+            err_console.print(note, highlight=False)
         return _drive(job, url, tokenizer)
     finally:
         if sim is not None:
@@ -378,7 +381,9 @@ def _has_work(job: _Job) -> bool:
         return bool(claimable_ids(session, job.run.id, max_attempts=job.config.max_attempts))
 
 
-def _say_upstream(job: _Job, url: str) -> None:
+def _say_upstream(job: _Job, url: str, *, simulator: bool) -> None:
+    """The run's opening line: who answers (``simulator``: the simulator, in this process or
+    a ``dreads sim`` at the URL)."""
     from app.runs.embedded import SIM, sim_key_path
 
     if job.quiet:
@@ -387,13 +392,15 @@ def _say_upstream(job: _Job, url: str) -> None:
         err_console.print(f"engine: transformers in this process, model {url} on "
                           f"{job.engine.device} ({job.engine.dtype})", highlight=False)
         return
-    if job.upstream != SIM:
+    if not simulator:
         err_console.print(f"upstream: {url}", highlight=False)
         return
-    key = sim_key_path(job.job_file) if job.job_file else None
-    keyed = (f"with the answer key {escape(str(key))}" if key
-             else "without an answer key (answers are noise)")
-    err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url}), "
+    keyed = ""  # a dreads sim started apart answers with the key it was started with
+    if job.upstream == SIM:
+        key = sim_key_path(job.job_file) if job.job_file else None
+        keyed = (f", with the answer key {escape(str(key))}" if key
+                 else ", without an answer key (answers are noise)")
+    err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url})"
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
 
 
@@ -405,13 +412,11 @@ def _say_key_warnings(sim: Any) -> None:
                           soft_wrap=True)
 
 
-def _say_endpoint(job: _Job, settings: ReadSettings, url: str) -> None:
-    from app.runs.embedded import SIM
-
+def _say_endpoint(job: _Job, settings: ReadSettings, url: str, *, simulator: bool) -> None:
     if job.quiet:
         return
     route = f"/v1/{settings.answer_by.value}"
-    if settings.answer_url == SIM:
+    if simulator:
         err_console.print(f"[bold yellow]answers come from the SIMULATOR's {route} (dreads sim "
                           f"at {url}), one request per decision; not from a model"
                           "[/bold yellow]", highlight=False)
@@ -482,7 +487,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
 
 
 def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> None:
-    from app.runs.embedded import SIM, draws_used
+    from app.runs.embedded import draws_used
     from app.store.db import session_scope
     from app.store.runs import require_run
     from app.store.sources import source_files
@@ -498,15 +503,16 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
         doc = {**status.as_dict(), "draws": draws, "headline": headline}
         console.print_json(render.json_text(doc))
         return
-    source = " (answers from the SIMULATOR)" if info.upstream == SIM else ""
+    source = " (answers from the SIMULATOR)" if info.simulator else ""
     console.print(f"run {escape(repr(name))} in {escape(str(db))}{source}: "
                   f"{render.counts_text(status.counts)}",
                   highlight=False)
     console.print(render.cells_table(status))
     if status.reasons:
         console.print(render.reasons_table([r.as_dict() for r in status.reasons]))
-    console.print(f"reads: {draws['draw_rows']} draw row(s), "
-                  f"{draws['mean_draws_per_answer']:.2f} draws per answer on average")
+    console.print(f"reads: {status.spend.total.reads:,} (requests to the model server); "
+                  f"draws: {draws['draw_rows']:,} (a question read once), "
+                  f"{draws['mean_draws_per_answer']:.2f} per answer on average", highlight=False)
     if headline and any((headline.get(t) or {}).get("n") for t in _TYPES):
         console.print(_headline_table(headline))
     else:

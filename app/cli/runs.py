@@ -492,6 +492,9 @@ def export(
         err_console.print(f"exported {n} decision(s) of run {run!r} to {output}",
                           highlight=False, markup=False)
     err_console.print(f"spend of run {run!r}: {spend_line}", highlight=False, markup=False)
+    if info.simulator:
+        err_console.print(render.SIMULATOR_LINE, style="bold yellow", highlight=False,
+                          markup=False)
 
 
 def _spend_line(session: Session, info: RunInfo) -> str:

@@ -50,6 +50,7 @@ from app.engine import (
     ServerFingerprint,
     TextTokenizer,
     build_probe_request,
+    is_simulator,
     parse_decision,
 )
 from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
@@ -125,7 +126,7 @@ def _fingerprint_table(check: _Check, url: str, settings: ReadSettings) -> Table
     table = Table(title=f"upstream {url}: ready", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    engine = f"{fp.engine} (SIMULATOR)" if fp.engine == "sim" else fp.engine
+    engine = f"{fp.engine} (SIMULATOR)" if is_simulator(url, fp) else fp.engine
     for name, value in (("engine", engine), ("model", fp.model_id),
                         ("max_model_len", fp.max_model_len), ("version", fp.version),
                         ("canvas_length", fp.canvas_length),
@@ -188,7 +189,8 @@ def check_upstream(
         _not_ready(url, exc, json_out)
         raise typer.Exit(exc.exit_code) from exc
     if json_out:
-        typer.echo(orjson.dumps({"ready": True, **asdict(check)}).decode())
+        typer.echo(orjson.dumps({"ready": True, **asdict(check),
+                                 "simulator": is_simulator(url, check.fingerprint)}).decode())
     else:
         console.print(_fingerprint_table(check, url, settings))
 
@@ -339,7 +341,7 @@ def _answers_table(outcome: DecideOutcome) -> Table:
 
 
 def _print_outcomes(outcomes: list[DecideOutcome], fingerprint: ServerFingerprint) -> None:
-    label = " (SIMULATOR)" if fingerprint.engine == "sim" else ""
+    label = " (SIMULATOR)" if is_simulator(fingerprint=fingerprint) else ""
     console.print(f"upstream: {fingerprint.model_id}{label}, canvas {fingerprint.canvas_length}",
                   highlight=False)
     for outcome in outcomes:

@@ -50,6 +50,7 @@ from app.engine.template import (
     resolve_unit,
 )
 from app.engine.types import (
+    SIM,
     Answer,
     AnswerBy,
     Decision,
@@ -75,11 +76,13 @@ from app.engine.types import (
     StopReason,
     TextTokenizer,
     TokenizerInfo,
+    is_simulator,
 )
 from app.engine.wire import FORBIDDEN_FIELDS, build_request, encode_body, parse_response
 
 __all__ = [
     "FORBIDDEN_FIELDS",
+    "SIM",
     "SYSTEM_INSTRUCTION",
     "Answer",
     "AnswerBy",
@@ -142,6 +145,7 @@ __all__ = [
     "estimate",
     "fold_row",
     "image_prompt_ids",
+    "is_simulator",
     "line_id",
     "parse_decision",
     "parse_messages",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # shapes.py imports this module
     from app.engine.openai.shapes import QuestionShape
 
 __all__ = [
+    "SIM",
     "Answer",
     "AnswerBy",
     "Decision",
@@ -45,6 +46,7 @@ __all__ = [
     "StopReason",
     "TextTokenizer",
     "TokenizerInfo",
+    "is_simulator",
 ]
 
 JSON = Any
@@ -367,3 +369,35 @@ class ServerFingerprint:
     #: where ``batch_invariant`` comes from: "observed" (the server says so) or "declared"
     #: (``DREADS_UPSTREAM_BATCH_INVARIANT``); None when it is not known
     batch_invariant_from: str | None = None
+
+
+#: The upstream (``--upstream sim``, ``--answer-url sim``) that starts a simulator in the
+#: process, and the engine a simulator's fingerprint names.
+SIM = "sim"
+#: How a simulator's ``/version`` begins (``dreads sim`` started apart, at a URL).
+_SIM_VERSION = "dreads-sim"
+
+
+def is_simulator(upstream: str | None = None,
+                 fingerprint: ServerFingerprint | Mapping[str, Any] | None = None, *,
+                 version: str | None = None,
+                 settings: Mapping[str, Any] | None = None) -> bool:
+    """Whether answers come from the simulator (``dreads sim``: synthetic, not a model): the one
+    rule every command, page and answer that names the simulator asks.
+
+    A run's answers (``settings``: its settings dict) answered by a decision endpoint come
+    from the simulator when ``answer_url`` is "sim"; answered by reads, when ``upstream`` is
+    "sim" (started in the process), or the server's ``fingerprint`` names the engine "sim", or
+    its ``/version`` (``version``, or the fingerprint's) begins with "dreads-sim" (a
+    ``dreads sim`` started apart, at a URL)."""
+    if settings is not None and settings.get("answer_by", AnswerBy.READS) != AnswerBy.READS:
+        return settings.get("answer_url") == SIM
+    if upstream == SIM:
+        return True
+    if isinstance(fingerprint, ServerFingerprint):
+        fingerprint = {"engine": fingerprint.engine, "version": fingerprint.version}
+    if fingerprint:
+        if fingerprint.get("engine") == SIM:
+            return True
+        version = version or fingerprint.get("version")
+    return str(version or "").startswith(_SIM_VERSION)

@@ -96,6 +96,9 @@ def _spend_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
                                "input and output.", labels=["run", "kind"])
     gpu = GaugeMetricFamily("dreads_run_gpu_seconds", "GPU-seconds of the pods that read for "
                             "the run (their time shared among runs by reads).", labels=["run"])
+    reads = GaugeMetricFamily("dreads_run_spend_reads", "Reads the run's recorded decisions "
+                              "took: requests sent to the model server, as status and the "
+                              "report's spend count them.", labels=["run"])
     for item in snapshot:
         name, report = item.report.run.name, item.report
         spend = report.spend
@@ -109,7 +112,8 @@ def _spend_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
         tokens.add_metric([name, "input"], spend.total.input_tokens)
         tokens.add_metric([name, "output"], spend.total.output_tokens)
         gpu.add_metric([name], spend.total.gpu_seconds)
-    yield from (cost, projected, budget, tokens, gpu)
+        reads.add_metric([name], spend.total.reads)
+    yield from (cost, projected, budget, tokens, gpu, reads)
 
 
 def _run_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:

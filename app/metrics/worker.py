@@ -32,9 +32,9 @@ __all__ = [
 disable_created_metrics()  # no ``*_created`` series beside every counter and histogram
 
 READS = Counter(
-    "dreads_reads", "Reads sent to the upstream, by outcome: ok (an answer came back; rows "
-    "that miss a label fail the decision's attempt as malformed_response later), or the error "
-    "kind after the upstream client's own retries.", ["run", "outcome"])
+    "dreads_reads", "Reads (requests sent to the model server), by outcome: ok (an answer came "
+    "back; rows that miss a label fail the decision's attempt as malformed_response later), "
+    "or the error kind after the upstream client's own retries.", ["run", "outcome"])
 READ_SECONDS = Histogram(
     "dreads_read_seconds", "Seconds one read took, retries and queueing in vLLM included.",
     ["run"], buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0))
@@ -43,7 +43,9 @@ ATTEMPTS = Counter(
     "decision was answered; else the failure kind of its attempt row).", ["run", "outcome"])
 ANSWERS = Counter("dreads_answers", "Answers kept (one per question of a decision answered "
                   "first), by the draw policy's stop reason.", ["run", "stop_reason"])
-ANSWER_DRAWS = Histogram("dreads_answer_draws", "Draws behind each answer kept.", ["run"],
+ANSWER_DRAWS = Histogram("dreads_answer_draws", "Draws behind each answer kept (a draw: the "
+                         "question read once; a joint read draws each question of its "
+                         "canvas).", ["run"],
                          buckets=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64))
 LABEL_MASS = Histogram(
     "dreads_answer_label_mass", "Probability mass on the question's labels, per answer kept "

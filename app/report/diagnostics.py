@@ -1,10 +1,11 @@
-"""What went wrong, per cell: unanswered questions, failures by kind, low-mass reads, draws.
+"""What went wrong, per cell: unanswered questions, failures by kind, low-mass draws, draws.
 
-A cell is flagged when one of its rates (unanswered, failed attempts, reads with label mass
-below 0.5, reads whose argmax is not a label) stands far above the rate of the other cells:
-a one-sided exact binomial test, Bonferroni-corrected over the cells
-(``metrics.flag_outlier_rates``). The field report's 56 unanswered of ~1,653 in one cell
-against 0 elsewhere is such a cell.
+A draw is one question read once (a joint read gives one per question of its canvas); a read
+is a request sent to the model server. A cell is flagged when one of its rates (unanswered,
+failed attempts, draws with label mass below 0.5, draws whose argmax is not a label) stands
+far above the rate of the other cells: a one-sided exact binomial test, Bonferroni-corrected
+over the cells (``metrics.flag_outlier_rates``). The field report's 56 unanswered of ~1,653
+in one cell against 0 elsewhere is such a cell.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ __all__ = ["FLAG_RATES", "diagnostics"]
 FLAG_RATES: dict[str, tuple[str, str]] = {
     "unanswered": ("unanswered", "questions"),
     "failures": ("failed_attempts", "attempts"),
-    "low_label_mass": ("low_mass_reads", "mass_reads"),
-    "argmax_not_label": ("argmax_not_label_reads", "label_reads"),
+    "low_label_mass": ("low_mass_draws", "mass_draws"),
+    "argmax_not_label": ("argmax_not_label_draws", "label_draws"),
 }
 _STDERR_Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 
@@ -36,13 +37,13 @@ def diagnostics(
     names = sorted(set(grouped) | set(cells))
     per_cell = {c: _cell_diag(grouped.get(c, []), cells.get(c, CellCounts())) for c in names}
     total = CellCounts(
-        reads=sum(c.reads for c in cells.values()),
-        low_mass_reads=sum(c.low_mass_reads for c in cells.values()),
-        argmax_not_label_reads=sum(c.argmax_not_label_reads for c in cells.values()),
+        draw_rows=sum(c.draw_rows for c in cells.values()),
+        low_mass_draws=sum(c.low_mass_draws for c in cells.values()),
+        argmax_not_label_draws=sum(c.argmax_not_label_draws for c in cells.values()),
         attempts=sum(c.attempts for c in cells.values()),
         failures=_sum_failures(cells.values()),
-        mass_reads=sum(_known(c.mass_reads, c) for c in cells.values()),
-        label_reads=sum(_known(c.label_reads, c) for c in cells.values()),
+        mass_draws=sum(_known(c.mass_draws, c) for c in cells.values()),
+        label_draws=sum(_known(c.label_draws, c) for c in cells.values()),
     )
     flagged = _flag_cells(per_cell, alpha)
     return {"overall": _cell_diag(rows, total), "cells": per_cell, "flagged": flagged}
@@ -57,8 +58,8 @@ def _sum_failures(cells: Any) -> dict[str, int]:
 
 
 def _known(count: int | None, cell: CellCounts) -> int:
-    """Reads whose diagnostic is known (every read, unless the cell says otherwise)."""
-    return cell.reads if count is None else count
+    """Draws whose diagnostic is known (every draw, unless the cell says otherwise)."""
+    return cell.draw_rows if count is None else count
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -76,14 +77,14 @@ def _cell_diag(rows: Sequence[QuestionRow], counts: CellCounts) -> dict[str, Any
         "unanswered_rate": _rate(sum(r.unanswered for r in rows), len(rows)),
         "in_flight": sum(r.in_flight for r in rows),
         "decision_statuses": count_values(decisions.values()),
-        "reads": counts.reads, "low_mass_reads": counts.low_mass_reads,
-        # shares over the reads whose diagnostic is known: unknown is not "fine" (None: "-")
-        "mass_reads": _known(counts.mass_reads, counts),
-        "low_mass_share": _rate(counts.low_mass_reads, _known(counts.mass_reads, counts)),
-        "label_reads": _known(counts.label_reads, counts),
-        "argmax_not_label_reads": counts.argmax_not_label_reads,
-        "argmax_not_label_share": _rate(counts.argmax_not_label_reads,
-                                        _known(counts.label_reads, counts)),
+        "draw_rows": counts.draw_rows, "low_mass_draws": counts.low_mass_draws,
+        # shares over the draws whose diagnostic is known: unknown is not "fine" (None: "-")
+        "mass_draws": _known(counts.mass_draws, counts),
+        "low_mass_share": _rate(counts.low_mass_draws, _known(counts.mass_draws, counts)),
+        "label_draws": _known(counts.label_draws, counts),
+        "argmax_not_label_draws": counts.argmax_not_label_draws,
+        "argmax_not_label_share": _rate(counts.argmax_not_label_draws,
+                                        _known(counts.label_draws, counts)),
         "attempts": counts.attempts, "failed_attempts": failed,
         "failure_rate": _rate(failed, counts.attempts), "failures": failures,
         "draws_mean": _mean([r.draws for r in answered if r.draws is not None]),

@@ -25,16 +25,18 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
                  noul {n, positives, auc, recall, recall_hits, top_share, ...} or null,
                  ece {raw, calibrated, calibrated_by}, choice, score, questions, answered,
-                 unanswered, in_flight, attempts, failed_attempts, decisions_failed, reads,
-                 low_mass_reads
+                 unanswered, in_flight, attempts, failed_attempts, decisions_failed, draw_rows,
+                 low_mass_draws
     review       {missed_positives, false_positives}: {total, items: [{decision, replicate,
                  question, cell, p_yes, label_mass, state}]} (review.py), raw P(yes)
 
     BLOCK        {replicates, figures: {name: value}, std: {name: sd}} (figures.py)
     CALIBRATION  {overall, questions: {qid: {n, positives, auc, ece, brier, reliability}}}
     DIAG         questions, answered, unanswered(_rate) (finished without an answer),
-                 in_flight (pending / queued / leased), decision_statuses, reads,
-                 low_mass_reads/_share, argmax_not_label_reads/_share, attempts,
+                 in_flight (pending / queued / leased), decision_statuses,
+                 draw_rows (a draw: one question read once; a read is a request sent to the
+                 model server, counted in spend), mass_draws, low_mass_draws/_share,
+                 label_draws, argmax_not_label_draws/_share, attempts,
                  failed_attempts, failure_rate, failures {kind: n}, draws_mean,
                  draws {n: count}, stop_reasons, stderr {p50, p90, p99, max}, flags
 """
@@ -45,6 +47,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from app.engine import is_simulator
 from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
@@ -123,7 +126,8 @@ def _run_info(data: RunRows) -> dict[str, Any]:
             "settings_hash": run.settings_hash, "settings": dict(run.settings or {}),
             "fingerprint": fingerprint or None,
             "created": run.created_at.isoformat() if run.created_at else None,
-            "simulator": run.upstream == "sim" or fingerprint.get("engine") == "sim"}
+            "simulator": is_simulator(run.upstream, fingerprint,
+                                      settings=dict(run.settings or {}))}
 
 
 def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:

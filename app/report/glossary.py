@@ -38,16 +38,20 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("missed positive", "a positive with P(yes) at or below {r}: one recall does not count; "
      "listed from the lowest P(yes)."),
     ("top false positives", "negatives with P(yes) above {f}, listed from the highest."),
-    ("P", "P(yes), the probability of yes: the mean over the read's draws."),
+    ("read", "a request sent to the model server: one canvas (one question, or a group of "
+     "them under --mode joint) read once. Spend, status and the metrics count reads."),
+    ("draw", "one question read once, with its own noise: a read gives one draw per question "
+     "of its canvas. An answer is the mean of its draws; the diagnostics count draws."),
+    ("P", "P(yes), the probability of yes: the mean over the answer's draws."),
     ("label mass", "the probability the model put on the allowed labels at the answer slot; "
-     "below 0.5 the read is bad, not a no."),
-    ("argmax≠label", "reads whose most likely token at the slot is not an allowed label."),
+     "below 0.5 the draw is bad, not a no."),
+    ("argmax≠label", "draws whose most likely token at the slot is not an allowed label."),
     ("unanswered", "questions whose decision finished without an answer (failed, rejected or "
      "cancelled); in flight ones may still be answered."),
     ("failed attempts", "attempts to answer a decision that failed, by kind; a decision is "
      "retried until it is answered or reaches the poison cap."),
-    ("draws, stop reasons", "reads with different noise per answer, and why drawing stopped "
-     "(agreed, max_draws, near_certain)."),
+    ("draws, stop reasons", "draws per answer, each with different noise, and why drawing "
+     "stopped (agreed, max_draws, near_certain)."),
     ("stderr", "standard error of P(yes) over an answer's draws, at the 50th and 90th "
      "percentile."),
     ("flag", "a cell whose unanswered, failure, low label mass or argmax≠label rate stands far "

@@ -72,7 +72,7 @@ def headline(run: Mapping[str, Any], params: Mapping[str, Any],
         "unanswered": diag["unanswered"], "in_flight": diag["in_flight"],
         "attempts": diag["attempts"], "failed_attempts": diag["failed_attempts"],
         "decisions_failed": diag["decision_statuses"].get("failed", 0),
-        "reads": diag["mass_reads"], "low_mass_reads": diag["low_mass_reads"],
+        "draw_rows": diag["mass_draws"], "low_mass_draws": diag["low_mass_draws"],
     }
 
 
@@ -156,7 +156,8 @@ def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
     return [
         HeadlineItem("unanswered", "unanswered", f"{h['unanswered']}/{h['questions']}"),
         HeadlineItem("failed", "failed attempts", f"{h['failed_attempts']}/{h['attempts']}"),
-        HeadlineItem("low_mass", "label mass <0.5", f"{h['low_mass_reads']}/{h['reads']} reads"),
+        HeadlineItem("low_mass", "label mass <0.5",
+                     f"{h['low_mass_draws']}/{h['draw_rows']} draws"),
     ]
 
 

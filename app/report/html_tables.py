@@ -170,8 +170,8 @@ def _diag_cells(d: Mapping[str, Any]) -> list[str]:
         fmt(d["in_flight"]),
         f"{d['failed_attempts']}/{d['attempts']}: "
         + (", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"),
-        _count_rate(d["low_mass_reads"], d["low_mass_share"]),
-        _count_rate(d["argmax_not_label_reads"], d["argmax_not_label_share"]),
+        _count_rate(d["low_mass_draws"], d["low_mass_share"]),
+        _count_rate(d["argmax_not_label_draws"], d["argmax_not_label_share"]),
         fmt(d["draws_mean"]),
         ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
         f"{fmt(d['stderr']['p50'])}, {fmt(d['stderr']['p90'])}",

@@ -86,14 +86,14 @@ class QuestionRow:
 class CellCounts:
     """Per-cell counts from the draws and attempts tables."""
 
-    reads: int = 0
-    low_mass_reads: int = 0  #: label mass below 0.5
-    argmax_not_label_reads: int = 0
+    draw_rows: int = 0  #: draws: one question read once (a joint read gives one per question)
+    low_mass_draws: int = 0  #: label mass below 0.5
+    argmax_not_label_draws: int = 0
     attempts: int = 0
     failures: Mapping[str, int] | None = None  #: outcome kind -> attempts (non-ok)
-    #: reads whose label mass / argmax is known (a decision endpoint may not say); None: all
-    mass_reads: int | None = None
-    label_reads: int | None = None
+    #: draws whose label mass / argmax is known (a decision endpoint may not say); None: all
+    mass_draws: int | None = None
+    label_draws: int | None = None
 
 
 @dataclass(frozen=True)
@@ -271,9 +271,10 @@ def _cell_counts(session: Session, run_id: int) -> dict[str, CellCounts]:
     for cell in set(reads) | set(attempts):
         n, low, not_label, with_mass, with_label = reads.get(cell, (0, 0, 0, 0, 0))
         total, failures = attempts.get(cell, (0, {}))
-        out[cell] = CellCounts(reads=n, low_mass_reads=low, argmax_not_label_reads=not_label,
-                               attempts=total, failures=failures, mass_reads=with_mass,
-                               label_reads=with_label)
+        out[cell] = CellCounts(draw_rows=n, low_mass_draws=low,
+                               argmax_not_label_draws=not_label,
+                               attempts=total, failures=failures, mass_draws=with_mass,
+                               label_draws=with_label)
     return out
 
 

@@ -121,14 +121,14 @@ def pct(value: float | None) -> str:
 
 
 def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
-    """Per cell: unanswered and failures by kind; then the reads (label mass, draws, stderr)."""
+    """Per cell: unanswered and failures by kind; then the draws (label mass, stop, stderr)."""
     rows = [*diag["cells"].items(), ("overall", diag["overall"])]
     lost = Table(title="unanswered and failures per cell", title_justify="left")
     for name in ("cell", "questions", "unanswered", "in flight", "failed attempts", "flags"):
         lost.add_column(name, justify="left" if name in ("cell", "failed attempts", "flags")
                         else "right", no_wrap=name == "cell")
-    reads = Table(title="reads per cell", title_justify="left")
-    for name in ("cell", "reads", "mass<0.5", "argmax≠label", "draws mean", "stop reasons",
+    reads = Table(title="draws per cell", title_justify="left")
+    for name in ("cell", "draws", "mass<0.5", "argmax≠label", "draws mean", "stop reasons",
                  "stderr p50", "stderr p90"):
         reads.add_column(name, justify="left" if name in ("cell", "stop reasons") else "right",
                          no_wrap=name == "cell")
@@ -139,7 +139,7 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
                      f"{d['unanswered']} ({pct(d['unanswered_rate'])})", fmt(d["in_flight"]),
                      f"{d['failed_attempts']}/{d['attempts']}: {failures}",
                      Text(flags, style="bold red") if flags else "")
-        reads.add_row(escape(cell), fmt(d["reads"]), pct(d["low_mass_share"]),
+        reads.add_row(escape(cell), fmt(d["draw_rows"]), pct(d["low_mass_share"]),
                       pct(d["argmax_not_label_share"]), fmt(d["draws_mean"]),
                       ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
                       fmt(d["stderr"]["p50"]), fmt(d["stderr"]["p90"]))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from app.engine import (
+    SIM,
     AnswerBy,
     ReadSettings,
     TextTokenizer,
@@ -91,8 +92,6 @@ __all__ = [
 
 log = logging.getLogger("dreads.embedded")
 
-#: The upstream name that starts the simulator in this process.
-SIM = "sim"
 OWNER_PREFIX = "embedded:"
 Progress = Callable[[int, int], None]
 

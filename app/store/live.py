@@ -24,9 +24,13 @@ class LatestFailure:
 
 @dataclass(frozen=True)
 class Rejected:
+    """A rejected line of the job file (its decision id), once, with the replicates that
+    were rejected for one reason."""
+
     decision: str
     cell: str | None
     reason: str
+    replicates: tuple[int, ...] = (0,)
 
 
 def latest_failures(session: Session, run_id: int) -> dict[str, LatestFailure]:
@@ -42,9 +46,19 @@ def latest_failures(session: Session, run_id: int) -> dict[str, LatestFailure]:
 
 
 def rejected_decisions(session: Session, run_id: int, *, limit: int) -> list[Rejected]:
-    """Up to ``limit`` rejected decisions (most recent first) with the reason each was
-    refused."""
-    stmt = (select(Decision.key, Decision.cell, Decision.last_error)
-            .where(Decision.run_id == run_id, Decision.status == DecisionStatus.REJECTED)
-            .order_by(Decision.id.desc()).limit(limit))
-    return [Rejected(key, cell, reason or "") for key, cell, reason in session.execute(stmt)]
+    """Up to ``limit`` rejected lines (decision ids, most recent first), each once per reason
+    with its rejected replicates."""
+    rejected = (Decision.run_id == run_id, Decision.status == DecisionStatus.REJECTED)
+    latest = func.max(Decision.id)
+    keys = [key for key, _ in session.execute(
+        select(Decision.key, latest).where(*rejected).group_by(Decision.key)
+        .order_by(latest.desc()).limit(limit))]
+    stmt = (select(Decision.key, Decision.cell, Decision.last_error, Decision.replicate)
+            .where(*rejected, Decision.key.in_(keys)).order_by(Decision.replicate))
+    grouped: dict[tuple[str, str], tuple[str | None, list[int]]] = {}
+    for key, cell, reason, replicate in session.execute(stmt):
+        grouped.setdefault((key, reason or ""), (cell, []))[1].append(replicate)
+    order = {key: i for i, key in enumerate(keys)}
+    return [Rejected(key, cell, reason, tuple(replicates))
+            for (key, reason), (cell, replicates)
+            in sorted(grouped.items(), key=lambda item: order[item[0][0]])]

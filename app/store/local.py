@@ -1,5 +1,5 @@
 """The queries of the embedded executor (``dreads run``, the API's local executor): leases of
-a dead or interrupted local process, what a claim could win now, progress and reads spent."""
+a dead or interrupted local process, what a claim could win now, progress and draws made."""
 
 from __future__ import annotations
 
@@ -81,8 +81,9 @@ def settled_count(session: Session, run_id: int) -> tuple[int, int]:
 
 
 def draws_used(session: Session, run_id: int) -> dict[str, Any]:
-    """Reads spent: draw rows, and the mean draws per answered question."""
-    reads = session.scalar(select(func.count(Draw.id)).join(
+    """Draws (one question read once: a row of ``draws``), and the mean draws per answered
+    question. Reads, the requests sent to the model server, are the run's spend."""
+    draws = session.scalar(select(func.count(Draw.id)).join(
         Decision, Decision.id == Draw.decision_id).where(Decision.run_id == run_id)) or 0
     mean = session.scalar(select(func.avg(Answer.draws)).where(Answer.run_id == run_id))
-    return {"draw_rows": int(reads), "mean_draws_per_answer": float(mean or 0.0)}
+    return {"draw_rows": int(draws), "mean_draws_per_answer": float(mean or 0.0)}

@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from app.engine.types import is_simulator
+
 __all__ = ["DecisionStatus", "PauseKind", "RunInfo", "RunStatus"]
 
 
@@ -64,3 +66,9 @@ class RunInfo:
     pause_kind: str | None = None  #: ``PauseKind`` while the run is paused
     pause_reason: str | None = None  #: why it paused and what to check, for a user
     paused_at: datetime | None = None
+
+    @property
+    def simulator(self) -> bool:
+        """Its answers come from the simulator, not from a model (``is_simulator``: its
+        upstream, the fingerprint its server gave, or its decision endpoint)."""
+        return is_simulator(self.upstream, self.fingerprint, settings=self.settings)

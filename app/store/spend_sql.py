@@ -65,7 +65,7 @@ class RunSpendTotals:
     def line(self, done: int, total: int) -> str:
         """What ``status`` and the live page say (``describe_spend``)."""
         return describe_spend(self.total, projected=self.projected_cost(done, total),
-                              max_cost=self.prices.max_cost)
+                              max_cost=self.prices.max_cost, prices=self.prices.tokens)
 
     def as_dict(self, *, done: int | None = None, total: int | None = None) -> dict[str, Any]:
         """As ``status --json``, ``runs --json`` and ``export`` show it; with ``done`` and
@@ -75,6 +75,8 @@ class RunSpendTotals:
             "price_input_per_mtok": self.prices.tokens.input_per_mtok,
             "price_output_per_mtok": self.prices.tokens.output_per_mtok,
             "max_cost_usd": self.prices.max_cost}
+        if out["cost_usd"] is None and self.prices.tokens.priced:  # priced, nothing spent yet
+            out["cost_usd"] = 0.0
         if done is not None and total is not None:
             cost = self.projected_cost(done, total)
             out["projected_cost_usd"] = None if cost is None else round(cost, 6)

@@ -195,7 +195,7 @@ class RunStatusReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run.name, "status": self.state.value, "paused": self.pause,
-                "total": self.total,
+                "simulator": self.run.simulator, "total": self.total,
                 "counts": dict(sorted(self.counts.items())), "remaining": self.remaining,
                 "unanswered": self.unanswered,
                 "finished_last_1m": self.finished_1m, "finished_last_5m": self.finished_5m,
@@ -224,7 +224,7 @@ class RunOverview:
                 "created": run.created_at.isoformat() if run.created_at else None,
                 "settings": dict(run.settings), "settings_hash": run.settings_hash,
                 "fingerprint": run.fingerprint, "upstream": run.upstream,
-                "replicates": run.replicates, "counts": self.counts,
+                "simulator": run.simulator, "replicates": run.replicates, "counts": self.counts,
                 "spend": self.spend.as_dict(done=self.counts.get(DecisionStatus.DONE, 0),
                                             total=sum(self.counts.values()))}
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.types import SIM
 from app.errors import ConfigError
 from app.upstream.base import Upstream
 
 __all__ = ["SIM", "UpstreamConfig", "make_http_upstream", "make_upstream"]
-
-#: The upstream "URL" that starts an in-process simulator (labelled ``sim`` everywhere).
-SIM = "sim"
-
 
 @dataclass(frozen=True)
 class UpstreamConfig:
@@ -70,7 +67,7 @@ def _sim_upstream(config: UpstreamConfig) -> Upstream:
 
     handle = start_sim_thread(SimOptions(model=config.model, canvas_length=config.canvas_length,
                                          tokenizer=config.tokenizer))
-    return _vllm_upstream(config, handle.url, engine="sim", on_close=handle.stop, api_key=None)
+    return _vllm_upstream(config, handle.url, engine=SIM, on_close=handle.stop, api_key=None)
 
 
 def _vllm_upstream(config: UpstreamConfig, url: str, **extra: Any) -> Upstream:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.engine import is_simulator
 from app.errors import ConfigError, UpstreamUnauthorized, UpstreamUnavailable
 
 __all__ = ["ServedIdentity", "served_identity"]
@@ -59,4 +60,4 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
     if not data or "id" not in data[0]:
         raise ConfigError(f"{base}/v1/models lists no model; pass --model and --tokenizer")
     return ServedIdentity(model_id=str(data[0]["id"]),
-                          is_sim=str(text).startswith("dreads-sim"))
+                          is_sim=is_simulator(version=str(text)))

@@ -39,7 +39,14 @@ import httpx
 import orjson
 
 from app.engine import encode_body, parse_response
-from app.engine.types import Endpoint, ReadRequest, ReadResult, ServerFingerprint
+from app.engine.types import (
+    SIM,
+    Endpoint,
+    ReadRequest,
+    ReadResult,
+    ServerFingerprint,
+    is_simulator,
+)
 from app.errors import (
     MalformedResponse,
     ModelNotServed,
@@ -195,7 +202,7 @@ class VllmUpstream:
             entry = await self._served_entry(client)
             version = await _version(client)
             observed = await _observed_invariance(client)
-        engine = "sim" if version and version.startswith("dreads-sim") else self.engine
+        engine = SIM if is_simulator(version=version) else self.engine
         canvas = entry.get("canvas_length")
         invariant, invariant_from = batch_invariance(observed, self.batch_invariant)
         return ServerFingerprint(

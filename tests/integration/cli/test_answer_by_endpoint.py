@@ -118,7 +118,7 @@ def test_decisions_run_keeps_confidence_and_usage_and_no_label_mass(
             assert 0.0 < confidence <= max(probs.values()) + 1e-12
     report = dreads("report", "jobs", "--json", "--database-url", f"sqlite:///{db}").json()
     overall = report["diagnostics"]["overall"]
-    assert overall["reads"] == 18 and overall["mass_reads"] == 0
+    assert overall["draw_rows"] == 18 and overall["mass_draws"] == 0
     assert overall["low_mass_share"] is None and overall["argmax_not_label_share"] is None
     exported = dreads("export", "jobs", "--database-url", f"sqlite:///{db}")
     record = orjson.loads(exported.stdout.splitlines()[0])

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.fixtures.runs_cli import CliResult, job_line, sqlite_rows, write_jobs
@@ -37,6 +38,24 @@ def test_run_small_example_with_sim(dreads: Dreads, tmp_path: Path) -> None:
     assert doc["counts"] == {"done": 5} and doc["draws"]["draw_rows"] > 0
     assert doc["headline"]["noul"]["n"] == 3
     assert sqlite_rows(db, "SELECT count(*) FROM attempts") == [(5,)]  # nothing ran twice
+
+
+def test_summary_counts_reads_as_requests_and_draws_apart(dreads: Dreads,
+                                                         tmp_path: Path) -> None:
+    """A joint read draws each question of its canvas: three draws per read here. The summary's
+    reads are the requests the spend counts; its draws are the draw rows."""
+    questions = {q: {"type": "noul", "instructions": f"Is it {q}?"} for q in ("a", "b", "c")}
+    lines = [orjson.dumps({"id": f"j{i}", "cell": "c", "state": f"Clause {i}: text.",
+                           "questions": questions}).decode() for i in range(4)]
+    path = write_jobs(tmp_path / "joint.jsonl", lines)
+    db = tmp_path / "d.db"
+    result = dreads("run", str(path), "--upstream", "sim", "--mode", "joint", "--db", str(db))
+    assert result.code == 0, result.stderr
+    reads = dreads("status", "joint", "--db", str(db), "--json").json()["spend"]["reads"]
+    draws = _count(db, "1 = 1", table="draws")
+    assert draws == 3 * reads > 0
+    said = " ".join(result.stdout.split())
+    assert f"reads: {reads} (requests to the model server); draws: {draws} " in said, said
 
 
 def test_run_refuses_changed_settings(dreads: Dreads, tmp_path: Path) -> None:

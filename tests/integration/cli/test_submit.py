@@ -91,6 +91,28 @@ def test_batch_style_lines_resubmit_and_replicates(dreads: Dreads, cli_pg: str,
     assert again.code == 0, again.stderr
     assert again.json()["inserted"] == 0 and again.json()["already_present"] == 6
     assert cli_redis.client().llen(QUEUE) == messages
+    listed = dreads("runs", "--database-url", cli_pg)
+    assert listed.code == 0, listed.stderr
+    header = next(line for line in listed.stdout.splitlines() if "replicates" in line)
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("│ rep "))
+    column = header.index("replicates")
+    assert row[column:column + len("replicates")].strip() == "3", listed.stdout
+
+
+def test_status_right_after_a_priced_submit_shows_its_prices(
+        dreads: Dreads, cli_pg: str, cli_redis: RedisServer, tmp_path: Path) -> None:
+    cli_redis.wipe()
+    path = write_jobs(tmp_path / "j.jsonl", [job_line("p1"), job_line("p2")])
+    submitted = _submit(dreads, cli_pg, cli_redis, path, "priced", "--price-input", "0.10",
+                        "--max-cost", "1")
+    assert submitted.code == 0, submitted.stderr
+    shown = dreads("status", "priced", "--database-url", cli_pg)
+    assert shown.code == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("spend:"))
+    assert line.startswith("spend: $0.0000 so far, budget $1.0000 (0 input + 0 output"), line
+    spend = dreads("status", "priced", "--database-url", cli_pg, "--json").json()["spend"]
+    assert (spend["cost_usd"], spend["price_input_per_mtok"], spend["max_cost_usd"]) == (
+        0.0, 0.10, 1.0)
 
 
 def test_existing_run_under_other_settings_refused(dreads: Dreads, cli_pg: str,

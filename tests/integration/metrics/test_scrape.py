@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from app.store.db import session_scope
 from app.store.models import Answer
+from app.store.spend import spend_of
 from app.store.views import LOW_MASS
 from tests.fixtures.api import StartServe
 from tests.fixtures.services import (
@@ -56,6 +57,7 @@ class FaultyRun:
     sim_url: str
     api_denied: int  #: the status of a scrape without the key
     worker_log: str
+    spend_reads: int  #: the reads (requests) of the run's spend, as `dreads status` says
 
 
 def _answer_counts(stack: Stack) -> tuple[int, int]:
@@ -120,8 +122,11 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory,
             api_side = wait_until(lambda: _api_matches(server.url, counts), timeout_s=30,
                                   what="the API's gauges to catch up with SQL")
             denied = httpx.get(f"{server.url}/metrics", timeout=10.0).status_code
+            with session_scope(stack.factory) as session:
+                spend_reads = spend_of(session, stack.run_id).total.reads
             yield FaultyRun(counts, attempts, answers, low, worker_side, api_side,
-                            scrape(f"{sim.url}/metrics"), sim.url, denied, worker.log_text())
+                            scrape(f"{sim.url}/metrics"), sim.url, denied, worker.log_text(),
+                            spend_reads)
     finally:
         if worker is not None:
             worker.stop()
@@ -170,6 +175,8 @@ def test_api_gauges_equal_sql_behind_the_key(faulty_run: FaultyRun) -> None:
     # spend: the run has no price, so tokens and GPU-seconds and no dollar figure
     assert api.total("dreads_run_spend_tokens", run="faulty", kind="input") > 0
     assert api.total("dreads_run_gpu_seconds", run="faulty") > 0
+    # reads: the requests the spend counts, as `dreads status` says them
+    assert api.total("dreads_run_spend_reads", run="faulty") == faulty_run.spend_reads
     dollars = {"dreads_run_spend_dollars", "dreads_run_projected_spend_dollars"}
     assert [row for row in api.rows if row[0] in dollars] == []
     assert api.total("http_requests_total", handler="/v1/runs/{run}") >= 1

@@ -143,12 +143,12 @@ def test_read_diagnostics_come_from_the_draws(report_db: DB) -> None:
         b.noul("c", 0.2, "no", cell="y", masses=(0.4, 0.6), stderr=0.15)
         doc = build_report(session, "diag")
     x = doc["diagnostics"]["cells"]["x"]
-    assert (x["reads"], x["low_mass_reads"], x["argmax_not_label_reads"]) == (5, 2, 1)
+    assert (x["draw_rows"], x["low_mass_draws"], x["argmax_not_label_draws"]) == (5, 2, 1)
     assert x["low_mass_share"] == pytest.approx(0.4)
     assert x["draws"] == {"1": 1, "4": 1} and x["draws_mean"] == 2.5
     assert x["stop_reasons"] == {"agreed": 1, "near_certain": 1}
     overall = doc["diagnostics"]["overall"]
-    assert overall["reads"] == 7 and overall["low_mass_reads"] == 3
+    assert overall["draw_rows"] == 7 and overall["low_mass_draws"] == 3
     assert overall["stderr"]["p50"] == pytest.approx(0.10)
     assert overall["stderr"]["max"] == pytest.approx(0.15)
 

@@ -13,8 +13,8 @@ from app.report.review import FALSE_POSITIVES_SHOWN, review, state_words
 
 PARAMS = {"threshold_recall": 0.30, "threshold_fp": 0.70, "top_share": 0.05}
 DIAG = {"questions": 8, "answered": 7, "unanswered": 1, "in_flight": 0, "attempts": 9,
-        "failed_attempts": 2, "decision_statuses": {"done": 7, "failed": 1}, "mass_reads": 20,
-        "low_mass_reads": 3}
+        "failed_attempts": 2, "decision_statuses": {"done": 7, "failed": 1}, "mass_draws": 20,
+        "low_mass_draws": 3}
 
 
 def _row(key: str, p: float | None, y: int, state: object = "a state") -> QuestionRow:
@@ -66,5 +66,5 @@ def test_headline_gives_counts_beside_rates() -> None:
     assert items["false_positives"].startswith("1 (")
     assert items["ece"].endswith("0.01 calibrated")
     assert (items["unanswered"], items["failed"], items["low_mass"]) == (
-        "1/8", "2/9", "3/20 reads")
+        "1/8", "2/9", "3/20 draws")
     assert headline_line(h).startswith("AUC 0.75; recall >0.30 1/2 (50%); in top 5% ")
