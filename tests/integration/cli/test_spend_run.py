@@ -144,7 +144,8 @@ def test_a_run_without_a_price_shows_tokens_and_no_dollars(
                                 "--json").stdout)
     assert report["spend"]["run"]["cost_usd"] is None
     assert report["spend"]["run"]["cost_per_1000_usd"] is None
-    exported = _dreads(tmp_path, "export", "f", "--database-url", url, "-o", "f.jsonl")
+    exported = _dreads(tmp_path, "export", "f", "--database-url", url, "-o",
+                       "f.answers.jsonl")
     assert exported.returncode == 0, exported.stderr
     assert "spend of run 'f': no price set: " in exported.stderr
-    assert len((tmp_path / "f.jsonl").read_text().splitlines()) == 30
+    assert len((tmp_path / "f.answers.jsonl").read_text().splitlines()) == 30
