@@ -10,8 +10,8 @@ in-process engine and a run answered by a decision endpoint have nothing to wait
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -28,7 +28,24 @@ if TYPE_CHECKING:
     from app.upstream.base import WaitProgress
     from app.upstream.factory import UpstreamConfig
 
-__all__ = ["wait_for_run", "wait_for_server"]
+__all__ = ["suggest_wait", "wait_for_run", "wait_for_server"]
+
+
+@contextmanager
+def suggest_wait(wait_s: float) -> Iterator[None]:
+    """A server that cannot be reached, when the command did not wait for it: its error line
+    says how to wait for one still loading.
+
+    Raises:
+        UpstreamUnavailable: the one raised inside, with that hint when ``wait_s`` is 0.
+    """
+    try:
+        yield
+    except UpstreamUnavailable as exc:
+        if wait_s > 0:
+            raise
+        raise UpstreamUnavailable(f"{exc.message}; if it is still loading, wait for it with "
+                                  "--wait SECONDS", kind=exc.kind, status=exc.status) from exc
 
 
 def wait_for_run(upstream: str | None, wait_s: float, run: RunInfo | None, *,

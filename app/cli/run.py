@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from app.cli import _render as render
 from app.cli._app import RUN_JOBS, app
-from app.cli._wait import wait_for_run
+from app.cli._wait import suggest_wait, wait_for_run
 from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
 from app.cli.dryrun import (
     DryRunArgs,
@@ -151,7 +151,7 @@ def run(
 
     name = run_name or file.stem
     env = settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour)
-    with cli_errors():
+    with cli_errors(), suggest_wait(wait):
         check_job_file(file)
         db = _sqlite_file(database)
         with _removed_unless_used(db) as used, embedded_store(db) as factory:

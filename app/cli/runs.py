@@ -22,7 +22,7 @@ import typer
 from app.cli import _render as render
 from app.cli._app import INSPECT, RUN_JOBS, app
 from app.cli._files import atomic_output, check_output_path
-from app.cli._wait import wait_for_run
+from app.cli._wait import suggest_wait, wait_for_run
 from app.cli._wiring import (
     existing_run,
     resolve_engine,
@@ -121,7 +121,7 @@ def submit(
             {"engine": engine, "device": device, "dtype": dtype}, json_out, spend,
             image_dirs))
         return
-    with cli_errors():
+    with cli_errors(), suggest_wait(wait):
         check_job_file(file)
         # started first: its Celery start-up overlaps the tokenizer's and the probe's
         with PublisherProcess(broker, chunk_size) as publisher, \
@@ -325,7 +325,7 @@ def resume(
     options = ResumeOptions(retry_failed=retry_failed, dry_run=dry_run, force=force,
                             requeue_after_s=env.requeue_after_s, prices=prices)
     url = database_url(database)
-    with cli_errors(), opened_store(url) as factory:
+    with cli_errors(), suggest_wait(wait), opened_store(url) as factory:
         info = load_run(factory, run)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype, env=env)
         wait_for_run(upstream, wait, info, given=given, choice=choice, env=env)

@@ -70,6 +70,7 @@ def test_run_waits_for_a_server_that_starts_late(late_sim: Callable[[float], str
                      str(tmp_path / "fast.db"), cwd=tmp_path, model=False)
     assert time.monotonic() - started < 4.0, "without --wait it must not wait"
     assert_one_line_error(refused, says=url, code=1)
+    assert "if it is still loading, wait for it with --wait SECONDS" in refused.stderr
     result = dreads("run", str(SMALL), "--upstream", url, "--database-url",
                     str(tmp_path / "d.db"), "--wait", "60", cwd=tmp_path, model=False)
     assert result.code == 0, result.stderr
