@@ -1,5 +1,6 @@
-"""How a user names each run setting, declared once: the option typed on the command line,
-the query parameter of the API, and the ``DREADS_*`` variable that sets it for a new run.
+"""How a user names each run setting, declared once: the option typed on the command line and
+the query parameter of the API. (A ``DREADS_*`` variable sets only a new run's settings, so a
+mismatch with an existing run always comes from an option.)
 
 The store reports a settings mismatch by field name (``RunSettingsMismatch.changes``); the
 entry points word it here: ``dreads`` as ``--mode isolated -> joint``, the API as
@@ -20,15 +21,13 @@ __all__ = ["SETTING_NAMES", "SettingName", "api_words", "cli_words"]
 class SettingName:
     option: str  #: the ``dreads`` option (``run``, ``submit``, ``resume``)
     param: str | None  #: the query parameter of ``POST /v1/runs`` (None: the server's own)
-    #: the variable that sets it for a new run (``app.config``); an existing run keeps its own
-    env: str | None = None
 
 
 #: Run setting (``ReadSettings`` field, and the run's replicate count) -> its names.
 SETTING_NAMES: dict[str, SettingName] = {
-    "model": SettingName("--model", "model", "DREADS_MODEL"),
-    "tokenizer": SettingName("--tokenizer", None, "DREADS_TOKENIZER"),
-    "canvas_length": SettingName("--canvas", None, "DREADS_CANVAS"),
+    "model": SettingName("--model", "model"),
+    "tokenizer": SettingName("--tokenizer", None),
+    "canvas_length": SettingName("--canvas", None),
     "canvas_step": SettingName("--canvas-step", "canvas_step"),
     "layout": SettingName("--layout", "layout"),
     "read_mode": SettingName("--mode", "mode"),
