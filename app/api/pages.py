@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from app.api.session import COOKIE, SESSION_S, authorized, safe_next, session_token
 from app.api.state import ApiState
+from app.engine import SIMULATOR_NOTE
 from app.store.db import session_scope
 from app.store.runs import RunInfo, find_run
 from app.store.views import list_runs
@@ -101,8 +102,8 @@ async def run_page(run: str, request: Request) -> Response:
     if view is None:
         return _html("runs.html", 404, runs=[])
     base = f"/runs/{quote(run, safe='')}"
-    return _html("run.html", name=run, initial=view, live_url=f"{base}/live",
-                 report_url=f"{base}/report", poll_ms=POLL_MS)
+    return _html("run.html", name=run, initial=view, simulator_note=SIMULATOR_NOTE,
+                 live_url=f"{base}/live", report_url=f"{base}/report", poll_ms=POLL_MS)
 
 
 @router.get("/runs/{run}/live")

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli.options import console, database_url, err_console
+from app.engine import SIMULATOR_LINE
 from app.errors import EXIT_BAD_LINES, EXIT_USAGE
 from app.report.tables import reasons_table
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BAD_LINES_EXIT",
     "CHANGED_EXIT",
-    "SIMULATOR_LINE",
     "answers_file",
     "cancel_lines",
     "cells_table",
@@ -184,10 +184,6 @@ def changed_report(report: SubmitReport, *, replace_changed: bool) -> None:
                   "replace those not yet answered.")
     err_console.print(f"[yellow]{escape(head)}[/yellow] {escape(advice)}", highlight=False,
                       soft_wrap=True)
-
-
-#: What every view of a simulator's run says (``RunInfo.simulator``).
-SIMULATOR_LINE = "SIMULATOR: answers from dreads sim (synthetic), not from a model"
 
 
 def runs_table(overview: list[RunOverview]) -> Table:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from app.cli.options import err_console
-from app.engine import AnswerBy, ReadSettings
+from app.engine import SIM, AnswerBy, ReadSettings
 from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -100,7 +100,6 @@ def wait_for_server(url: str, wait_s: float, *, settings: ReadSettings | None,
 def _waits_for(url: str, settings: ReadSettings | None, given: Mapping[str, Any],
                choice: UpstreamConfig) -> bool:
     from app.upstream.engines import is_in_process
-    from app.upstream.urls import SIM
 
     answer_by = settings.answer_by if settings is not None else given.get("answer_by")
     by_endpoint = answer_by not in (None, AnswerBy.READS)

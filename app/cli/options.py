@@ -100,16 +100,15 @@ def checked_url(ctx: typer.Context, param: typer.CallbackParam,
     cannot be one (no ``http://``, another scheme, no host) is one error line, exit 2."""
     if value is None or ctx.resilient_parsing:
         return value
-    from rich.markup import escape
-
+    from app.errors import InputError
     from app.upstream.urls import url_problem
 
     name = param.opts[0] if param.opts and param.opts[0].startswith("-") else "URL"
     problem = url_problem(value, name=name)
     if problem is None:
         return value
-    err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    error = InputError(problem)
+    exit_error(error, error.exit_code)
 
 
 _RUN = "Run settings"

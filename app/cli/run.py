@@ -498,7 +498,7 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
         status = run_status(session, info)
         draws = draws_used(session, info.id)
         headline = _headline(session, info.id)
-        sources = [path for run, path in source_files(session) if run == name]
+        sources = [path for _, path in source_files(session, name)]
     if json_out:
         doc = {**status.as_dict(), "draws": draws, "headline": headline}
         console.print_json(render.json_text(doc))

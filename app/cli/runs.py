@@ -64,6 +64,7 @@ from app.cli.options import (
     opened_store,
     with_read_options,
 )
+from app.engine import SIMULATOR_LINE
 from app.errors import InputError
 
 if TYPE_CHECKING:
@@ -482,7 +483,7 @@ def export(
         with _session(database) as session:
             info = require_run(session, run)
             if output is not None and str(output) != "-":
-                sources = [path for name, path in source_files(session) if name == run]
+                sources = [path for _, path in source_files(session, run)]
                 check_not_run_file(session, output, option="-o",
                                    instead=render.answers_file(run, fmt.value, sources))
             with atomic_output(output, newline="") as out:
@@ -493,7 +494,7 @@ def export(
                           highlight=False, markup=False)
     err_console.print(f"spend of run {run!r}: {spend_line}", highlight=False, markup=False)
     if info.simulator:
-        err_console.print(render.SIMULATOR_LINE, style="bold yellow", highlight=False,
+        err_console.print(SIMULATOR_LINE, style="bold yellow", highlight=False,
                           markup=False)
 
 

@@ -51,6 +51,8 @@ from app.engine.template import (
 )
 from app.engine.types import (
     SIM,
+    SIMULATOR_LINE,
+    SIMULATOR_NOTE,
     Answer,
     AnswerBy,
     Decision,
@@ -83,6 +85,8 @@ from app.engine.wire import FORBIDDEN_FIELDS, build_request, encode_body, parse_
 __all__ = [
     "FORBIDDEN_FIELDS",
     "SIM",
+    "SIMULATOR_LINE",
+    "SIMULATOR_NOTE",
     "SYSTEM_INSTRUCTION",
     "Answer",
     "AnswerBy",

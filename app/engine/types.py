@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # shapes.py imports this module
 
 __all__ = [
     "SIM",
+    "SIMULATOR_LINE",
+    "SIMULATOR_NOTE",
     "Answer",
     "AnswerBy",
     "Decision",
@@ -376,6 +378,11 @@ class ServerFingerprint:
 SIM = "sim"
 #: How a simulator's ``/version`` begins (``dreads sim`` started apart, at a URL).
 _SIM_VERSION = "dreads-sim"
+#: What a one-line view of a simulator's answers says (``status``, ``export``), and the note
+#: of a page or report of them.
+SIMULATOR_LINE = "SIMULATOR: answers from dreads sim (synthetic), not from a model"
+SIMULATOR_NOTE = ("SIMULATOR: these answers come from dreads sim (synthetic logprobs), not from "
+                  "a model; the figures test the pipeline, not a model")
 
 
 def is_simulator(upstream: str | None = None,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from app.engine import SIMULATOR_NOTE
 from app.images import ImagePolicy
 from app.report.glossary import glossary
 from app.report.headline import HeadlineItem, headline_items, identity_items
@@ -114,9 +115,7 @@ def _top(doc: Mapping[str, Any]) -> list[str]:
     run = doc["run"]
     out = [f"<h1>dreads report: {escape(run['name'])}</h1>"]
     if run.get("simulator"):
-        out.append('<p class="sim">SIMULATOR: these answers come from dreads sim (synthetic '
-                   "logprobs), not from a model; the figures test the pipeline, not a model."
-                   "</p>")
+        out.append(f'<p class="sim">{escape(SIMULATOR_NOTE)}.</p>')
     return [*out, _headline(doc)]
 
 

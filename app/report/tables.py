@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from app.engine import SIMULATOR_NOTE
 from app.report.headline import headline_items
 from app.report.labels import (
     CHOICE_COLUMNS,
@@ -258,9 +259,7 @@ def _identity(doc: Mapping[str, Any]) -> list[RenderableType]:
                 f"{doc['labelled']['with_expected']} with an expected label", style="bold")
     parts: list[RenderableType] = [head]
     if run.get("simulator"):
-        parts.append(Text("SIMULATOR: these answers come from dreads sim (synthetic logprobs), "
-                          "not from a model; the figures test the pipeline, not a model",
-                          style="bold yellow"))
+        parts.append(Text(SIMULATOR_NOTE, style="bold yellow"))
     parts += [Text(line) for line in run_identity(run)]
     return parts
 

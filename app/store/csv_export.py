@@ -21,6 +21,7 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.engine import AnswerBy, PolicyName, QuestionType
 from app.store.export_shapes import state_text
 from app.store.models import Decision, DecisionPayload
 from app.store.records import RunInfo
@@ -29,9 +30,9 @@ from app.store.views import iter_export
 __all__ = ["DECISION_COLUMNS", "QUESTION_COLUMNS", "Column", "CsvExport", "Needs",
            "csv_export", "question_types"]
 
-NOUL, CHOICE, SCORE = "noul", "choice", "score"
-EVERY_TYPE = frozenset({NOUL, CHOICE, SCORE})
-LABELLED = frozenset({CHOICE, SCORE})
+NOUL, CHOICE, SCORE = QuestionType.NOUL, QuestionType.CHOICE, QuestionType.SCORE
+EVERY_TYPE: frozenset[str] = frozenset(QuestionType)
+LABELLED: frozenset[str] = frozenset({CHOICE, SCORE})
 
 
 class Needs(StrEnum):
@@ -122,9 +123,9 @@ def _cell(name: str, value: Any) -> Any:
 
 def _run_needs(session: Session, run: RunInfo, *, with_state: bool) -> set[Needs]:
     settings = run.settings
-    by_endpoint = str(settings.get("answer_by", "reads")) != "reads"
-    policy = str(settings.get("policy", "agree"))
-    most = settings.get("fixed_draws" if policy == "fixed" else "max_draws", 1)
+    by_endpoint = settings.get("answer_by", AnswerBy.READS) != AnswerBy.READS
+    fixed = settings.get("policy") == PolicyName.FIXED
+    most = settings.get("fixed_draws" if fixed else "max_draws", 1)
     met = {Needs.ALWAYS}
     met |= {Needs.ENDPOINT} if by_endpoint else set()
     met |= {Needs.DRAWS} if not by_endpoint and int(most or 1) > 1 else set()

@@ -8,57 +8,46 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from app.engine import parse_question, serialize_state
+from app.engine import Question, parse_question, serialize_state
+from app.engine.questions import answer_label
 from app.errors import InputError
 
-__all__ = ["QuestionShape", "mean_level", "question_shapes", "state_text"]
+__all__ = ["mean_level", "option_of", "question_shapes", "state_text"]
 
 
-@dataclass(frozen=True)
-class QuestionShape:
-    """One question's type (``noul``, ``choice``, ``score``), labels and option names."""
-
-    type: str
-    labels: tuple[str, ...]
-    options: tuple[str, ...]
-
-    def label_of(self, value: str | None) -> str | None:
-        """The canvas label ``value`` names (read as a label first, then as an option name, as
-        stored expected values are read); None when it names none."""
-        if value is None:
-            return None
-        if value in self.labels:
-            return value
-        return self.labels[self.options.index(value)] if value in self.options else None
-
-    def option_of(self, value: str | None) -> str | None:
-        """The option name (yes/no, option, level text) of the label ``value`` names."""
-        label = self.label_of(value)
-        return None if label is None else self.options[self.labels.index(label)]
-
-
-def question_shapes(payload: Mapping[str, Any]) -> Mapping[str, QuestionShape]:
-    """Question id -> shape, for the questions of a stored payload that parse."""
+def question_shapes(payload: Mapping[str, Any]) -> Mapping[str, Question]:
+    """Question id -> its parsed question, for the questions of a stored payload that parse."""
     # Key order matters: options are labelled A, B, ... in the order given.
     return _shapes(json.dumps(payload.get("questions"), default=str))
 
 
 @lru_cache(maxsize=4096)
-def _shapes(questions_json: str) -> Mapping[str, QuestionShape]:
+def _shapes(questions_json: str) -> Mapping[str, Question]:
     raw = json.loads(questions_json)
-    out: dict[str, QuestionShape] = {}
+    out: dict[str, Question] = {}
     for qid, spec in (raw.items() if isinstance(raw, Mapping) else ()):
         try:
             question = parse_question(str(qid), spec)
         except InputError:  # a payload written by hand: its question is left unnamed
             continue
-        out[question.id] = QuestionShape(question.type.value, question.labels, question.options)
+        out[question.id] = question
     return MappingProxyType(out)
+
+
+def option_of(question: Question | None, value: str | None) -> str | None:
+    """The option name (yes/no, option, level text) of the answer ``value`` names (a stored
+    label, read as ``answer_label`` reads it); None when it names none."""
+    if question is None or value is None:
+        return None
+    try:
+        label = answer_label(question, value)
+    except InputError:
+        return None
+    return question.options[question.labels.index(label)]
 
 
 def mean_level(expected_level: float | None) -> float | None:

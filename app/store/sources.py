@@ -24,8 +24,11 @@ def record_sources(session: Session, run_id: int, paths: Iterable[str]) -> None:
         session.execute(_RECORD[dialects.name(session)], rows)
 
 
-def source_files(session: Session) -> list[tuple[str, str]]:
-    """(run name, path) of every file every run of the store was submitted from."""
+def source_files(session: Session, run: str | None = None) -> list[tuple[str, str]]:
+    """(run name, path) of every file every run of the store (or only ``run``) was submitted
+    from."""
     stmt = (select(Run.name, RunSource.path).join(RunSource, RunSource.run_id == Run.id)
             .order_by(Run.name, RunSource.path))
+    if run is not None:
+        stmt = stmt.where(Run.name == run)
     return [(name, path) for name, path in session.execute(stmt)]

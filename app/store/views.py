@@ -13,7 +13,7 @@ from sqlalchemy import Select, and_, case, func, select, text
 from sqlalchemy.orm import Session
 
 from app.store import dialects, status_sql
-from app.store.export_shapes import mean_level, question_shapes
+from app.store.export_shapes import mean_level, option_of, question_shapes
 from app.store.models import (
     Answer,
     Decision,
@@ -188,8 +188,7 @@ def _export_answers(rows: Sequence[Any], payload: Mapping[str, Any]) -> dict[str
     shapes = question_shapes(payload)
 
     def option(qid: str, label: str | None) -> str | None:
-        shape = shapes.get(qid)
-        return None if shape is None else shape.option_of(label)
+        return option_of(shapes.get(qid), label)
 
     answers: dict[str, Any] = {
         qid: {"answered": False, "expected": expected.get(qid),

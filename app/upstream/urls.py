@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-__all__ = ["SIM", "url_problem"]
+from app.engine.types import SIM
 
-SIM = "sim"  #: the built-in simulator, where a command can start one
+__all__ = ["url_problem"]
+
 _SCHEMES = ("http", "https")
 
 
