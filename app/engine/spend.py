@@ -89,16 +89,16 @@ def projected_total(spent: float, done: int, total: int) -> float | None:
 
 
 def describe_spend(spend: SpendDelta, *, projected: float | None = None,
-                   max_cost: float | None = None, prices: TokenPrices | None = None) -> str:
-    """One line on what a run spent: dollars when priced (the run's token ``prices``, or a
-    cost recorded; with the projected total and the budget when known), always the tokens,
-    GPU-seconds and reads (requests sent to the model server) they came from."""
+                   max_cost: float | None = None) -> str:
+    """One line on what a run spent: dollars when priced (with the projected total and the
+    budget when known), always the tokens, GPU-seconds and reads (requests sent to the model
+    server) they came from."""
     used = (f"{spend.input_tokens:,} input + {spend.output_tokens:,} output tokens, "
             f"{spend.gpu_seconds:,.1f} GPU-seconds, {spend.reads:,} reads")
-    if spend.cost is None and not (prices is not None and prices.priced):
+    if spend.cost is None:
         budget = "" if max_cost is None else f"; budget ${max_cost:,.4f}"
         return f"no price set: {used}{budget}"
-    parts = [f"${spend.cost or 0.0:,.4f} so far"]
+    parts = [f"${spend.cost:,.4f} so far"]
     if projected is not None:
         parts.append(f"projected ${projected:,.4f}")
     if max_cost is not None:

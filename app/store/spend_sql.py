@@ -8,7 +8,7 @@ status`` and ``dreads runs`` show it without loading SQLAlchemy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.engine.spend import SpendDelta, TokenPrices, describe_spend, projected_total
@@ -56,27 +56,31 @@ class RunSpendTotals:
     cells: tuple[CellSpend, ...] = ()
     prices: RunPrices = field(default_factory=RunPrices)
 
+    @property
+    def spent(self) -> SpendDelta:
+        """The total, its cost $0 when the run is priced and nothing was recorded yet."""
+        if self.total.cost is None and self.prices.tokens.priced:
+            return replace(self.total, cost=0.0)
+        return self.total
+
     def projected_cost(self, done: int, total: int) -> float | None:
         """The cost so far scaled to the run's decisions (None: no price, or none done)."""
-        if self.total.cost is None:
-            return None
-        return projected_total(self.total.cost, done, total)
+        cost = self.spent.cost
+        return None if cost is None else projected_total(cost, done, total)
 
     def line(self, done: int, total: int) -> str:
         """What ``status`` and the live page say (``describe_spend``)."""
-        return describe_spend(self.total, projected=self.projected_cost(done, total),
-                              max_cost=self.prices.max_cost, prices=self.prices.tokens)
+        return describe_spend(self.spent, projected=self.projected_cost(done, total),
+                              max_cost=self.prices.max_cost)
 
     def as_dict(self, *, done: int | None = None, total: int | None = None) -> dict[str, Any]:
         """As ``status --json``, ``runs --json`` and ``export`` show it; with ``done`` and
         ``total`` (decisions), the projected total."""
         out: dict[str, Any] = {
-            **_spend_dict(self.total),
+            **_spend_dict(self.spent),
             "price_input_per_mtok": self.prices.tokens.input_per_mtok,
             "price_output_per_mtok": self.prices.tokens.output_per_mtok,
             "max_cost_usd": self.prices.max_cost}
-        if out["cost_usd"] is None and self.prices.tokens.priced:  # priced, nothing spent yet
-            out["cost_usd"] = 0.0
         if done is not None and total is not None:
             cost = self.projected_cost(done, total)
             out["projected_cost_usd"] = None if cost is None else round(cost, 6)
