@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     task_time_limit_s: int = 1500
     #: Flower basic auth "user:password".
     flower_basic_auth: str | None = None
-    #: Engine for reads, by name in the registry ``app.upstream.engines``: "vllm" (HTTP, also
+    #: Engine for reads, by name in the registry ``app.connect.engines``: "vllm" (HTTP, also
     #: the simulator) or "transformers" (in-process).
     engine: str = "vllm"
     #: Device for the in-process engine.

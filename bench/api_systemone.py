@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine import PolicyName, ReadSettings, parse_decision
 from app.runs.answer import answer_decision
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.api import ServeProcess
 from tests.fixtures.services import VENV_BIN, free_port, wait_until

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine import ReadRequest, ReadSettings, encode_body, parse_decision, plan_decision
 from app.engine.wire import build_request, parse_response
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.integration.durability.harness import Sim
 

@@ -32,14 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.engine import DecisionFlow, PolicyName, ReadSettings, plan_decision  # noqa: E402
-from app.upstream.tokenizer import load_tokenizer  # noqa: E402
-from app.upstream.transformers_engine import (  # noqa: E402
+from app.inprocess import (  # noqa: E402
     ReadModel,
     TransformersUpstream,
     build_tiny_model,
 )
-from app.upstream.transformers_engine.executor import JobOutput, ReadJob  # noqa: E402
-from app.upstream.transformers_engine.tiny import rounded_vocab  # noqa: E402
+from app.inprocess.executor import JobOutput, ReadJob  # noqa: E402
+from app.inprocess.tiny import rounded_vocab  # noqa: E402
+from app.tokenizer.hf import load_tokenizer  # noqa: E402
 from bench.transformers_reads import (  # noqa: E402
     add_schedule_options,
     field_decisions,

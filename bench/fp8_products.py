@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from transformers.integrations.moe import _grouped_linear
 
-from app.upstream.transformers_engine.fp8 import fused_quantize_rows, quantize_rows
-from app.upstream.transformers_engine.kernels import Routing
+from app.inprocess.fp8 import fused_quantize_rows, quantize_rows
+from app.inprocess.kernels import Routing
 
 HIDDEN, EXPERT_WIDTH, EXPERTS, TOP_K = 2816, 704, 128, 8
 DENSE = {"q_proj": (HIDDEN, 16 * 256), "o_proj (global)": (16 * 512, HIDDEN),

@@ -31,11 +31,11 @@ from transformers.models.diffusion_gemma.modeling_diffusion_gemma import (
     DiffusionGemmaMultimodalEmbedder,
 )
 
-from app.upstream.transformers_engine import ReadModel, build_tiny_model
-from app.upstream.transformers_engine.fp8_load import VISION, drop_vision
-from app.upstream.transformers_engine.images import ImagePreparer, load_image_processor
-from app.upstream.transformers_engine.model import DecodeRow, ImagePrefill, PrefillJob
-from app.upstream.transformers_engine.vision import load_vision
+from app.inprocess import ReadModel, build_tiny_model
+from app.inprocess.fp8_load import VISION, drop_vision
+from app.inprocess.images import ImagePreparer, load_image_processor
+from app.inprocess.model import DecodeRow, ImagePrefill, PrefillJob
+from app.inprocess.vision import load_vision
 from bench.transformers_reads import FULL_TEXT
 
 GIB = float(1 << 30)

@@ -138,7 +138,7 @@ def product_submit(stack: Stack, n: int, name: str, chunk: int) -> Any:
     from app.broker.publish import RunPublisher
     from app.config import get_settings
     from app.runs.submit import SubmitRequest, submit_job
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     settings = ReadSettings()
     tokenizer = load_tokenizer(settings.tokenizer)
@@ -159,7 +159,7 @@ def product_submit(stack: Stack, n: int, name: str, chunk: int) -> Any:
 
 def plain_rate(sim_url: str, n: int, in_flight: int) -> float:
     """Decisions/s of a bare asyncio client: same engine and HTTP client, no queue, no SQL."""
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
     from app.upstream.vllm import VllmUpstream
 
     tokenizer = load_tokenizer("standin")

@@ -48,7 +48,7 @@ from app.engine.spend import SpendDelta  # noqa: E402
 from app.store.db import session_scope  # noqa: E402
 from app.store.models import Attempt, Run, RunSpend  # noqa: E402
 from app.store.spend import add_spend, run_prices, set_prices, spent_cost  # noqa: E402
-from app.upstream.tokenizer import load_tokenizer  # noqa: E402
+from app.tokenizer.hf import load_tokenizer  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,

@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT))
 from app.engine import ReadSettings  # noqa: E402
 from app.runs.embedded import EmbeddedConfig, execute_run  # noqa: E402
 from app.runs.submit import SubmitRequest, submit_job  # noqa: E402
+from app.sim.options import SimOptions  # noqa: E402
+from app.sim.server import start_sim_thread  # noqa: E402
 from app.store.db import make_engine, make_sessionmaker  # noqa: E402
-from app.upstream.sim.options import SimOptions  # noqa: E402
-from app.upstream.sim.server import start_sim_thread  # noqa: E402
-from app.upstream.tokenizer import load_tokenizer  # noqa: E402
+from app.tokenizer.hf import load_tokenizer  # noqa: E402
 from tests.fixtures.services import create_pg_database, drop_pg_database  # noqa: E402
 from tests.integration.durability.harness import job_lines  # noqa: E402
 

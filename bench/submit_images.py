@@ -31,7 +31,7 @@ from app.images import ImagePolicy
 from app.runs.submit import SubmitRequest, submit_job
 from app.store.db import make_engine, make_sessionmaker
 from app.store.migrate import upgrade
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 
 QUESTION = {"red": {"type": "noul", "instructions": "Is the picture mostly red?"}}
 

@@ -46,8 +46,8 @@ import torch
 from transformers import DynamicCache
 from transformers_reads import PATHS, Reads, build_model, check_experts, make_reads, use_path
 
-from app.upstream.transformers_engine import ReadModel
-from app.upstream.transformers_engine.model import DecodeRow, KVEntry, PrefillJob
+from app.inprocess import ReadModel
+from app.inprocess.model import DecodeRow, KVEntry, PrefillJob
 
 # -- routing ----------------------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ def _fixed_layout_tokens(model: ReadModel, rows: Sequence[DecodeRow]
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed-layout step's tokens of each row (row r at slot s of group g is decoder row
     g * slots + s), and the same tokens in a plain batch (row r is decoder row r)."""
-    from app.upstream.transformers_engine.packed import _group_rows, layout_for
+    from app.inprocess.packed import _group_rows, layout_for
 
     width = len(rows[0].canvas)
     layout = layout_for(model.kinds, [r.entry for r in rows], width)
@@ -315,7 +315,7 @@ def _norms_in_dtype() -> Callable[[], None]:
         DiffusionGemmaRMSNorm,
     )
 
-    from app.upstream.transformers_engine.kernels import norm_eps
+    from app.inprocess.kernels import norm_eps
 
     original = DiffusionGemmaRMSNorm.forward
 

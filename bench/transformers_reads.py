@@ -75,20 +75,20 @@ from app.engine import (
     plan_decision,
 )
 from app.errors import ConfigError
-from app.runs.answer import drive
-from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
-from app.upstream.transformers_engine import ReadModel, TransformersUpstream
-from app.upstream.transformers_engine.fp8 import (
+from app.inprocess import ReadModel, TransformersUpstream
+from app.inprocess.fp8 import (
     Fp8Mode,
     quantize_model,
     set_fp8_mode,
     use_fp8_products,
 )
-from app.upstream.transformers_engine.kv import layers_of
-from app.upstream.transformers_engine.memory import GIB, limit_memory, model_bytes
-from app.upstream.transformers_engine.model import DecodeRow, PrefillJob
-from app.upstream.transformers_engine.tiny import rounded_vocab, tiny_config
-from app.upstream.transformers_engine.varlen import VarlenPrefill
+from app.inprocess.kv import layers_of
+from app.inprocess.memory import GIB, limit_memory, model_bytes
+from app.inprocess.model import DecodeRow, PrefillJob
+from app.inprocess.tiny import rounded_vocab, tiny_config
+from app.inprocess.varlen import VarlenPrefill
+from app.runs.answer import drive
+from app.tokenizer.hf import HFTextTokenizer, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL_TEXT = dict(
@@ -630,7 +630,7 @@ def check_experts(model: ReadModel, tokens: int = 8192) -> None:
     ``grouped_mm`` against the float32 per-expert loop (relative max error)."""
     from transformers.integrations.moe import grouped_mm_experts_forward
 
-    from app.upstream.transformers_engine.kernels import grouped_experts
+    from app.inprocess.kernels import grouped_experts
 
     layer = model.model.model.decoder.layers[0]
     gen = torch.Generator(device=model.device).manual_seed(3)

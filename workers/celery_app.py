@@ -21,7 +21,7 @@ answered by a decision endpoint goes to ``dreads.answers``, consumed only by ans
 (``DREADS_WORKER_ANSWERS``, ``dreads worker --answers``): they wait for no model server, build
 no upstream, and split each run's endpoint budget among their pool processes.
 
-Metrics (``app.metrics``): with ``DREADS_METRICS_PORT`` set, the main process serves
+Metrics (``app.telemetry``): with ``DREADS_METRICS_PORT`` set, the main process serves
 ``/metrics`` for itself and its pool children (multiprocess mode: ``dreads worker`` sets
 ``PROMETHEUS_MULTIPROC_DIR`` up before Celery starts), from before the upstream wait on.
 
@@ -205,7 +205,7 @@ def _init_process(**_: Any) -> None:
 
 @signals.worker_process_shutdown.connect
 def _close_process(**_: Any) -> None:
-    from app.metrics.exporter import mark_process_dead
+    from app.telemetry.exporter import mark_process_dead
 
     global _state
     if _state is not None and _state.built_here:
@@ -218,7 +218,7 @@ def _close_process(**_: Any) -> None:
 def _wait_for_upstream(sender: Any = None, instance: Any = None, **_: Any) -> None:
     """Main process, logging set up, before the pool and the consumer start: block until the
     upstream answers a probe read, then consume the queue of what it serves."""
-    from app.metrics import set_upstream_ready, start_exporter
+    from app.telemetry import set_upstream_ready, start_exporter
     from workers.resources import answers_worker_setup, served_queue, wait_upstream_ready
 
     settings = worker_settings()

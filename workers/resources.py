@@ -40,8 +40,8 @@ _sweeper: Any = None
 def make_upstream_for(settings: Settings) -> Upstream:
     """The worker's upstream: ``DREADS_UPSTREAM`` serving ``DREADS_MODEL`` on ``DREADS_CANVAS``,
     read by ``DREADS_ENGINE`` with the process's read limits and key."""
+    from app.connect.factory import make_upstream
     from app.runs.settings import env_engine
-    from app.upstream.factory import make_upstream
 
     return make_upstream(replace(env_engine(settings), url=settings.upstream,
                                  model=settings.model, canvas_length=settings.canvas,
@@ -66,7 +66,7 @@ def answers_worker_setup(settings: Settings, processes: int | None) -> Settings:
 
 
 def make_tokenizer(settings: Settings) -> TextTokenizer:
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     return load_tokenizer(settings.tokenizer)
 

@@ -12,9 +12,9 @@ from celery import shared_task
 
 from app.broker.names import TASK_RUN_CHUNK
 from app.errors import StoreError
-from app.metrics import set_upstream_ready
 from app.runs.chunk import BeforeDecision, Delivery, HandOff, run_chunk
 from app.store.queue import Claimed
+from app.telemetry import set_upstream_ready
 from workers.celery_app import process_state
 
 __all__ = ["reads_run_chunk"]

@@ -22,12 +22,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import decisions, metrics, pages, runs, systemone
+from app.api import decisions, pages, runs, systemone, telemetry
 from app.api.config import ServeConfig
 from app.api.middleware import BodyGuard, RequestContext
 from app.api.state import build_state
 from app.api.systemone_body import document_systemone_body
-from app.metrics import RunMetrics
+from app.telemetry import RunMetrics
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -37,7 +37,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             app.state.api = await build_state(config, stack)
-            metrics.register_run_metrics(app, RunMetrics(
+            telemetry.register_run_metrics(app, RunMetrics(
                 app.state.api.factory, ttl_s=config.metrics_cache_s,
                 max_runs=config.metrics_max_runs))
             yield
@@ -48,14 +48,14 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.include_router(systemone.router)
     app.include_router(decisions.router)
     app.include_router(runs.router)
-    app.include_router(metrics.router)
+    app.include_router(telemetry.router)
     app.include_router(pages.router)
     app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,
                        max_upload_bytes=config.max_upload_bytes,
                        upload_paths=frozenset({"/v1/runs"}),
                        openai_paths=frozenset({"/v1/decisions"}))
     app.add_middleware(RequestContext)
-    metrics.instrument(app)
+    telemetry.instrument(app)
     document_systemone_body(app)
     return app
 

@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.connect.factory import UpstreamConfig
 from app.engine import ReadSettings
 from app.errors import ConfigError
 from app.images import ImagePolicy
 from app.runs.embedded import EmbeddedConfig
 from app.runs.sweep import SweepPolicy
-from app.upstream.factory import UpstreamConfig
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -74,7 +74,7 @@ def serve_upstream(env: Settings, choice: UpstreamConfig, given: str | None,
                    model: str | None) -> str:
     """Where the API reads: ``--upstream``, else ``DREADS_UPSTREAM``; for an in-process engine
     the model it loads (``model_path``, else ``--model``, else ``DREADS_MODEL``)."""
-    from app.upstream.engines import is_in_process
+    from app.connect.engines import is_in_process
 
     if is_in_process(choice.engine):
         return choice.model_path or model or env.model

@@ -26,8 +26,8 @@ from app.runs.submit import Publisher, PublishOutcome
 from app.runs.sweep import RESUME_LOCK_WAIT_S, SweepPolicy, sweep_once
 from app.store.runs import RunInfo
 from app.store.types import SessionFactory
+from app.tokenizer.hf import load_tokenizer
 from app.upstream.base import Upstream
-from app.upstream.tokenizer import load_tokenizer
 
 __all__ = ["LocalExecutor", "QueueExecutor", "RunExecutor"]
 

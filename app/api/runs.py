@@ -45,7 +45,7 @@ from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, find_run
 from app.store.types import Session
 from app.store.views import iter_export, list_runs, run_status
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 
 __all__ = ["router"]
 

@@ -14,6 +14,8 @@ from app.api.config import ServeConfig
 from app.api.errors import OVERLOAD_RETRY_AFTER_S, api_error
 from app.api.executor import LocalExecutor, QueueExecutor, RunExecutor
 from app.api.recorder import Recorder
+from app.connect.engines import is_in_process
+from app.connect.factory import make_upstream
 from app.engine import ReadSettings, ServerFingerprint, TextTokenizer, is_simulator
 from app.errors import UpstreamError
 from app.runs.embedded import embedded_lock, sqlite_store, start_upstream
@@ -23,8 +25,6 @@ from app.store.migrate import open_store
 from app.store.types import SessionFactory
 from app.store.urls import sqlite_path
 from app.upstream.base import Upstream
-from app.upstream.engines import is_in_process
-from app.upstream.factory import make_upstream
 
 __all__ = ["ApiState", "Limiter", "build_state"]
 
@@ -144,7 +144,7 @@ def _executor(config: ServeConfig, factory: SessionFactory, upstream: Upstream,
 
 async def build_state(config: ServeConfig, stack: AsyncExitStack) -> ApiState:
     """Open the store, start the upstream (and the simulator for "sim"), load the tokenizer."""
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     settings = config.settings
     factory = await asyncio.to_thread(_store, config, stack)

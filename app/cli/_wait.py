@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from rich.status import Status
 
     from app.config import Settings
+    from app.connect.factory import UpstreamConfig
     from app.store.records import RunInfo
     from app.upstream.base import WaitProgress
-    from app.upstream.factory import UpstreamConfig
 
 __all__ = ["suggest_wait", "wait_for_run", "wait_for_server"]
 
@@ -99,7 +99,7 @@ def wait_for_server(url: str, wait_s: float, *, settings: ReadSettings | None,
 
 def _waits_for(url: str, settings: ReadSettings | None, given: Mapping[str, Any],
                choice: UpstreamConfig) -> bool:
-    from app.upstream.engines import is_in_process
+    from app.connect.engines import is_in_process
 
     answer_by = settings.answer_by if settings is not None else given.get("answer_by")
     by_endpoint = answer_by not in (None, AnswerBy.READS)
@@ -122,11 +122,11 @@ def _line(url: str, waited: float, wait_s: float, why: str) -> str:
 async def _ready(url: str, deadline: float, settings: ReadSettings | None,
                  given: Mapping[str, Any], choice: UpstreamConfig, env: Settings,
                  progress: WaitProgress) -> None:
+    from app.connect.factory import make_upstream
     from app.engine import build_probe_request
     from app.runs.probe import reads_config
     from app.runs.settings import base_read_settings, wait_served_settings
-    from app.upstream.factory import make_upstream
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     if settings is None:
         overrides = dict(given)

@@ -15,9 +15,9 @@ from app.runs.settings import base_read_settings, endpoint_read_settings
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.connect.factory import UpstreamConfig
     from app.store.runs import RunInfo
     from app.store.types import SessionFactory
-    from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "existing_run",
@@ -47,14 +47,14 @@ def resolve_settings(
     ``DREADS_*`` defaults for a new run (an in-process engine: the model's tokenizer;
     model and tokenizer not set at all: the ones served at ``upstream``, see
     ``base_read_settings``); its replicate count; its tokenizer."""
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     if info is None and given.get("answer_by", AnswerBy.READS) is not AnswerBy.READS:
         settings = endpoint_read_settings(dict(given), upstream=upstream_url(upstream, None, env),
                                           env=env)
         n = replicates or 1
     elif info is None:
-        from app.upstream.engines import is_in_process
+        from app.connect.engines import is_in_process
 
         url = None if is_in_process(engine) else upstream_url(upstream, None, env)
         settings = base_read_settings(dict(given), env=env, engine=engine, upstream=url)

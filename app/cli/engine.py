@@ -6,7 +6,7 @@ tokenizer (tests, demos: ``dreads sim --engine transformers --model OUT_DIR``, o
 
 Other commands select the engine with the options below (``EngineOpt``, ``DeviceOpt``,
 ``DtypeOpt``) and ``app.runs.settings.engine_config()``; the engines are the registry
-``app.upstream.engines``; the model to load is the run's ``--model``.
+``app.connect.engines``; the model to load is the run's ``--model``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import typer
 
 from app.cli._app import SETUP, app
 from app.cli._typer import DreadsTyper
+from app.connect.engines import ENGINES as ENGINE_SPECS
+from app.connect.engines import engine_names
 from app.errors import EXIT_FAILURE
 from app.runs.settings import engine_config
-from app.upstream.engines import ENGINES as ENGINE_SPECS
-from app.upstream.engines import engine_names
 
 __all__ = ["ENGINES", "DeviceOpt", "DtypeOpt", "EngineOpt", "engine_app", "engine_config",
            "make_tiny"]
@@ -54,7 +54,7 @@ def make_tiny(
 ) -> None:
     """Save a tiny random DiffusionGemma (2 layers, 4 experts) with a tokenizer to OUT_DIR."""
     try:
-        from app.upstream.transformers_engine.tiny import make_tiny_dir
+        from app.inprocess.tiny import make_tiny_dir
     except ImportError as exc:
         typer.echo(f"error: the transformers engine needs torch: pip install -e .[engine] "
                    f"({exc})", err=True)

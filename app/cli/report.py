@@ -154,7 +154,7 @@ def calibrate(
     from app.report.calibration import fit_calibration
     from app.report.figures import noul_arrays, typed_rows
     from app.report.load import load_run_rows, resolve_run
-    from app.report.metrics import ece
+    from app.report.scores import ece
     from app.runs.sources import check_not_run_file
     from app.store.db import session_scope
 

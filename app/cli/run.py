@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from app.config import Settings
+    from app.connect.factory import UpstreamConfig
     from app.engine import ReadSettings
     from app.runs.embedded import EmbeddedConfig, ExecutorStats
     from app.runs.probe import ServerAt
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     from app.runs.resume import ResumeOptions
     from app.store.runs import RunInfo
     from app.store.types import Session, SessionFactory
-    from app.upstream.factory import UpstreamConfig
 
 __all__ = ["embedded_config", "embedded_store", "resume_embedded", "run"]
 
@@ -89,7 +89,7 @@ class _Job:
     @property
     def in_process(self) -> bool:
         """Reads answered by an in-process engine (no server)."""
-        from app.upstream.engines import is_in_process
+        from app.connect.engines import is_in_process
 
         return is_in_process(self.engine.engine)
 
@@ -315,7 +315,7 @@ def _execute(job: _Job) -> ExecutorStats:
     from app.runs.refusals import refuse_cancelled
     from app.store.models import RunStatus
     from app.store.runs import load_run
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     refuse_cancelled(job.run)
     if job.run.status == RunStatus.PAUSED:

@@ -98,7 +98,7 @@ def _check_answer_key(path: str) -> None:
     """
     from rich.markup import escape
 
-    from app.upstream.sim.key import AnswerKey
+    from app.sim.key import AnswerKey
 
     for warning in AnswerKey.load(path).warnings:
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from app.cli._app import SERVERS, app
-from app.upstream.engines import is_in_process
+from app.connect.engines import is_in_process
 
 __all__ = ["sim"]
 
@@ -130,8 +130,8 @@ def sim(
     retried read succeeds.
     """
     from app.errors import EXIT_FAILURE, EXIT_USAGE, ConfigError
-    from app.upstream.sim import SimOptions, run_sim_forever
-    from app.upstream.sim.images import image_limit
+    from app.sim import SimOptions, run_sim_forever
+    from app.sim.images import image_limit
 
     _configure_logging(log_level)
     try:

@@ -43,6 +43,7 @@ from app.cli.options import (
     exit_error,
     read_overrides,
 )
+from app.connect.engines import is_in_process
 from app.engine import (
     Answer,
     Decision,
@@ -55,14 +56,13 @@ from app.engine import (
 )
 from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
 from app.runs.settings import env_upstream, image_policy, wait_served_settings
-from app.upstream.engines import is_in_process
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.connect.factory import UpstreamConfig
     from app.images import ImagePolicy
     from app.runs.jobfile import NumberedLine
     from app.upstream.base import Upstream
-    from app.upstream.factory import UpstreamConfig
 
 __all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_decisions",
            "wait_served_settings"]
@@ -70,8 +70,8 @@ __all__ = ["DecideOutcome", "check_upstream", "decide", "decide_all", "load_deci
 
 
 def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> Upstream:
+    from app.connect.factory import make_upstream
     from app.runs.probe import reads_config
-    from app.upstream.factory import make_upstream
 
     return make_upstream(reads_config(choice, url, settings))
 
@@ -89,7 +89,7 @@ def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings,
 
 
 def _load_tokenizer(name: str) -> TextTokenizer:
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     return load_tokenizer(name)
 

@@ -179,7 +179,7 @@ def worker(
 def _metrics_dir(port: int | None, env: dict[str, str]) -> Iterator[None]:
     """With metrics on: ``PROMETHEUS_MULTIPROC_DIR`` set up in ``env`` (Celery's and its pool
     children's environment): emptied, or a temporary one removed at exit."""
-    from app.metrics.exporter import prepare_multiprocess_dir, remove_multiprocess_dir
+    from app.telemetry.exporter import prepare_multiprocess_dir, remove_multiprocess_dir
 
     if not port:
         yield

@@ -195,7 +195,7 @@ class TokenizerInfo:
 
 
 class TextTokenizer(Protocol):
-    """What the engine needs from a tokenizer (``app.upstream.tokenizer`` adapts HF's)."""
+    """What the engine needs from a tokenizer (``app.tokenizer.hf`` adapts HF's)."""
 
     info: TokenizerInfo
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.report import metrics as m
+from app.report import scores as m
 from app.report.figures import by_cell, count_values, quantiles
 from app.report.load import CellCounts, QuestionRow
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from app.report import metrics as m
+from app.report import scores as m
 from app.report.load import QuestionRow
 
 __all__ = [

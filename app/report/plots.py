@@ -18,7 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from app.report import metrics as m
+from app.report import scores as m
 from app.report.figures import noul_arrays, typed_rows
 from app.report.load import QuestionRow
 

@@ -63,13 +63,6 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.images import ImageCache, stored_images
-from app.metrics.worker import (
-    record_answers,
-    record_attempt,
-    record_lease_takeovers,
-    record_read,
-    start_run,
-)
 from app.runs.answer import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.runs.breaker import BreakerPolicy, Failure, Recorded, record_failure
 from app.runs.commit import GroupCommit, in_transaction
@@ -89,6 +82,13 @@ from app.store.queue import (
 )
 from app.store.spend import RunPrices, run_prices
 from app.store.types import Session, SessionFactory
+from app.telemetry.worker import (
+    record_answers,
+    record_attempt,
+    record_lease_takeovers,
+    record_read,
+    start_run,
+)
 from app.upstream.base import Upstream
 
 __all__ = ["Answerers", "BeforeDecision", "ChunkPolicy", "ChunkResult", "Delivery", "HandOff",
@@ -310,7 +310,7 @@ async def _source(chunk: _Chunk, run_id: int, settings: ReadSettings, answerers:
 
 
 def _run_tokenizer(name: str) -> TextTokenizer:
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     return load_tokenizer(name)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from app.connect.factory import UpstreamConfig
 from app.engine import (
     SIM,
     AnswerBy,
@@ -69,7 +70,6 @@ from app.store.records import PauseKind
 from app.store.runs import RunInfo
 from app.store.types import Session, SessionFactory
 from app.upstream.base import Upstream
-from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "OWNER_PREFIX",
@@ -194,8 +194,8 @@ def start_upstream(upstream: str, settings: ReadSettings, key: Path | None) -> t
     answering with the answer key ``key`` when one is given (``sim_key_path``)."""
     if upstream != SIM:
         return upstream, None
-    from app.upstream.sim.options import SimOptions
-    from app.upstream.sim.server import start_sim_thread
+    from app.sim.options import SimOptions
+    from app.sim.server import start_sim_thread
 
     options = SimOptions(model=settings.model, canvas_length=settings.canvas_length,
                          tokenizer=settings.tokenizer, key_path=str(key) if key else None)
@@ -289,7 +289,7 @@ def _pause_reason(factory: SessionFactory, run_id: int) -> tuple[str | None, str
 async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,
                          upstream_url: str, tokenizer: TextTokenizer, config: EmbeddedConfig,
                          stats: ExecutorStats, *, upstream: Upstream | None) -> None:
-    from app.upstream.factory import make_upstream
+    from app.connect.factory import make_upstream
 
     reader = upstream or make_upstream(reads_config(
         config.engine, upstream_url, settings, max_in_flight=config.max_in_flight))

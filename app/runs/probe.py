@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from app.connect.factory import UpstreamConfig, make_upstream
 from app.engine import (
     ReadSettings,
     ServerFingerprint,
@@ -41,7 +42,6 @@ from app.store.records import RunInfo
 from app.store.runs import record_fingerprint
 from app.store.types import SessionFactory
 from app.upstream.base import Upstream
-from app.upstream.factory import UpstreamConfig, make_upstream
 
 __all__ = ["LoadedServer", "ProbeTokenizer", "Server", "ServerAt", "check_server",
            "fingerprint_dict", "reads_config"]

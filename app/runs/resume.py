@@ -136,7 +136,7 @@ def _unpause(factory: SessionFactory, run: RunInfo, report: ResumeReport) -> Run
 
 def _run_tokenizer(settings: ReadSettings) -> ProbeTokenizer:
     def load() -> Any:
-        from app.upstream.tokenizer import load_tokenizer
+        from app.tokenizer.hf import load_tokenizer
 
         return load_tokenizer(settings.tokenizer)
 

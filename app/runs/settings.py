@@ -4,7 +4,7 @@ The CLI (``run``, ``submit``, ``resume``, ``serve``, ``decide``, ``check-upstrea
 and the workers build their configuration here, the same way: flags (``None``: not given) on
 top of ``Settings`` (``DREADS_*``, read by the entry point and passed in as ``env``) on top of
 ``ReadSettings``' defaults; model and tokenizer set nowhere come from the server the run reads
-from. Engines are looked up in ``app.upstream.engines`` (no engine names are compared here).
+from. Engines are looked up in ``app.connect.engines`` (no engine names are compared here).
 
 Nothing heavy is imported at the top: the CLI imports this module to parse a command line.
 """
@@ -21,13 +21,13 @@ if TYPE_CHECKING:
     from pydantic import SecretStr
 
     from app.config import Settings
+    from app.connect.factory import UpstreamConfig
     from app.images import ImagePolicy
     from app.runs.answer import EndpointOptions
     from app.runs.breaker import BreakerPolicy
     from app.runs.chunk import ChunkPolicy
     from app.runs.sweep import SweepPolicy
     from app.upstream.base import WaitProgress
-    from app.upstream.factory import UpstreamConfig
 
 __all__ = [
     "DTYPES",
@@ -51,7 +51,7 @@ __all__ = [
     "with_served_identity",
 ]
 
-STANDIN = "standin"  #: the stand-in tokenizer name (app.upstream.tokenizer.STANDIN)
+STANDIN = "standin"  #: the stand-in tokenizer name (app.tokenizer.hf.STANDIN)
 DTYPES = ("bfloat16", "float16", "float32")  #: of an in-process engine
 
 
@@ -109,7 +109,7 @@ def base_read_settings(overrides: dict[str, Any], *, env: Settings, engine: str 
     Raises:
         ConfigError: the server must be asked and cannot be reached.
     """
-    from app.upstream.engines import is_in_process
+    from app.connect.engines import is_in_process
 
     base = ReadSettings(model=env.model, tokenizer=env.tokenizer, canvas_length=env.canvas)
     settings = replace(base, **overrides)
@@ -184,7 +184,7 @@ async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict
     import asyncio
     import time
 
-    from app.upstream.engines import is_in_process
+    from app.connect.engines import is_in_process
 
     if is_in_process(choice.engine) or not served_fields_missing(overrides, env):
         return settings
@@ -211,7 +211,7 @@ def with_served_identity(env: Settings) -> Settings:
     Raises:
         ConfigError: the server does not list its model (yet).
     """
-    from app.upstream.engines import is_in_process
+    from app.connect.engines import is_in_process
 
     missing = {"model", "tokenizer"} - env.model_fields_set
     if not missing or is_in_process(env.engine):
@@ -233,7 +233,7 @@ def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | Non
     Raises:
         ConfigError: an unknown engine or dtype, the message says what to pass.
     """
-    from app.upstream.engines import engine_spec
+    from app.connect.engines import engine_spec
 
     chosen = replace(base, engine=engine or base.engine, device=device or base.device,
                      dtype=dtype or base.dtype)
@@ -248,7 +248,7 @@ def engine_choice(recorded: str | None, *, engine: str | None, device: str | Non
     """The engine a command reads with: the options given, else the run's ``recorded`` engine
     (an existing run), else ``DREADS_ENGINE``; device and dtype from the options or
     ``DREADS_DEVICE`` / ``DREADS_DTYPE``."""
-    from app.upstream.engines import ENGINES
+    from app.connect.engines import ENGINES
 
     known = {str(kind) for kind in ENGINES}
     base = env_engine(env, engine=recorded if recorded in known else None)
@@ -262,7 +262,7 @@ def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
     read limits (reads in flight, timeout, retries), the server's key
     (``DREADS_UPSTREAM_API_KEY``) and its declared batch invariance
     (``DREADS_UPSTREAM_BATCH_INVARIANT``)."""
-    from app.upstream.factory import UpstreamConfig
+    from app.connect.factory import UpstreamConfig
 
     return UpstreamConfig(engine=engine or env.engine, device=env.device, dtype=env.dtype,
                           compile=env.engine_compile, gpu_memory=env.engine_gpu_memory,
@@ -306,7 +306,7 @@ def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig
     Raises:
         InputError: ``--upstream`` given together with an in-process engine.
     """
-    from app.upstream.engines import is_in_process
+    from app.connect.engines import is_in_process
 
     if not is_in_process(choice.engine):
         return upstream_url(given, recorded, env)

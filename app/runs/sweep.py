@@ -44,7 +44,6 @@ from app.broker.epoch import (
 from app.broker.names import SWEEP_LOCK_ID, queue_of_run
 from app.broker.publish import Sender, publish_chunks, queue_backlog
 from app.errors import DreadsError, PublishError
-from app.metrics.worker import record_sweep
 from app.runs.reports import SweepReport
 from app.store.admin import settle_cancelled
 from app.store.db import session_scope
@@ -61,6 +60,7 @@ from app.store.queue import (
 )
 from app.store.runs import RunInfo, open_runs
 from app.store.types import SessionFactory
+from app.telemetry.worker import record_sweep
 
 __all__ = ["ISOLATE_KINDS", "RESUME_LOCK_WAIT_S", "SweepPolicy", "SweepReport", "SweeperThread",
            "expire_dead_leases", "run_queue", "sweep_once"]

@@ -39,6 +39,11 @@ import httpx
 import orjson
 
 from app.engine import encode_body, parse_response
+from app.engine.invariance import (
+    SERVER_INFO_PATH,
+    batch_invariance,
+    observed_batch_invariance,
+)
 from app.engine.types import (
     SIM,
     Endpoint,
@@ -60,11 +65,6 @@ from app.upstream.http_errors import (
     error_message,
     json_object,
     names_missing_model,
-)
-from app.upstream.invariance import (
-    SERVER_INFO_PATH,
-    batch_invariance,
-    observed_batch_invariance,
 )
 from app.upstream.outage import OutageLog
 

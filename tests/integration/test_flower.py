@@ -23,7 +23,7 @@ from app.cli import app
 from app.cli.flower import is_loopback, resolve_flower_auth
 from app.config import get_settings
 from app.errors import ConfigError
-from app.upstream.sim import SimOptions, start_sim_thread
+from app.sim import SimOptions, start_sim_thread
 from tests.fixtures.services import RedisServer, WorkerProcess, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

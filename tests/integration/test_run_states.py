@@ -24,7 +24,7 @@ from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
 from app.store.types import Session
-from tests.integration.metrics.scrape import Samples
+from tests.integration.telemetry.scrape import Samples
 
 QUESTIONS = {"q1": {"type": "noul", "instructions": "Is it lawful?"},
              "q2": {"type": "noul", "instructions": "Is it fair?"}}

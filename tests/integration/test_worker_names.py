@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from app.broker.names import queue_for
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.cli_process import dreads
 from tests.fixtures.services import RedisServer, WorkerProcess, wait_until
 

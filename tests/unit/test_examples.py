@@ -117,7 +117,7 @@ def test_batch_style_lines_are_openai_batch_requests() -> None:
 
 @pytest.mark.parametrize("stem", (*JOB_FILES, "images"))
 def test_key_read_against_its_job_file_warns_of_nothing(stem: str) -> None:
-    from app.upstream.sim.key import AnswerKey
+    from app.sim.key import AnswerKey
 
     key = AnswerKey.load(EXAMPLES / f"{stem}.key.jsonl")
     assert key.job_file == EXAMPLES / f"{stem}.jsonl" and key.warnings == ()

@@ -8,13 +8,14 @@ import inspect
 import pytest
 
 from app.cli.options import ANSWER_OPTIONS, READ_OPTIONS
+from app.cli.resume import resume
 from app.cli.run import run
-from app.cli.runs import resume, submit
 from app.cli.serve import serve
+from app.cli.submit import submit
 from app.config import Settings, settings_with, to_environ
+from app.connect.engines import ENGINES, EngineKind, engine_spec, is_in_process
 from app.errors import ConfigError
 from app.runs.settings import engine_choice, read_overrides, upstream_url, with_served_identity
-from app.upstream.engines import ENGINES, EngineKind, engine_spec, is_in_process
 
 
 def test_every_engine_kind_is_registered_and_unknown_names_say_what_to_pass() -> None:

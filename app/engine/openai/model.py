@@ -2,7 +2,7 @@
 
 Two readers share the question, choice and level models: ``dreads serve`` and its job files
 (``DecisionsBody``, OpenAI's hosted API: ``input_json`` parts, ``prompt_cache_key``,
-``metadata``, up to 400 questions) and the simulator's copy of vLLM 0.33 (``app.upstream.sim``
+``metadata``, up to 400 questions) and the simulator's copy of vLLM 0.33 (``app.sim``
 narrows instructions to text and has a request model of its own). What a reader can ask
 (dreads: 26 choices at most, unique values and labels, no blank names or labels) is checked
 after this, by the reader, and is not part of the shape; non-user messages are refused here,

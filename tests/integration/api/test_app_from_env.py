@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from app.api import create_app_from_env
 from app.api.config import serve_config
 from app.config import Settings, settings_with
+from app.connect.factory import UpstreamConfig
 from app.engine import ReadSettings
 from app.errors import ConfigError
-from app.upstream.factory import UpstreamConfig
 
 
 def test_the_api_builds_from_the_environment(tmp_path: Path,

@@ -26,7 +26,7 @@ from openai.types.decision import (
     Decision,
 )
 
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
 from tests.fixtures.services import ROOT
 

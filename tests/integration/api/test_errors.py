@@ -19,7 +19,7 @@ import orjson
 import pytest
 from backports.zstd import compress as zstd_compress
 
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
 from tests.fixtures.services import ROOT, VENV_BIN, free_port, wait_until
 

@@ -21,7 +21,7 @@ from openai.types.decision import AnswerAnswerResourcePredicate
 from PIL import Image as PILImage
 from typesafe_sdk import Image, Noul, TypeSafeClient
 
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
 
 DAMAGE = Noul(instructions="Does the parcel in the photo show damage?")

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import StartServe
 from tests.fixtures.runs_cli import CliResult, job_line, run_counts, write_jobs
 from tests.fixtures.services import RedisServer, free_port

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from tests.fixtures.api import ServeProcess
 from tests.fixtures.services import ROOT, VENV_BIN, RedisServer, WorkerProcess, wait_until
 

@@ -16,7 +16,7 @@ from app.runs.chunk import Answerers, ChunkPolicy, Delivery, run_chunk
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Run
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.runs_cli import CliResult, job_line, sqlite_rows, write_jobs
 from tests.fixtures.services import RedisServer, free_port

@@ -11,10 +11,10 @@ import pytest
 
 from app.broker.names import queue_for
 from app.runs.embedded import EmbeddedConfig, execute_run
+from app.sim import SimHandle, SimOptions, start_sim_thread
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.runs import require_run
-from app.upstream.sim import SimHandle, SimOptions, start_sim_thread
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from tests.fixtures.runs_cli import CliResult, job_line, run_counts, write_jobs
 from tests.fixtures.services import RedisServer, free_port
 

@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from app.runs.embedded import EmbeddedConfig, execute_run
+from app.sim import SimOptions, start_sim_thread
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.runs import require_run
 from app.store.views import ANSWER_FIELDS
-from app.upstream.sim import SimOptions, start_sim_thread
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from tests.fixtures.runs_cli import CliResult, job_line, write_jobs
 from tests.fixtures.services import RedisServer
 

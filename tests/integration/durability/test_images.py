@@ -24,10 +24,10 @@ from app.engine import Endpoint, PolicyName, ReadSettings
 from app.images import ImageCache, ImagePolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.submit import SubmitReport, SubmitRequest, submit_job
+from app.sim import SimOptions, start_sim_thread
 from app.store.db import session_scope
 from app.store.models import Attempt, Decision, DecisionPayload
-from app.upstream.sim import SimOptions, start_sim_thread
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.images import ImageServer, data_url, png
 from tests.fixtures.services import free_port

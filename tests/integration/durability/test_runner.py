@@ -15,10 +15,10 @@ from sqlalchemy import select
 
 from app.engine import ReadSettings
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, HandOff, run_chunk
+from app.sim import SimOptions, start_sim_thread
 from app.store.db import session_scope
 from app.store.models import Answer, Attempt, Decision
-from app.upstream.sim import SimOptions, start_sim_thread
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.services import free_port
 from tests.integration.durability.harness import Stack

@@ -20,7 +20,7 @@ from app.runs.submit import SubmitRequest, submit_job
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Attempt, Decision
 from app.store.queue import claim_decisions
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from tests.fixtures.services import RedisServer, WorkerProcess, wait_until
 from tests.integration.durability.harness import Sim, Stack, check_invariant, job_lines
 from workers.celery_app import make_celery

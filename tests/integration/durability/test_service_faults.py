@@ -115,7 +115,7 @@ def faulty_sim(tmp_path: Path) -> Iterator[Sim]:
 def _spend_probe_fault(sim: Sim) -> dict[str, int]:
     """Send the workers' readiness probe once ourselves, so its first delivery (the only one a
     fault can strike) is not a worker's: afterwards every injected fault hit a decision."""
-    from app.upstream.tokenizer import load_tokenizer
+    from app.tokenizer.hf import load_tokenizer
 
     probe = build_probe_request(ReadSettings(), load_tokenizer("standin"))
     httpx.post(f"{sim.url}/v1/chat/completions", content=encode_body(probe.body),

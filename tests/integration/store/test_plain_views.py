@@ -19,6 +19,7 @@ from sqlalchemy import insert, text, update
 from app.engine import ReadSettings
 from app.runs.embedded import EmbeddedConfig, execute_run
 from app.runs.submit import SubmitRequest, submit_job
+from app.sim import SimOptions, start_sim_thread
 from app.store import status_sql
 from app.store.admin import cancel_not_started
 from app.store.db import make_engine, make_sessionmaker, session_scope
@@ -26,8 +27,7 @@ from app.store.models import Attempt, Decision
 from app.store.plain import open_plain
 from app.store.runs import require_run
 from app.store.views import is_settled, list_runs, run_status
-from app.upstream.sim import SimOptions, start_sim_thread
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from tests.integration.durability.harness import job_lines
 
 NOW = datetime.now(UTC)

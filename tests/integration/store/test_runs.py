@@ -21,7 +21,7 @@ from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, DecisionPayload
 from app.store.runs import DecisionRow, ensure_run, insert_decisions, require_run
 from app.store.views import iter_export, run_status
-from app.upstream.tokenizer import load_tokenizer
+from app.tokenizer.hf import load_tokenizer
 from tests.fixtures.runs_cli import job_line, write_jobs
 
 

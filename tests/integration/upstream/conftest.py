@@ -13,7 +13,7 @@ from app.engine import (
     plan_decision,
 )
 from app.engine.wire import build_request
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 
 NOUL = {"type": "noul", "instructions": "Do these two clauses contradict each other?"}
 STATE = "Clause 4.2: the tenant pays rent monthly. Clause 9.1: no rent is ever due."

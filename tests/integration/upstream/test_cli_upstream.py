@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from app.cli import app
 from app.cli.upstream import decide_all, load_decisions
 from app.engine import ReadSettings
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.sim import MakeSim
 from tests.integration.upstream.conftest import NOUL, decision_obj

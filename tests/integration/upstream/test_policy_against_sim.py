@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from app.engine import Answer, ReadSettings, StopReason
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.sim import MakeSim
 from tests.integration.upstream.conftest import NOUL, decision_obj, flow

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from app.cli import app
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()

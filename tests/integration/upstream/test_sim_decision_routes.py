@@ -15,7 +15,7 @@ import pytest
 
 from app.engine import PolicyName, ReadMode, ReadSettings, parse_decision
 from app.runs.answer import answer_decision
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.sim import MakeSim
 

@@ -18,8 +18,8 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
-from app.upstream.sim.faults import FaultPlan, FaultRates
-from app.upstream.tokenizer import HFTextTokenizer
+from app.sim.faults import FaultPlan, FaultRates
+from app.tokenizer.hf import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.sim import MakeSim
 from tests.integration.upstream.conftest import NOUL, decision_obj, flow, request

@@ -16,8 +16,8 @@ import pytest
 #: never imported to parse a command line, show help, or read the store
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "matplotlib", "numpy", "celery", "kombu",
          "redis", "fastapi", "starlette", "uvicorn", "app.api", "aiohttp", "httpx", "alembic",
-         "tokenizers", "pydantic", "app.upstream.sim", "app.report.calibration",
-         "app.report.metrics", "app.runs.embedded", "app.runs.submit")
+         "tokenizers", "pydantic", "app.sim", "app.report.calibration",
+         "app.report.scores", "app.runs.embedded", "app.runs.submit")
 #: and this only where the command reads the store
 STORE = ("sqlalchemy", "psycopg", "app.store.models")
 

@@ -26,7 +26,7 @@ from app.engine import (
     plan_decision,
 )
 from app.errors import MalformedResponse
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 
 NOUL = {"type": "noul", "instructions": "Conflict?"}
 CHOICE = {"type": "choice", "instructions": "Who?", "criteria": {"buyer": None, "seller": None,

@@ -23,7 +23,7 @@ from app.engine import (
 )
 from app.engine.template import PromptTooLong, resolve_slots
 from app.errors import ConfigError, TemplateError
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 
 
 def doc(**over: Any) -> ReadSettings:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.errors import ConfigError
-from app.upstream.standin_tokenizer import MAX_VOCAB, main
-from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer, standin_path
+from app.tokenizer.hf import HFTextTokenizer, load_tokenizer, standin_path
+from app.tokenizer.standin import MAX_VOCAB, main
 
 ASSETS = Path(standin_path())
 
@@ -162,7 +162,7 @@ def test_image_parts_render_as_vllm_gives_a_string_template(
         standin_tokenizer: HFTextTokenizer) -> None:
     """A template that does not loop over content gets one placeholder line per image, then
     the text; each placeholder becomes the image's ids."""
-    from app.upstream.chat_parts import content_format
+    from app.tokenizer.chat_parts import content_format
 
     assert content_format(standin_tokenizer.hf.chat_template) == "string"
     messages = ({"role": "user", "content": [_IMAGE_PART, _IMAGE_PART,
@@ -177,7 +177,7 @@ def test_image_parts_render_as_vllm_gives_a_string_template(
 
 def test_image_parts_reach_a_template_that_loops_over_content(
         standin_tokenizer: HFTextTokenizer) -> None:
-    from app.upstream.chat_parts import content_format
+    from app.tokenizer.chat_parts import content_format
 
     assert content_format(_PARTS_TEMPLATE) == "openai"
     hf = copy.deepcopy(standin_tokenizer.hf)

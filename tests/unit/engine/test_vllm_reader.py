@@ -28,7 +28,7 @@ from app.engine import (
 )
 from app.engine.vllm_reader import joint_spans
 from app.errors import TemplateError
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 
 THOUGHT = "<|channel>thought\n<channel|>"
 STATE = "Clause 4.2: the Supplier delivers within 30 days. Clause 9.1: delivery takes 45 days."

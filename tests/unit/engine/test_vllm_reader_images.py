@@ -46,7 +46,7 @@ from app.engine import (
 from app.engine.template import ImagesNeedChat, ImagesNeedVllmLayout, PromptTooLong
 from app.engine.types import ImageData
 from app.engine.vllm_reader import joint_spans
-from app.upstream.tokenizer import HFTextTokenizer, load_tokenizer
+from app.tokenizer.hf import HFTextTokenizer, load_tokenizer
 from tests.fixtures.tokenizer import APPROX
 from tests.unit.engine.test_vllm_reader import (
     STATE,

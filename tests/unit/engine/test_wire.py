@@ -22,7 +22,7 @@ from app.engine import (
     seed_canvas,
 )
 from app.errors import MalformedResponse
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 
 VOCAB = 800
 

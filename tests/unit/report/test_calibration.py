@@ -10,7 +10,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import roc_auc_score
 
 from app.errors import InputError
-from app.report import metrics as m
+from app.report import scores as m
 from app.report.calibration import (
     EPSILON,
     CalibrationMethod,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.report import metrics as m
+from app.report import scores as m
 from app.report.calibration import cross_fitted
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from app.engine import Layout, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request
-from app.upstream.sim import SimOptions, create_app
-from app.upstream.tokenizer import HFTextTokenizer
+from app.sim import SimOptions, create_app
+from app.tokenizer.hf import HFTextTokenizer
 
 DECISION = {
     "id": "d1",

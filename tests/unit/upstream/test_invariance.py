@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.engine.invariance import batch_invariance, observed_batch_invariance
 from app.runs.settings import env_engine
-from app.upstream.invariance import batch_invariance, observed_batch_invariance
 
 
 @pytest.mark.parametrize(("body", "expected"), [

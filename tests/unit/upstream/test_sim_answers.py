@@ -10,7 +10,7 @@ import orjson
 
 from app.engine import Endpoint, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request, parse_response
-from app.upstream.tokenizer import HFTextTokenizer
+from app.tokenizer.hf import HFTextTokenizer
 from tests.unit.upstream.conftest import DECISION, AsgiClient, read_body
 
 CHAT = "/v1/chat/completions"

@@ -20,7 +20,7 @@ from app.engine.openai.model import (
     ScoreQuestionIn,
 )
 from app.engine.openai.request import decision_from_request
-from app.upstream.sim.decisions import DecisionsRequest, _validation_error
+from app.sim.decisions import DecisionsRequest, _validation_error
 from tests.fixtures.openai_bodies import MIXED_BODY
 
 OPENAI_BODY = MIXED_BODY

@@ -21,8 +21,8 @@ from PIL import Image
 from app.engine import Endpoint, Layout, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request
 from app.images import ImagePolicy, fetch_image
-from app.upstream.sim.images import image_limit
-from app.upstream.tokenizer import HFTextTokenizer
+from app.sim.images import image_limit
+from app.tokenizer.hf import HFTextTokenizer
 from tests.unit.upstream.conftest import DECISION, AsgiClient
 
 CHAT = "/v1/chat/completions"

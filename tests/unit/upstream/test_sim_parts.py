@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from app.upstream.sim.capacity import BatchModel
-from app.upstream.sim.faults import FaultPlan, FaultRates
-from app.upstream.sim.tokens import PrefixCache
+from app.sim.capacity import BatchModel
+from app.sim.faults import FaultPlan, FaultRates
+from app.sim.tokens import PrefixCache
 
 
 def test_a_fault_strikes_the_first_delivery_of_a_body_only() -> None:

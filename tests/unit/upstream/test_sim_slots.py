@@ -10,9 +10,9 @@ import pytest
 
 from app.engine import Layout, ReadMode, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request
-from app.upstream.sim.prompts import understand
-from app.upstream.sim.tokens import SimTokenizer, find_slots
-from app.upstream.tokenizer import HFTextTokenizer
+from app.sim.prompts import understand
+from app.sim.tokens import SimTokenizer, find_slots
+from app.tokenizer.hf import HFTextTokenizer
 
 SCORE = ["none", "low", "some", "high", "severe"]
 

@@ -1,0 +1,186 @@
+"""``dreads submit``: a job file into a run, queued for the workers.
+
+Commands exit with a code: 0 ok, 1 failure, 2 a user error (nothing done), 3 bad lines with
+``--fail-on-bad-lines``. The store, Celery and the HTTP client are imported inside the
+commands, so that ``dreads --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from app.cli import _render as render
+from app.cli._app import RUN_JOBS, app
+from app.cli._wait import suggest_wait, wait_for_run
+from app.cli._wiring import (
+    existing_run,
+    resolve_engine,
+    resolve_settings,
+    run_upstream,
+)
+from app.cli.dryrun import (
+    DryRunArgs,
+    DryRunOpt,
+    GpuPriceHourOpt,
+    MaxCostOpt,
+    PriceInputOpt,
+    PriceOutputOpt,
+    ReadsPerSecondOpt,
+    Spend,
+    dry_run_command,
+)
+from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
+from app.cli.options import (
+    NOT_GIVEN,
+    RUN_WAIT_S,
+    BrokerOpt,
+    ChunkSizeOpt,
+    DatabaseOpt,
+    FailOnBadLinesOpt,
+    ImageDirsOpt,
+    JobFileArg,
+    JsonOpt,
+    ReadGiven,
+    ReplaceChangedOpt,
+    RunWaitOpt,
+    UpstreamOpt,
+    cli_errors,
+    console,
+    database_url,
+    opened_store,
+    with_read_options,
+)
+
+if TYPE_CHECKING:
+    from app.store.types import SessionFactory
+
+log = logging.getLogger("dreads.cli")
+
+
+__all__ = ["submit"]
+
+
+@app.command(rich_help_panel=RUN_JOBS)
+@with_read_options(answers=True)
+def submit(
+    file: JobFileArg,
+    run: Annotated[str, typer.Option("--run", help="Run name (new or existing).")],
+    given: ReadGiven = NOT_GIVEN,
+    replicates: Annotated[int | None, typer.Option(
+        "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
+    fail_on_bad_lines: FailOnBadLinesOpt = False,
+    replace_changed: ReplaceChangedOpt = False,
+    upstream: UpstreamOpt = None, wait: RunWaitOpt = RUN_WAIT_S,
+    chunk_size: ChunkSizeOpt = None,
+    broker: BrokerOpt = None, image_dirs: ImageDirsOpt = None,
+    json_out: JsonOpt = False, database: DatabaseOpt = None,
+    engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+    dry_run: DryRunOpt = False, price_input: PriceInputOpt = None,
+    price_output: PriceOutputOpt = None, gpu_price_hour: GpuPriceHourOpt = None,
+    reads_per_second: ReadsPerSecondOpt = None, max_cost: MaxCostOpt = None,
+) -> None:
+    """Validate a job file, store its decisions and queue them for the workers.
+
+    Bad lines are listed with their line numbers and reasons; the good ones are stored
+    (unless --strict). Submitting the same file again adds nothing; a line whose id the run
+    holds with other content is reported (exit 2), or replaces it with --replace-changed.
+    With --dry-run: the decisions, reads, tokens and cost it would take; nothing stored.
+    A line's images are fetched and checked here; the workers fetch them again (the same
+    DREADS_IMAGE_DIRS must hold for file:// images there).
+    """
+    from app.broker.process import PublisherProcess
+    from app.runs.jobfile import check_job_file
+
+    spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second, max_cost)
+    spend.require_dry_run(dry_run)
+    if dry_run:
+        dry_run_command(DryRunArgs(
+            file, run, given, replicates, strict, fail_on_bad_lines, upstream,
+            {"engine": engine, "device": device, "dtype": dtype}, json_out, spend,
+            image_dirs))
+        return
+    with cli_errors(), suggest_wait(wait):
+        check_job_file(file)
+        # started first: its Celery start-up overlaps the tokenizer's and the probe's
+        with PublisherProcess(broker, chunk_size) as publisher, \
+                opened_store(database_url(database)) as factory:
+            from app.config import settings_with
+            from app.engine import AnswerBy
+            from app.runs.probe import ServerAt
+            from app.runs.settings import image_policy
+            from app.runs.sources import recorded_path
+            from app.runs.submit import SubmitRequest
+
+            env = settings_with(image_dirs=image_dirs)
+            existing = existing_run(factory, run)
+            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
+                                    env=env)
+            wait_for_run(upstream, wait, existing, given=given, choice=choice, env=env)
+            settings, n_replicates, tok = resolve_settings(
+                existing, given, replicates, env=env, engine=choice.engine, upstream=upstream)
+            url = run_upstream(upstream, existing, choice, settings, env)
+            fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
+                else ServerAt(url, choice).fingerprint(settings, tok)
+            request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
+                                    engine=choice.engine, replicates=n_replicates,
+                                    strict=strict, fingerprint=fingerprint,
+                                    replace_changed=replace_changed, images=image_policy(env),
+                                    prices=spend.recorded(), sources=(recorded_path(file),))
+            report = _submit(factory, request, tok, publisher)
+    if json_out:
+        console.print_json(render.json_text({**report.as_dict(),
+                                             "fingerprint_error": fp_error}))
+    else:
+        render.submit_report(report, fp_error)
+    render.changed_report(report, replace_changed=replace_changed)  # stderr
+    if report.refused or report.run is None:
+        raise typer.Exit(2)
+    if report.changed:
+        raise typer.Exit(render.CHANGED_EXIT)
+    if fail_on_bad_lines and (report.bad or report.rejected):
+        raise typer.Exit(render.BAD_LINES_EXIT)
+
+
+#: How often the interpreter lock is handed between submit's threads: the thread that parses
+#: holds it nearly all the time, and at the default 5 ms the one that streams rows to the
+#: database (and mostly waits on it) would wait that long each time it has bytes to send.
+_SUBMIT_SWITCH_S = 0.0005
+
+
+def _streaming_runtime() -> None:
+    """A submit makes each batch's objects by the hundred thousand and frees nearly all of
+    them by reference counting; it makes no reference cycles. So the cyclic collector, which
+    would walk them again and again (4% of a million-decision submit), is off for the rest of
+    the command, what start-up loaded is frozen out of its way, and memory stays flat (150
+    MiB at 200,000 and at 1,000,000 decisions). The interpreter lock changes hands every
+    ``_SUBMIT_SWITCH_S``."""
+    import gc
+
+    from app.cli import keep_gc_off
+
+    gc.freeze()
+    keep_gc_off()
+    sys.setswitchinterval(_SUBMIT_SWITCH_S)
+
+
+def _submit(factory: SessionFactory, request: Any, tokenizer: Any, publisher: Any) -> Any:
+    """Stream the file into the store, publishing each batch (through ``publisher``, an
+    ``app.broker.process.PublisherProcess``) to the queue of the run's model and canvas; a
+    file of only bad lines leaves no run behind."""
+    from app.broker.names import queue_of_run
+    from app.engine import settings_to_dict
+    from app.runs.submit import submit_job
+    from app.store.admin import discard_empty_run
+
+    _streaming_runtime()
+    publisher.bind(run_name=request.run_name,
+                   queue=queue_of_run(settings_to_dict(request.settings)))
+    report = submit_job(request, factory, tokenizer, publisher=publisher)
+    discard_empty_run(factory, report)
+    return report
