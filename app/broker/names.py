@@ -18,7 +18,6 @@ __all__ = [
     "QUEUE",
     "QUEUE_PREFIX",
     "SWEEP_LOCK_ID",
-    "SWEEP_LOCK_KEY",
     "TASK_RUN_CHUNK",
     "queue_for",
     "queue_of_run",
@@ -35,10 +34,9 @@ QUEUE_PREFIX = "dreads.reads:"
 ANSWERS_QUEUE = "dreads.answers"
 #: ``reads.run_chunk(run_id, decision_ids)``: claim and run one chunk of decisions.
 TASK_RUN_CHUNK = "reads.run_chunk"
-#: PostgreSQL advisory lock id held while one sweeper sweeps (any 64-bit int unique to dreads).
+#: PostgreSQL advisory lock id held while one sweeper sweeps (any 64-bit int unique to dreads;
+#: ``app.store.dialects.advisory_lock``). SQLite, a single writer, needs no lock.
 SWEEP_LOCK_ID = 0x64726561_6473
-#: Redis lock key used when the database has no advisory locks (SQLite).
-SWEEP_LOCK_KEY = "dreads:sweeper:lock"
 #: When the broker's current data began (database time, epoch seconds): set once, with NX, by
 #: whoever finds it missing. A queued decision stamped before it was published to data that is
 #: gone (a FLUSHDB, a Redis restarted without persistence).

@@ -43,6 +43,7 @@ def keep_gc_off() -> None:
 _pause_gc()
 
 from app.cli._app import app  # noqa: E402
+from app.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 
 __all__ = ["app", "keep_gc_off", "main"]
 
@@ -65,20 +66,20 @@ def main() -> None:
         _exit_code[0] = _code_of(exc)
         raise
     except BaseException:  # DREADS_DEBUG's traceback: Python prints it, then exits 1
-        _exit_code[0] = 1
+        _exit_code[0] = EXIT_FAILURE
         raise
 
 
 #: The status ``_exit_now`` exits with (set by ``main``).
-_exit_code = [0]
+_exit_code = [EXIT_OK]
 
 
 def _code_of(exc: SystemExit) -> int:
     if exc.code is None:
-        return 0
+        return EXIT_OK
     if isinstance(exc.code, int):
         return exc.code
-    return 1  # a message: Python prints it to stderr
+    return EXIT_FAILURE  # a message: Python prints it to stderr
 
 
 def _exit_now() -> None:
@@ -100,12 +101,12 @@ def _main() -> None:
         app()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if os.environ.get("DREADS_DEBUG"):
             raise
         print(f"error: {_describe(exc)}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_FAILURE)
 
 
 def _describe(exc: Exception) -> str:

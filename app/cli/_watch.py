@@ -17,16 +17,15 @@ import typer
 
 from app.cli import _render as render
 from app.cli.options import console, err_console
+from app.errors import EXIT_FAILURE, EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
     from app.store.status_sql import RunStatusReport
 
-__all__ = ["INTERRUPTED_EXIT", "PAUSED_EXIT", "status_line", "watch"]
+__all__ = ["PAUSED_EXIT", "status_line", "watch"]
 
-#: Exit status of a watch stopped by Ctrl-C.
-INTERRUPTED_EXIT = 130
 #: Exit status of a watch that found the run paused (it waits for ``resume``).
-PAUSED_EXIT = 1
+PAUSED_EXIT = EXIT_FAILURE
 
 Load = Callable[[], "RunStatusReport"]
 
@@ -37,7 +36,7 @@ def watch(load: Load, interval_s: float) -> None:
         report = _live(load, interval_s) if console.is_terminal else _lines(load, interval_s)
     except KeyboardInterrupt:
         err_console.print("stopped watching; the run goes on")
-        raise typer.Exit(INTERRUPTED_EXIT) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if report is not None and report.pause is not None:
         err_console.print(f"run {report.run.name} paused: {report.pause['reason']}",
                           highlight=False, markup=False)

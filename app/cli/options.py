@@ -22,7 +22,6 @@ from rich.console import Console
 from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode
 from app.errors import DreadsError, RunSettingsMismatch
 from app.runs.settings import (
-    STANDIN,
     base_read_settings,
     endpoint_read_settings,
     read_overrides,
@@ -42,7 +41,6 @@ RUN_WAIT_S = 0.0
 __all__ = [
     "NOT_GIVEN",
     "RUN_WAIT_S",
-    "STANDIN",
     "AnswerByOpt",
     "AnswerConcurrencyOpt",
     "AnswerRpsOpt",

@@ -49,7 +49,7 @@ from app.cli.options import (
     err_console,
     with_read_options,
 )
-from app.errors import InputError, RunPaused, UpstreamUnavailable
+from app.errors import EXIT_INTERRUPTED, InputError, RunPaused, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -384,7 +384,8 @@ def _has_work(job: _Job) -> bool:
 def _say_upstream(job: _Job, url: str, *, simulator: bool) -> None:
     """The run's opening line: who answers (``simulator``: the simulator, in this process or
     a ``dreads sim`` at the URL)."""
-    from app.runs.embedded import SIM, sim_key_path
+    from app.engine import SIM
+    from app.runs.embedded import sim_key_path
 
     if job.quiet:
         return
@@ -483,7 +484,7 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
             err_console.print(f"[yellow]interrupted[/yellow] ({released} decision(s) in "
                               "progress put back to pending). Nothing is lost: run the same "
                               "command again (or `dreads resume`) to continue.")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> None:

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.spend import HOUR_S, MILLION_TOKENS
 from app.engine.types import AnswerBy, DecisionPlan, PolicyName, ReadSettings
 
 __all__ = ["Estimate", "Prices", "ReadTally", "Span", "draw_span", "estimate"]
-
-_MILLION = 1_000_000
-_HOUR_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -147,9 +145,9 @@ def estimate(tally: ReadTally, draws: Span, *, replicates: int, prices: Prices) 
     reads = per_draw.times(tally.units)
     token_cost = None
     if prices.tokens_priced:
-        token_cost = inputs.times((prices.input_per_mtok or 0.0) / _MILLION).plus(
-            outputs.times((prices.output_per_mtok or 0.0) / _MILLION))
-    gpu_hours = reads.times(1.0 / (prices.reads_per_s * _HOUR_S)) if prices.reads_per_s else None
+        token_cost = inputs.times((prices.input_per_mtok or 0.0) / MILLION_TOKENS).plus(
+            outputs.times((prices.output_per_mtok or 0.0) / MILLION_TOKENS))
+    gpu_hours = reads.times(1.0 / (prices.reads_per_s * HOUR_S)) if prices.reads_per_s else None
     gpu_cost = (gpu_hours.times(prices.gpu_per_hour)
                 if gpu_hours is not None and prices.gpu_per_hour is not None else None)
     return Estimate(draws=draws, reads=reads, input_tokens=inputs, output_tokens=outputs,

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SpendDelta", "TokenPrices", "describe_spend", "gpu_cost", "projected_total",
-           "usage_tokens"]
+__all__ = ["HOUR_S", "MILLION_TOKENS", "SpendDelta", "TokenPrices", "describe_spend", "gpu_cost",
+           "projected_total", "usage_tokens"]
 
-_MILLION = 1_000_000
-_HOUR_S = 3600.0
+MILLION_TOKENS = 1_000_000  #: a token price is dollars per this many tokens
+HOUR_S = 3600.0  #: a GPU price is dollars per this many seconds
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,12 @@ class TokenPrices:
         if not self.priced:
             return None
         return (input_tokens * (self.input_per_mtok or 0.0)
-                + output_tokens * (self.output_per_mtok or 0.0)) / _MILLION
+                + output_tokens * (self.output_per_mtok or 0.0)) / MILLION_TOKENS
 
 
 def gpu_cost(gpu_seconds: float, price_hour: float | None) -> float | None:
     """Dollars for ``gpu_seconds`` of a pod at ``price_hour``; None without a price."""
-    return None if price_hour is None else gpu_seconds * price_hour / _HOUR_S
+    return None if price_hour is None else gpu_seconds * price_hour / HOUR_S
 
 
 def usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int]:

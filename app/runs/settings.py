@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
 from app.errors import ConfigError, InputError, UpstreamUnavailable
+from app.tokenizer import STANDIN
 
 if TYPE_CHECKING:
     from pydantic import SecretStr
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DTYPES",
-    "STANDIN",
     "base_read_settings",
     "chunk_policy",
     "endpoint_options",
@@ -51,7 +51,6 @@ __all__ = [
     "with_served_identity",
 ]
 
-STANDIN = "standin"  #: the stand-in tokenizer name (app.tokenizer.hf.STANDIN)
 DTYPES = ("bfloat16", "float16", "float32")  #: of an in-process engine
 
 

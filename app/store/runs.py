@@ -38,7 +38,6 @@ __all__ = [
     "insert_decisions",
     "load_run",
     "open_runs",
-    "pending_ids",
     "record_fingerprint",
     "record_rejections",
     "record_settings",
@@ -315,13 +314,6 @@ def open_runs(session: Session, run_id: int | None = None) -> list[RunInfo]:
     if run_id is not None:
         stmt = stmt.where(Run.id == run_id)
     return [run_info(r) for r in session.scalars(stmt)]
-
-
-def pending_ids(session: Session, run_id: int) -> list[int]:
-    stmt = (select(Decision.id).where(Decision.run_id == run_id,
-                                      Decision.status == DecisionStatus.PENDING)
-            .order_by(Decision.id))
-    return list(session.scalars(stmt))
 
 
 def reset_failed(session: Session, run_id: int) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 from app.engine.image_tokens import GEMMA4_IMAGE_IDS, ImageRule, image_prompt_ids
 from app.engine.types import Message, TokenizerInfo
 from app.errors import ConfigError, TemplateError
+from app.tokenizer import STANDIN
 from app.tokenizer.chat_parts import (
     content_format,
     count_images,
@@ -40,10 +41,8 @@ from app.tokenizer.chat_parts import (
     template_messages,
 )
 
-__all__ = ["STANDIN", "HFTextTokenizer", "load_tokenizer", "standin_path"]
+__all__ = ["HFTextTokenizer", "load_tokenizer", "standin_path"]
 
-#: The name that selects the bundled stand-in tokenizer.
-STANDIN = "standin"
 SCAFFOLD_OPEN = "<|channel>"
 SCAFFOLD_CLOSE = "<channel|>"
 SCAFFOLD_TEXT = f"{SCAFFOLD_OPEN}thought\n{SCAFFOLD_CLOSE}"

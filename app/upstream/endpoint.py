@@ -45,6 +45,7 @@ from app.errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+from app.upstream.connector import tcp_connector
 from app.upstream.http_errors import (
     error_field,
     error_message,
@@ -63,7 +64,6 @@ _THROTTLED = frozenset({429, 529})
 _SAYS_LATER = frozenset({429, 503, 529})
 _UNAUTHORIZED = frozenset({401, 403})
 _MAX_BACKOFF_S = 5.0
-_KEEPALIVE_S = 4.0
 
 
 def endpoint_url(base_url: str, kind: AnswerBy) -> str:
@@ -206,10 +206,7 @@ class DecisionEndpoint:
         loop = asyncio.get_running_loop()
         state = self._state
         if state is None or state.loop is not loop or state.session.closed:
-            connector = aiohttp.TCPConnector(limit=self.concurrency,
-                                             limit_per_host=self.concurrency,
-                                             keepalive_timeout=_KEEPALIVE_S, ttl_dns_cache=300)
-            session = aiohttp.ClientSession(connector=connector,
+            session = aiohttp.ClientSession(connector=tcp_connector(self.concurrency),
                                             timeout=aiohttp.ClientTimeout(total=self.timeout_s),
                                             raise_for_status=False)
             state = _LoopState(loop, session, asyncio.Semaphore(self.concurrency))

@@ -60,6 +60,7 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.base import WaitProgress
+from app.upstream.connector import tcp_connector
 from app.upstream.http_errors import (
     error_field,
     error_message,
@@ -75,7 +76,6 @@ logger = logging.getLogger("dreads.upstream")
 _PATHS = {Endpoint.CHAT: "/v1/chat/completions", Endpoint.COMPLETIONS: "/v1/completions"}
 _HEADERS = {"Content-Type": "application/json"}
 _MAX_BACKOFF_S = 30.0
-_KEEPALIVE_S = 4.0
 #: 4xx a proxy in front of vLLM may answer that say "later", not "never".
 _TRANSIENT_4XX = frozenset({408, 429})
 _UNAUTHORIZED = frozenset({401, 403})
@@ -182,13 +182,9 @@ class VllmUpstream:
         loop = asyncio.get_running_loop()
         state = self._state
         if state is None or state.loop is not loop or state.session.closed:
-            # vLLM (uvicorn) drops idle keep-alive connections after 5 s; let ours go first,
-            # so a read never lands on a connection the server is closing.
-            connector = aiohttp.TCPConnector(limit=self.max_in_flight,
-                                             limit_per_host=self.max_in_flight,
-                                             keepalive_timeout=_KEEPALIVE_S, ttl_dns_cache=300)
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-            session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+            session = aiohttp.ClientSession(connector=tcp_connector(self.max_in_flight),
+                                            timeout=timeout,
                                             raise_for_status=False)
             state = _LoopState(loop, session, asyncio.Semaphore(self.max_in_flight))
             self._state = state
