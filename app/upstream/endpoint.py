@@ -47,6 +47,7 @@ from app.errors import (
 )
 from app.upstream.connector import tcp_connector
 from app.upstream.http_errors import (
+    UNAUTHORIZED,
     error_field,
     error_message,
     json_object,
@@ -62,7 +63,6 @@ logger = logging.getLogger("dreads.upstream.endpoint")
 _PATHS = {AnswerBy.SYSTEMONE: "/v1/systemone", AnswerBy.DECISIONS: "/v1/decisions"}
 _THROTTLED = frozenset({429, 529})
 _SAYS_LATER = frozenset({429, 503, 529})
-_UNAUTHORIZED = frozenset({401, 403})
 _MAX_BACKOFF_S = 5.0
 
 
@@ -183,7 +183,7 @@ class DecisionEndpoint:
             raise _Later(f"connection failed: {exc!r}", "upstream_unreachable") from exc
 
     def _decode(self, status: int, raw: bytes, headers: dict[str, str]) -> dict[str, Any]:
-        if status in _UNAUTHORIZED:
+        if status in UNAUTHORIZED:
             raise UpstreamUnauthorized(
                 f"the decision endpoint {self.url} refused this client's API key ({status}: "
                 f"{error_message(raw)}): set DREADS_ANSWER_API_KEY to its key", status=status)

@@ -10,8 +10,11 @@ from typing import Any
 
 import orjson
 
-__all__ = ["error_field", "error_message", "json_object", "names_missing_model",
+__all__ = ["UNAUTHORIZED", "error_field", "error_message", "json_object", "names_missing_model",
            "retry_after_s"]
+
+#: The statuses of a server that refuses the client's API key.
+UNAUTHORIZED = frozenset({401, 403})
 
 
 def error_field(raw: bytes, name: str) -> Any:

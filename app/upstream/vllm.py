@@ -62,6 +62,7 @@ from app.errors import (
 from app.upstream.base import WaitProgress
 from app.upstream.connector import tcp_connector
 from app.upstream.http_errors import (
+    UNAUTHORIZED,
     error_field,
     error_message,
     json_object,
@@ -78,7 +79,6 @@ _HEADERS = {"Content-Type": "application/json"}
 _MAX_BACKOFF_S = 30.0
 #: 4xx a proxy in front of vLLM may answer that say "later", not "never".
 _TRANSIENT_4XX = frozenset({408, 429})
-_UNAUTHORIZED = frozenset({401, 403})
 #: ``/server_info`` gathers the host's environment on its first call: do not wait long for it.
 _SERVER_INFO_S = 5.0
 
@@ -286,7 +286,7 @@ class VllmUpstream:
 
 
 def _decode(status: int, raw: bytes) -> dict[str, Any]:
-    if status in _UNAUTHORIZED:
+    if status in UNAUTHORIZED:
         raise UpstreamUnauthorized.answered(status, error_message(raw))
     if status >= 500 or status in _TRANSIENT_4XX:
         raise UpstreamUnavailable(f"server error {status}: {error_message(raw)}",
@@ -310,7 +310,7 @@ async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
     except httpx.HTTPError as exc:
         raise UpstreamUnavailable(
             f"cannot reach {client.base_url}{path}: {exc!r}") from exc
-    if response.status_code in _UNAUTHORIZED:
+    if response.status_code in UNAUTHORIZED:
         raise UpstreamUnauthorized.answered(response.status_code, error_message(response.content))
     if response.status_code != 200:
         raise UpstreamUnavailable(f"GET {path} answered {response.status_code}",
