@@ -9,7 +9,8 @@
     │   │   │                     fetches it again: transient, kind ``image_unreachable``)
     │   │   └── ImageChanged      its bytes are not the ones checked at submit (kind
     │   │                         ``image_changed``: permanent, never answered)
-    │   └── TemplateError     a label that is not one token, slots that differ, a template too wide
+    │   ├── TemplateError     a label that is not one token, slots that differ, a template too wide
+    │   └── RunCancelled      a cancelled run asked to go on: it never runs again
     ├── UpstreamError         talking to the model server
     │   ├── UpstreamUnavailable   transient: refused/reset, timeout, 5xx (retried with backoff)
     │   ├── UpstreamRejected      permanent: vLLM answered 4xx (kind ``bad_request``)
@@ -22,8 +23,14 @@
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
     │   ├── BadDatabaseUrl        a URL dreads cannot use as given (scheme, shape, directory)
     │   └── RunSettingsMismatch   resume under different settings / model / canvas
-    ├── RunPaused             the run paused (the breaker): ``dreads resume RUN`` goes on
+    ├── PublishError          the broker did not take a message: the sweeper publishes it later
+    ├── RunPaused             the run paused (the breaker, its budget): ``dreads resume RUN``
+    │                         goes on
     └── ConfigError           a bad setting or combination of settings
+        └── BudgetReached     a paused run's cost is at its budget: it needs a higher --max-cost
+
+Other modules subclass these where the reason is theirs alone (``app.engine.template``'s
+``CanvasOverflow``, ``PromptTooLong``; ``app.engine.openai.errors.DecisionsRequestError``).
 
 Each error class names its ``kind``: the ``OutcomeKind`` an attempt that fails with it is
 recorded as (the enum below; the attempts table stores its value), and its ``exit_code``: the

@@ -1,6 +1,6 @@
 """``run_chunk``: claim a chunk of decisions, run them concurrently, commit each as it finishes.
 
-    claim (one guarded UPDATE) -> the run's answer source answers each decision
+    claim (rows locked, then leased) -> the run's answer source answers each decision
     -> finish_decisions (answers + draws + attempt + status) as each finishes, those that
        finish together in one transaction (group commit), with what they spent added to the
        run's spend and its budget checked (``app.runs.spend``)

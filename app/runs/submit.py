@@ -4,7 +4,7 @@ The file is streamed: it is read, validated and written in batches, each committ
 own, so memory stays flat in the file's size and, with a publisher, the workers start on the
 first batch while the rest is still loading.
 
-Order matters (design.md, data flow 1): a batch's readable rows are inserted already
+Order matters (the publishing protocol of docs/internals.md): a batch's readable rows are inserted already
 ``queued`` and committed before any of their messages is published, so a message never names
 a decision SQL does not have, and a worker never finds a message whose rows are still being
 stamped (a claim skips locked rows). A failed publish puts the unpublished rows back to

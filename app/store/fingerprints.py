@@ -1,5 +1,5 @@
-"""The server fingerprint a run records at its first contact with a server (design.md, run
-settings): model id, ``max_model_len``, version, canvas length.
+"""The server fingerprint a run records at its first contact with a server: model id,
+``max_model_len``, version, canvas length.
 
 ``submit`` records it when it reaches the server; a run created over HTTP before the server
 answered, or by a ``submit`` that could not reach it, gets it from the first worker (or

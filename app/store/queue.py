@@ -2,9 +2,11 @@
 
 A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``rejected``)::
 
-    claim_decisions   one guarded UPDATE ... RETURNING: only the rows won are processed, so a
-                      redelivered or duplicated chunk message whose decisions are done or held
-                      elsewhere is a cheap no-op.
+    claim_decisions   one transaction: the claimable rows locked (SELECT ... FOR UPDATE SKIP
+                      LOCKED), leased by an UPDATE ... RETURNING that checks the guard again,
+                      and a ``worker_lost`` attempt INSERTed for each expired lease taken
+                      over. Only the rows won are processed, so a redelivered or duplicated
+                      chunk message whose decisions are done or held elsewhere is a cheap no-op.
     renew_leases      the holder extends its leases (guarded by the lease token).
     finish_decisions  attempts + draws + answers (INSERT ... ON CONFLICT DO NOTHING) + status
                       done of finished attempts, a statement per table for all of them, in the

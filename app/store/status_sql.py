@@ -100,7 +100,7 @@ ANY_OPEN = "SELECT 1 FROM decisions WHERE run_id = :run AND status IN ({statuses
 
 @dataclass
 class CellStats:
-    """What went wrong (and right) in one cell (design.md principle 6)."""
+    """What went wrong (and right) in one cell."""
 
     cell: str
     total: int = 0
