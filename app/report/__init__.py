@@ -1,14 +1,18 @@
 """Evaluation reports of runs: figures, diagnostics per cell, calibration, comparison, HTML.
 
     load.py         SQL -> one row per (decision, question), per-cell read / attempt counts
-    metrics.py      pure numpy / scikit-learn / scipy figures over arrays
+    scores.py       pure numpy / scikit-learn / scipy figures over arrays (AUC, recall@k, ECE)
     figures.py      figure blocks overall and per cell, mean ± sd across replicates
+    labels.py       the figures' and columns' titles, as the field report names them
     diagnostics.py  unanswered, failures by kind, label mass, draws; outlier cells flagged
-    calibration.py  isotonic / Platt maps fitted with scikit-learn, calib.json
+    calibration.py  isotonic / Platt maps fitted with scikit-learn, calib.json; methods.py
+                    their names
     compare.py      two runs of the same decisions side by side
     document.py     build_report() -> the JSON document; summarize_run() for `dreads run`
     headline.py     the headline figures with counts, worded once for every rendering
     review.py       the missed positives and top false positives
+    spend.py        the spend section: cost per run, per cell, per 1,000 decisions
+    thumbnails.py   the listed questions' image thumbnails, made at report time
     tables.py       Rich rendering;  html.py  one self-contained HTML page, with
                     html_tables.py, plots.py (matplotlib Agg) and glossary.py
 """

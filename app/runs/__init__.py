@@ -4,11 +4,16 @@
                   and flags, at the entry points)
     jobfile.py    a job file's lines: each a decision or a bad line with its reason
     submit.py     submit: validate, write the run and its decisions batch by batch, publish
+    submit_images.py  submit's images: each fetched and checked once, or the decision rejected
+    changed.py    lines whose id the run holds: a repeat, the same content, or a change
     dryrun.py     --dry-run: validate and plan a job file; its reads, tokens and cost; no I/O
     probe.py      is this server the run's? its fingerprint and a read at the canvas width
     chunk.py      run a chunk: claim, answer each decision, commit as each ends
     commit.py     group commit: the decisions that finish together, in one transaction
     answer.py     who answers: dreads' reads or a decision endpoint (one seam)
+    endpoint_images.py  what a request to a decision endpoint carries for a decision's images
+    spend.py      spend recorded with each commit; the budget that pauses a run
+    breaker.py    the breaker: a run whose recent attempts keep failing one way pauses
     sweep.py      the sweeper: expired leases back, what has no live message re-published
     embedded.py   the embedded executor: a run driven in this process (SQLite, no broker)
     resume.py     resume: the checks every caller shares, then a sweep or the executor

@@ -1,7 +1,7 @@
 """The architecture rules, checked with import-linter (contracts in ``pyproject.toml``).
 
-- the layers run cli -> api | workers -> runs | report -> metrics -> store | upstream | broker
-  -> engine;
+- the layers run cli -> api | workers -> runs | report -> telemetry -> store | connect | broker
+  | images -> sim -> inprocess -> upstream -> tokenizer -> engine;
 - ``app.engine`` imports nothing of dreads but ``app.errors``, and no I/O library;
 - settings are read at entry points only: no library package imports ``app.config``;
 - the in-process engine imports neither the simulator nor a web server;
