@@ -26,7 +26,7 @@ from app.cli.options import (
     err_console,
     opened_store,
 )
-from app.errors import InputError
+from app.errors import EXIT_OK, InputError
 
 if TYPE_CHECKING:
     pass
@@ -97,4 +97,4 @@ def _confirm(question: str, *, yes: bool) -> None:
                          "script")
     if not typer.confirm(question, default=False, err=True):
         err_console.print("nothing deleted")
-        raise typer.Exit(0)
+        raise typer.Exit(EXIT_OK)

@@ -19,7 +19,7 @@ from rich.table import Table
 from app.cli import _render as render
 from app.cli.options import ReadGiven, cli_errors, console, err_console
 from app.engine import AnswerBy
-from app.errors import ConfigError, UpstreamUnavailable
+from app.errors import EXIT_USAGE, ConfigError, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from app.engine import Estimate, Prices, ReadSettings, Span
@@ -156,7 +156,7 @@ def dry_run_command(args: DryRunArgs) -> None:
     else:
         print_dry_run(report)
     if report.refused or not report.valid:
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     if args.fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)
 

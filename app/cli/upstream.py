@@ -54,7 +54,14 @@ from app.engine import (
     is_simulator,
     parse_decision,
 )
-from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
+from app.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    DreadsError,
+    InputError,
+    UpstreamError,
+)
 from app.runs.settings import env_upstream, image_policy, wait_served_settings
 
 if TYPE_CHECKING:
@@ -366,8 +373,8 @@ def _outcome_json(outcome: DecideOutcome) -> dict[str, Any]:
 def _exit_code(outcomes: list[DecideOutcome]) -> int:
     statuses = {o.status for o in outcomes}
     if "failed" in statuses:
-        return 1
-    return 2 if statuses & {"rejected", "bad_line"} else 0
+        return EXIT_FAILURE
+    return EXIT_USAGE if statuses & {"rejected", "bad_line"} else EXIT_OK
 
 
 @app.command("decide", rich_help_panel=SERVERS)

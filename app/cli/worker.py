@@ -35,7 +35,7 @@ from app.cli.options import (
     err_console,
     exit_error,
 )
-from app.errors import DreadsError
+from app.errors import EXIT_USAGE, DreadsError
 from app.runs.settings import env_upstream
 
 __all__ = ["default_node_name", "supervise", "worker", "worker_argv"]
@@ -152,7 +152,7 @@ def worker(
     """
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     from app.config import settings_with, to_environ
 
     # Flags win over the environment: the Celery child (and its pool) gets them as DREADS_*.

@@ -4,14 +4,14 @@ The file is streamed: it is read, validated and written in batches, each committ
 own, so memory stays flat in the file's size and, with a publisher, the workers start on the
 first batch while the rest is still loading.
 
-Order matters (the publishing protocol of docs/internals.md): a batch's readable rows are inserted already
-``queued`` and committed before any of their messages is published, so a message never names
-a decision SQL does not have, and a worker never finds a message whose rows are still being
-stamped (a claim skips locked rows). A failed publish puts the unpublished rows back to
-``pending`` (the sweeper or ``dreads resume`` publishes them) and later batches are written
-``pending``; a submit that dies between a commit and its publish leaves ``queued`` rows
-without a message, which the sweeper re-publishes once the run's queue is drained
-(``DREADS_REQUEUE_AFTER_S``).
+Order matters (the publishing protocol of docs/internals.md): a batch's readable rows are
+inserted already ``queued`` and committed before any of their messages is published, so a
+message never names a decision SQL does not have, and a worker never finds a message whose
+rows are still being stamped (a claim skips locked rows). A failed publish puts the
+unpublished rows back to ``pending`` (the sweeper or ``dreads resume`` publishes them) and
+later batches are written ``pending``; a submit that dies between a commit and its publish
+leaves ``queued`` rows without a message, which the sweeper re-publishes once the run's queue
+is drained (``DREADS_REQUEUE_AFTER_S``).
 
     lines --iter_job_lines--> decisions and bad lines, one at a time
           --SubmitImages-----> each image fetched and checked once: its record (ref, sha256,
