@@ -50,9 +50,9 @@ from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.probe import reads_config
-from app.runs.sources import answer_key_of
 from app.runs.spend import PodMeter
 from app.runs.sweep import expire_dead_leases
+from app.sim.key import answer_key_of
 from app.store.breaker import pause_kind, pause_reason
 from app.store.db import disposing, make_engine, make_sessionmaker, session_scope
 from app.store.local import (

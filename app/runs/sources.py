@@ -13,19 +13,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from app.errors import InputError
+from app.sim.key import answer_key_of
 from app.store.sources import source_files
 from app.store.types import Session
 
-__all__ = ["answer_key_of", "check_not_run_file", "free_name", "recorded_path"]
-
-#: ``examples/foo.jsonl`` -> ``examples/foo.key.jsonl``: where ``dreads run --upstream sim``
-#: looks for the answer key of a job file.
-_KEY_SUFFIX = ".key.jsonl"
-
-
-def answer_key_of(job_file: Path) -> Path:
-    """The answer key that goes with ``job_file`` (whether or not it exists)."""
-    return job_file.with_name(job_file.stem + _KEY_SUFFIX)
+__all__ = ["check_not_run_file", "free_name", "recorded_path"]
 
 
 def recorded_path(job_file: Path) -> str:

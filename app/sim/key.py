@@ -24,9 +24,11 @@ from app.engine.questions import answer_label
 from app.engine.types import Question, QuestionType
 from app.errors import ConfigError, InputError
 
-__all__ = ["AnswerKey", "KeyEntry", "job_file_beside"]
+__all__ = ["AnswerKey", "KeyEntry", "answer_key_of", "job_file_beside"]
 
 KeyEntry = tuple[str, str] | tuple[str, str, tuple[str, ...]]
+#: ``examples/foo.jsonl`` -> ``examples/foo.key.jsonl``: where ``dreads run --upstream sim``
+#: looks for the answer key of a job file, and where the key's job file is.
 _SUFFIX = ".key.jsonl"
 _SHOWN = 60  #: characters of a state or question quoted in a warning
 _BOM = b"\xef\xbb\xbf"
@@ -72,6 +74,11 @@ class AnswerKey:
         if images and (found := self.labels.get((state_text, instructions, images))) is not None:
             return found
         return self.labels.get((state_text, instructions))
+
+
+def answer_key_of(job_file: Path) -> Path:
+    """The answer key that goes with ``job_file`` (whether or not it exists)."""
+    return job_file.with_name(job_file.stem + _SUFFIX)
 
 
 def job_file_beside(key: Path) -> Path | None:

@@ -16,7 +16,7 @@ import pytest
 #: never imported to parse a command line, show help, or read the store
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "matplotlib", "numpy", "celery", "kombu",
          "redis", "fastapi", "starlette", "uvicorn", "app.api", "aiohttp", "httpx", "alembic",
-         "tokenizers", "pydantic", "app.sim", "app.report.calibration",
+         "tokenizers", "pydantic", "app.sim.app", "app.sim.server", "app.report.calibration",
          "app.report.scores", "app.runs.embedded", "app.runs.submit")
 #: and this only where the command reads the store
 STORE = ("sqlalchemy", "psycopg", "app.store.models")
