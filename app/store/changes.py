@@ -22,12 +22,13 @@ from sqlalchemy.orm import Session
 
 from app.store.models import Decision, DecisionPayload, DecisionStatus, OutcomeKind
 from app.store.runs import DecisionRow, record_rejections
+from app.store.states import NOT_STARTED
 
 __all__ = ["REPLACEABLE", "Replacement", "StoredLine", "replace_unstarted", "stored_contents",
            "stored_lines"]
 
 #: The statuses of a decision nothing has read yet: its content may be replaced.
-REPLACEABLE = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
+REPLACEABLE = NOT_STARTED
 
 
 class StoredLine(NamedTuple):

@@ -60,6 +60,7 @@ from app.store.models import (
     Run,
     RunStatus,
 )
+from app.store.states import NOT_STARTED
 from app.store.types import SessionFactory
 
 __all__ = [
@@ -88,7 +89,7 @@ __all__ = [
 
 log = logging.getLogger("dreads.store")
 
-_CLAIMABLE = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
+_CLAIMABLE = NOT_STARTED  #: (an expired lease is claimable too: ``claimable``)
 
 
 def utcnow() -> datetime:

@@ -28,6 +28,7 @@ from app.store.models import (
     RunStatus,
 )
 from app.store.records import RunInfo
+from app.store.states import NOT_STARTED
 
 __all__ = [
     "DecisionRow",
@@ -46,7 +47,7 @@ __all__ = [
     "run_info",
 ]
 
-_UNPUBLISHED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
+_UNPUBLISHED = NOT_STARTED  #: what the sweeper may publish
 _BATCH = 2000
 
 
