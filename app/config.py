@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.engine import STANDIN
 from app.store.urls import DEFAULT_DATABASE_URL
 
 __all__ = ["Settings", "get_settings", "settings_with", "to_environ"]
@@ -44,7 +45,7 @@ class Settings(BaseSettings):
     #: Served model name sent in requests.
     model: str = "dgemma"
     #: Tokenizer: a hub id, a local path, or "standin" (the simulator's).
-    tokenizer: str = "standin"
+    tokenizer: str = STANDIN
     #: Served canvas length (vLLM --diffusion-config canvas_length).
     canvas: int = 320
     #: Bearer key of the upstream (vLLM's --api-key); sent on every request, never stored.

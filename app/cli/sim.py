@@ -9,6 +9,7 @@ import typer
 
 from app.cli._app import SERVERS, app
 from app.connect.engines import is_in_process
+from app.engine import STANDIN
 
 __all__ = ["sim"]
 
@@ -52,7 +53,7 @@ def sim(
     canvas: Annotated[int, typer.Option(min=16, help="Served canvas_length.")] = 320,
     max_model_len: Annotated[int, typer.Option(help="Reported max_model_len.")] = 8192,
     tokenizer: Annotated[str, typer.Option(help="Tokenizer: 'standin', hub id or path.")]
-    = "standin",
+    = STANDIN,
     vocab: Annotated[int | None, typer.Option(help="Vocabulary size (default: tokenizer's).")]
     = None,
     key: Annotated[str | None, typer.Option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.types import SIM
+from app.engine.types import SIM, STANDIN
 from app.errors import ConfigError
 from app.upstream.base import Upstream
 
@@ -30,7 +30,7 @@ class UpstreamConfig:
     gpu_memory: float | None = None  #: transformers engine: the process's memory limit, GiB
     max_batch: int = 64  #: transformers engine: reads in one forward at most
     #: the simulator's tokenizer with ``url == "sim"`` (the run's, so it reads the same ids)
-    tokenizer: str = "standin"
+    tokenizer: str = STANDIN
     #: bearer key of the server (vLLM's --api-key; ``DREADS_UPSTREAM_API_KEY``); None: none
     api_key: str | None = field(default=None, repr=False)
     #: whether the server was started batch-invariant, as the operator declares it

@@ -23,6 +23,7 @@ __all__ = [
     "SIM",
     "SIMULATOR_LINE",
     "SIMULATOR_NOTE",
+    "STANDIN",
     "Answer",
     "AnswerBy",
     "Decision",
@@ -55,6 +56,9 @@ JSON = Any
 #: A chat message: ``{"role", "content"}``, the content a string, or for a decision with images
 #: a list of OpenAI content parts (its ``image_url`` parts first, then one ``text`` part).
 Message = Mapping[str, Any]
+#: The tokenizer name that selects the bundled stand-in (``app.tokenizer.hf.load_tokenizer``),
+#: the simulator's tokenizer and a new run's default.
+STANDIN = "standin"
 
 
 class QuestionType(StrEnum):
@@ -151,7 +155,7 @@ class ReadSettings:
     """Everything that shapes a read. Fixed at run creation and hashed."""
 
     model: str = "dgemma"
-    tokenizer: str = "standin"
+    tokenizer: str = STANDIN
     canvas_length: int = 320  #: the served canvas (cap on width)
     canvas_step: int = 16
     layout: Layout = Layout.VLLM

@@ -14,9 +14,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.engine import (
+    STANDIN,
+    AnswerBy,
+    Endpoint,
+    Layout,
+    PolicyName,
+    ReadMode,
+    ReadSettings,
+)
 from app.errors import ConfigError, InputError, UpstreamUnavailable
-from app.tokenizer import STANDIN
 
 if TYPE_CHECKING:
     from pydantic import SecretStr

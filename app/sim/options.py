@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.types import STANDIN
+
 __all__ = ["SimOptions"]
 
 
@@ -14,7 +16,7 @@ class SimOptions:
     model: str = "dgemma"  #: served model name
     canvas_length: int = 320  #: served canvas (vLLM --diffusion-config canvas_length)
     max_model_len: int = 8192
-    tokenizer: str = "standin"
+    tokenizer: str = STANDIN
     vocab: int | None = None  #: None = the tokenizer's length
     noise: float = 0.5  #: how much the slot's noise token moves the logits
     separation: float = 1.5  #: with a key: the true label's mean logit lead (ranking quality)

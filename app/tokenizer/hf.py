@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.image_tokens import GEMMA4_IMAGE_IDS, ImageRule, image_prompt_ids
-from app.engine.types import Message, TokenizerInfo
+from app.engine.types import STANDIN, Message, TokenizerInfo
 from app.errors import ConfigError, TemplateError
-from app.tokenizer import STANDIN
 from app.tokenizer.chat_parts import (
     content_format,
     count_images,
