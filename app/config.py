@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.engine import STANDIN
+from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, STANDIN
 from app.store.urls import DEFAULT_DATABASE_URL
 
 __all__ = ["Settings", "get_settings", "settings_with", "to_environ"]
@@ -43,11 +43,11 @@ class Settings(BaseSettings):
     #: Upstream base URL of vLLM, or "sim".
     upstream: str = "http://127.0.0.1:8001"
     #: Served model name sent in requests.
-    model: str = "dgemma"
+    model: str = DEFAULT_MODEL
     #: Tokenizer: a hub id, a local path, or "standin" (the simulator's).
     tokenizer: str = STANDIN
     #: Served canvas length (vLLM --diffusion-config canvas_length).
-    canvas: int = 320
+    canvas: int = DEFAULT_CANVAS
     #: Bearer key of the upstream (vLLM's --api-key); sent on every request, never stored.
     upstream_api_key: SecretStr | None = None
     #: Whether the upstream was started batch-invariant (vLLM's ``VLLM_BATCH_INVARIANT=1``),

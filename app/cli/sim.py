@@ -9,7 +9,7 @@ import typer
 
 from app.cli._app import SERVERS, app
 from app.connect.engines import is_in_process
-from app.engine import STANDIN
+from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, STANDIN
 
 __all__ = ["sim"]
 
@@ -49,8 +49,8 @@ def _configure_logging(level: str) -> None:
 def sim(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 8001,
-    model: Annotated[str, typer.Option(help="Served model name.")] = "dgemma",
-    canvas: Annotated[int, typer.Option(min=16, help="Served canvas_length.")] = 320,
+    model: Annotated[str, typer.Option(help="Served model name.")] = DEFAULT_MODEL,
+    canvas: Annotated[int, typer.Option(min=16, help="Served canvas_length.")] = DEFAULT_CANVAS,
     max_model_len: Annotated[int, typer.Option(help="Reported max_model_len.")] = 8192,
     tokenizer: Annotated[str, typer.Option(help="Tokenizer: 'standin', hub id or path.")]
     = STANDIN,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.types import SIM, STANDIN
+from app.engine.types import DEFAULT_CANVAS, DEFAULT_MODEL, SIM, STANDIN
 from app.errors import ConfigError
 from app.upstream.base import Upstream
 
@@ -17,8 +17,8 @@ class UpstreamConfig:
 
     url: str = "http://127.0.0.1:8001"
     engine: str = "vllm"  #: an ``app.connect.engines.EngineKind``
-    model: str = "dgemma"
-    canvas_length: int = 320
+    model: str = DEFAULT_MODEL
+    canvas_length: int = DEFAULT_CANVAS
     max_in_flight: int = 256
     timeout_s: float = 60.0
     retries: int = 4

@@ -50,6 +50,8 @@ from app.engine.template import (
     resolve_unit,
 )
 from app.engine.types import (
+    DEFAULT_CANVAS,
+    DEFAULT_MODEL,
     SIM,
     SIMULATOR_LINE,
     SIMULATOR_NOTE,
@@ -84,6 +86,8 @@ from app.engine.types import (
 from app.engine.wire import FORBIDDEN_FIELDS, build_request, encode_body, parse_response
 
 __all__ = [
+    "DEFAULT_CANVAS",
+    "DEFAULT_MODEL",
     "FORBIDDEN_FIELDS",
     "SIM",
     "SIMULATOR_LINE",

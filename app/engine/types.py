@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # shapes.py imports this module
     from app.engine.openai.shapes import QuestionShape
 
 __all__ = [
+    "DEFAULT_CANVAS",
+    "DEFAULT_MODEL",
     "SIM",
     "SIMULATOR_LINE",
     "SIMULATOR_NOTE",
@@ -59,6 +61,10 @@ Message = Mapping[str, Any]
 #: The tokenizer name that selects the bundled stand-in (``app.tokenizer.hf.load_tokenizer``),
 #: the simulator's tokenizer and a new run's default.
 STANDIN = "standin"
+#: The served model name a run asks for and the simulator serves, unless told otherwise.
+DEFAULT_MODEL = "dgemma"
+#: The canvas length (tokens) a run reads with and the simulator serves, unless told otherwise.
+DEFAULT_CANVAS = 320
 
 
 class QuestionType(StrEnum):
@@ -154,9 +160,9 @@ class ImageData:
 class ReadSettings:
     """Everything that shapes a read. Fixed at run creation and hashed."""
 
-    model: str = "dgemma"
+    model: str = DEFAULT_MODEL
     tokenizer: str = STANDIN
-    canvas_length: int = 320  #: the served canvas (cap on width)
+    canvas_length: int = DEFAULT_CANVAS  #: the served canvas (cap on width)
     canvas_step: int = 16
     layout: Layout = Layout.VLLM
     read_mode: ReadMode = ReadMode.ISOLATED

@@ -12,9 +12,11 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
+from app.engine import DEFAULT_CANVAS
+
 __all__ = ["IMAGE_TOKENS", "TINY_CANVAS", "build_tiny_model", "make_tiny_dir", "tiny_config"]
 
-TINY_CANVAS = 320  #: the served canvas of the tiny model (dreads' default canvas length)
+TINY_CANVAS = DEFAULT_CANVAS  #: the served canvas of the tiny model
 #: Gemma 4's image tokens (begin of image, each soft token, end of image), given to the tiny
 #: model's tokenizer when it has none
 IMAGE_TOKENS = ("<|image>", "<|image|>", "<image|>")

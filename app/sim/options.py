@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.types import STANDIN
+from app.engine.types import DEFAULT_CANVAS, DEFAULT_MODEL, STANDIN
 
 __all__ = ["SimOptions"]
 
@@ -13,8 +13,8 @@ __all__ = ["SimOptions"]
 class SimOptions:
     host: str = "127.0.0.1"
     port: int = 0  #: 0 = a free port
-    model: str = "dgemma"  #: served model name
-    canvas_length: int = 320  #: served canvas (vLLM --diffusion-config canvas_length)
+    model: str = DEFAULT_MODEL  #: served model name
+    canvas_length: int = DEFAULT_CANVAS  #: served canvas (vLLM --diffusion-config canvas_length)
     max_model_len: int = 8192
     tokenizer: str = STANDIN
     vocab: int | None = None  #: None = the tokenizer's length
