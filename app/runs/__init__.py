@@ -10,6 +10,7 @@
     commit.py     group commit: the decisions that finish together, in one transaction
     answer.py     who answers: dreads' reads or a decision endpoint (one seam)
     sweep.py      the sweeper: expired leases back, what has no live message re-published
+    unpublish.py  the rows of a publish the broker refused back to pending
     embedded.py   the embedded executor: a run driven in this process (SQLite, no broker)
     resume.py     resume: the checks every caller shares, then a sweep or the executor
     reports.py    what a sweep and a resume did (plain values)
