@@ -8,11 +8,12 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.errors import InputError, StoreError
+from app.errors import EXIT_FAILURE, EXIT_USAGE, InputError, StoreError
 from app.store import dialects
 from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.migrate import open_store, upgrade
 from app.store.models import Run
-from tests.fixtures.services import free_port
+from tests.fixtures.services import SHARED_PG, free_port
 
 Factory = sessionmaker[Session]
 
@@ -83,3 +84,29 @@ def test_a_server_that_does_not_answer_is_one_line_that_says_what_to_check() -> 
     assert message.startswith("status: the database failed (")
     assert "refused" in message.lower() and "\n" not in message
     assert "check --database-url / DREADS_DATABASE_URL and that the server is running" in message
+
+
+#: Each kind of database that cannot be opened: (URL, what the line says, whether the URL is
+#: the user's to fix: exit status 2, else 1)
+UNOPENABLE = {
+    "refused port": (f"postgresql://postgres@127.0.0.1:{free_port()}/test",
+                     "Connection refused", False),
+    "unknown database": (SHARED_PG.rsplit("/", 1)[0] + "/no_such_db_xyz",
+                         "create it (createdb) and run `dreads db upgrade`", False),
+    "sqlite in a missing directory": ("sqlite:///missing/dir/x.db",
+                                      "the directory 'missing/dir' does not exist", True),
+    "unsupported scheme": ("mysql://user@host/db", "PostgreSQL or SQLite, not 'mysql'", True),
+    "not a URL": ("postgresql://user@host:notaport/db", "is not a database URL", True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNOPENABLE))
+def test_a_database_that_cannot_be_opened_is_one_line_that_says_what_to_do(case: str) -> None:
+    url, says, bad_url = UNOPENABLE[case]
+    for opening in (upgrade, open_store):
+        with pytest.raises(StoreError) as caught:
+            opening(url)
+        message = caught.value.message
+        assert says in message and "\n" not in message, message
+        assert "DREADS_DATABASE_URL" in message or "dreads db upgrade" in message
+        assert caught.value.exit_code == (EXIT_USAGE if bad_url else EXIT_FAILURE)
