@@ -102,11 +102,11 @@ UNOPENABLE = {
 
 @pytest.mark.parametrize("case", sorted(UNOPENABLE))
 def test_a_database_that_cannot_be_opened_is_one_line_that_says_what_to_do(case: str) -> None:
-    url, says, bad_url = UNOPENABLE[case]
+    url, says, users_to_fix = UNOPENABLE[case]
     for opening in (upgrade, open_store):
         with pytest.raises(StoreError) as caught:
             opening(url)
         message = caught.value.message
         assert says in message and "\n" not in message, message
         assert "DREADS_DATABASE_URL" in message or "dreads db upgrade" in message
-        assert caught.value.exit_code == (EXIT_USAGE if bad_url else EXIT_FAILURE)
+        assert caught.value.exit_code == (EXIT_USAGE if users_to_fix else EXIT_FAILURE)
