@@ -20,7 +20,7 @@ from app.runs.answer import Answered
 from app.store.db import session_scope
 from app.store.lookups import run_has_key
 from app.store.models import RunStatus
-from app.store.queue import AttemptInfo, claim_decisions, finish_decision, translate_db_errors
+from app.store.queue import AttemptInfo, claim_decisions, finish_decision
 from app.store.runs import DecisionRow, RunInfo, ensure_run, find_run, insert_decisions
 from app.store.types import Session, SessionFactory
 
@@ -49,8 +49,7 @@ class Recorder:
             RunSettingsMismatch: the run exists with other settings.
             InputError: the decision id is already in the run.
         """
-        with translate_db_errors("checking the run to record into"), \
-                session_scope(self.factory) as session:
+        with session_scope(self.factory, what="checking the run to record into") as session:
             if run not in self._checked:
                 info = find_run(session, run)
                 if info is not None:
@@ -66,7 +65,7 @@ class Recorder:
                ) -> dict[str, object]:
         """Write the answered decision into ``run`` (created with ``source`` if new);
         ``{"run", "id", "decision"}``."""
-        with translate_db_errors("recording the answers"), session_scope(self.factory) as session:
+        with session_scope(self.factory, what="recording the answers") as session:
             info = _active(self._ensure(session, run, source))
             row = DecisionRow(key=decision.id, replicate=0, cell=decision.cell, line_no=None,
                               payload=decision_payload(decision),

@@ -216,7 +216,8 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
     report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
                         lines=decode_lines(raw),
                         publisher=api.executor.publisher(params.run, settings))
-    discard_empty_run(api.factory, report)
+    with session_scope(api.factory) as session:
+        discard_empty_run(session, report)
     return report
 
 

@@ -43,7 +43,7 @@ def keep_gc_off() -> None:
 _pause_gc()
 
 from app.cli._app import app  # noqa: E402
-from app.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
+from app.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DreadsError  # noqa: E402
 
 __all__ = ["app", "keep_gc_off", "main"]
 
@@ -102,6 +102,11 @@ def _main() -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+    except DreadsError as exc:  # one a command did not catch: its message and exit status
+        if os.environ.get("DREADS_DEBUG"):
+            raise
+        print(f"error: {exc.message}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     except Exception as exc:
         if os.environ.get("DREADS_DEBUG"):
             raise
@@ -114,11 +119,6 @@ def _describe(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror}{where}"
-    orig = getattr(exc, "orig", None)  # a SQLAlchemy DBAPIError: what the database said
-    if orig is not None:
-        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-        return (f"the database failed: {first}; check --database-url / DREADS_DATABASE_URL "
-                "and that the server is running")
     first = (str(exc).strip().splitlines() or [""])[0]
     return (f"unexpected {type(exc).__name__}: {first} (a bug in dreads: please report it "
             "with the command you ran; DREADS_DEBUG=1 shows the traceback)")

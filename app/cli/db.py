@@ -33,7 +33,8 @@ def db_current(database: DatabaseOpt = None) -> None:
     """Show the schema revision of the database ("none" before `dreads db upgrade`) and the one
     the code needs (exit 2 when it is none or behind: every other command refuses it until
     `dreads db upgrade`)."""
-    from app.store.db import make_engine, opening_errors
+    from app.store.db import make_engine
+    from app.store.errors import opening_errors
     from app.store.migrate import current_revision, head_revision, require_sqlite_file
 
     url = database_url(database)

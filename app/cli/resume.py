@@ -93,14 +93,16 @@ def resume(
     from app.config import get_settings
     from app.runs.probe import ServerAt
     from app.runs.resume import ResumeOptions, resume_run
-    from app.store.runs import load_run
+    from app.store.db import session_scope
+    from app.store.runs import require_run
 
     env = get_settings()
     options = ResumeOptions(retry_failed=retry_failed, dry_run=dry_run, force=force,
                             requeue_after_s=env.requeue_after_s, prices=prices)
     url = database_url(database)
     with cli_errors(), suggest_wait(wait), opened_store(url) as factory:
-        info = load_run(factory, run)
+        with session_scope(factory) as session:
+            info = require_run(session, run)
         choice = resolve_engine(info, engine=engine, device=device, dtype=dtype, env=env)
         wait_for_run(upstream, wait, info, given=given, choice=choice, env=env)
         server = ServerAt(upstream_url(upstream, info, env), choice)

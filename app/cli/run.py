@@ -147,7 +147,8 @@ def run(
     from app.runs.sources import recorded_path
     from app.runs.submit import SubmitRequest, submit_job
     from app.store.admin import discard_empty_run
-    from app.store.runs import load_run
+    from app.store.db import session_scope
+    from app.store.runs import require_run
 
     name = run_name or file.stem
     env = settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour)
@@ -170,15 +171,17 @@ def run(
                                     images=image_policy(env), prices=spend.recorded(),
                                     sources=(recorded_path(file),))
             report = submit_job(request, factory, tok)
-            discard_empty_run(factory, report)
+            with session_scope(factory) as session:
+                discard_empty_run(session, report)
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
             render.changed_report(report, replace_changed=replace_changed)  # stderr
             if report.refused or report.run is None:
                 raise typer.Exit(2)
             used()
-            job = _Job(factory, db, load_run(factory, name), target, file, config,
-                       quiet=json_out)
+            with session_scope(factory) as session:
+                info = require_run(session, name)
+            job = _Job(factory, db, info, target, file, config, quiet=json_out)
             _execute(job)
             _summary(factory, name, json_out, db)
     if report.changed:
@@ -313,8 +316,9 @@ def _execute(job: _Job) -> ExecutorStats:
     from app.runs.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
     from app.runs.probe import ServerAt, check_server
     from app.runs.refusals import refuse_cancelled
+    from app.store.db import session_scope
     from app.store.models import RunStatus
-    from app.store.runs import load_run
+    from app.store.runs import require_run
     from app.tokenizer.hf import load_tokenizer
 
     refuse_cancelled(job.run)
@@ -340,7 +344,8 @@ def _execute(job: _Job) -> ExecutorStats:
         if job.check_server and not by_endpoint:
             note = check_server(job.factory, job.run, ServerAt(url, job.engine), settings,
                                 force=False, tokenizer=tokenizer)
-        simulator = load_run(job.factory, job.run.name).simulator  # with its fingerprint
+        with session_scope(job.factory) as session:
+            simulator = require_run(session, job.run.name).simulator  # with its fingerprint
         if by_endpoint:
             _say_endpoint(job, settings, url, simulator=simulator)
         else:

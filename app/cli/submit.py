@@ -177,10 +177,12 @@ def _submit(factory: SessionFactory, request: Any, tokenizer: Any, publisher: An
     from app.engine import settings_to_dict
     from app.runs.submit import submit_job
     from app.store.admin import discard_empty_run
+    from app.store.db import session_scope
 
     _streaming_runtime()
     publisher.bind(run_name=request.run_name,
                    queue=queue_of_run(settings_to_dict(request.settings)))
     report = submit_job(request, factory, tokenizer, publisher=publisher)
-    discard_empty_run(factory, report)
+    with session_scope(factory) as session:
+        discard_empty_run(session, report)
     return report

@@ -15,6 +15,7 @@
     spend.py      spend recorded with each commit; the budget that pauses a run
     breaker.py    the breaker: a run whose recent attempts keep failing one way pauses
     sweep.py      the sweeper: expired leases back, what has no live message re-published
+    unpublish.py  the rows of a publish the broker refused back to pending
     embedded.py   the embedded executor: a run driven in this process (SQLite, no broker)
     resume.py     resume: the checks every caller shares, then a sweep or the executor
     reports.py    what a sweep and a resume did (plain values)

@@ -17,7 +17,7 @@ from typing import Any
 from app.errors import StoreError
 from app.runs.spend import ChunkSpend, Committed, finish_and_spend
 from app.store.db import session_scope
-from app.store.queue import Finished, translate_db_errors, utcnow
+from app.store.queue import Finished, utcnow
 from app.store.types import SessionFactory
 
 __all__ = ["COMMIT_BATCH", "GroupCommit", "in_transaction"]
@@ -94,5 +94,5 @@ def in_transaction(factory: SessionFactory, fn: Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Any:
     """``fn(session, *args, **kwargs)`` in a transaction of its own, database errors as
     ``StoreError``."""
-    with translate_db_errors(getattr(fn, "__name__", "store")), session_scope(factory) as s:
+    with session_scope(factory, what=getattr(fn, "__name__", "store")) as s:
         return fn(s, *args, **kwargs)

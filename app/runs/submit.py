@@ -61,10 +61,11 @@ from app.runs.jobfile import (
 from app.runs.probe import fingerprint_dict
 from app.runs.refusals import refuse_cancelled
 from app.runs.submit_images import BatchImages, SubmitImages
+from app.runs.unpublish import unpublish
 from app.store.bulk import LaidOut, lay_out, write_laid_out
 from app.store.db import session_scope
 from app.store.models import DecisionStatus
-from app.store.queue import database_now, translate_db_errors, unpublish
+from app.store.queue import database_now
 from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
 from app.store.sources import record_sources
 from app.store.spend import set_prices
@@ -260,7 +261,10 @@ class _Writer:
         status = DecisionStatus.QUEUED if self._queue_now() else DecisionStatus.PENDING
         rows = list(_rows(batch.decisions, rejected, self.request.replicates, self.specs,
                           images))
-        laid_out = lay_out(self.factory, run.id, rows, status) if self.report.created else None
+        laid_out = None
+        if self.report.created:
+            with session_scope(self.factory, what="submit") as session:
+                laid_out = lay_out(session, run.id, rows, status)
         return _Prepared(batch, rejected, rows, status, laid_out)
 
     def problems(self, batch: ParsedJob) -> tuple[dict[str, LineProblem], BatchImages]:
@@ -346,7 +350,7 @@ def submit_job(
         if writer.ids and publisher is not None:
             report.publish = _publish_all(factory, publisher, report, writer.ids, now_s)
         return report
-    with translate_db_errors("submit"), session_scope(factory) as session:
+    with session_scope(factory, what="submit") as session:
         report.run, report.created = _ensure(session, request)
         now_s = database_now(session).timestamp()
     publishing = _start_publishing(factory, publisher, report.run, now_s)
@@ -370,7 +374,7 @@ def _write_strict(writer: _Writer, source: Iterable[NumberedLine]) -> float:
     report = writer.report
     now_s = 0.0
     try:
-        with translate_db_errors("submit"), session_scope(writer.factory) as session:
+        with session_scope(writer.factory, what="submit") as session:
             report.run, report.created = _ensure(session, writer.request)
             now_s = database_now(session).timestamp()
             for batch in _batches(source, SUBMIT_BATCH):
@@ -468,8 +472,7 @@ class _WriteThread(threading.Thread):
             if self.error is not None or self.aborted:
                 continue  # drain: the parsing thread stops at its next put
             try:
-                with translate_db_errors("submit"), \
-                        session_scope(self.writer.factory) as session:
+                with session_scope(self.writer.factory, what="submit") as session:
                     ids = self.writer.write(session, batch)
                 self.writer.hand_over(ids)
             except BaseException as exc:

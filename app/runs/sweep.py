@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,6 +45,7 @@ from app.broker.names import SWEEP_LOCK_ID, queue_of_run
 from app.broker.publish import Sender, publish_chunks, queue_backlog
 from app.errors import DreadsError, PublishError
 from app.runs.reports import SweepReport
+from app.runs.unpublish import unpublish
 from app.store.admin import settle_cancelled
 from app.store.db import session_scope
 from app.store.dialects import advisory_lock
@@ -54,8 +55,6 @@ from app.store.queue import (
     expire_leases,
     queued_page,
     stamp_page,
-    translate_db_errors,
-    unpublish,
     utcnow,
 )
 from app.store.runs import RunInfo, open_runs
@@ -112,7 +111,7 @@ def sweep_once(session_factory: SessionFactory, publisher: Sender | None,
 
     Raises StoreError when the database is unreachable.
     """
-    with translate_db_errors("sweep"), _sweep_lock(session_factory, wait_lock_s) as locked:
+    with _sweep_lock(session_factory, wait_lock_s) as locked:
         if not locked:
             return SweepReport(skipped=True)
         lost, poisoned = expire_dead_leases(session_factory, policy.max_attempts, run_id)
@@ -129,10 +128,13 @@ def sweep_once(session_factory: SessionFactory, publisher: Sender | None,
     return report
 
 
-def _sweep_lock(factory: SessionFactory, wait_s: float) -> AbstractContextManager[bool]:
-    """One sweeper at a time on PostgreSQL (a session advisory lock held on its own
-    connection across the sweep's transactions); SQLite has a single writer."""
-    return advisory_lock(factory, SWEEP_LOCK_ID, wait_s)
+@contextmanager
+def _sweep_lock(factory: SessionFactory, wait_s: float) -> Iterator[bool]:
+    """One sweeper at a time on PostgreSQL (a session advisory lock held on a session of its
+    own across the sweep's transactions); SQLite has a single writer."""
+    with session_scope(factory, what="sweep") as session, \
+            advisory_lock(session, SWEEP_LOCK_ID, wait_s) as locked:
+        yield locked
 
 
 def _settle_cancelled(factory: SessionFactory) -> None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from sqlalchemy import and_, delete, func, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.store.models import (
     Answer,
@@ -179,18 +179,15 @@ class _Submitted(Protocol):
     inserted: int
 
 
-def discard_empty_run(factory: sessionmaker[Session], report: _Submitted) -> bool:
+def discard_empty_run(session: Session, report: _Submitted) -> bool:
     """A file of only bad lines creates no run: delete the run this submission created if it
     holds no decision (submit streams, so the run exists before the first line is read), and
     say so in ``report`` (its run None). True when it was discarded."""
     if not report.created or report.run is None or report.inserted:
         return False
-    from app.store.db import session_scope
-
-    with session_scope(factory) as session:
-        left = session.scalar(select(func.count()).where(Decision.run_id == report.run.id))
-        if left:
-            return False
-        delete_run(session, report.run.id)
+    left = session.scalar(select(func.count()).where(Decision.run_id == report.run.id))
+    if left:
+        return False
+    delete_run(session, report.run.id)
     report.run, report.created = None, False
     return True

@@ -2,12 +2,12 @@
 
 ``dreads submit`` of a run it creates knows that the run holds no row but its own, so each
 batch can go straight into ``decisions`` and ``decision_payloads`` with COPY (no staging
-table, no INSERT ... SELECT). The ids are drawn from the table's sequence first, on a
-connection of their own, so the COPY text of both tables is built in the thread that parses
+table, no INSERT ... SELECT). The ids are drawn from the table's sequence first, in a
+transaction of their own, so the COPY text of both tables is built in the thread that parses
 the file while the writing thread only streams bytes and commits: the database's work on a
 batch overlaps the parsing and laying out of the next.
 
-    batch = lay_out(factory, run_id, rows, status="queued")   # parsing thread (None: SQLite)
+    batch = lay_out(session, run_id, rows, status="queued")   # parsing thread (None: SQLite)
     won = write_laid_out(session, batch)                      # writing thread, in its transaction
 
 A batch holding a row whose (run, key, replicate) is already there (a line repeated in the
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.store import dialects
 from app.store.models import DecisionStatus, OutcomeKind
@@ -106,18 +106,17 @@ def payloads_copy(rows: Sequence[DecisionRow], ids: Sequence[int]) -> bytes:
     return b"".join(parts)
 
 
-def lay_out(factory: sessionmaker[Session], run_id: int, rows: Sequence[DecisionRow],
+def lay_out(session: Session, run_id: int, rows: Sequence[DecisionRow],
             status: str) -> LaidOut | None:
-    """Draw ids for ``rows`` and lay them out for COPY (None: the store is not PostgreSQL,
-    or there is nothing to write). Repeated (key, replicate) pairs keep their first row.
-    Ids drawn for rows that end up not written are simply never used."""
+    """Draw ids for ``rows`` in ``session`` and lay them out for COPY (None: the store is not
+    PostgreSQL, or there is nothing to write). Repeated (key, replicate) pairs keep their
+    first row. Sequences are not transactional: the ids are ours whether or not the caller's
+    transaction commits, and ids drawn for rows that end up not written are never used."""
     unique = tuple(first_of_each(rows))
-    if not unique or dialects.engine_name(factory) != dialects.POSTGRESQL:
+    if not unique or not dialects.is_postgresql(session):
         return None
-    with factory() as session:
-        with dialects.driver_connection(session).cursor() as cur:
-            ids = tuple(i for (i,) in cur.execute(_DRAW_IDS, (len(unique),)).fetchall())
-        session.commit()  # sequences are not transactional: the ids are ours either way
+    with dialects.driver_connection(session).cursor() as cur:
+        ids = tuple(i for (i,) in cur.execute(_DRAW_IDS, (len(unique),)).fetchall())
     return LaidOut(run_id, status, unique, ids, decisions_copy(run_id, unique, ids, status),
                    payloads_copy(unique, ids))
 

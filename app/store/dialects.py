@@ -22,7 +22,7 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Table, create_engine, event, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 __all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "create_engine_for", "greatest",
            "hold_row", "insert_ignoring", "is_postgresql", "name", "ping", "upsert_adding"]
@@ -61,11 +61,6 @@ def driver_connection(session: Session) -> Any:
     raw = session.connection().connection.driver_connection
     assert raw is not None
     return raw
-
-
-def engine_name(factory: sessionmaker[Session]) -> str:
-    """The dialect's name of the engine a session factory is bound to."""
-    return name(factory.kw["bind"])
 
 
 def is_postgresql(bind: Session | Engine | Connection) -> bool:
@@ -140,25 +135,24 @@ def hold_row(session: Session, table: Table, row_id: int) -> None:
 
 
 @contextmanager
-def advisory_lock(factory: sessionmaker[Session], lock_id: int,
-                  wait_s: float) -> Iterator[bool]:
-    """Hold PostgreSQL session advisory lock ``lock_id`` on a connection of its own (autocommit,
-    across the caller's transactions on ``factory``), waiting up to ``wait_s`` for it; yields
-    whether it is held. Other databases (SQLite: a single writer) always yield True."""
-    engine = factory.kw.get("bind")
-    if engine is None or not is_postgresql(engine):
+def advisory_lock(session: Session, lock_id: int, wait_s: float) -> Iterator[bool]:
+    """Hold PostgreSQL session advisory lock ``lock_id`` on ``session``'s connection, waiting
+    up to ``wait_s`` for it; yields whether it is held. ``session`` is the lock's alone: its
+    connection is put in autocommit, so the lock is held across the caller's transactions on
+    other sessions, and nothing else is written through it. Other databases (SQLite: a
+    single writer) always yield True."""
+    if not is_postgresql(session):
         yield True
         return
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        deadline = time.monotonic() + wait_s
-        while not (got := bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                                            {"k": lock_id}).scalar())):
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
-        try:
-            yield got
-        finally:
-            if got:
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id})
+    conn = session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+    deadline = time.monotonic() + wait_s
+    while not (got := bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                        {"k": lock_id}).scalar())):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    try:
+        yield got
+    finally:
+        if got:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id})

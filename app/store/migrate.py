@@ -15,7 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import SchemaNotReady, StoreError
-from app.store.db import check_supported, make_engine, make_sessionmaker, opening_errors
+from app.store.db import check_supported, make_engine, make_sessionmaker
+from app.store.errors import opening_errors
 from app.store.revisions import MIGRATIONS as _MIGRATIONS
 from app.store.revisions import files_head
 from app.store.urls import database_url, redacted, sqlite_path

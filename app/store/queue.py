@@ -23,32 +23,27 @@ A decision moves ``pending -> queued -> leased -> done`` (or ``failed`` / ``reje
     stamp_page        the sweeper's paging: stamp the next page of due rows of a run
                       ``queued`` (before their message is published) and return their ids;
                       ``queued_page`` reads one without stamping (the broker-loss recovery).
-    mark_pending      undo the stamp after a failed publish (``unpublish``: in a transaction
-                      of its own).
+    mark_pending      undo the stamp after a failed publish (``app.runs.unpublish``: in a
+                      transaction of its own).
 
-Times come from the caller's clock (UTC); the caller's ``session_scope`` owns the transaction.
-Foreign SQL errors are translated into ``StoreError`` by ``translate_db_errors``.
+Times come from the caller's clock (UTC); the caller's ``session_scope`` owns the transaction
+and turns the database's errors into ``StoreError``.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, exists, func, insert, or_, select, true, update
-from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.engine.types import Answer as EngineAnswer
 from app.engine.types import DrawRecord, Refusal
-from app.errors import StoreError
 from app.store import dialects
-from app.store.db import session_scope
 from app.store.models import (
     Answer,
     Attempt,
@@ -61,7 +56,6 @@ from app.store.models import (
     RunStatus,
 )
 from app.store.states import NOT_STARTED
-from app.store.types import SessionFactory
 
 __all__ = [
     "AttemptInfo",
@@ -82,12 +76,8 @@ __all__ = [
     "renew_leases",
     "run_active",
     "stamp_page",
-    "translate_db_errors",
-    "unpublish",
     "utcnow",
 ]
-
-log = logging.getLogger("dreads.store")
 
 _CLAIMABLE = NOT_STARTED  #: (an expired lease is claimable too: ``claimable``)
 
@@ -135,16 +125,6 @@ class Expired:
 
     lost: int = 0  #: expired leases turned back to pending (``worker_lost`` attempts)
     poisoned: int = 0  #: expired leases at the attempt cap (``poison`` attempts, failed)
-
-
-@contextmanager
-def translate_db_errors(what: str) -> Iterator[None]:
-    """Turn SQLAlchemy connection/operational errors into ``StoreError`` (kind ``db_error``)."""
-    try:
-        yield
-    except (OperationalError, DBAPIError) as exc:
-        raise StoreError(f"{what}: the database failed ({type(exc.orig).__name__}: "
-                         f"{str(exc.orig).strip()[:300]}); it is retried when it is back") from exc
 
 
 def run_active() -> Any:
@@ -460,18 +440,6 @@ def mark_pending(session: Session, ids: Sequence[int], *, now: datetime | None =
     stmt = (update(Decision).where(Decision.status == DecisionStatus.QUEUED)
             .values(status=DecisionStatus.PENDING, enqueued_at=None, updated_at=stamp))
     return _update_in_slices(session, ids, stmt)
-
-
-def unpublish(factory: SessionFactory, ids: Sequence[int]) -> None:
-    """``mark_pending`` in a transaction of its own, after a publish that failed. A database
-    that fails too leaves the rows queued: the sweeper re-publishes them once their queue is
-    drained and the requeue window has passed."""
-    try:
-        with translate_db_errors("unpublish"), session_scope(factory) as session:
-            mark_pending(session, ids)
-    except StoreError as exc:
-        log.warning("could not put %d unpublished decision(s) back to pending: %s",
-                    len(ids), exc.message)
 
 
 def database_now(session: Session) -> datetime:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import orjson
 from sqlalchemy import insert, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.engine import SettingChange, changed_settings
 from app.errors import InputError, RunSettingsMismatch
@@ -37,7 +37,6 @@ __all__ = [
     "find_run",
     "first_of_each",
     "insert_decisions",
-    "load_run",
     "open_runs",
     "record_fingerprint",
     "record_rejections",
@@ -80,14 +79,6 @@ def _run_named(session: Session, name: str) -> Run | None:
 def find_run(session: Session, name: str) -> RunInfo | None:
     run = _run_named(session, name)
     return run_info(run) if run is not None else None
-
-
-def load_run(factory: sessionmaker[Session], name: str) -> RunInfo:
-    """``require_run`` in a transaction of its own."""
-    from app.store.db import session_scope
-
-    with session_scope(factory) as session:
-        return require_run(session, name)
 
 
 def require_run(session: Session, name: str) -> RunInfo:

@@ -19,7 +19,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app.errors import StoreError
 from app.store.db import session_scope
-from app.store.queue import translate_db_errors
 from app.store.states import RunState
 from app.store.types import SessionFactory
 from app.store.views import RunStatusReport, recent_runs, run_status, status_by_cell
@@ -66,7 +65,7 @@ class RunMetrics:
             return self._snapshot
 
     def _load(self) -> list[RunSnapshot]:
-        with translate_db_errors("run metrics"), session_scope(self._factory) as session:
+        with session_scope(self._factory, what="run metrics") as session:
             return [RunSnapshot(run_status(session, run), status_by_cell(session, run.id))
                     for run in recent_runs(session, self._max_runs)]
 

@@ -10,10 +10,11 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from app.broker.names import TASK_RUN_CHUNK, queue_for
+from app.broker.names import SWEEP_LOCK_ID, TASK_RUN_CHUNK, queue_for
 from app.broker.publish import PublishError, RunPublisher, chunk_ids, publish_chunks
 from app.runs.sweep import SweepPolicy, sweep_once
 from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.dialects import advisory_lock
 from app.store.models import Decision, DecisionPayload, Run
 from app.store.queue import claim_decisions, mark_queued, utcnow
 from tests.fixtures.services import RedisServer, free_port
@@ -215,3 +216,11 @@ def test_publish_failure_leaves_rows_for_the_next_sweep(factory) -> None:  # typ
     assert set(_statuses(factory).values()) == {"pending"}
     with pytest.raises(PublishError, match="sweeper"):
         publish_chunks(dead, 1, ids, 2)
+
+
+def test_a_second_sweeper_skips_while_one_sweeps(factory) -> None:  # type: ignore[no-untyped-def]
+    _seed(factory, 3)
+    with session_scope(factory) as holder, advisory_lock(holder, SWEEP_LOCK_ID, 0) as held:
+        assert held
+        assert sweep_once(factory, None, SweepPolicy(), wait_lock_s=0).skipped
+    assert not sweep_once(factory, None, SweepPolicy(), wait_lock_s=0).skipped

@@ -66,7 +66,8 @@ def test_a_fresh_run_is_copied_straight_in_and_a_repeated_id_still_skipped(facto
     c = _row("c\tx")._replace(payload=tricky, cell="cell\\1")
     written = []
     for rows in ([_row("a"), _row("b"), c], [_row("a"), _row("d", reason="too wide")]):
-        laid_out = lay_out(factory, run.id, rows, "queued")
+        with session_scope(factory) as session:
+            laid_out = lay_out(session, run.id, rows, "queued")
         assert (laid_out is None) == (factory.kw["bind"].dialect.name == "sqlite")
         with session_scope(factory) as session:
             written += (write_laid_out(session, laid_out) if laid_out is not None
