@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.types import AnswerBy, DecisionPlan, PolicyName, ReadSettings
+from app.engine.sources import plans_reads
+from app.engine.types import DecisionPlan, PolicyName, ReadSettings
 
 __all__ = ["Estimate", "Prices", "ReadTally", "Span", "draw_span", "estimate"]
 
@@ -123,7 +124,7 @@ class Estimate:
 def draw_span(settings: ReadSettings) -> Span:
     """Draws of one read unit under the run's policy: ``fixed`` N to N, ``agree`` and
     ``entropy`` 1 to ``max_draws``, a decision endpoint 1 (its reader reads once)."""
-    if settings.answer_by is not AnswerBy.READS:
+    if not plans_reads(settings.answer_by):
         return Span(1, 1)
     if settings.policy == PolicyName.FIXED:
         n = max(1, settings.fixed_draws)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.engine import Endpoint, Layout, PolicyName, ReadMode, ReadSettings
 from app.errors import ConfigError, InputError, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def read_overrides(
     constrained: bool | None = None,
     endpoint: Endpoint | None = None,
     seed: int | None = None,
-    answer_by: AnswerBy | None = None,
+    answer_by: str | None = None,
     answer_url: str | None = None,
     answer_rps: float | None = None,
     answer_concurrency: int | None = None,
