@@ -18,8 +18,9 @@ from rich.table import Table
 
 from app.cli import _render as render
 from app.cli.options import ReadGiven, cli_errors, console, err_console
-from app.engine import plans_reads, source_spec
+from app.engine import plans_reads
 from app.errors import ConfigError, UpstreamUnavailable
+from app.plugins import find_source
 
 if TYPE_CHECKING:
     from app.engine import Estimate, Prices, ReadSettings, Span
@@ -219,7 +220,7 @@ def _head(report: DryRunReport) -> list[str]:
              f"{report.request.replicates} replicate(s)")
     if report.by_endpoint:
         who = (f"answered by the decision endpoint {s.answer_url} "
-               f"({source_spec(s.answer_by).path}): "
+               f"({find_source(s.answer_by).path}): "
                f"one request per decision")
     else:
         draws = _span_text(report.estimate().draws, int_=True)
