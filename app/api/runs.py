@@ -24,6 +24,7 @@ from app.api.auth import require_key
 from app.api.errors import api_error, raise_for
 from app.api.state import ApiState
 from app.api.systemone import Api
+from app.connect.plugins import find_source
 from app.engine import (
     Endpoint,
     Layout,
@@ -38,7 +39,6 @@ from app.engine import (
     source_spec,
 )
 from app.errors import ConfigError, DreadsError
-from app.plugins import find_source
 from app.runs.jobfile import decode_lines, has_content
 from app.runs.resume import ResumeOptions, resume_run
 from app.runs.submit import SubmitReport, SubmitRequest, submit_job
@@ -95,7 +95,7 @@ class ReadParams(BaseModel):
     @field_validator("answer_by")
     @classmethod
     def _known_source(cls, value: str | None) -> str | None:
-        """A source this server knows, or an installed plugin's (``app.plugins``)."""
+        """A source this server knows, or an installed plugin's (``app.connect.plugins``)."""
         if value is None:
             return None
         try:

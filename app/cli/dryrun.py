@@ -18,9 +18,9 @@ from rich.table import Table
 
 from app.cli import _render as render
 from app.cli.options import ReadGiven, cli_errors, console, err_console
+from app.connect.plugins import find_source
 from app.engine import plans_reads
 from app.errors import ConfigError, UpstreamUnavailable
-from app.plugins import find_source
 
 if TYPE_CHECKING:
     from app.engine import Estimate, Prices, ReadSettings, Span

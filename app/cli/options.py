@@ -175,10 +175,10 @@ SeedOpt = Annotated[
 def checked_source(ctx: typer.Context, param: typer.CallbackParam,
                    value: str | None) -> str | None:
     """The callback of ``--answer-by``: a source this process knows, or an installed
-    plugin's (``app.plugins``); another name is a usage error (exit 2)."""
+    plugin's (``app.connect.plugins``); another name is a usage error (exit 2)."""
     if value is None or ctx.resilient_parsing:
         return value
-    from app.plugins import find_source
+    from app.connect.plugins import find_source
 
     try:
         return str(find_source(value).name)

@@ -415,7 +415,7 @@ def _say_key_warnings(sim: Any) -> None:
 def _say_endpoint(job: _Job, settings: ReadSettings, url: str, *, simulator: bool) -> None:
     if job.quiet:
         return
-    from app.plugins import find_source
+    from app.connect.plugins import find_source
 
     route = find_source(settings.answer_by).path
     if simulator:

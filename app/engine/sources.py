@@ -7,7 +7,7 @@ spec's ``path`` under the run's ``answer_url``, its reply read as one draw per q
 request and the reply are the spec's (``ask``, ``read``); ``app.runs.answer`` sends them.
 
 Adding a source is one ``SourceSpec`` given to ``register_source`` (by a plugin: an entry point
-in the group ``dreads.answer_sources``, see ``app.plugins``); ``--answer-by``, the API's
+in the group ``dreads.answer_sources``, see ``app.connect.plugins``); ``--answer-by``, the API's
 ``answer_by``, the settings hash, the estimate, the queue a run's chunks go to and the runner
 follow from the spec (no other module compares source names).
 

@@ -399,7 +399,7 @@ def is_simulator(upstream: str | None = None,
     "sim" (started in the process), or the server's ``fingerprint`` names the engine "sim", or
     its ``/version`` (``version``, or the fingerprint's) begins with "dreads-sim" (a
     ``dreads sim`` started apart, at a URL)."""
-    from app.engine.sources import stored_plans_reads  # it imports the readers, which use this
+    from app.engine.sources import stored_plans_reads  # (its readers import this module)
 
     if settings is not None and not stored_plans_reads(settings):
         return settings.get("answer_url") == SIM

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from app.connect.plugins import find_source
 from app.engine import (
     Answer,
     Decision,
@@ -51,7 +52,6 @@ from app.engine import (
 from app.engine.spend import usage_tokens
 from app.engine.types import ImageData
 from app.images import ImageCache, ImagePolicy, StoredImage
-from app.plugins import find_source
 from app.runs.endpoint_images import endpoint_image_urls
 from app.upstream.base import Upstream
 from app.upstream.endpoint import DecisionEndpoint

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.connect.plugins import find_source
 from app.engine import (
     Decision,
     Endpoint,
@@ -46,7 +47,6 @@ from app.engine import (
 from app.engine.types import ImageData
 from app.errors import ConfigError, ImageError, TemplateError
 from app.images import ImagePolicy, fetch_image
-from app.plugins import find_source
 from app.runs.jobfile import (
     LineProblem,
     NumberedLine,

@@ -1,4 +1,4 @@
-"""``app.plugins``: an answer source installed as a package is found through its entry point
+"""``app.connect.plugins``: an answer source installed as a package is found through its entry point
 the first time a process meets its name; a broken one is named in a ``ConfigError``."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from app.connect.plugins import find_source, load_plugins
 from app.engine import plans_reads, source_names
 from app.engine.sources import SOURCES
 from app.errors import ConfigError
-from app.plugins import find_source, load_plugins
 from tests.fixtures import answer_source_plugin as plugin
 
 
