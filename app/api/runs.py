@@ -62,8 +62,8 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-li
 #: ``answer_by``'s description, from the registry (``app.engine.sources``).
 _ANSWER_BY = ("Who answers: " + ", ".join(
     f"{name} ({source_spec(name).summary})" for name in source_names())
-    + ", or an installed plugin's source; all but reads are a decision endpoint, one request "
-    "per decision.")
+    + ", or an installed plugin's source. A decision endpoint's source sends one request per "
+    "decision.")
 
 
 class ReadParams(BaseModel):
