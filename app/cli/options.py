@@ -199,7 +199,8 @@ def _sources_help() -> str:
 
 AnswerByOpt = Annotated[
     str | None,
-    typer.Option("--answer-by", callback=checked_source, metavar="SOURCE",
+    typer.Option("--answer-by", callback=checked_source,
+                 metavar=f"<{' | '.join(source_names())}>",
                  help=f"Who answers the run's decisions: {_sources_help()}, or an installed "
                  "plugin's source. Its API key comes from DREADS_ANSWER_API_KEY only; "
                  "DREADS_ANSWER_TIMEOUT_S (120) and DREADS_ANSWER_GIVE_UP_S (300: how long "
