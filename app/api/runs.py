@@ -17,15 +17,15 @@ from typing import IO, Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.datastructures import UploadFile
 
 from app.api.auth import require_key
 from app.api.errors import api_error, raise_for
 from app.api.state import ApiState
 from app.api.systemone import Api
+from app.connect.plugins import find_source
 from app.engine import (
-    AnswerBy,
     Endpoint,
     Layout,
     PolicyName,
@@ -33,7 +33,10 @@ from app.engine import (
     ReadSettings,
     ServerFingerprint,
     check_settings,
+    plans_reads,
     settings_from_dict,
+    source_names,
+    source_spec,
 )
 from app.errors import ConfigError, DreadsError
 from app.runs.jobfile import decode_lines, has_content
@@ -56,6 +59,13 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-li
                "application/json", "text/plain")
 
 
+#: ``answer_by``'s description, from the registry (``app.engine.sources``).
+_ANSWER_BY = ("Who answers: " + ", ".join(
+    f"{name} ({source_spec(name).summary})" for name in source_names())
+    + ", or an installed plugin's source. A decision endpoint's source sends one request per "
+    "decision.")
+
+
 class ReadParams(BaseModel):
     """Read settings as query parameters (those ``dreads submit`` and ``dreads resume`` take
     as options). Model, tokenizer and canvas are the server's."""
@@ -73,9 +83,7 @@ class ReadParams(BaseModel):
     constrained: bool | None = None
     endpoint: Endpoint | None = None
     seed: int | None = None
-    answer_by: AnswerBy | None = Field(None, description="Who answers: reads (this server's "
-                                       "reads, the default), systemone or decisions (a "
-                                       "decision endpoint, one request per decision).")
+    answer_by: str | None = Field(None, description=_ANSWER_BY)
     answer_url: str | None = Field(None, description="The decision endpoint's base URL "
                                    "(default: this server's upstream). Its key is the "
                                    "server's DREADS_ANSWER_API_KEY.")
@@ -83,6 +91,17 @@ class ReadParams(BaseModel):
     answer_concurrency: int | None = Field(None, ge=1, description="Budget: in flight.")
     model: str | None = Field(None, min_length=1, description="The endpoint's model, for a "
                               "run answered by a decision endpoint (default: this server's).")
+
+    @field_validator("answer_by")
+    @classmethod
+    def _known_source(cls, value: str | None) -> str | None:
+        """A source this server knows, or an installed plugin's (``app.connect.plugins``)."""
+        if value is None:
+            return None
+        try:
+            return str(find_source(value).name)
+        except DreadsError as exc:
+            raise ValueError(exc.message) from None
 
     def overrides(self) -> dict[str, Any]:
         given = {"policy": self.policy, "fixed_draws": self.draws, "threshold": self.threshold,
@@ -132,7 +151,7 @@ class RunParams(SpendParams):
             ConfigError: ``model`` for a run answered by reads, or an impossible setting.
         """
         settings = replace(base, **self.overrides())
-        if settings.answer_by is AnswerBy.READS:
+        if plans_reads(settings.answer_by):
             if self.model is not None and self.model != base.model:
                 raise ConfigError(f"model {self.model!r}: this server reads {base.model!r}; "
                                   "another model only answers a run by a decision endpoint "
@@ -161,7 +180,7 @@ def _find(api: ApiState, name: str) -> RunInfo:
 
 def _same_model(api: ApiState, info: RunInfo) -> ReadSettings:
     settings = settings_from_dict(dict(info.settings))
-    if settings.model != api.model and settings.answer_by is AnswerBy.READS:
+    if settings.model != api.model and plans_reads(settings.answer_by):
         raise api_error(409, "conflict_error",
                         f"run {info.name!r} reads model {settings.model!r}; this server serves "
                         f"{api.model!r}. Continue it with `dreads resume` against its own "
@@ -211,7 +230,7 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
                             upstream=api.config.upstream, engine=api.config.engine.engine,
                             replicates=replicates, strict=params.strict,
                             replace_changed=params.replace_changed, prices=params.prices(),
-                            fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
+                            fingerprint=fingerprint if plans_reads(settings.answer_by)
                             else None)
     report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
                         lines=decode_lines(raw),

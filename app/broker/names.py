@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.engine import stored_plans_reads
+
 __all__ = [
     "ANSWERS_QUEUE",
     "BROKER_EPOCH_KEY",
@@ -28,9 +30,9 @@ QUEUE = "dreads.reads"
 #: Chunk messages of a run go to the queue of the identity its reads need: the served model
 #: and canvas. A worker consumes only the queue of what its own upstream serves.
 QUEUE_PREFIX = "dreads.reads:"
-#: Chunk messages of runs answered by a decision endpoint (``answer_by`` systemone or
-#: decisions): consumed by ``dreads worker --answers`` (no local model server needed), never by
-#: a pod's GPU workers, whose concurrency stays on reads.
+#: Chunk messages of runs answered by a decision endpoint (an ``answer_by`` source that does
+#: not plan reads: ``app.engine.sources``): consumed by ``dreads worker --answers`` (no local
+#: model server needed), never by a pod's GPU workers, whose concurrency stays on reads.
 ANSWERS_QUEUE = "dreads.answers"
 #: ``reads.run_chunk(run_id, decision_ids)``: claim and run one chunk of decisions.
 TASK_RUN_CHUNK = "reads.run_chunk"
@@ -60,6 +62,6 @@ def queue_for(model: str, canvas_length: int) -> str:
 def queue_of_run(settings: Mapping[str, Any]) -> str:
     """The queue of a run's chunks, from its stored settings: the answers queue for a run
     answered by a decision endpoint, else the queue of its model and canvas."""
-    if settings.get("answer_by", "reads") != "reads":
+    if not stored_plans_reads(settings):
         return ANSWERS_QUEUE
     return queue_for(str(settings.get("model")), int(settings.get("canvas_length") or 0))

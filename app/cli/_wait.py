@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from app.cli.options import err_console
-from app.engine import SIM, AnswerBy, ReadSettings
+from app.engine import SIM, ReadSettings, plans_reads
 from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _waits_for(url: str, settings: ReadSettings | None, given: Mapping[str, Any]
     from app.connect.engines import is_in_process
 
     answer_by = settings.answer_by if settings is not None else given.get("answer_by")
-    by_endpoint = answer_by not in (None, AnswerBy.READS)
+    by_endpoint = not plans_reads(answer_by)
     return not (url == SIM or is_in_process(choice.engine) or by_endpoint)
 
 

@@ -10,7 +10,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, settings_from_dict
+from app.engine import (
+    ReadSettings,
+    TextTokenizer,
+    check_settings,
+    plans_reads,
+    settings_from_dict,
+)
 from app.runs.settings import base_read_settings, endpoint_read_settings
 
 if TYPE_CHECKING:
@@ -49,7 +55,7 @@ def resolve_settings(
     ``base_read_settings``); its replicate count; its tokenizer."""
     from app.tokenizer.hf import load_tokenizer
 
-    if info is None and given.get("answer_by", AnswerBy.READS) is not AnswerBy.READS:
+    if info is None and not plans_reads(given.get("answer_by")):
         settings = endpoint_read_settings(dict(given), upstream=upstream_url(upstream, None, env),
                                           env=env)
         n = replicates or 1

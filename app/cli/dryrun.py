@@ -18,7 +18,8 @@ from rich.table import Table
 
 from app.cli import _render as render
 from app.cli.options import ReadGiven, cli_errors, console, err_console
-from app.engine import AnswerBy
+from app.connect.plugins import find_source
+from app.engine import plans_reads
 from app.errors import EXIT_USAGE, ConfigError, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def _settings(args: DryRunArgs) -> tuple[ReadSettings, int, Any]:
 
     env = get_settings()
     given = dict(args.given)
-    if given.get("answer_by", AnswerBy.READS) is not AnswerBy.READS:
+    if not plans_reads(given.get("answer_by")):
         given.setdefault("model", env.model)
     choice = resolve_engine(None, env=env, **args.engine)
     try:
@@ -218,7 +219,8 @@ def _head(report: DryRunReport) -> list[str]:
     asked = (f"{tally.decisions} decision(s), {tally.questions} question(s), "
              f"{report.request.replicates} replicate(s)")
     if report.by_endpoint:
-        who = (f"answered by the decision endpoint {s.answer_url} (/v1/{s.answer_by.value}): "
+        who = (f"answered by the decision endpoint {s.answer_url} "
+               f"({find_source(s.answer_by).path}): "
                f"one request per decision")
     else:
         draws = _span_text(report.estimate().draws, int_=True)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 import typer
 from rich.console import Console
 
-from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode
+from app.engine import Endpoint, Layout, PolicyName, ReadMode, source_names, source_spec
 from app.errors import DreadsError, RunSettingsMismatch
 from app.runs.settings import (
     base_read_settings,
@@ -168,13 +168,41 @@ EndpointOpt = Annotated[
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Run seed (noise).", rich_help_panel=_RUN)
 ]
+
+
+def checked_source(ctx: typer.Context, param: typer.CallbackParam,
+                   value: str | None) -> str | None:
+    """The callback of ``--answer-by``: a source this process knows, or an installed
+    plugin's (``app.connect.plugins``); another name is a usage error (exit 2)."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    from app.connect.plugins import find_source
+
+    try:
+        return str(find_source(value).name)
+    except DreadsError as exc:
+        raise typer.BadParameter(exc.message) from None
+
+
+def _sources_help() -> str:
+    specs = [source_spec(name) for name in source_names()]
+    reads = [spec for spec in specs if spec.plans_reads]
+    endpoints = [spec for spec in specs if not spec.plans_reads]
+    said = [f"{s.name} ({s.summary})" for s in reads]
+    said.append(" or ".join(s.name for s in endpoints) + " (a decision endpoint at "
+                "--answer-url: one request per decision, one draw per question; "
+                + ", ".join(f"{s.name}: {s.path}" for s in endpoints) + ")")
+    return ", ".join(said)
+
+
 AnswerByOpt = Annotated[
-    AnswerBy | None,
-    typer.Option("--answer-by", help="Who answers the run's decisions: reads (dreads' own "
-                 "multi-draw reads, the default), systemone or decisions (a decision endpoint "
-                 "at --answer-url: one request per decision, one draw per question). Its API "
-                 "key comes from DREADS_ANSWER_API_KEY only; DREADS_ANSWER_TIMEOUT_S (120) "
-                 "and DREADS_ANSWER_GIVE_UP_S (300: how long 429/5xx are retried) tune it.",
+    str | None,
+    typer.Option("--answer-by", callback=checked_source,
+                 metavar=f"<{' | '.join(source_names())}>",
+                 help=f"Who answers the run's decisions: {_sources_help()}, or an installed "
+                 "plugin's source. Its API key comes from DREADS_ANSWER_API_KEY only; "
+                 "DREADS_ANSWER_TIMEOUT_S (120) and DREADS_ANSWER_GIVE_UP_S (300: how long "
+                 "429/5xx are retried) tune it.",
                  rich_help_panel=_ANSWER),
 ]
 AnswerUrlOpt = Annotated[

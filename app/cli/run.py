@@ -312,7 +312,7 @@ def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: Read
 
 
 def _execute(job: _Job) -> ExecutorStats:
-    from app.engine import AnswerBy, settings_from_dict
+    from app.engine import plans_reads, settings_from_dict
     from app.runs.embedded import ExecutorStats, reclaim_dead_leases, sim_key_path, start_upstream
     from app.runs.probe import ServerAt, check_server
     from app.runs.refusals import refuse_cancelled
@@ -332,7 +332,7 @@ def _execute(job: _Job) -> ExecutorStats:
         return ExecutorStats()
     settings = settings_from_dict(dict(job.run.settings))
     key = sim_key_path(job.job_file) if job.job_file else None
-    by_endpoint = settings.answer_by is not AnswerBy.READS
+    by_endpoint = not plans_reads(settings.answer_by)
     if by_endpoint:  # nothing is read here: only a simulator answering the run is started
         url, sim = start_upstream(settings.answer_url, settings, key)
     else:
@@ -421,7 +421,9 @@ def _say_key_warnings(sim: Any) -> None:
 def _say_endpoint(job: _Job, settings: ReadSettings, url: str, *, simulator: bool) -> None:
     if job.quiet:
         return
-    route = f"/v1/{settings.answer_by.value}"
+    from app.connect.plugins import find_source
+
+    route = find_source(settings.answer_by).path
     if simulator:
         err_console.print(f"[bold yellow]answers come from the SIMULATOR's {route} (dreads sim "
                           f"at {url}), one request per decision; not from a model"

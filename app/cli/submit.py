@@ -111,7 +111,7 @@ def submit(
         with PublisherProcess(broker, chunk_size) as publisher, \
                 opened_store(database_url(database)) as factory:
             from app.config import settings_with
-            from app.engine import AnswerBy
+            from app.engine import plans_reads
             from app.runs.probe import ServerAt
             from app.runs.settings import image_policy
             from app.runs.sources import recorded_path
@@ -125,7 +125,7 @@ def submit(
             settings, n_replicates, tok = resolve_settings(
                 existing, given, replicates, env=env, engine=choice.engine, upstream=upstream)
             url = run_upstream(upstream, existing, choice, settings, env)
-            fingerprint, fp_error = (None, None) if settings.answer_by is not AnswerBy.READS \
+            fingerprint, fp_error = (None, None) if not plans_reads(settings.answer_by) \
                 else ServerAt(url, choice).fingerprint(settings, tok)
             request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
                                     engine=choice.engine, replicates=n_replicates,

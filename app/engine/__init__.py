@@ -40,6 +40,14 @@ from app.engine.settings_hash import (
     settings_hash,
     settings_to_dict,
 )
+from app.engine.sources import (
+    SourceSpec,
+    plans_reads,
+    register_source,
+    source_names,
+    source_spec,
+    stored_plans_reads,
+)
 from app.engine.template import (
     ImagesNeedChat,
     ImagesNeedVllmLayout,
@@ -131,6 +139,7 @@ __all__ = [
     "SlotRead",
     "SlotRow",
     "SlotSpec",
+    "SourceSpec",
     "Span",
     "SpecsMemo",
     "StopReason",
@@ -162,6 +171,8 @@ __all__ = [
     "parse_question",
     "parse_response",
     "plan_decision",
+    "plans_reads",
+    "register_source",
     "resolve_unit",
     "seed_canvas",
     "serialize_state",
@@ -169,6 +180,9 @@ __all__ = [
     "settings_hash",
     "settings_to_dict",
     "soft_token_count",
+    "source_names",
+    "source_spec",
     "stop_reason",
+    "stored_plans_reads",
     "trivial_answer",
 ]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.sources import plans_reads
 from app.engine.spend import HOUR_S, MILLION_TOKENS
-from app.engine.types import AnswerBy, DecisionPlan, PolicyName, ReadSettings
+from app.engine.types import DecisionPlan, PolicyName, ReadSettings
 
 __all__ = ["Estimate", "Prices", "ReadTally", "Span", "draw_span", "estimate"]
 
@@ -121,7 +122,7 @@ class Estimate:
 def draw_span(settings: ReadSettings) -> Span:
     """Draws of one read unit under the run's policy: ``fixed`` N to N, ``agree`` and
     ``entropy`` 1 to ``max_draws``, a decision endpoint 1 (its reader reads once)."""
-    if settings.answer_by is not AnswerBy.READS:
+    if not plans_reads(settings.answer_by):
         return Span(1, 1)
     if settings.policy == PolicyName.FIXED:
         n = max(1, settings.fixed_draws)

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, get_type_hints
 
-from app.engine.types import AnswerBy, ReadSettings, ServerFingerprint
+from app.engine.sources import plans_reads, source_names
+from app.engine.types import ReadSettings, ServerFingerprint
 from app.errors import ConfigError
 
 __all__ = [
@@ -49,7 +50,7 @@ BUDGET_FIELDS = ("answer_rps", "answer_concurrency")
 def settings_to_dict(settings: ReadSettings) -> dict[str, Any]:
     """JSON-able dict of the settings (enums as their values); the answer-source fields only
     when a decision endpoint answers."""
-    skip = ANSWER_FIELDS if settings.answer_by is AnswerBy.READS else ()
+    skip = ANSWER_FIELDS if plans_reads(settings.answer_by) else ()
     return {name: _plain(getattr(settings, name)) for name in _FIELDS if name not in skip}
 
 
@@ -97,15 +98,20 @@ def _check_answer_source(settings: ReadSettings) -> ReadSettings:
     if settings.answer_rps < 0:
         raise ConfigError(f"setting answer_rps must be 0 (no limit) or more, got "
                           f"{settings.answer_rps}")
-    if settings.answer_by is AnswerBy.READS:
+    if plans_reads(settings.answer_by):
         if settings.answer_url:
             raise ConfigError(f"answer_url {settings.answer_url!r} is for a run answered by a "
-                              "decision endpoint: pass --answer-by systemone or decisions")
+                              f"decision endpoint: pass --answer-by {_endpoint_names()}")
         return settings
     if not settings.answer_url:
-        raise ConfigError(f"a run answered by {settings.answer_by.value} needs the endpoint's "
+        raise ConfigError(f"a run answered by {settings.answer_by} needs the endpoint's "
                           "URL (--answer-url)")
     return settings
+
+
+def _endpoint_names() -> str:
+    names = [name for name in source_names() if not plans_reads(name)]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def settings_from_dict(data: dict[str, Any]) -> ReadSettings:

@@ -96,7 +96,8 @@ class Endpoint(StrEnum):
 
 
 class AnswerBy(StrEnum):
-    """Who answers a run's decisions (the run's answer source)."""
+    """The names of the built-in answer sources (a run's ``answer_by``); what each one is and
+    does is its ``SourceSpec`` in ``app.engine.sources``, which plugins add to."""
 
     READS = "reads"  #: dreads' own reads: canvases built here, multi-draw (default)
     SYSTEMONE = "systemone"  #: a ``/v1/systemone`` endpoint (Jev's shape): one request each
@@ -176,9 +177,10 @@ class ReadSettings:
     seed: int = 0  #: run seed
     max_logprob_ids: int = 128
     joint_max_questions: int = 24  #: joint mode: most questions in one canvas before chunking
-    #: Who answers: dreads' reads, or a decision endpoint at ``answer_url`` (one request per
-    #: decision). The endpoint's API key is never a setting (``DREADS_ANSWER_API_KEY``).
-    answer_by: AnswerBy = AnswerBy.READS
+    #: Who answers, by its source's name (``app.engine.sources``): dreads' reads, or a decision
+    #: endpoint at ``answer_url`` (one request per decision). The endpoint's API key is never
+    #: a setting (``DREADS_ANSWER_API_KEY``).
+    answer_by: str = AnswerBy.READS
     answer_url: str = ""  #: base URL of the decision endpoint ("" for reads)
     #: Budget of an endpoint-answered run: requests per second (0: no limit) and requests in
     #: flight. Recorded with the run but not hashed: ``resume`` may change them.
@@ -407,7 +409,9 @@ def is_simulator(upstream: str | None = None,
     "sim" (started in the process), or the server's ``fingerprint`` names the engine "sim", or
     its ``/version`` (``version``, or the fingerprint's) begins with "dreads-sim" (a
     ``dreads sim`` started apart, at a URL)."""
-    if settings is not None and settings.get("answer_by", AnswerBy.READS) != AnswerBy.READS:
+    from app.engine.sources import stored_plans_reads  # (its readers import this module)
+
+    if settings is not None and not stored_plans_reads(settings):
         return settings.get("answer_url") == SIM
     if upstream == SIM:
         return True

@@ -1,15 +1,20 @@
-"""Who answers: a decision in, its answers out. The one seam between the queue and a model.
+"""Who answers a decision: a decision in, its answers out (``AnswerSource``).
 
 An answer source takes a decision and returns its answers with whatever diagnostics it has;
-the runner, the store, reports and the API do not care which one answered.
+the runner, the store, reports and the API do not care which one answered. What each source
+is (its name, its route, its request and reply) is its ``SourceSpec`` in
+``app.engine.sources``; this module does the sending. How a read reaches a model is the other
+seam, ``app.upstream.base.Upstream``, which only ``ReadsSource`` uses.
 
-- ``ReadsSource`` (``answer_by`` ``reads``, the default): dreads' own reads. The decision's
+- ``ReadsSource`` (the spec that plans reads: ``answer_by`` ``reads``, the default): dreads'
+  own reads. The decision's
   images are fetched once (through the process's ``ImageCache``, checked against the sha256
   stored at submit), the decision is planned into canvases with the run's tokenizer and read
   through an ``Upstream`` (vLLM, dreads sim, the in-process engine) draw by draw until the
   draw policy stops (``drive``): full diagnostics. Every draw reuses the fetched images.
-- ``EndpointSource`` (``systemone`` or ``decisions``): one request per decision, all its
-  questions, to a decision endpoint (``app.upstream.endpoint``); one draw per question, the
+- ``EndpointSource`` (every other spec: ``systemone``, ``decisions``, a plugin's): one request
+  per decision, all its questions, built by the spec's ``ask`` and posted to its ``path``
+  (``app.upstream.endpoint``), the reply read by its ``read``: one draw per question, the
   diagnostics the endpoint returns, refusals per question.
 
 ``EndpointPool`` keeps one ``DecisionEndpoint`` per run in a process, so every chunk of a run
@@ -30,9 +35,9 @@ from typing import Any, Protocol
 
 import orjson
 
+from app.connect.plugins import find_source
 from app.engine import (
     Answer,
-    AnswerBy,
     Decision,
     DecisionFlow,
     DrawRecord,
@@ -40,13 +45,11 @@ from app.engine import (
     ReadResult,
     ReadSettings,
     Refusal,
+    SourceSpec,
     TextTokenizer,
     plan_decision,
 )
-from app.engine.endpoint import EndpointAnswers
-from app.engine.openai.client import decisions_request, read_decisions
 from app.engine.spend import usage_tokens
-from app.engine.systemone import read_systemone, systemone_request
 from app.engine.types import ImageData
 from app.images import ImageCache, ImagePolicy, StoredImage
 from app.runs.endpoint_images import endpoint_image_urls
@@ -198,16 +201,15 @@ async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer:
     return await source.answer_fetched(decision, images, replicate=0)
 
 
-_ASK = {AnswerBy.SYSTEMONE: systemone_request, AnswerBy.DECISIONS: decisions_request}
-_READ: dict[AnswerBy, Callable[..., EndpointAnswers]] = {AnswerBy.SYSTEMONE: read_systemone,
-                                                         AnswerBy.DECISIONS: read_decisions}
-
-
 class EndpointSource:
-    """One request per decision to a decision endpoint, in its shape."""
+    """One request per decision to a decision endpoint, in its source's shape."""
 
-    def __init__(self, endpoint: DecisionEndpoint, model: str,
+    def __init__(self, spec: SourceSpec, endpoint: DecisionEndpoint, model: str,
                  images: ImagePolicy | None = None) -> None:
+        if spec.ask is None or spec.read is None:
+            raise ValueError(f"answer source {spec.name!r} reads: it has no endpoint")
+        self.spec = spec
+        self._ask, self._read = spec.ask, spec.read
         self.endpoint = endpoint
         self.model = model
         self.images = images or ImagePolicy()  #: what a ``file://`` image may be read from
@@ -217,13 +219,12 @@ class EndpointSource:
                      images: Sequence[StoredImage] = ()) -> Answered:
         """The endpoint fetches the decision's http(s) images itself, from their references;
         a ``file://`` image is read here and sent as a data URL (``endpoint_image_urls``)."""
-        kind = self.endpoint.kind
         urls = await endpoint_image_urls(decision.images, self.images)
         # not encode_body: its sorted keys would reorder a choice's criteria (its options)
-        body = orjson.dumps(_ASK[kind](decision, self.model, image_urls=urls))
+        body = orjson.dumps(self._ask(decision, self.model, image_urls=urls))
         self.n_requests += 1
         payload, latency_ms = await self.endpoint.ask(body)
-        read = _READ[kind](decision, payload, latency_ms=latency_ms)
+        read = self._read(decision, payload, latency_ms=latency_ms)
         tokens_in, tokens_out = usage_tokens(read.usage)
         return Answered(read.answers, read.draws, 1, read.refusals, read.usage,
                         input_tokens=tokens_in, output_tokens=tokens_out)
@@ -262,21 +263,28 @@ class EndpointPool:
                 max(1, -(-settings.answer_concurrency // self.share)))
 
     def endpoint(self, run_id: int, settings: ReadSettings) -> DecisionEndpoint:
-        key = (run_id, settings.answer_by.value, settings.answer_url)
+        """The run's endpoint in this process, made on first use (or when the run's budget
+        changed).
+
+        Raises:
+            ConfigError: the run's source is unknown here (no plugin adds it) or reads.
+        """
+        key = (run_id, str(settings.answer_by), settings.answer_url)
         found = self._endpoints.get(key)
         rps, concurrency = self.budget(settings)
         if found is None or (found.rps, found.concurrency) != (rps, concurrency):
             url = self.urls.get(settings.answer_url, settings.answer_url)
             options = self.options
-            found = DecisionEndpoint(url, settings.answer_by, api_key=options.api_key, rps=rps,
+            path = find_source(settings.answer_by).path
+            found = DecisionEndpoint(url, path, api_key=options.api_key, rps=rps,
                                      concurrency=concurrency, timeout_s=options.timeout_s,
                                      give_up_s=options.give_up_s)
             self._endpoints[key] = found
         return found
 
     def source(self, run_id: int, settings: ReadSettings) -> EndpointSource:
-        return EndpointSource(self.endpoint(run_id, settings), settings.model,
-                              self.options.images)
+        return EndpointSource(find_source(settings.answer_by), self.endpoint(run_id, settings),
+                              settings.model, self.options.images)
 
     async def aclose(self) -> None:
         endpoints, self._endpoints = list(self._endpoints.values()), {}

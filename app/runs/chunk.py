@@ -40,12 +40,12 @@ from datetime import datetime
 from typing import Any
 
 from app.engine import (
-    AnswerBy,
     ReadRequest,
     ReadResult,
     ReadSettings,
     TextTokenizer,
     decision_from_payload,
+    plans_reads,
     settings_from_dict,
 )
 from app.engine.types import Decision as EngineDecision
@@ -260,7 +260,8 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
     run_name, settings, recorded, prices = run
     start_run(run_name)
     upstream = answerers.upstream
-    meter = answerers.meter if settings.answer_by is AnswerBy.READS else None
+    by_reads = plans_reads(settings.answer_by)
+    meter = answerers.meter if by_reads else None
     chunk = _Chunk(session_factory=factory, upstream=upstream, run_name=run_name,
                    info=AttemptInfo(worker=delivery.owner, task_id=delivery.task_id,
                                     redelivered=delivery.redelivered),
@@ -282,7 +283,7 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
     if chunk.committer.paused is not None and result.paused is None:
         result.paused = chunk.committer.paused
         log.warning("run %s paused: %s", run_name, result.paused)
-    if upstream is None or settings.answer_by is not AnswerBy.READS:
+    if upstream is None or not by_reads:
         return result
     if not recorded and result.done:
         await _record_fingerprint(factory, run_id, upstream)
@@ -295,7 +296,7 @@ async def run_chunk(factory: SessionFactory, run_id: int, decision_ids: Sequence
 async def _source(chunk: _Chunk, run_id: int, settings: ReadSettings, answerers: Answerers,
                   max_model_len: int | None) -> AnswerSource:
     """The run's answer source for this chunk."""
-    if settings.answer_by is not AnswerBy.READS:
+    if not plans_reads(settings.answer_by):
         if answerers.endpoints is None:
             raise ValueError("a run answered by a decision endpoint needs Answerers.endpoints")
         return answerers.endpoints.source(run_id, settings)

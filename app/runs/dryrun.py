@@ -9,11 +9,12 @@ the ids seen, to find repeated ones), so a file of a million lines streams throu
 
     lines --iter_job_lines--> decisions | bad lines --plan_decision--> ReadTally --> Estimate
 
-A run answered by a decision endpoint (``--answer-by systemone|decisions``) sends one request
-per decision; the endpoint plans its own reads. Its input tokens are estimated as vLLM's
-reader plans them (the ``vllm`` layout, one read per question, one draw) with the run's
-tokenizer: exact for vLLM's own reader serving that tokenizer, an estimate for any other
-endpoint.
+A run answered by a decision endpoint (``--answer-by systemone|decisions``, or a plugin's)
+sends one request per decision; the endpoint plans its own reads. Its input tokens are
+estimated as vLLM's reader plans them (the ``vllm`` layout, one read per question, one draw)
+with the run's tokenizer, on the decision as its source says the reader sees it (the
+source's ``asked``): exact for vLLM's own reader serving that tokenizer, an estimate for any
+other endpoint.
 
 A decision's images are fetched and checked as submit does (each image once), so that their
 prompt tokens are counted, and a decision whose image cannot be used is counted as rejected.
@@ -26,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.connect.plugins import find_source
 from app.engine import (
-    AnswerBy,
     Decision,
     Endpoint,
     Estimate,
@@ -41,8 +42,8 @@ from app.engine import (
     draw_span,
     estimate,
     plan_decision,
+    plans_reads,
 )
-from app.engine.openai.client import reader_decision
 from app.engine.types import ImageData
 from app.errors import ConfigError, ImageError, TemplateError
 from app.images import ImagePolicy, fetch_image
@@ -96,7 +97,7 @@ class DryRunReport:
 
     @property
     def by_endpoint(self) -> bool:
-        return self.request.settings.answer_by is not AnswerBy.READS
+        return not plans_reads(self.request.settings.answer_by)
 
     def estimate(self) -> Estimate:
         return estimate(self.tally, draw_span(self.request.settings),
@@ -109,7 +110,7 @@ class DryRunReport:
             "valid": self.valid, "refused": self.refused,
             "bad_lines": [p.as_dict() for p in self.bad],
             "rejected": [p.as_dict() for p in self.rejected],
-            "answer_by": settings.answer_by.value, "tokenizer": settings.tokenizer,
+            "answer_by": str(settings.answer_by), "tokenizer": settings.tokenizer,
             "layout": settings.layout.value, "mode": settings.read_mode.value,
             "policy": settings.policy.value, "decisions": tally.decisions,
             "questions": tally.questions, "questions_without_read": tally.trivial,
@@ -154,18 +155,17 @@ def dry_run(request: DryRunRequest, tokenizer: TextTokenizer, *,
 def _planning_settings(settings: ReadSettings) -> ReadSettings:
     """The settings the reads are planned with: the run's own, or for a decision endpoint
     those of vLLM's reader (the ``vllm`` layout, isolated, one draw, the prompt as ids)."""
-    if settings.answer_by is AnswerBy.READS:
+    if plans_reads(settings.answer_by):
         return settings
     return replace(settings, layout=Layout.VLLM, read_mode=ReadMode.ISOLATED,
                    policy=PolicyName.FIXED, fixed_draws=1, endpoint=Endpoint.COMPLETIONS)
 
 
 def _asked(decision: Decision, settings: ReadSettings) -> Decision:
-    """The decision as the reads see it: a ``/v1/decisions`` endpoint's reader reads the
-    request's own wording of the questions (``reader_decision``); the others, the decision."""
-    if settings.answer_by is AnswerBy.DECISIONS:
-        return reader_decision(decision, settings.model)
-    return decision
+    """The decision as the reads see it: its source's ``asked`` (a ``/v1/decisions``
+    endpoint's reader reads the request's own wording of the questions); the others, the
+    decision."""
+    return find_source(settings.answer_by).asked(decision, settings.model)
 
 
 def _image(report: DryRunReport, ref: str) -> ImageData | str:

@@ -31,10 +31,10 @@ from typing import IO, Any
 from app.connect.factory import UpstreamConfig
 from app.engine import (
     SIM,
-    AnswerBy,
     ReadSettings,
     TextTokenizer,
     build_probe_request,
+    plans_reads,
     settings_from_dict,
 )
 from app.errors import (
@@ -258,7 +258,7 @@ async def execute_run(
     stats = ExecutorStats()
     poller = asyncio.create_task(_poll(factory, run.id, config.poll_s, progress))
     try:
-        if settings.answer_by is AnswerBy.READS:
+        if plans_reads(settings.answer_by):
             await _execute_reads(factory, run, settings, upstream_url, tokenizer, config, stats,
                                  upstream=upstream)
         else:

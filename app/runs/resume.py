@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.engine import AnswerBy, ReadSettings, settings_from_dict, settings_to_dict
+from app.engine import ReadSettings, plans_reads, settings_from_dict, settings_to_dict
 from app.engine.settings_hash import changed_settings
 from app.errors import RunSettingsMismatch
 from app.runs.probe import ProbeTokenizer, Server, check_server
@@ -104,7 +104,7 @@ def resume_run(factory: SessionFactory, run: RunInfo, given: Mapping[str, Any], 
     if settled:
         return settled_report(run.name, options.dry_run)
     note = None
-    if settings.answer_by is AnswerBy.READS:
+    if plans_reads(settings.answer_by):
         note = check_server(factory, run, server, settings, force=options.force,
                             tokenizer=tokenizer or _run_tokenizer(settings),
                             dry_run=options.dry_run)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine import (
     STANDIN,
-    AnswerBy,
     Endpoint,
     Layout,
     PolicyName,
@@ -82,7 +81,7 @@ def read_overrides(
     constrained: bool | None = None,
     endpoint: Endpoint | None = None,
     seed: int | None = None,
-    answer_by: AnswerBy | None = None,
+    answer_by: str | None = None,
     answer_url: str | None = None,
     answer_rps: float | None = None,
     answer_concurrency: int | None = None,

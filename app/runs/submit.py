@@ -34,7 +34,6 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from app.engine import (
-    AnswerBy,
     Decision,
     ReadSettings,
     ServerFingerprint,
@@ -43,6 +42,7 @@ from app.engine import (
     content_digest,
     decision_payload,
     plan_decision,
+    plans_reads,
     settings_hash,
     settings_to_dict,
 )
@@ -168,7 +168,7 @@ def check_templates(
     on the questions and the settings only, so ``cache`` (questions -> problem) plans each
     distinct question set once."""
     problems: dict[str, LineProblem] = {}
-    if settings.answer_by is not AnswerBy.READS:  # a decision endpoint plans its own reads
+    if not plans_reads(settings.answer_by):  # a decision endpoint plans its own reads
         return problems
     memo: dict[Any, str | None] = {} if cache is None else bounded_memo(cache)
     for line_no, decision in decisions:

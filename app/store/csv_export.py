@@ -21,7 +21,7 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.engine import AnswerBy, PolicyName, QuestionType
+from app.engine import PolicyName, QuestionType, stored_plans_reads
 from app.store.export_shapes import state_text
 from app.store.models import Decision, DecisionPayload
 from app.store.records import RunInfo
@@ -123,7 +123,7 @@ def _cell(name: str, value: Any) -> Any:
 
 def _run_needs(session: Session, run: RunInfo, *, with_state: bool) -> set[Needs]:
     settings = run.settings
-    by_endpoint = settings.get("answer_by", AnswerBy.READS) != AnswerBy.READS
+    by_endpoint = not stored_plans_reads(settings)
     fixed = settings.get("policy") == PolicyName.FIXED
     most = settings.get("fixed_draws" if fixed else "max_draws", 1)
     met = {Needs.ALWAYS}

@@ -1,7 +1,9 @@
-"""The one seam between dreads and a model: an ``Upstream`` answers ReadRequests.
+"""How a read reaches a model: an ``Upstream`` answers ReadRequests.
 
 Implementations: ``vllm.VllmUpstream`` (HTTP to vLLM or to ``dreads sim``) and the in-process
-transformers engine. The runner depends only on this Protocol.
+transformers engine (``app.connect.engines`` says which builds it). dreads' own reads
+(``app.runs.answer.ReadsSource``) depend only on this Protocol; who answers a decision (reads
+or a decision endpoint) is the other seam, ``app.runs.answer.AnswerSource``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """``DecisionEndpoint``: one request per decision to a decision endpoint, within a budget.
 
-A run answered by ``/v1/systemone`` (Jev's shape) or ``/v1/decisions`` (OpenAI's) sends each
-decision, all its questions, as one POST. Hot path on aiohttp, as ``app.upstream.vllm``: one
-``ClientSession`` per event loop, the body sent as pre-encoded bytes.
+A run answered by a decision endpoint (``/v1/systemone``, Jev's shape; ``/v1/decisions``,
+OpenAI's; or a registered source's route: ``app.engine.sources``) sends each decision, all its
+questions, as one POST to the source's path; what the body holds is the source's business.
+Hot path on aiohttp, as ``app.upstream.vllm``: one ``ClientSession`` per event loop, the body
+sent as pre-encoded bytes.
 
 Budget (per run, in this process): at most ``concurrency`` requests in flight and, with
 ``rps > 0``, requests started no closer than ``1/rps`` seconds apart.
@@ -20,7 +22,7 @@ Errors (aiohttp's translated in ``_post`` only):
 
 Example::
 
-    endpoint = DecisionEndpoint("http://vllm:8000", AnswerBy.SYSTEMONE, rps=20, concurrency=8)
+    endpoint = DecisionEndpoint("http://vllm:8000", "/v1/systemone", rps=20, concurrency=8)
     payload, latency_ms = await endpoint.ask(encode_body(systemone_request(decision, "dgemma")))
     await endpoint.aclose()
 """
@@ -37,7 +39,6 @@ from typing import Any
 
 import aiohttp
 
-from app.engine.types import AnswerBy
 from app.errors import (
     ConfigError,
     ModelNotServed,
@@ -60,26 +61,24 @@ __all__ = ["DecisionEndpoint", "endpoint_url"]
 
 logger = logging.getLogger("dreads.upstream.endpoint")
 
-_PATHS = {AnswerBy.SYSTEMONE: "/v1/systemone", AnswerBy.DECISIONS: "/v1/decisions"}
 _THROTTLED = frozenset({429, 529})
 _SAYS_LATER = frozenset({429, 503, 529})
 _MAX_BACKOFF_S = 5.0
 
 
-def endpoint_url(base_url: str, kind: AnswerBy) -> str:
-    """The route of ``kind`` under ``base_url``: ``http://host:8000``, ``.../v1`` and the full
-    route all name the same endpoint.
+def endpoint_url(base_url: str, path: str) -> str:
+    """The route ``path`` (``/v1/...``) under ``base_url``: ``http://host:8000``, ``.../v1``
+    and the full route all name the same endpoint.
 
     Raises:
-        ConfigError: not an http(s) URL, or ``kind`` is ``reads``.
+        ConfigError: not an http(s) URL, or no path (a source that reads).
     """
-    if kind not in _PATHS:
-        raise ConfigError(f"{kind.value} is not a decision endpoint")
+    if not path:
+        raise ConfigError("a run answered by reads has no decision endpoint")
     if not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"--answer-url {base_url!r} is not a URL: pass http(s)://host:port "
-                          f"of a server that answers {_PATHS[kind]}")
+                          f"of a server that answers {path}")
     url = base_url.rstrip("/")
-    path = _PATHS[kind]
     if url.endswith(path):
         return url
     return url + path.removeprefix("/v1") if url.endswith("/v1") else url + path
@@ -93,16 +92,15 @@ class _LoopState:
 
 
 class DecisionEndpoint:
-    """A decision endpoint of one shape, with a request budget. ``counts`` tallies the
+    """A decision endpoint at one route, with a request budget. ``counts`` tallies the
     retryable answers met (``throttled``, ``unavailable``), for logs and benchmarks."""
 
-    def __init__(self, base_url: str, kind: AnswerBy, *, api_key: str | None = None,
+    def __init__(self, base_url: str, path: str, *, api_key: str | None = None,
                  rps: float = 0.0, concurrency: int = 16, timeout_s: float = 120.0,
                  give_up_s: float = 300.0, backoff_s: float = 0.25) -> None:
         if concurrency < 1:
             raise ConfigError("answer_concurrency must be at least 1")
-        self.url = endpoint_url(base_url, kind)
-        self.kind = kind
+        self.url = endpoint_url(base_url, path)
         self.rps = rps
         self.concurrency = concurrency
         self.timeout_s = timeout_s

@@ -72,12 +72,17 @@ def test_serve_runs_a_run_answered_by_another_dreads_serve(
         assert all(c is not None and 0 < c <= 1 for c in sizes)
 
 
-def test_serve_refuses_a_model_for_a_run_answered_by_reads(serve_factory: StartServe) -> None:
+def test_serve_refuses_a_model_for_a_run_answered_by_reads_and_an_unknown_source(
+        serve_factory: StartServe) -> None:
     server = serve_factory("--upstream", "sim")
     response = httpx.post(f"{server.url}/v1/runs", content=lines(), headers=NDJSON, timeout=60,
                           params={"run": "x", "model": "other"})
     assert response.status_code == 400
     assert "decision endpoint" in response.text
+    response = httpx.post(f"{server.url}/v1/runs", content=lines(), headers=NDJSON, timeout=60,
+                          params={"run": "y", "answer_by": "nobody"})
+    assert response.status_code in (400, 422)
+    assert "unknown answer source 'nobody'" in response.text
 
 
 def test_serve_defaults_the_endpoint_to_its_own_upstream(serve_factory: StartServe) -> None:
