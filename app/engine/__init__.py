@@ -11,6 +11,16 @@ from app.engine.estimate import Estimate, Prices, ReadTally, Span, draw_span, es
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
 from app.engine.image_tokens import ImageRule, image_prompt_ids, soft_token_count
+from app.engine.kinds import (
+    Extras,
+    Family,
+    QuestionKind,
+    all_kinds,
+    kind_named,
+    kind_names,
+    kind_of,
+    register_kind,
+)
 from app.engine.noise import derive_seed, seed_canvas
 from app.engine.openai.shapes import ChoiceShape, PredicateShape, QuestionShape, ScoreShape
 from app.engine.policy import stop_reason
@@ -64,7 +74,6 @@ from app.engine.types import (
     Message,
     PolicyName,
     Question,
-    QuestionType,
     ReadMode,
     ReadRequest,
     ReadResult,
@@ -97,6 +106,8 @@ __all__ = [
     "DrawRecord",
     "Endpoint",
     "Estimate",
+    "Extras",
+    "Family",
     "ImageData",
     "ImageRule",
     "ImagesNeedChat",
@@ -109,8 +120,8 @@ __all__ = [
     "PromptParts",
     "PromptTooLong",
     "Question",
+    "QuestionKind",
     "QuestionShape",
-    "QuestionType",
     "QuestionsMemo",
     "ReadMode",
     "ReadRequest",
@@ -131,6 +142,7 @@ __all__ = [
     "TextTokenizer",
     "TokenizerInfo",
     "aggregate",
+    "all_kinds",
     "answer_lines",
     "build_messages",
     "build_probe_request",
@@ -150,12 +162,16 @@ __all__ = [
     "fold_row",
     "image_prompt_ids",
     "is_simulator",
+    "kind_named",
+    "kind_names",
+    "kind_of",
     "line_id",
     "parse_decision",
     "parse_messages",
     "parse_question",
     "parse_response",
     "plan_decision",
+    "register_kind",
     "resolve_unit",
     "seed_canvas",
     "serialize_state",
