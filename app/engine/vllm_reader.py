@@ -43,7 +43,6 @@ from typing import Any
 from app.engine.canvas import canvas_width
 from app.engine.kinds import kind_of
 from app.engine.noise import reader_noise
-from app.engine.values import serialize_state
 from app.engine.types import (
     Decision,
     ImageData,
@@ -55,6 +54,7 @@ from app.engine.types import (
     SlotSpec,
     TextTokenizer,
 )
+from app.engine.values import serialize_state
 from app.errors import TemplateError
 
 __all__ = [

@@ -13,7 +13,6 @@ from app.engine.kinds.base import (
     Criteria,
     Extras,
     Family,
-    JevModel,
     QuestionKind,
     score_labels,
 )
@@ -41,7 +40,6 @@ __all__ = [
     "Criteria",
     "Extras",
     "Family",
-    "JevModel",
     "NoulKind",
     "QuestionKind",
     "ScoreKind",

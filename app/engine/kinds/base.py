@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from app.engine.values import number, serialize_state
 from app.errors import InputError, MalformedResponse
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from app.engine.types import Question
 
 __all__ = [
@@ -32,11 +32,11 @@ __all__ = [
     "Criteria",
     "Extras",
     "Family",
-    "JevModel",
     "QuestionKind",
     "as_text",
     "count_ok",
     "one_hot",
+    "reader_text",
     "score_labels",
 ]
 
@@ -66,12 +66,6 @@ class Extras:
     legend: Mapping[str, str] | None = None
 
 
-class JevModel(BaseModel):
-    """A Jev request part: unknown fields are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
 def score_labels(n: int) -> tuple[str, ...]:
     """Canvas labels of an n-level score: 1..9, letters when there are more than 9 levels."""
     return DIGITS[:n] if n <= len(DIGITS) else LETTERS[:n]
@@ -85,6 +79,11 @@ def as_text(value: Any, what: str) -> str | None:
         raise InputError(f"{what} must be text, a JSON object or array, or null; got "
                          f"{type(value).__name__}")
     return serialize_state(value)
+
+
+def reader_text(value: Any) -> str:
+    """Text as vLLM's reader writes it: a non-string with ``str()``, None as ""."""
+    return "" if value is None else value if isinstance(value, str) else str(value)
 
 
 def count_ok(n: int, noun: str) -> None:
@@ -113,9 +112,6 @@ class QuestionKind:
     reader_limit: ClassVar[int] = MAX_LABELS
     #: what an answer key may give besides the labels (the simulator's message)
     key_takes: ClassVar[str] = "its option names"
-    #: Jev's request model of the question (``type`` a ``Literal`` of ``name``) and answer
-    jev_in: ClassVar[type[BaseModel]]
-    jev_out: ClassVar[type[BaseModel]]
 
     # -- the job file -------------------------------------------------------------------
 
@@ -235,6 +231,13 @@ class QuestionKind:
 
     # -- Jev and vLLM's request rules -------------------------------------------------------
 
+    def jev_models(self) -> tuple[type[BaseModel], type[BaseModel]]:
+        """Jev's request model of the question (its ``type`` a ``Literal`` of ``name``) and
+        its answer's model (pydantic, imported here only: the engine loads it lazily)."""
+        from app.engine.kinds.jev import option_models
+
+        return option_models(self.name)
+
     def jev_spec(self, question: BaseModel) -> dict[str, Any]:
         """A dreads question spec of Jev's question (an instance of ``jev_in``)."""
         spec: dict[str, Any] = {"type": self.name}
@@ -243,8 +246,8 @@ class QuestionKind:
             spec["instructions"] = instructions
         criteria = getattr(question, "criteria", None)
         if criteria is not None:
-            spec["criteria"] = (criteria.model_dump() if isinstance(criteria, BaseModel)
-                                else criteria)
+            dump = getattr(criteria, "model_dump", None)  # a model of named parts
+            spec["criteria"] = dump() if callable(dump) else criteria
         return spec
 
     def jev_refusal(self, name: str, question: BaseModel) -> str | None:

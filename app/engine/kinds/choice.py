@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from app.engine.kinds.base import Family, QuestionKind
 
-from app.engine.kinds.base import Content, Family, JevModel, QuestionKind
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = ["CHOICE", "ChoiceKind"]
-
-
-class ChoiceIn(JevModel):
-    type: Literal["choice"]
-    instructions: Content | None = None
-    criteria: dict[str, Content | None] = Field(
-        description="Option name -> when it applies (null: the name alone).")
-
-
-class ChoiceAnswerOut(BaseModel):
-    type: Literal["choice"] = "choice"
-    choice: str
-    confidence: float = Field(description="1 - H(p)/ln K.")
-    probabilities: dict[str, float]
 
 
 class ChoiceKind(QuestionKind):
@@ -33,8 +20,11 @@ class ChoiceKind(QuestionKind):
     family = Family.NOMINAL
     default_instruction = "Which option applies?"
     reply_line = "Answer with the letter of one option only."
-    jev_in = ChoiceIn
-    jev_out = ChoiceAnswerOut
+
+    def jev_models(self) -> tuple[type[BaseModel], type[BaseModel]]:
+        from app.engine.kinds.jev import ChoiceAnswerOut, ChoiceIn
+
+        return ChoiceIn, ChoiceAnswerOut
 
 
 CHOICE = ChoiceKind()

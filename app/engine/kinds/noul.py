@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
-
-from app.engine.kinds.base import Content, Criteria, Extras, Family, JevModel, QuestionKind, as_text
+from app.engine.kinds.base import (
+    Criteria,
+    Extras,
+    Family,
+    QuestionKind,
+    as_text,
+    reader_text,
+)
 from app.engine.values import number
 from app.errors import InputError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from app.engine.types import Question
 
 __all__ = ["NOUL", "NoulKind"]
@@ -20,22 +27,6 @@ _YES_NO = ("yes", "no")
 #: What an expected value may say for yes, and for no (the one set of yes/no words).
 YES_WORDS = frozenset({"yes", "true", "y", "1"})
 NO_WORDS = frozenset({"no", "false", "n", "0"})
-
-
-class NoulCriteriaIn(JevModel):
-    true: Content | None = Field(None, description="What counts as a yes answer.")
-    false: Content | None = Field(None, description="What counts as a no answer.")
-
-
-class NoulIn(JevModel):
-    type: Literal["noul"]
-    instructions: Content | None = Field(None, description="The yes/no question or statement.")
-    criteria: NoulCriteriaIn | None = None
-
-
-class NoulAnswerOut(BaseModel):
-    type: Literal["noul"] = "noul"
-    noul: float = Field(description="P(yes).")
 
 
 class NoulKind(QuestionKind):
@@ -48,8 +39,6 @@ class NoulKind(QuestionKind):
     reply_line = "Answer with yes or no only."
     reader_limit = 2
     key_takes = "true/false"
-    jev_in = NoulIn
-    jev_out = NoulAnswerOut
 
     def parse_criteria(self, criteria: Any) -> Criteria:
         if criteria is None:
@@ -119,13 +108,13 @@ class NoulKind(QuestionKind):
                                      or not criteria.keys() <= {"true", "false"}):
             raise ValueError("noul criteria must be an object with true and false")
         criteria = criteria or {}
-        return [("yes", _text(criteria.get("true")) or None),
-                ("no", _text(criteria.get("false")) or None)]
+        return [("yes", reader_text(criteria.get("true")) or None),
+                ("no", reader_text(criteria.get("false")) or None)]
 
+    def jev_models(self) -> tuple[type[BaseModel], type[BaseModel]]:
+        from app.engine.kinds.jev import NoulAnswerOut, NoulIn
 
-def _text(value: Any) -> str:
-    """vLLM writes a non-string description with ``str()``."""
-    return "" if value is None else value if isinstance(value, str) else str(value)
+        return NoulIn, NoulAnswerOut
 
 
 NOUL = NoulKind()

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any
 
 from app.engine.kinds.base import (
-    Content,
     Criteria,
     Extras,
     Family,
-    JevModel,
     QuestionKind,
     count_ok,
     one_hot,
@@ -24,27 +20,14 @@ from app.engine.values import number, serialize_state
 from app.errors import InputError, MalformedResponse, TemplateError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from app.engine.types import Question
 
 __all__ = ["MAX_SCORE_LEVELS", "SCORE", "ScoreKind"]
 
 #: vLLM's reader answers a level with one digit, and Jev takes at most ten levels.
 MAX_SCORE_LEVELS = 10
-
-
-class ScoreIn(JevModel):
-    type: Literal["score"]
-    instructions: Content | None = None
-    criteria: list[Content] = Field(
-        min_length=1, description="Ordered level descriptions; a level's position is its score.")
-
-
-class ScoreAnswerOut(BaseModel):
-    type: Literal["score"] = "score"
-    score: float = Field(description="Expected level, 0-indexed: sum of i * p_i.")
-    confidence: float
-    legend: dict[str, str]
-    probabilities: dict[str, float]
 
 
 class ScoreKind(QuestionKind):
@@ -57,8 +40,6 @@ class ScoreKind(QuestionKind):
     reply_line = "Answer with the number of one level only."
     reader_limit = MAX_SCORE_LEVELS
     key_takes = "its levels' text"
-    jev_in = ScoreIn
-    jev_out = ScoreAnswerOut
 
     def parse_criteria(self, criteria: Any) -> Criteria:
         if criteria is None:
@@ -150,6 +131,11 @@ class ScoreKind(QuestionKind):
         if not isinstance(criteria, list) or len(criteria) < 2:
             raise ValueError("score criteria must be an ordered list of levels")
         return [(str(level), None) for level in criteria]
+
+    def jev_models(self) -> tuple[type[BaseModel], type[BaseModel]]:
+        from app.engine.kinds.jev import ScoreAnswerOut, ScoreIn
+
+        return ScoreIn, ScoreAnswerOut
 
 
 SCORE = ScoreKind()

@@ -23,8 +23,8 @@ from app.engine.endpoint import (
 )
 from app.engine.kinds import CHOICE
 from app.engine.openai.answers import openai_questions
-from app.engine.values import serialize_state
 from app.engine.types import Answer, Decision, DrawRecord, Question, Refusal
+from app.engine.values import serialize_state
 from app.errors import MalformedResponse
 
 __all__ = ["decisions_request", "read_decisions", "reader_decision", "reader_options"]

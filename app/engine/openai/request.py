@@ -51,9 +51,9 @@ from app.engine.openai.shapes import (
     ScoreShape,
     same_value,
 )
-from app.engine.values import serialize_state
 from app.engine.questions import build_decision
 from app.engine.types import Decision
+from app.engine.values import serialize_state
 from app.errors import InputError
 
 __all__ = ["MAX_CHOICES", "decision_from_request"]

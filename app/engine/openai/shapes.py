@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.values import number
 from app.engine.kinds import Family, kind_of
 from app.engine.types import Question
+from app.engine.values import number
 from app.errors import InputError, MalformedResponse
 
 __all__ = [
