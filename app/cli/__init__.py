@@ -42,6 +42,10 @@ def keep_gc_off() -> None:
 
 _pause_gc()
 
+from app.plugins import load_plugins  # noqa: E402
+
+load_plugins()  # installed question kinds, before the commands list the kinds they take
+
 from app.cli._app import app  # noqa: E402
 
 __all__ = ["app", "keep_gc_off", "main"]

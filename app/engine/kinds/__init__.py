@@ -20,6 +20,7 @@ from app.engine.kinds.choice import CHOICE, ChoiceKind
 from app.engine.kinds.noul import NOUL, NoulKind
 from app.engine.kinds.registry import (
     all_kinds,
+    either,
     kind_named,
     kind_names,
     kind_of,
@@ -44,6 +45,7 @@ __all__ = [
     "QuestionKind",
     "ScoreKind",
     "all_kinds",
+    "either",
     "kind_named",
     "kind_names",
     "kind_of",

@@ -110,6 +110,8 @@ class QuestionKind:
     reply_line: ClassVar[str]
     #: most options vLLM's reader takes (the simulator refuses more)
     reader_limit: ClassVar[int] = MAX_LABELS
+    #: whether a question names its options (``decide --options``); False: fixed labels
+    takes_options: ClassVar[bool] = True
     #: what an answer key may give besides the labels (the simulator's message)
     key_takes: ClassVar[str] = "its option names"
 
@@ -155,6 +157,11 @@ class QuestionKind:
         if value in question.options:
             return question.labels[question.options.index(value)]
         return value if value in question.labels else None
+
+    def criteria_from_names(self, names: Sequence[str]) -> Any:
+        """The ``criteria`` of a question whose options are only named (``decide
+        --options``); None when the kind takes none."""
+        return {name: None for name in names}
 
     # -- prompts --------------------------------------------------------------------------
 

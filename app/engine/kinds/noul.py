@@ -39,6 +39,7 @@ class NoulKind(QuestionKind):
     reply_line = "Answer with yes or no only."
     reader_limit = 2
     key_takes = "true/false"
+    takes_options = False
 
     def parse_criteria(self, criteria: Any) -> Criteria:
         if criteria is None:
@@ -47,6 +48,9 @@ class NoulKind(QuestionKind):
             raise InputError('noul criteria must be {"true": text, "false": text}')
         return _YES_NO, (as_text(criteria.get("true"), "criteria 'true'"),
                          as_text(criteria.get("false"), "criteria 'false'"))
+
+    def criteria_from_names(self, names: Sequence[str]) -> Any:
+        return None
 
     def labels(self, options: Sequence[str]) -> tuple[str, ...]:
         return tuple(options)

@@ -15,7 +15,7 @@ from app.errors import InputError
 if TYPE_CHECKING:
     from app.engine.types import Question
 
-__all__ = ["all_kinds", "kind_named", "kind_names", "kind_of", "register_kind"]
+__all__ = ["all_kinds", "either", "kind_named", "kind_names", "kind_of", "register_kind"]
 
 #: The stored ``question_type`` column holds at most this many characters.
 MAX_NAME = 16
@@ -62,6 +62,11 @@ def kind_of(question: Question) -> QuestionKind:
 def kind_names() -> tuple[str, ...]:
     """Every registered kind's name, dreads' own first."""
     return tuple(_KINDS)
+
+
+def either(names: tuple[str, ...]) -> str:
+    """Names as a message lists them: "noul, choice or score"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def all_kinds() -> tuple[QuestionKind, ...]:

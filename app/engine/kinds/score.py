@@ -53,6 +53,9 @@ class ScoreKind(QuestionKind):
             raise InputError("score levels must be distinct")
         return levels, levels
 
+    def criteria_from_names(self, names: Sequence[str]) -> Any:
+        return list(names)
+
     def labels(self, options: Sequence[str]) -> tuple[str, ...]:
         return score_labels(len(options))
 
