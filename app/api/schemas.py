@@ -13,7 +13,7 @@ refuses) and dreads' ``dreads`` extension.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -51,7 +51,13 @@ def _by_type(models: tuple[type[BaseModel], ...]) -> Any:
 
 #: A question of any kind registered when this module is first imported (``app.plugins``
 #: registers the installed ones first), or Jev's box, which is refused.
-QuestionIn = _by_type((*(kind.jev_models()[0] for kind in all_kinds()), BoxIn))
+if TYPE_CHECKING:
+    QuestionIn: TypeAlias = Any
+    AnswerOut: TypeAlias = Any
+else:
+    QuestionIn = _by_type((*(kind.jev_models()[0] for kind in all_kinds()), BoxIn))
+    #: Jev's answer of any registered kind.
+    AnswerOut = _by_type(tuple(kind.jev_models()[1] for kind in all_kinds()))
 
 
 class RecordIn(_In):
@@ -110,10 +116,6 @@ class SystemOneIn(_In):
                           "dreads.id is given).")
     dreads: RecordIn | None = Field(
         None, description="dreads extension: record the answers into a run.")
-
-
-#: Jev's answer of any registered kind.
-AnswerOut = _by_type(tuple(kind.jev_models()[1] for kind in all_kinds()))
 
 
 class UsageOut(BaseModel):

@@ -76,7 +76,8 @@ def option_models(name: str) -> tuple[type[BaseModel], type[BaseModel]]:
         instructions=(Content | None, None),
         criteria=(dict[str, Content | None] | list[str], Field(
             description="Option name -> when it applies (null: the name alone).")))
-    answer = create_model(
-        f"{title}AnswerOut", type=(Literal[name], name), **{name: (str, ...)},
-        confidence=(float, ...), probabilities=(dict[str, float], ...))
+    fields: dict[str, Any] = {"type": (Literal[name], name), name: (str, ...),
+                              "confidence": (float, ...),
+                              "probabilities": (dict[str, float], ...)}
+    answer = create_model(f"{title}AnswerOut", **fields)
     return asked, answer
