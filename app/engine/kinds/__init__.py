@@ -25,6 +25,7 @@ from app.engine.kinds.registry import (
     kind_names,
     kind_of,
     register_kind,
+    unregister_kind,
 )
 from app.engine.kinds.score import MAX_SCORE_LEVELS, SCORE, ScoreKind
 
@@ -51,4 +52,5 @@ __all__ = [
     "kind_of",
     "register_kind",
     "score_labels",
+    "unregister_kind",
 ]

@@ -15,11 +15,13 @@ from app.errors import InputError
 if TYPE_CHECKING:
     from app.engine.types import Question
 
-__all__ = ["all_kinds", "either", "kind_named", "kind_names", "kind_of", "register_kind"]
+__all__ = ["all_kinds", "either", "kind_named", "kind_names", "kind_of", "register_kind",
+           "unregister_kind"]
 
 #: The stored ``question_type`` column holds at most this many characters.
 MAX_NAME = 16
-_KINDS: dict[str, QuestionKind] = {k.name: k for k in (NOUL, CHOICE, SCORE)}
+_OWN = (NOUL, CHOICE, SCORE)
+_KINDS: dict[str, QuestionKind] = {k.name: k for k in _OWN}
 
 
 def register_kind(kind: QuestionKind) -> QuestionKind:
@@ -39,6 +41,17 @@ def register_kind(kind: QuestionKind) -> QuestionKind:
                          "kind's must differ (the simulator tells kinds apart by it)")
     _KINDS[name] = kind
     return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Remove a registered kind (a test's); dreads' own stay.
+
+    Raises:
+        ValueError: ``name`` is one of dreads' own kinds.
+    """
+    if name in {k.name for k in _OWN}:
+        raise ValueError(f"question kind {name!r} is dreads' own and stays registered")
+    _KINDS.pop(name, None)
 
 
 def kind_named(name: object) -> QuestionKind:
