@@ -36,14 +36,13 @@ from app.engine.fields import (
     QUESTION_FIELDS,
     check_fields,
 )
-from app.engine.kinds import LETTERS, QuestionKind, kind_named, kind_of, score_labels
+from app.engine.kinds import QuestionKind, kind_named, kind_of
 from app.engine.kinds.base import as_text
 from app.engine.openai.shapes import QuestionShape, shape_from_json
 from app.engine.types import Decision, Question
 from app.errors import BadLine, InputError
 
 __all__ = [
-    "LETTERS",
     "QuestionsMemo",
     "SpecsMemo",
     "answer_label",
@@ -55,7 +54,6 @@ __all__ = [
     "parse_images",
     "parse_question",
     "questions_spec",
-    "score_labels",
 ]
 
 
