@@ -51,8 +51,7 @@ from app.engine import (
     parse_response,
     plan_decision,
 )
-from app.engine.kinds import CHOICE, LETTERS, kind_named, kind_names, kind_of
-from app.engine.kinds.base import reader_text
+from app.engine.kinds import CHOICE, LETTERS, kind_named, kind_names, kind_of, reader_text
 from app.engine.openai.client import reader_options
 from app.engine.openai.model import (
     MAX_LEVELS,

@@ -14,6 +14,7 @@ from app.engine.kinds.base import (
     Extras,
     Family,
     QuestionKind,
+    reader_text,
     score_labels,
 )
 from app.engine.kinds.choice import CHOICE, ChoiceKind
@@ -50,6 +51,7 @@ __all__ = [
     "kind_named",
     "kind_names",
     "kind_of",
+    "reader_text",
     "register_kind",
     "score_labels",
     "unregister_kind",
