@@ -45,7 +45,7 @@ from celery import Celery, signals
 from app.broker.config import MAX_TASKS_PER_CHILD, SOFT_SHUTDOWN_S, celery_config, time_limits
 from app.broker.names import ANSWERS_QUEUE, QUEUE
 from app.config import Settings, get_settings
-from app.plugins import load_plugins
+from app.connect.plugins import load_plugins
 from app.store.types import Engine, SessionFactory
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.plugins import load_plugins
+from app.connect.plugins import load_plugins
 
 load_plugins()  # installed question kinds, before the request models list them
 

@@ -49,7 +49,7 @@ def _by_type(models: tuple[type[BaseModel], ...]) -> Any:
     return Annotated[Union[models], Field(discriminator="type")]  # noqa: UP007
 
 
-#: A question of any kind registered when this module is first imported (``app.plugins``
+#: A question of any kind registered when this module is first imported (``app.connect.plugins``
 #: registers the installed ones first), or Jev's box, which is refused.
 if TYPE_CHECKING:
     QuestionIn: TypeAlias = Any

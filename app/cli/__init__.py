@@ -42,7 +42,7 @@ def keep_gc_off() -> None:
 
 _pause_gc()
 
-from app.plugins import load_plugins  # noqa: E402
+from app.connect.plugins import load_plugins  # noqa: E402
 
 load_plugins()  # installed question kinds, before the commands list the kinds they take
 

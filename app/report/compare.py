@@ -18,8 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.engine import all_kinds
-from app.report.families import view_of
-from app.report.figures import Params, by_cell, figure_block, typed_rows
+from app.report.figures import Params, by_cell, figure_block, figures_of, typed_rows
 from app.report.load import QuestionRow
 from app.report.review import state_words
 
@@ -61,7 +60,7 @@ def compare_rows(
         "disagreement": disagreement(a, b),
     }
     for kind in all_kinds():
-        name, fn = kind.name, view_of(kind).figures
+        name, fn = kind.name, figures_of(kind)
         ta, tb = typed_rows(a, name), typed_rows(b, name)
         cells_a, cells_b = by_cell(ta), by_cell(tb)
         out[name] = {

@@ -54,14 +54,14 @@ from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
 from app.report.diagnostics import diagnostics
-from app.report.families import view_of
+from app.report.families import binary_kinds, view_of
 from app.report.figures import (
     Params,
-    binary_kinds,
     binary_rows,
     calibration_figures,
     confusion_table,
     figure_block,
+    figures_of,
     is_binary,
     is_positive,
     section,
@@ -137,9 +137,9 @@ def _run_info(data: RunRows) -> dict[str, Any]:
 def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in all_kinds():
-        view, typed = view_of(kind), typed_rows(rows, kind.name)
-        out[kind.name] = section(typed, view.figures, p)
-        if view.confusion:
+        typed = typed_rows(rows, kind.name)
+        out[kind.name] = section(typed, figures_of(kind), p)
+        if view_of(kind).confusion:
             out[kind.name]["confusion"] = confusion_table(typed)
     out["calibration"] = calibration_figures(binary_rows(rows), p)
     return out
@@ -264,7 +264,7 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
     data = load_run_rows(session, run)
     p = Params()
-    overall = {k.name: figure_block(typed_rows(data.rows, k.name), view_of(k).figures,
+    overall = {k.name: figure_block(typed_rows(data.rows, k.name), figures_of(k),
                                     p)["figures"] for k in all_kinds()}
     diag = diagnostics(data.rows, data.cells)
     fitted = cross_fitted_rows(data.rows)

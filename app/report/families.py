@@ -1,22 +1,16 @@
-"""What a report shows of each family of question kinds (``app.engine.Family``): its figures,
-its table columns, the figures compared between runs and the headline's. The report loops over
-the registered kinds and shows each by its family; no module of the report names a kind.
+"""What a report shows of each family of question kinds (``app.engine.Family``): its table
+columns, the figures compared between runs and the headline's (its figures are
+``figures.figures_of``'s). The report loops over the registered kinds and shows each by its
+family; no module of the report names a kind. Light: the CLI's renderers import it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine import Family, QuestionKind
-from app.report.figures import (
-    Params,
-    binary_kinds,
-    choice_figures,
-    noul_figures,
-    score_figures,
-)
+from app.engine import Family, QuestionKind, all_kinds
 from app.report.labels import (
     CHOICE_COLUMNS,
     NOUL_COLUMNS,
@@ -24,18 +18,14 @@ from app.report.labels import (
     NOUL_THRESHOLD_COLUMNS,
     SCORE_COLUMNS,
 )
-from app.report.load import QuestionRow
 
-__all__ = ["FAMILIES", "FamilyView", "has_binary", "view_of"]
-
-Figures = dict[str, Any]
+__all__ = ["FAMILIES", "FamilyView", "binary_kinds", "has_binary", "view_of"]
 
 
 @dataclass(frozen=True)
 class FamilyView:
     """How a family's questions are reported."""
 
-    figures: Callable[[Sequence[QuestionRow], Params], Figures]
     columns: Mapping[str, str]  #: every column of its figures (overall tables, comparisons)
     #: its per-cell tables: (title suffix, columns), one table each
     parts: tuple[tuple[str, Mapping[str, str]], ...]
@@ -50,12 +40,12 @@ _BINARY_HEADLINE = ("n", "positives", "negatives", "auc", "recall", "recall_hits
 
 FAMILIES: Mapping[Family, FamilyView] = {
     Family.BINARY: FamilyView(
-        noul_figures, NOUL_COLUMNS,
+        NOUL_COLUMNS,
         ((": ranking", NOUL_RANK_COLUMNS), (": thresholds", NOUL_THRESHOLD_COLUMNS)),
         ("auc", "recall", "fp_count", "ece"), _BINARY_HEADLINE),
-    Family.NOMINAL: FamilyView(choice_figures, CHOICE_COLUMNS, (("", CHOICE_COLUMNS),),
+    Family.NOMINAL: FamilyView(CHOICE_COLUMNS, (("", CHOICE_COLUMNS),),
                                ("accuracy", "log_loss"), ("n", "accuracy"), confusion=True),
-    Family.ORDINAL: FamilyView(score_figures, SCORE_COLUMNS, (("", SCORE_COLUMNS),),
+    Family.ORDINAL: FamilyView(SCORE_COLUMNS, (("", SCORE_COLUMNS),),
                                ("mae_level", "accuracy"), ("n", "accuracy", "mae_level")),
 }
 
@@ -63,6 +53,11 @@ FAMILIES: Mapping[Family, FamilyView] = {
 def view_of(kind: QuestionKind) -> FamilyView:
     """How questions of ``kind`` are reported."""
     return FAMILIES[kind.family]
+
+
+def binary_kinds() -> tuple[QuestionKind, ...]:
+    """The kinds whose answer is P(positive) (yes/no): AUC, recall, calibration."""
+    return tuple(k for k in all_kinds() if k.family is Family.BINARY)
 
 
 def has_binary(doc: Mapping[str, Any]) -> bool:

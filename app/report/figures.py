@@ -15,14 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from app.engine import Family, QuestionKind, all_kinds, kind_named
+from app.engine import Family, QuestionKind, kind_named
 from app.errors import InputError
 from app.report import scores as m
 from app.report.load import QuestionRow
 
 __all__ = [
     "Params",
-    "binary_kinds",
     "binary_rows",
     "by_cell",
     "calibration_figures",
@@ -30,6 +29,7 @@ __all__ = [
     "confusion_table",
     "count_values",
     "figure_block",
+    "figures_of",
     "is_binary",
     "is_positive",
     "noul_arrays",
@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 Figures = dict[str, Any]
+FigureFn = Callable[[Sequence["QuestionRow"], "Params"], Figures]
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,6 @@ class Params:
 def typed_rows(rows: Iterable[QuestionRow], qtype: str) -> list[QuestionRow]:
     """Rows of one question type that carry an expected label."""
     return [r for r in rows if r.question_type == qtype and r.expected is not None]
-
-
-def binary_kinds() -> tuple[QuestionKind, ...]:
-    """The kinds whose answer is P(positive) (yes/no): AUC, recall, calibration."""
-    return tuple(k for k in all_kinds() if k.family is Family.BINARY)
 
 
 def is_binary(qtype: str) -> bool:
@@ -140,6 +136,17 @@ def score_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
         "mae_level": m.mae(levels, [level for _, level in leveled]),
         "accuracy": m.accuracy([str(r.expected) for r in done], [str(r.label) for r in done]),
     }
+
+
+#: The figures of each family's questions.
+_FIGURES: Mapping[Family, FigureFn] = {
+    Family.BINARY: noul_figures, Family.NOMINAL: choice_figures, Family.ORDINAL: score_figures,
+}
+
+
+def figures_of(kind: QuestionKind) -> FigureFn:
+    """The figure function of ``kind``'s questions (by its family)."""
+    return _FIGURES[kind.family]
 
 
 def confusion_table(rows: Sequence[QuestionRow]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The question kinds by name: dreads' three, and any registered since (``register_kind``;
-``app.plugins`` registers those installed under the ``dreads.question_kinds`` entry point).
+``app.connect.plugins`` registers those installed under the ``dreads.question_kinds`` entry point).
 No module outside ``app.engine.kinds`` compares kind names: each asks the registry."""
 
 from __future__ import annotations
