@@ -28,12 +28,16 @@ def register_kind(kind: QuestionKind) -> QuestionKind:
     """Add ``kind`` to the registry (again: replaces the kind of that name) and return it.
 
     Raises:
-        ValueError: its name is empty, too long to store, or its reply line is another kind's.
+        ValueError: its name is empty or too long to store, it has no title or reply line,
+            or its reply line is another kind's.
     """
     name = getattr(kind, "name", "")
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise ValueError(f"a question kind needs a name of 1 to {MAX_NAME} characters, got "
                          f"{name!r}")
+    missing = [a for a in ("title", "reply_line") if not isinstance(getattr(kind, a, None), str)]
+    if missing:
+        raise ValueError(f"question kind {name!r} needs {' and '.join(missing)} (text)")
     clash = [k.name for k in _KINDS.values() if k.name != name and k.reply_line ==
              kind.reply_line]
     if clash:
