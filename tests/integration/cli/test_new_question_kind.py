@@ -89,7 +89,5 @@ def test_a_kind_installed_as_a_plugin_runs_end_to_end(tmp_path: Path) -> None:
     ran = dreads_process("run", str(job), "--upstream", "sim", "--db", "ab.db", cwd=tmp_path,
                          env=env, timeout=300)
     assert ran.code == 0, ran.stderr
-    report = dreads_process("report", "ab", "--json", "--database-url", "ab.db",
-                            cwd=tmp_path, env=env)
-    assert report.code == 0, report.stderr
-    assert json.loads(report.stdout)["headline"]["ab"] == {"n": N, "accuracy": 1.0}
+    said = " ".join(ran.stdout.split())
+    assert f"a/b accuracy 1 of {N}" in said, said  # answered, and reported, as its kind
