@@ -45,6 +45,7 @@ from celery import Celery, signals
 from app.broker.config import MAX_TASKS_PER_CHILD, SOFT_SHUTDOWN_S, celery_config, time_limits
 from app.broker.names import ANSWERS_QUEUE, QUEUE
 from app.config import Settings, get_settings
+from app.connect.plugins import load_plugins
 from app.store.types import Engine, SessionFactory
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def get_app() -> Celery:
     at this entry point), never at import."""
     global _app
     if _app is None:
+        load_plugins()  # installed kinds and sources, inherited by the pool's children
         _app = make_celery()
     return _app
 

@@ -14,15 +14,23 @@ import base64
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.api.schemas import AssetIn, BoxIn, ChoiceIn, NoulIn, QuestionIn, ScoreIn, SystemOneIn
-from app.engine import Answer, Decision, DrawRecord, QuestionType, parse_decision
+from app.api.schemas import AssetIn, BoxIn, QuestionIn, SystemOneIn
+from app.engine import (
+    Answer,
+    Decision,
+    DrawRecord,
+    Question,
+    either,
+    kind_named,
+    kind_names,
+    kind_of,
+    parse_decision,
+)
 from app.errors import InputError
 
 __all__ = [
     "ALIASES",
-    "MAX_CHOICES",
     "MAX_QUESTIONS",
-    "MAX_SCORE_LEVELS",
     "Unaskable",
     "answers_of",
     "asset_urls",
@@ -35,8 +43,6 @@ __all__ = [
 
 #: Model names Jev clients send that mean "the served model".
 ALIASES = ("jev-latest", "jev-preview")
-MAX_SCORE_LEVELS = 10  #: Jev's limit
-MAX_CHOICES = 26  #: dreads' canvas labels A..Z
 MAX_QUESTIONS = 256  #: per request: more is a run (POST /v1/runs)
 #: The media types of Jev's asset formats (the bytes are checked for what they are).
 _FORMATS = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg"}
@@ -51,20 +57,12 @@ def question_spec(name: str, question: QuestionIn) -> dict[str, Any]:
     """The dreads question spec of a Jev question, or ``Unaskable``."""
     if isinstance(question, BoxIn):
         raise Unaskable(f"Question {name!r} is a box question: boxes need an image and a vision "
-                        "model, and this server reads text. Ask noul, choice or score.")
-    spec: dict[str, Any] = {"type": question.type}
-    if question.instructions is not None:
-        spec["instructions"] = question.instructions
-    if isinstance(question, ScoreIn) and len(question.criteria) > MAX_SCORE_LEVELS:
-        raise Unaskable(f"Too many score levels. Must have at most {MAX_SCORE_LEVELS} levels.")
-    if isinstance(question, ChoiceIn) and len(question.criteria) > MAX_CHOICES:
-        raise Unaskable(f"Too many choices. Must have at most {MAX_CHOICES} choices (question "
-                        f"{name!r} has {len(question.criteria)}).")
-    if isinstance(question, (ChoiceIn, ScoreIn)):
-        spec["criteria"] = question.criteria
-    elif isinstance(question, NoulIn) and question.criteria is not None:
-        spec["criteria"] = question.criteria.model_dump()
-    return spec
+                        f"model, and this server reads text. Ask {either(kind_names())}.")
+    kind = kind_named(question.type)
+    refusal = kind.jev_refusal(name, question)
+    if refusal is not None:
+        raise Unaskable(refusal)
+    return kind.jev_spec(question)
 
 
 def asset_urls(assets: Mapping[str, AssetIn], parts: Mapping[str, tuple[str | None, bytes]]
@@ -166,22 +164,11 @@ def to_decision(request_id: str, body: SystemOneIn, *,
         raise Unaskable(exc.message.removeprefix(f"decision {key!r}: ")) from exc
 
 
-def _by_option(answer: Answer, options: tuple[str, ...], labels: tuple[str, ...]
-               ) -> dict[str, float]:
-    return {option: answer.probs[label] for option, label in zip(options, labels, strict=True)}
-
-
-def jev_answer(answer: Answer, labels: tuple[str, ...], options: tuple[str, ...]
-               ) -> dict[str, Any]:
-    """Jev's answer shape: noul P(yes); choice by option name; score 0-indexed."""
-    if answer.question_type is QuestionType.NOUL:
-        return {"type": "noul", "noul": answer.p_yes}
-    if answer.question_type is QuestionType.CHOICE:
-        return {"type": "choice", "choice": answer.option, "confidence": answer.confidence,
-                "probabilities": _by_option(answer, options, labels)}
-    return {"type": "score", "score": answer.expected_level, "confidence": answer.confidence,
-            "legend": dict(answer.legend or {}),
-            "probabilities": {str(i): answer.probs[label] for i, label in enumerate(labels)}}
+def jev_answer(question: Question, answer: Answer) -> dict[str, Any]:
+    """Jev's answer shape, as the question's kind writes it (noul P(yes); choice by option
+    name; score 0-indexed)."""
+    probs = [answer.probs[label] for label in question.labels]
+    return kind_of(question).jev_answer(question, probs, answer.confidence)
 
 
 def diagnostics(answer: Answer) -> dict[str, Any]:
@@ -207,4 +194,4 @@ def input_tokens(draws: Iterable[DrawRecord]) -> int:
 def answers_of(decision: Decision, answers: Iterable[Answer]) -> dict[str, dict[str, Any]]:
     """Jev answers keyed by question name, in the request's order."""
     by_id: Mapping[str, Answer] = {a.question_id: a for a in answers}
-    return {q.id: jev_answer(by_id[q.id], q.labels, q.options) for q in decision.questions}
+    return {q.id: jev_answer(q, by_id[q.id]) for q in decision.questions}

@@ -13,57 +13,30 @@ refuses) and dreads' ``dreads`` extension.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from app.engine import all_kinds
+from app.engine.kinds import Content
+
 __all__ = [
     "AssetIn",
-    "ChoiceAnswerOut",
     "ModelOut",
     "ModelsOut",
-    "NoulAnswerOut",
     "OpenAIModelOut",
     "QuestionDiagnostics",
     "QuestionIn",
     "RecordIn",
-    "ScoreAnswerOut",
     "SystemOneIn",
     "SystemOneOut",
     "UsageOut",
 ]
 
-#: Jev content: text, or any JSON object or array (written into the prompt as JSON).
-Content = str | dict[str, Any] | list[Any]
 
 
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class NoulCriteriaIn(_In):
-    true: Content | None = Field(None, description="What counts as a yes answer.")
-    false: Content | None = Field(None, description="What counts as a no answer.")
-
-
-class NoulIn(_In):
-    type: Literal["noul"]
-    instructions: Content | None = Field(None, description="The yes/no question or statement.")
-    criteria: NoulCriteriaIn | None = None
-
-
-class ChoiceIn(_In):
-    type: Literal["choice"]
-    instructions: Content | None = None
-    criteria: dict[str, Content | None] = Field(
-        description="Option name -> when it applies (null: the name alone).")
-
-
-class ScoreIn(_In):
-    type: Literal["score"]
-    instructions: Content | None = None
-    criteria: list[Content] = Field(
-        min_length=1, description="Ordered level descriptions; a level's position is its score.")
 
 
 class BoxIn(_In):
@@ -71,7 +44,20 @@ class BoxIn(_In):
     instructions: Content | None = None
 
 
-QuestionIn = Annotated[NoulIn | ChoiceIn | ScoreIn | BoxIn, Field(discriminator="type")]
+def _by_type(models: tuple[type[BaseModel], ...]) -> Any:
+    """One of ``models``, told apart by their ``type``."""
+    return Annotated[Union[models], Field(discriminator="type")]  # noqa: UP007
+
+
+#: A question of any kind registered when this module is first imported (``app.connect.plugins``
+#: registers the installed ones first), or Jev's box, which is refused.
+if TYPE_CHECKING:
+    QuestionIn: TypeAlias = Any
+    AnswerOut: TypeAlias = Any
+else:
+    QuestionIn = _by_type((*(kind.jev_models()[0] for kind in all_kinds()), BoxIn))
+    #: Jev's answer of any registered kind.
+    AnswerOut = _by_type(tuple(kind.jev_models()[1] for kind in all_kinds()))
 
 
 class RecordIn(_In):
@@ -130,30 +116,6 @@ class SystemOneIn(_In):
                           "dreads.id is given).")
     dreads: RecordIn | None = Field(
         None, description="dreads extension: record the answers into a run.")
-
-
-class NoulAnswerOut(BaseModel):
-    type: Literal["noul"] = "noul"
-    noul: float = Field(description="P(yes).")
-
-
-class ChoiceAnswerOut(BaseModel):
-    type: Literal["choice"] = "choice"
-    choice: str
-    confidence: float = Field(description="1 - H(p)/ln K.")
-    probabilities: dict[str, float]
-
-
-class ScoreAnswerOut(BaseModel):
-    type: Literal["score"] = "score"
-    score: float = Field(description="Expected level, 0-indexed: sum of i * p_i.")
-    confidence: float
-    legend: dict[str, str]
-    probabilities: dict[str, float]
-
-
-AnswerOut = Annotated[NoulAnswerOut | ChoiceAnswerOut | ScoreAnswerOut,
-                      Field(discriminator="type")]
 
 
 class UsageOut(BaseModel):

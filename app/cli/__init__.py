@@ -42,6 +42,15 @@ def keep_gc_off() -> None:
 
 _pause_gc()
 
+from app.connect.plugins import load_plugins  # noqa: E402
+from app.errors import ConfigError  # noqa: E402
+
+try:  # installed question kinds and sources, before the commands list what they take
+    load_plugins()
+except ConfigError as _broken:  # one broken plugin does not stop every command
+    print(f"warning: {_broken.message}; its kinds and sources are not available",
+          file=sys.stderr)
+
 from app.cli._app import app  # noqa: E402
 from app.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DreadsError  # noqa: E402
 

@@ -152,7 +152,7 @@ def calibrate(
 ) -> None:
     """Fit a monotone calibration map of P(yes) from a run's labelled yes/no answers."""
     from app.report.calibration import fit_calibration
-    from app.report.figures import noul_arrays, typed_rows
+    from app.report.figures import binary_rows, noul_arrays
     from app.report.load import load_run_rows, resolve_run
     from app.report.scores import ece
     from app.runs.sources import check_not_run_file
@@ -164,7 +164,7 @@ def calibrate(
         with session_scope(factory) as session:
             check_not_run_file(session, output, option="-o", instead="calib.json")
             data = load_run_rows(session, resolve_run(session, run))
-        rows = [r for r in typed_rows(data.rows, "noul") if r.answered and r.p_yes is not None]
+        rows = [r for r in binary_rows(data.rows) if r.answered and r.p_yes is not None]
         y, s, _ = noul_arrays(rows)
         calib = fit_calibration(y, s, [r.question_id for r in rows], method=method,
                                 per_question=per_question, source={"run": data.run.name})

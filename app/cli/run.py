@@ -49,6 +49,7 @@ from app.cli.options import (
     err_console,
     with_read_options,
 )
+from app.engine import kind_names
 from app.errors import EXIT_INTERRUPTED, InputError, RunPaused, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -65,9 +66,6 @@ if TYPE_CHECKING:
     from app.store.types import Session, SessionFactory
 
 __all__ = ["embedded_config", "embedded_store", "resume_embedded", "run"]
-
-_TYPES = ("noul", "choice", "score")
-
 
 @dataclass(frozen=True)
 class _Job:
@@ -521,7 +519,7 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
     console.print(f"reads: {status.spend.total.reads:,} (requests to the model server); "
                   f"draws: {draws['draw_rows']:,} (a question read once), "
                   f"{draws['mean_draws_per_answer']:.2f} per answer on average", highlight=False)
-    if headline and any((headline.get(t) or {}).get("n") for t in _TYPES):
+    if headline and any((headline.get(t) or {}).get("n") for t in kind_names()):
         console.print(_headline_table(headline))
     else:
         console.print("no expected labels in this run: no evaluation figures")

@@ -50,8 +50,12 @@ from app.engine import (
     ReadSettings,
     ServerFingerprint,
     TextTokenizer,
+    all_kinds,
     build_probe_request,
+    either,
     is_simulator,
+    kind_named,
+    kind_names,
     parse_decision,
 )
 from app.errors import (
@@ -293,12 +297,14 @@ async def _run_decide(items: list[Decision | DecideOutcome], settings: ReadSetti
 def _single(state: str, question: str, qtype: str, options: list[str]) -> Decision:
     names = [o.strip() for opt in options for o in opt.split(",") if o.strip()]
     spec: dict[str, Any] = {"type": qtype, "instructions": question}
-    if qtype == "choice":
-        spec["criteria"] = {name: None for name in names}
-    elif qtype == "score":
-        spec["criteria"] = names
-    elif names:
-        raise InputError("--options is for --type choice or score; noul labels are yes/no")
+    kind = kind_named(qtype)
+    if names and not kind.takes_options:
+        named = either(tuple(k.name for k in all_kinds() if k.takes_options))
+        raise InputError(f"--options is for --type {named}; {qtype} labels are "
+                         f"{'/'.join(kind.parse_criteria(None)[0])}")
+    criteria = kind.criteria_from_names(names)
+    if criteria is not None:
+        spec["criteria"] = criteria
     return parse_decision({"id": "cli", "state": state, "questions": {"q": spec}})
 
 
@@ -385,7 +391,8 @@ def decide(
     state: Annotated[str | None, typer.Option(help="The state (document) of one decision.")]
     = None,
     question: Annotated[str | None, typer.Option(help="The question's instructions.")] = None,
-    qtype: Annotated[str, typer.Option("--type", help="noul | choice | score.")] = "noul",
+    qtype: Annotated[str, typer.Option("--type", help=" | ".join(kind_names()) + ".")]
+    = kind_names()[0],
     options: Annotated[list[str] | None, typer.Option(
         "--options", help="Choice options / score levels (repeat, or comma-separated).")]
     = None,
@@ -413,8 +420,9 @@ def decide(
     """
     import asyncio
 
-    if qtype not in ("noul", "choice", "score"):
-        err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
+    if qtype not in kind_names():
+        err_console.print(f"[red]error:[/red] --type must be {either(kind_names())}, not "
+                          f"{qtype!r}")
         raise typer.Exit(2)
     overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
                                draws=draws, threshold=threshold, max_draws=max_draws, mode=mode,

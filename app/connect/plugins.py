@@ -1,44 +1,53 @@
-"""Plugins: answer sources installed as packages, found through their entry points.
+"""Plugins: question kinds and answer sources installed as packages, found through their
+entry points, with no edit to dreads::
 
-A package adds an answer source (``app.engine.sources``) by naming its ``SourceSpec`` in its
-metadata, with no edit to dreads::
+    [project.entry-points."dreads.question_kinds"]
+    ab = "my_package.kinds:AbKind"          # a QuestionKind subclass or instance
 
     [project.entry-points."dreads.answer_sources"]
-    my-endpoint = "my_package.source:SPEC"
+    my-endpoint = "my_package.source:SPEC"  # a SourceSpec
 
-A process loads them the first time it meets a source name it does not know (``find_source``:
-``--answer-by``, the API's ``answer_by``, a worker given a run's chunk), so a command that
-never does pays nothing for the lookup.
+Each process registers them once (``load_plugins``): the CLI at start (so ``run``, ``sim``,
+``serve``, ``worker`` and ``decide --type`` know them), ``app.api`` on import (before its
+request models list the kinds), the Celery app when it is built; ``find_source`` loads them
+when a process meets a source name it does not know.
 """
 
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
-from app.engine import SourceSpec, register_source, source_names, source_spec
+from app.engine import (
+    QuestionKind,
+    SourceSpec,
+    register_kind,
+    register_source,
+    source_names,
+    source_spec,
+)
 from app.errors import ConfigError
 
-__all__ = ["ANSWER_SOURCES", "find_source", "load_plugins"]
+__all__ = ["ANSWER_SOURCES", "KINDS_GROUP", "find_source", "load_plugins"]
 
+#: The entry-point group of question kinds; each names a ``QuestionKind`` class or instance.
+KINDS_GROUP = "dreads.question_kinds"
 #: The entry-point group of answer sources; each entry point names a ``SourceSpec``.
 ANSWER_SOURCES = "dreads.answer_sources"
 
 
 @functools.cache
 def load_plugins() -> tuple[str, ...]:
-    """Register every installed answer source (once per process); their names.
+    """Register every installed question kind and answer source (once per process); their
+    names.
 
     Raises:
-        ConfigError: an entry point cannot be loaded or names no ``SourceSpec``.
+        ConfigError: an entry point cannot be loaded or names neither a question kind nor a
+            ``SourceSpec`` (the message names it).
     """
-    names = []
+    names = [register_kind(_kind(point)).name for point in entry_points(group=KINDS_GROUP)]
     for point in entry_points(group=ANSWER_SOURCES):
-        try:
-            spec = point.load()
-        except Exception as exc:  # a broken plugin: say which, whatever it raised
-            raise ConfigError(f"the answer source plugin {point.name!r} ({point.value}) "
-                              f"cannot be loaded: {exc!r}") from exc
+        spec = _loaded(point, "answer source")
         if not isinstance(spec, SourceSpec):
             raise ConfigError(f"the answer source plugin {point.name!r} ({point.value}) "
                               f"names a {type(spec).__name__}, not a SourceSpec")
@@ -57,3 +66,20 @@ def find_source(name: str) -> SourceSpec:
     if str(name) not in source_names():
         load_plugins()
     return source_spec(name)
+
+
+def _kind(point: EntryPoint) -> QuestionKind:
+    found = _loaded(point, "question kind")
+    kind = found() if isinstance(found, type) else found
+    if not isinstance(kind, QuestionKind):
+        raise ConfigError(f"the question kind plugin {point.name!r} ({point.value}) names "
+                          f"{found!r}, not a QuestionKind")
+    return kind
+
+
+def _loaded(point: EntryPoint, what: str) -> object:
+    try:
+        return point.load()
+    except Exception as exc:  # a broken plugin: say which, whatever it raised
+        raise ConfigError(f"the {what} plugin {point.name!r} ({point.value}) cannot be "
+                          f"loaded: {exc!r}") from exc

@@ -11,6 +11,17 @@ from app.engine.estimate import Estimate, Prices, ReadTally, Span, draw_span, es
 from app.engine.flow import DecisionFlow, build_probe_request
 from app.engine.fold import fold_row
 from app.engine.image_tokens import ImageRule, image_prompt_ids, soft_token_count
+from app.engine.kinds import (
+    Extras,
+    Family,
+    QuestionKind,
+    all_kinds,
+    either,
+    kind_named,
+    kind_names,
+    kind_of,
+    register_kind,
+)
 from app.engine.noise import derive_seed, seed_canvas
 from app.engine.openai.shapes import ChoiceShape, PredicateShape, QuestionShape, ScoreShape
 from app.engine.policy import stop_reason
@@ -75,7 +86,6 @@ from app.engine.types import (
     Message,
     PolicyName,
     Question,
-    QuestionType,
     ReadMode,
     ReadRequest,
     ReadResult,
@@ -111,6 +121,8 @@ __all__ = [
     "DrawRecord",
     "Endpoint",
     "Estimate",
+    "Extras",
+    "Family",
     "ImageData",
     "ImageRule",
     "ImagesNeedChat",
@@ -123,8 +135,8 @@ __all__ = [
     "PromptParts",
     "PromptTooLong",
     "Question",
+    "QuestionKind",
     "QuestionShape",
-    "QuestionType",
     "QuestionsMemo",
     "ReadMode",
     "ReadRequest",
@@ -146,6 +158,7 @@ __all__ = [
     "TextTokenizer",
     "TokenizerInfo",
     "aggregate",
+    "all_kinds",
     "answer_lines",
     "build_messages",
     "build_probe_request",
@@ -160,11 +173,15 @@ __all__ = [
     "decision_payload",
     "derive_seed",
     "draw_span",
+    "either",
     "encode_body",
     "estimate",
     "fold_row",
     "image_prompt_ids",
     "is_simulator",
+    "kind_named",
+    "kind_names",
+    "kind_of",
     "line_id",
     "parse_decision",
     "parse_messages",
@@ -172,6 +189,7 @@ __all__ = [
     "parse_response",
     "plan_decision",
     "plans_reads",
+    "register_kind",
     "register_source",
     "resolve_unit",
     "seed_canvas",

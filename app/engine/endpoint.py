@@ -87,13 +87,6 @@ def usage_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return dict(usage) if isinstance(usage, Mapping) else None
 
 
-def number(value: Any, what: str) -> float:
-    """A JSON number as a float, or ``MalformedResponse`` naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MalformedResponse(f"{what} is not a number: {value!r}")
-    return float(value)
-
-
 def optional_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

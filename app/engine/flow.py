@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from app.engine.aggregate import aggregate, trivial_answer
 from app.engine.fold import fold_row
+from app.engine.kinds import NOUL
 from app.engine.noise import derive_seed, reader_seed
 from app.engine.policy import stop_reason
 from app.engine.questions import parse_question
@@ -167,7 +168,7 @@ class DecisionFlow:
 #: The readiness probe: one tiny yes/no read.
 PROBE_DECISION = Decision(
     id="dreads-probe", state="The sky is blue.",
-    questions=(parse_question("probe", {"type": "noul", "instructions": "Is the sky blue?"}),),
+    questions=(parse_question("probe", {"type": NOUL.name, "instructions": "Is the sky blue?"}),),
 )
 
 

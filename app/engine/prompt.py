@@ -23,15 +23,15 @@ so the block can be parsed back whatever the user wrote.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from app.engine.types import Decision, Layout, Message, Question, QuestionType
+from app.engine.kinds import kind_of
+from app.engine.types import Decision, Layout, Message, Question
+from app.engine.values import serialize_state
 
-__all__ = ["DEFAULT_INSTRUCTIONS", "SYSTEM_INSTRUCTION", "PromptParts", "build_messages",
+__all__ = ["SYSTEM_INSTRUCTION", "PromptParts", "build_messages",
            "parse_messages", "serialize_state"]
 
 SYSTEM_INSTRUCTION = (
@@ -45,12 +45,6 @@ _LABEL = "  "
 _QUESTION_LINE = re.compile(r"^(q\d+): (.*)$")
 #: Past this many questions in one canvas the template switches to the indexed format.
 INDEXED_AFTER = 10
-#: The question line of these layouts when the user gave no instructions.
-DEFAULT_INSTRUCTIONS = {
-    QuestionType.NOUL: "Which answer applies?",
-    QuestionType.CHOICE: "Which option applies?",
-    QuestionType.SCORE: "Which level applies?",
-}
 
 
 @dataclass(frozen=True)
@@ -61,29 +55,16 @@ class PromptParts:
     questions: Mapping[str, str]  #: canvas id -> instructions
 
 
-def serialize_state(state: Any) -> str:
-    """A string state as is; any other JSON value as JSON with non-ASCII kept as is."""
-    if isinstance(state, str):
-        return state
-    return json.dumps(state, ensure_ascii=False)
-
-
 def _indent(text: str) -> str:
     return text.replace("\n", "\n" + _CONT)
 
 
-def _label_text(question: Question, i: int) -> str | None:
-    desc = question.descriptions[i]
-    if question.type is QuestionType.CHOICE:
-        return f"{question.options[i]}: {desc}" if desc else question.options[i]
-    return desc
-
-
 def _question_lines(canvas_id: str, question: Question) -> list[str]:
-    asked = question.instructions or DEFAULT_INSTRUCTIONS[question.type]
+    kind = kind_of(question)
+    asked = question.instructions or kind.default_instruction
     lines = [f"{canvas_id}: {_indent(asked)}"]
     for i, label in enumerate(question.labels):
-        text = _label_text(question, i)
+        text = kind.label_text(question, i)
         if text is not None:
             lines.append(f"{_LABEL}{label}: {_indent(text)}")
     return lines

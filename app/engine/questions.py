@@ -11,9 +11,11 @@ Two line shapes are accepted:
 form only; ``app.images`` fetches and checks them. A decision with images may have a null
 state (the questions are about the pictures).
 
-Question shapes (Jev): ``noul`` (labels yes/no, optional ``criteria: {"true", "false"}``),
+A question's ``type`` names its kind (``app.engine.kinds``), which reads its ``criteria`` and
+gives its labels: Jev's ``noul`` (labels yes/no, optional ``criteria: {"true", "false"}``),
 ``choice`` (``criteria``: option name -> description or null; labels A, B, ... by position)
-and ``score`` (``criteria``: ordered level descriptions; labels 1..9, letters past 9 levels).
+and ``score`` (``criteria``: ordered level descriptions; labels 1..9, letters past 9 levels),
+and any kind registered since.
 As in Jev, instructions and descriptions may be text or any JSON object or array (written into
 the prompt as JSON), and instructions may be left out of a choice or score question, or of a
 noul question whose criteria describe an outcome.
@@ -21,8 +23,7 @@ noul question whose criteria describe an outcome.
 
 from __future__ import annotations
 
-import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -35,9 +36,10 @@ from app.engine.fields import (
     QUESTION_FIELDS,
     check_fields,
 )
+from app.engine.kinds import QuestionKind, kind_named, kind_of
+from app.engine.kinds.base import as_text
 from app.engine.openai.shapes import QuestionShape, shape_from_json
-from app.engine.prompt import serialize_state
-from app.engine.types import Decision, Question, QuestionType
+from app.engine.types import Decision, Question
 from app.errors import BadLine, InputError
 
 __all__ = [
@@ -54,13 +56,6 @@ __all__ = [
     "questions_spec",
 ]
 
-MAX_LABELS = 26
-LETTERS = tuple(string.ascii_uppercase)
-DIGITS = tuple(str(i) for i in range(1, 10))
-_TYPES = ", ".join(repr(t.value) for t in QuestionType)
-_NOUL_TRUE = {"yes", "true", "y", "1"}
-_NOUL_FALSE = {"no", "false", "n", "0"}
-
 
 def _check_id(kind: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
@@ -72,108 +67,30 @@ def _check_id(kind: str, value: Any) -> str:
     return value
 
 
-def _as_text(value: Any, what: str) -> str | None:
-    """Text as is; a JSON object or array as its JSON text (Jev content); None stays None."""
-    if value is None:
-        return None
-    if not isinstance(value, (str, dict, list)):
-        raise InputError(f"{what} must be text, a JSON object or array, or null; got "
-                         f"{type(value).__name__}")
-    return serialize_state(value)
-
-
-def _noul(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-    if criteria is None:
-        return ("yes", "no"), (None, None)
-    if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
-        raise InputError('noul criteria must be {"true": text, "false": text}')
-    descs = (_as_text(criteria.get("true"), "criteria 'true'"),
-             _as_text(criteria.get("false"), "criteria 'false'"))
-    return ("yes", "no"), descs
-
-
-def _count_ok(n: int, noun: str) -> None:
-    if not 1 <= n <= MAX_LABELS:
-        raise InputError(f"{noun} needs 1 to {MAX_LABELS} entries in 'criteria', got {n}")
-
-
-def _choice(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-    if isinstance(criteria, Mapping):
-        names = [str(k) for k in criteria]
-        descs = tuple(_as_text(v, f"description of option {k!r}") for k, v in criteria.items())
-    elif isinstance(criteria, list) and all(isinstance(x, str) for x in criteria):
-        names, descs = list(criteria), tuple(None for _ in criteria)
-    else:
-        raise InputError("choice criteria must map option name -> description (or null)")
-    _count_ok(len(names), "choice")
-    if len(set(names)) != len(names):
-        raise InputError("choice option names must be distinct")
-    return tuple(names), descs
-
-
-def _score(criteria: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-    if not isinstance(criteria, list) or not all(isinstance(x, (str, dict, list))
-                                                  for x in criteria):
-        raise InputError("score criteria must be an ordered list of level descriptions")
-    _count_ok(len(criteria), "score")
-    levels = tuple(serialize_state(x) for x in criteria)
-    if len(set(levels)) != len(levels):
-        raise InputError("score levels must be distinct")
-    return levels, levels
-
-
-def score_labels(n: int) -> tuple[str, ...]:
-    """Canvas labels of an n-level score: 1..9, letters when there are more than 9 levels."""
-    return DIGITS[:n] if n <= len(DIGITS) else LETTERS[:n]
-
-
-_SHAPES: dict[QuestionType, Callable[[Any], tuple[tuple[str, ...], tuple[str | None, ...]]]] = {
-    QuestionType.NOUL: _noul, QuestionType.CHOICE: _choice, QuestionType.SCORE: _score,
-}
-
-
-def _question_type(spec: Mapping[str, Any]) -> QuestionType:
-    raw = spec.get("type")
-    try:
-        return QuestionType(raw if isinstance(raw, str) else "")
-    except ValueError:
-        raise InputError(f"unknown type {raw!r}; use one of {_TYPES}") from None
-
-
 def _build_question(qid: str, spec: Any) -> Question:
     if not isinstance(spec, Mapping):
         raise InputError("must be an object with 'type' and 'instructions'")
     check_fields(spec, QUESTION_FIELDS, what="a question")
-    qtype = _question_type(spec)
-    if qtype is not QuestionType.NOUL and spec.get("criteria") is None:
-        raise InputError(f"a {qtype.value} question needs 'criteria'")
-    options, descs = _SHAPES[qtype](spec.get("criteria"))
-    instructions = _instructions(qtype, spec.get("instructions"), descs)
-    if qtype is QuestionType.CHOICE:
-        labels = LETTERS[: len(options)]
-    elif qtype is QuestionType.SCORE:
-        labels = score_labels(len(options))
-    else:
-        labels = options
-    return Question(id=qid, type=qtype, instructions=instructions, labels=labels,
-                    options=options, descriptions=descs)
+    kind = kind_named(spec.get("type"))
+    options, descs = kind.parse_criteria(spec.get("criteria"))
+    instructions = _instructions(kind, spec.get("instructions"), descs)
+    return Question(id=qid, type=kind.name, instructions=instructions,
+                    labels=kind.labels(options), options=options, descriptions=descs)
 
 
-def _instructions(qtype: QuestionType, raw: Any, descs: tuple[str | None, ...]) -> str:
+def _instructions(kind: QuestionKind, raw: Any, descs: tuple[str | None, ...]) -> str:
     """The user's question text (JSON content as JSON); "" when left out (Jev allows it)."""
-    text = _as_text(raw, "'instructions'")
+    text = as_text(raw, "'instructions'")
     if text is not None and not text.strip():
         raise InputError("'instructions' must not be blank; leave it out or write the question")
     if text is not None:
         return text
-    if qtype is QuestionType.NOUL and all(d is None for d in descs):
-        raise InputError("a noul question needs 'instructions', or 'criteria' describing what "
-                         "counts as yes or no")
+    kind.check_instructions(descs)
     return ""
 
 
 def parse_question(qid: str, spec: Mapping[str, Any]) -> Question:
-    """Parse one Jev question spec (``noul``, ``choice``, ``score``).
+    """Parse one question spec (its ``type`` a registered kind's name).
 
     Args:
         qid: the user's question id (no ':' or newline).
@@ -192,31 +109,9 @@ def parse_question(qid: str, spec: Mapping[str, Any]) -> Question:
         raise InputError(f"question {qid!r}: {exc.message}") from None
 
 
-def _noul_expected(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    text = str(value).strip().lower()
-    return "yes" if text in _NOUL_TRUE else "no" if text in _NOUL_FALSE else None
-
-
-def _indexed_expected(question: Question, value: Any) -> str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and question.type is QuestionType.SCORE:
-        return question.labels[value] if 0 <= value < len(question.labels) else None
-    if not isinstance(value, str):
-        return None
-    if value in question.options:
-        return question.labels[question.options.index(value)]
-    return value if value in question.labels else None
-
-
 def normalize_expected(question: Question, value: Any) -> str:
     """The canvas label of an expected value (label, option name, level text or index)."""
-    if question.type is QuestionType.NOUL:
-        label = _noul_expected(value)
-    else:
-        label = _indexed_expected(question, value)
+    label = kind_of(question).expected_label(question, value)
     if label is None:
         allowed = ", ".join(repr(o) for o in question.options)
         raise InputError(f"expected value {value!r} of question {question.id!r} is not among "
@@ -403,15 +298,12 @@ def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None,
 
 
 def _spec_of(question: Question) -> dict[str, Any]:
-    spec: dict[str, Any] = {"type": question.type.value}
+    spec: dict[str, Any] = {"type": question.type}
     if question.instructions:
         spec["instructions"] = question.instructions
-    if question.type is QuestionType.CHOICE:
-        spec["criteria"] = dict(zip(question.options, question.descriptions, strict=True))
-    elif question.type is QuestionType.SCORE:
-        spec["criteria"] = list(question.options)
-    elif any(d is not None for d in question.descriptions):
-        spec["criteria"] = {"true": question.descriptions[0], "false": question.descriptions[1]}
+    criteria = kind_of(question).criteria_of(question)
+    if criteria is not None:
+        spec["criteria"] = criteria
     return spec
 
 

@@ -8,9 +8,10 @@ The request's questions are the decision's own Jev specs (``questions_spec``); i
 vLLM's ``images`` field (``image_urls``: an http(s) or data URL as the decision gives it, the
 endpoint fetching a URL itself; a ``file://`` image as the data URL of its bytes, read by the
 caller, since the endpoint cannot read this host's files). Answers are
-read by question id: noul ``noul`` = P(yes) (or ``probabilities`` yes/no); choice
-``probabilities`` by option name; score ``probabilities`` by 0-indexed level. An endpoint that
-gives only the chosen option (or level) puts probability 1 on it. Diagnostics: ``confidence``
+read by question id, each by its kind (``QuestionKind.endpoint_probs``): noul ``noul`` = P(yes)
+(or ``probabilities`` yes/no); choice ``probabilities`` by option name; score ``probabilities``
+by 0-indexed level. An endpoint that gives only the chosen option (or level) puts probability 1
+on it. Diagnostics: ``confidence``
 per answer, and ``label_mass`` / ``argmax_is_label`` from ``diagnostics[question]`` (vLLM 0.33)
 or ``diagnostics.questions[question]`` (``dreads serve``); anything missing stays None.
 """
@@ -22,15 +23,15 @@ from typing import Any
 
 from app.engine.endpoint import (
     EndpointAnswers,
-    number,
     one_draw,
     optional_flag,
     optional_number,
     refusal_of,
     usage_of,
 )
+from app.engine.kinds import kind_of
 from app.engine.questions import questions_spec
-from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
+from app.engine.types import Answer, Decision, DrawRecord, Refusal
 from app.errors import MalformedResponse
 
 __all__ = ["read_systemone", "sent_image_url", "systemone_request"]
@@ -67,55 +68,6 @@ def systemone_request(decision: Decision, model: str, *,
     if urls:
         body["images"] = list(urls)
     return body
-
-
-def _one_hot(question: Question, index: int) -> list[float]:
-    return [1.0 if i == index else 0.0 for i in range(len(question.labels))]
-
-
-def _noul_probs(question: Question, raw: Mapping[str, Any]) -> list[float]:
-    probs = raw.get("probabilities")
-    if isinstance(probs, Mapping) and "yes" in probs and "no" in probs:
-        return [number(probs["yes"], f"{question.id}.probabilities.yes"),
-                number(probs["no"], f"{question.id}.probabilities.no")]
-    p_yes = number(raw.get("noul"), f"question {question.id!r}: noul")
-    return [p_yes, 1.0 - p_yes]
-
-
-def _choice_probs(question: Question, raw: Mapping[str, Any]) -> list[float]:
-    probs = raw.get("probabilities")
-    if isinstance(probs, Mapping):
-        missing = [o for o in question.options if o not in probs]
-        if missing:
-            raise MalformedResponse(f"question {question.id!r}: no probability for option(s) "
-                                    f"{missing}")
-        return [number(probs[o], f"{question.id}.probabilities[{o!r}]")
-                for o in question.options]
-    choice = raw.get("choice")
-    if choice not in question.options:
-        raise MalformedResponse(f"question {question.id!r}: choice {choice!r} is not one of "
-                                f"{list(question.options)}")
-    return _one_hot(question, question.options.index(choice))
-
-
-def _score_probs(question: Question, raw: Mapping[str, Any]) -> list[float]:
-    probs = raw.get("probabilities")
-    n = len(question.labels)
-    if isinstance(probs, Mapping):
-        keys = [str(i) for i in range(n)]
-        if any(k not in probs for k in keys):
-            raise MalformedResponse(f"question {question.id!r}: score probabilities need the "
-                                    f"levels {keys}, got {sorted(probs)}")
-        return [number(probs[k], f"{question.id}.probabilities[{k}]") for k in keys]
-    level = round(number(raw.get("score"), f"question {question.id!r}: score"))
-    if not 0 <= level < n:
-        raise MalformedResponse(f"question {question.id!r}: score {level} is not a level "
-                                f"0..{n - 1}")
-    return _one_hot(question, level)
-
-
-_PROBS = {QuestionType.NOUL: _noul_probs, QuestionType.CHOICE: _choice_probs,
-          QuestionType.SCORE: _score_probs}
 
 
 def _diagnostics(body: Mapping[str, Any], qid: str) -> Mapping[str, Any]:
@@ -155,7 +107,7 @@ def read_systemone(decision: Decision, body: Mapping[str, Any], *,
             continue
         diag = _diagnostics(body, question.id)
         answer, draw = one_draw(
-            question, index, _PROBS[question.type](question, raw),
+            question, index, kind_of(question).endpoint_probs(question, raw),
             label_mass=optional_number(diag.get("label_mass")),
             argmax_is_label=optional_flag(diag.get("argmax_is_label")),
             confidence=optional_number(raw.get("confidence")), latency_ms=latency_ms)

@@ -37,7 +37,6 @@ __all__ = [
     "Message",
     "PolicyName",
     "Question",
-    "QuestionType",
     "ReadMode",
     "ReadRequest",
     "ReadResult",
@@ -65,12 +64,6 @@ STANDIN = "standin"
 DEFAULT_MODEL = "dgemma"
 #: The canvas length (tokens) a run reads with and the simulator serves, unless told otherwise.
 DEFAULT_CANVAS = 320
-
-
-class QuestionType(StrEnum):
-    NOUL = "noul"  #: yes/no; the answer is P(yes)
-    CHOICE = "choice"  #: options by position, labels A, B, ...
-    SCORE = "score"  #: ordered levels, labels 1..9 (letters beyond 9 levels)
 
 
 class Layout(StrEnum):
@@ -119,9 +112,9 @@ class Question:
     """One question of a decision, in the Jev shapes, with its canvas labels resolved."""
 
     id: str  #: the user's id (can be long: "X3|C1|conflict")
-    type: QuestionType
+    type: str  #: its kind's name (``app.engine.kinds``: yes/no, choice, score, ...)
     instructions: str  #: "" when the user gave none (a layout may then write a default)
-    labels: tuple[str, ...]  #: canvas labels: ("yes","no"), ("A","B",..), ("1","2",..)
+    labels: tuple[str, ...]  #: canvas labels: ("yes","no"), ("A","B",..), ("1","2",..), ...
     options: tuple[str, ...]  #: user-facing name per label: yes/no, option names, level texts
     descriptions: tuple[str | None, ...]  #: per label: criteria text or None
 
@@ -337,13 +330,13 @@ class Answer:
     """A question's answer with every diagnostic."""
 
     question_id: str
-    question_type: QuestionType
+    question_type: str  #: the question's kind's name
     label: str  #: canvas label of the answer (argmax of the mean)
     option: str  #: user-facing name of the answer
     probs: Mapping[str, float]  #: mean probability per canvas label
-    p_yes: float | None  #: noul only
-    expected_level: float | None  #: score only: sum(i * p_i), 0-indexed
-    legend: Mapping[str, str] | None  #: score only: {"0": level0, ...}
+    p_yes: float | None  #: a yes/no kind's only (``Extras``)
+    expected_level: float | None  #: a score kind's only: sum(i * p_i), 0-indexed
+    legend: Mapping[str, str] | None  #: a score kind's only: {"0": level0, ...}
     confidence: float  #: 1 - H(mean)/ln K (Jev convention); 1.0 when K == 1
     top_prob: float  #: mean probability of the answer label
     stderr: float | None  #: n > 1 only

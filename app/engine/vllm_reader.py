@@ -41,25 +41,24 @@ from itertools import pairwise
 from typing import Any
 
 from app.engine.canvas import canvas_width
+from app.engine.kinds import kind_of
 from app.engine.noise import reader_noise
-from app.engine.prompt import serialize_state
 from app.engine.types import (
     Decision,
     ImageData,
     Message,
     Question,
-    QuestionType,
     ReadMode,
     ReadSettings,
     ReadUnit,
     SlotSpec,
     TextTokenizer,
 )
+from app.engine.values import serialize_state
 from app.errors import TemplateError
 
 __all__ = [
     "JOINT_REPLY",
-    "REPLY_INSTRUCTIONS",
     "isolated_content",
     "joint_content",
     "joint_spans",
@@ -69,14 +68,7 @@ __all__ = [
     "user_content",
 ]
 
-REPLY_INSTRUCTIONS = {
-    QuestionType.CHOICE: "Answer with the letter of one option only.",
-    QuestionType.NOUL: "Answer with yes or no only.",
-    QuestionType.SCORE: "Answer with the number of one level only.",
-}
 JOINT_REPLY = 'Reply with one line per question, in order, formatted as "number: answer".'
-#: vLLM's score labels are the ten digits.
-MAX_SCORE_LEVELS = 10
 
 
 class ReaderCanvasOverflow(TemplateError):
@@ -84,38 +76,25 @@ class ReaderCanvasOverflow(TemplateError):
 
 
 def reply_labels(question: Question) -> tuple[str, ...]:
-    """The labels the model answers with: yes/no, A..Z, or a score level's 0-based index.
+    """The labels the model answers with (the kind's: yes/no, A..Z, a score level's 0-based
+    index).
 
     Raises:
-        TemplateError: a score question with more than ten levels.
+        TemplateError: a question its kind cannot ask this way (a score of more than ten
+            levels).
     """
-    if question.type is not QuestionType.SCORE:
-        return question.labels
-    n = len(question.labels)
-    if n > MAX_SCORE_LEVELS:
-        raise TemplateError(
-            f"score question {question.id!r} has {n} levels; the vllm layout answers a score "
-            f"with one digit, so at most {MAX_SCORE_LEVELS} levels: merge levels, or read it "
-            "with --layout document_first (labels 1-9 and letters)")
-    return tuple(str(i) for i in range(n))
+    return kind_of(question).reply_labels(question)
 
 
 def option_lines(question: Question) -> list[str]:
     """One line per option, as vLLM's question types write them."""
-    lines = []
-    for i, label in enumerate(reply_labels(question)):
-        name, desc = question.options[i], question.descriptions[i]
-        if question.type is QuestionType.NOUL:
-            lines.append(f"{label}: {desc}" if desc else label)
-        elif question.type is QuestionType.CHOICE:
-            lines.append(f"{label}: {name} - {desc}" if desc else f"{label}: {name}")
-        else:
-            lines.append(f"{label}: {name}")
-    return lines
+    kind = kind_of(question)
+    return [kind.option_line(question, i, label)
+            for i, label in enumerate(kind.reply_labels(question))]
 
 
 def _body(question: Question) -> str:
-    return "\n".join([*option_lines(question), REPLY_INSTRUCTIONS[question.type]])
+    return "\n".join([*option_lines(question), kind_of(question).reply_line])
 
 
 def isolated_content(state_text: str, question: Question) -> str:

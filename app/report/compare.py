@@ -17,15 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from app.report.figures import (
-    Params,
-    by_cell,
-    choice_figures,
-    figure_block,
-    noul_figures,
-    score_figures,
-    typed_rows,
-)
+from app.engine import all_kinds
+from app.report.figures import Params, by_cell, figure_block, figures_of, typed_rows
 from app.report.load import QuestionRow
 from app.report.review import state_words
 
@@ -35,7 +28,6 @@ __all__ = ["compare_rows", "diff_figures", "disagreement"]
 LARGEST = 10
 
 _Key = tuple[str, int, str]
-_SECTIONS = {"noul": noul_figures, "choice": choice_figures, "score": score_figures}
 
 
 def _key(r: QuestionRow) -> _Key:
@@ -67,7 +59,8 @@ def compare_rows(
         "matched": len(matched), "only_a": len(keys_a - keys_b), "only_b": len(keys_b - keys_a),
         "disagreement": disagreement(a, b),
     }
-    for name, fn in _SECTIONS.items():
+    for kind in all_kinds():
+        name, fn = kind.name, figures_of(kind)
         ta, tb = typed_rows(a, name), typed_rows(b, name)
         cells_a, cells_b = by_cell(ta), by_cell(tb)
         out[name] = {

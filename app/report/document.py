@@ -9,9 +9,11 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
     run          {id, name, upstream, engine, replicates, status, settings_hash, settings,
                   fingerprint, created, simulator (answers came from ``dreads sim``)}
     params       thresholds: threshold_recall, threshold_fp, top_share, band_low/high, n_bins
-    labelled     {questions, with_expected, noul, choice, score}: counts of questions
-    raw          {noul, choice, score: {overall: BLOCK, cells: {cell: BLOCK}},
-                  choice.confusion: {labels, matrix}, calibration: CALIBRATION}
+    labelled     {questions, with_expected, noul, choice, score, ...}: counts of questions,
+                  one key per registered question kind (``app.engine.kinds``)
+    raw          {noul, choice, score, ...: {overall: BLOCK, cells: {cell: BLOCK}},
+                  choice.confusion: {labels, matrix}, calibration: CALIBRATION}; each kind's
+                  figures by its family (``families.py``), a confusion table for options
     calibrated   like raw, P(yes) through --calibration; null without it
     calibration_source  {method, scope, run, n, positives} of calib.json; or null
     cross_fitted {method, folds, ece}: without --calibration, the yes/no ECE of a 5-fold
@@ -47,19 +49,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.engine import is_simulator
+from app.engine import all_kinds, is_simulator
 from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
 from app.report.diagnostics import diagnostics
+from app.report.families import binary_kinds, view_of
 from app.report.figures import (
     Params,
+    binary_rows,
     calibration_figures,
-    choice_figures,
     confusion_table,
     figure_block,
-    noul_figures,
-    score_figures,
+    figures_of,
+    is_binary,
+    is_positive,
     section,
     typed_rows,
 )
@@ -82,8 +86,8 @@ FORMAT = "dreads.report/1"
 
 
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
-    """The rows with every answered noul P(yes) passed through ``calibration``."""
-    index = [i for i, r in enumerate(rows) if r.question_type == "noul" and r.p_yes is not None]
+    """The rows with every answered yes/no P(yes) passed through ``calibration``."""
+    index = [i for i, r in enumerate(rows) if r.p_yes is not None and is_binary(r.question_type)]
     out = list(rows)
     if not index:
         return out
@@ -95,11 +99,11 @@ def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> lis
 
 
 def cross_fitted_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow] | None:
-    """The rows with every answered, labelled noul P(yes) cross-fitted (``cross_fitted``: a
+    """The rows with every answered, labelled yes/no P(yes) cross-fitted (``cross_fitted``: a
     map fitted on the other folds); None when either class has too few answers."""
-    index = [i for i, r in enumerate(rows) if r.question_type == "noul" and r.answered
-             and r.p_yes is not None and r.expected is not None]
-    scores = cross_fitted([1 if rows[i].expected == "yes" else 0 for i in index],
+    index = [i for i, r in enumerate(rows) if r.answered and r.p_yes is not None
+             and r.expected is not None and is_binary(r.question_type)]
+    scores = cross_fitted([1 if is_positive(rows[i]) else 0 for i in index],
                           [float(rows[i].p_yes or 0.0) for i in index])
     if scores is None:
         return None
@@ -131,14 +135,14 @@ def _run_info(data: RunRows) -> dict[str, Any]:
 
 
 def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
-    noul = typed_rows(rows, "noul")
-    choice = typed_rows(rows, "choice")
-    return {
-        "noul": section(noul, noul_figures, p),
-        "choice": {**section(choice, choice_figures, p), "confusion": confusion_table(choice)},
-        "score": section(typed_rows(rows, "score"), score_figures, p),
-        "calibration": calibration_figures(noul, p),
-    }
+    out: dict[str, Any] = {}
+    for kind in all_kinds():
+        typed = typed_rows(rows, kind.name)
+        out[kind.name] = section(typed, figures_of(kind), p)
+        if view_of(kind).confusion:
+            out[kind.name]["confusion"] = confusion_table(typed)
+    out["calibration"] = calibration_figures(binary_rows(rows), p)
+    return out
 
 
 def build_report(
@@ -208,15 +212,23 @@ def report_with_rows(
 
 def _ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
     """The overall ECE of the yes/no answers of ``rows``."""
-    ece: float | None = calibration_figures(typed_rows(rows, "noul"), p)["overall"]["ece"]
+    ece: float | None = calibration_figures(binary_rows(rows), p)["overall"]["ece"]
     return ece
 
 
+def _binary_ece(sections: dict[str, Any]) -> float | None:
+    """The overall ECE of the (first) yes/no kind's section."""
+    for kind in binary_kinds():
+        ece: float | None = sections[kind.name]["overall"]["figures"]["ece"]
+        return ece
+    return None
+
+
 def _headline_of(doc: dict[str, Any]) -> dict[str, Any]:
-    overall = {k: doc["raw"][k]["overall"]["figures"] for k in ("noul", "choice", "score")}
+    overall = {k.name: doc["raw"][k.name]["overall"]["figures"] for k in all_kinds()}
     calibrated, by = None, None
     if doc["calibrated"]:
-        calibrated, by = doc["calibrated"]["noul"]["overall"]["figures"]["ece"], "--calibration"
+        calibrated, by = _binary_ece(doc["calibrated"]), "--calibration"
     elif doc.get("cross_fitted"):
         calibrated, by = doc["cross_fitted"]["ece"], CROSS_FITTED
     return headline(doc["run"], doc["params"], overall, doc["diagnostics"]["overall"],
@@ -238,8 +250,8 @@ def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, 
 
 def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
     counts = {"questions": len(rows), "with_expected": sum(r.expected is not None for r in rows)}
-    for qtype in ("noul", "choice", "score"):
-        counts[qtype] = len(typed_rows(rows, qtype))
+    for kind in all_kinds():
+        counts[kind.name] = len(typed_rows(rows, kind.name))
     return counts
 
 
@@ -252,9 +264,8 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
     data = load_run_rows(session, run)
     p = Params()
-    noul = figure_block(typed_rows(data.rows, "noul"), noul_figures, p)["figures"]
-    choice = figure_block(typed_rows(data.rows, "choice"), choice_figures, p)["figures"]
-    score = figure_block(typed_rows(data.rows, "score"), score_figures, p)["figures"]
+    overall = {k.name: figure_block(typed_rows(data.rows, k.name), figures_of(k),
+                                    p)["figures"] for k in all_kinds()}
     diag = diagnostics(data.rows, data.cells)
     fitted = cross_fitted_rows(data.rows)
     return {
@@ -262,17 +273,10 @@ def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
         "questions": len(data.rows),
         "answered": diag["overall"]["answered"],
         "unanswered": diag["overall"]["unanswered"],
-        "noul": {k: noul[k] for k in ("n", "positives", "negatives", "auc", "recall",
-                                       "recall_hits", "top_share", "top_share_hits",
-                                       "rank_median_pct", "rank_worst_pct", "fp_count",
-                                       "fp_per_1000_neg", "fp_per_100_states",
-                                       "referral_band")},
+        **{k.name: {f: overall[k.name][f] for f in view_of(k).headline} for k in all_kinds()},
         "params": asdict(p),
-        "choice": {k: choice[k] for k in ("n", "accuracy")},
-        "score": {k: score[k] for k in ("n", "accuracy", "mae_level")},
         "flagged_cells": diag["flagged"],
-        "headline": headline(_run_info(data), asdict(p),
-                             {"noul": noul, "choice": choice, "score": score},
+        "headline": headline(_run_info(data), asdict(p), overall,
                              diag["overall"], None if fitted is None else _ece(fitted, p),
                              calibrated_by=CROSS_FITTED),
     }

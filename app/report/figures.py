@@ -15,17 +15,23 @@ from typing import Any
 
 import numpy as np
 
+from app.engine import Family, QuestionKind, kind_named
+from app.errors import InputError
 from app.report import scores as m
 from app.report.load import QuestionRow
 
 __all__ = [
     "Params",
+    "binary_rows",
     "by_cell",
     "calibration_figures",
     "choice_figures",
     "confusion_table",
     "count_values",
     "figure_block",
+    "figures_of",
+    "is_binary",
+    "is_positive",
     "noul_arrays",
     "noul_figures",
     "quantiles",
@@ -35,6 +41,7 @@ __all__ = [
 ]
 
 Figures = dict[str, Any]
+FigureFn = Callable[[Sequence["QuestionRow"], "Params"], Figures]
 
 
 @dataclass(frozen=True)
@@ -54,10 +61,29 @@ def typed_rows(rows: Iterable[QuestionRow], qtype: str) -> list[QuestionRow]:
     return [r for r in rows if r.question_type == qtype and r.expected is not None]
 
 
+def is_binary(qtype: str) -> bool:
+    """Whether a question of this type is answered with P(positive)."""
+    try:
+        return kind_named(qtype).family is Family.BINARY
+    except InputError:  # a kind no longer registered
+        return False
+
+
+def binary_rows(rows: Iterable[QuestionRow]) -> list[QuestionRow]:
+    """Rows of the yes/no kinds that carry an expected label."""
+    return [r for r in rows if r.expected is not None and is_binary(r.question_type)]
+
+
+def is_positive(row: QuestionRow) -> bool:
+    """A yes/no row whose expected label is the positive one (the first: yes)."""
+    return bool(row.labels) and row.expected == row.labels[0]
+
+
 def noul_arrays(rows: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray, int]:
-    """(y, P(yes), distinct states) of the answered labelled noul rows."""
+    """(y, P(yes), distinct states) of the answered labelled yes/no rows (positive: the first
+    label)."""
     done = [r for r in rows if r.answered and r.p_yes is not None]
-    y = np.array([1 if r.expected == "yes" else 0 for r in done], dtype=np.int64)
+    y = np.array([1 if is_positive(r) else 0 for r in done], dtype=np.int64)
     s = np.array([float(r.p_yes) for r in done if r.p_yes is not None], dtype=np.float64)
     return y, s, len({r.state_key for r in done})
 
@@ -110,6 +136,17 @@ def score_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
         "mae_level": m.mae(levels, [level for _, level in leveled]),
         "accuracy": m.accuracy([str(r.expected) for r in done], [str(r.label) for r in done]),
     }
+
+
+#: The figures of each family's questions.
+_FIGURES: Mapping[Family, FigureFn] = {
+    Family.BINARY: noul_figures, Family.NOMINAL: choice_figures, Family.ORDINAL: score_figures,
+}
+
+
+def figures_of(kind: QuestionKind) -> FigureFn:
+    """The figure function of ``kind``'s questions (by its family)."""
+    return _FIGURES[kind.family]
 
 
 def confusion_table(rows: Sequence[QuestionRow]) -> dict[str, Any]:

@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine import Family, all_kinds
+from app.report.families import view_of
 from app.report.labels import thresholds
 
 __all__ = ["LINE_KEYS", "HeadlineItem", "headline", "headline_items", "headline_line",
            "identity_items"]
 
-_NOUL = ("n", "positives", "negatives", "auc", "recall", "recall_hits", "top_share",
-         "top_share_hits", "rank_median_pct", "rank_worst_pct", "fp_count", "fp_per_1000_neg",
-         "fp_per_100_states", "referral_band", "ece")
 #: the items of the one line ``dreads report --html`` prints
 LINE_KEYS = ("auc", "recall", "top_share", "false_positives", "ece", "unanswered", "failed")
 
@@ -57,17 +56,25 @@ def headline(run: Mapping[str, Any], params: Mapping[str, Any],
              overall: Mapping[str, Mapping[str, Any]], diag: Mapping[str, Any],
              calibrated_ece: float | None = None, *,
              calibrated_by: str | None = None) -> dict[str, Any]:
-    """The headline as data: ``overall`` maps noul / choice / score to overall figures;
-    ``calibrated_by`` says where the calibrated ECE comes from."""
-    noul = overall.get("noul") or {}
-    return {
+    """The headline as data: ``overall`` maps each kind's name (noul, choice, score, ...) to
+    its overall figures; ``calibrated_by`` says where the calibrated ECE comes from (the
+    yes/no kind's)."""
+    out: dict[str, Any] = {
         "identity": _identity(run),
         "params": {k: params[k] for k in ("threshold_recall", "threshold_fp", "top_share")},
-        "noul": {k: noul.get(k) for k in _NOUL} if noul.get("n") else None,
-        "ece": {"raw": noul.get("ece"), "calibrated": calibrated_ece,
-                "calibrated_by": calibrated_by if calibrated_ece is not None else None},
-        "choice": _typed(overall.get("choice"), ("n", "accuracy")),
-        "score": _typed(overall.get("score"), ("n", "accuracy", "mae_level")),
+    }
+    raw_ece = None
+    for kind in all_kinds():
+        figures = overall.get(kind.name) or {}
+        binary = kind.family is Family.BINARY
+        keys = (*view_of(kind).headline, "ece") if binary else view_of(kind).headline
+        out[kind.name] = _typed(figures, keys)
+        if binary and raw_ece is None:
+            raw_ece = figures.get("ece")
+            out["ece"] = {"raw": raw_ece, "calibrated": calibrated_ece,
+                          "calibrated_by": calibrated_by if calibrated_ece is not None else None}
+    return {
+        **out,
         "questions": diag["questions"], "answered": diag["answered"],
         "unanswered": diag["unanswered"], "in_flight": diag["in_flight"],
         "attempts": diag["attempts"], "failed_attempts": diag["failed_attempts"],
@@ -140,16 +147,24 @@ def _ece_item(ece: Mapping[str, Any]) -> HeadlineItem:
 
 def _typed_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
     out = []
-    if h.get("choice"):
-        c = h["choice"]
-        out.append(HeadlineItem("choice", "choice accuracy",
-                                f"{_num(c['accuracy'], 3)} of {c['n']}"))
-    if h.get("score"):
-        s = h["score"]
-        out.append(HeadlineItem("score", "score: MAE of level, accuracy",
-                                f"{_num(s['mae_level'], 3)}, {_num(s['accuracy'], 3)} of "
-                                f"{s['n']}"))
+    for kind in all_kinds():
+        f = h.get(kind.name)
+        if not f or kind.family is Family.BINARY:
+            continue
+        if kind.family is Family.ORDINAL:
+            out.append(HeadlineItem(kind.name, f"{kind.title}: MAE of level, accuracy",
+                                    f"{_num(f['mae_level'], 3)}, {_num(f['accuracy'], 3)} of "
+                                    f"{f['n']}"))
+        else:
+            out.append(HeadlineItem(kind.name, f"{kind.title} accuracy",
+                                    f"{_num(f['accuracy'], 3)} of {f['n']}"))
     return out
+
+
+def _binary(h: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The (first) yes/no kind's headline figures, None when it has none."""
+    found = [h.get(k.name) for k in all_kinds() if k.family is Family.BINARY]
+    return next((f for f in found if f), None)
 
 
 def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
@@ -164,13 +179,13 @@ def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
 def headline_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
     """The headline's figures, worded with their counts (identity excluded)."""
     t = thresholds(h["params"])
-    items = _noul_items(h["noul"], t) if h.get("noul") else []
-    if h.get("noul"):
-        items.append(_ece_item(h["ece"]))
+    binary = _binary(h)
+    items = [*_noul_items(binary, t), _ece_item(h["ece"])] if binary else []
     return [*items, *_typed_items(h), *_run_items(h)]
 
 
 def headline_line(h: Mapping[str, Any]) -> str:
     """The headline in one line: "AUC 0.9832; recall >0.30 24/24 (1); ..."."""
-    items = [i for i in headline_items(h) if i.key in LINE_KEYS or i.key in ("choice", "score")]
+    typed = {k.name for k in all_kinds() if k.family is not Family.BINARY}
+    items = [i for i in headline_items(h) if i.key in LINE_KEYS or i.key in typed]
     return "; ".join(f"{i.title} {i.text}" for i in items)

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.engine import SIMULATOR_NOTE
 from app.images import ImagePolicy
+from app.report.families import has_binary
 from app.report.glossary import glossary
 from app.report.headline import HeadlineItem, headline_items, identity_items
 from app.report.html_tables import (
@@ -144,7 +145,7 @@ def render_html(
     """The whole report page; ``rows`` (and ``calibrated`` rows) feed the plots. The listed
     questions of a decision with images show them as thumbnails, fetched now under
     ``images`` (by default: no local file), or as their references when they cannot be."""
-    has_lists = bool(doc["labelled"]["noul"]) or bool(doc["against"])
+    has_lists = has_binary(doc) or bool(doc["against"])
     thumbnails = review_thumbnails(doc, rows, images or ImagePolicy()) if has_lists else {}
     body = [
         *_top(doc),

@@ -11,11 +11,10 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from app.engine import Family, all_kinds
+from app.report.families import has_binary, view_of
 from app.report.labels import (
-    CHOICE_COLUMNS,
-    NOUL_RANK_COLUMNS,
     NOUL_THRESHOLD_COLUMNS,
-    SCORE_COLUMNS,
     column_titles,
     thresholds,
 )
@@ -84,7 +83,7 @@ def review_lists(doc: Mapping[str, Any], thumbnails: Thumbnails | None = None) -
     t = thresholds(doc["params"])
     lists = doc["review"]
     thumbs = thumbnails or {}
-    parts = [] if not doc["labelled"]["noul"] else [
+    parts = [] if not has_binary(doc) else [
         _list("missed-positives", f"missed positives (P(yes) ≤ {t['r']}, lowest first)",
               lists["missed_positives"], f"No missed positive: every answered positive has "
               f"P(yes) above {t['r']}.", thumbs),
@@ -121,26 +120,24 @@ def _cell_table(section: Mapping[str, Any], columns: Mapping[str, str],
     return _table(["cell", *column_titles(columns, params)], rows)
 
 
-_KINDS = (("noul", (NOUL_RANK_COLUMNS, NOUL_THRESHOLD_COLUMNS), "yes/no"),
-          ("choice", (CHOICE_COLUMNS,), "choice"), ("score", (SCORE_COLUMNS,), "score"))
-
-
 def figure_tables(doc: Mapping[str, Any], flags: Mapping[str, list[str]]) -> list[str]:
     """Figures per cell of each question type (raw, then calibrated), calibration per
     question."""
     out: list[str] = []
     params = doc["params"]
-    for kind, parts, title in _KINDS:
-        if not doc["labelled"][kind]:
+    for kind in all_kinds():
+        if not doc["labelled"].get(kind.name):
             continue
+        name, title = kind.name, escape(kind.title)
         out.append(f"<h3>{title} per cell</h3>")
-        out += [_cell_table(doc["raw"][kind], cols, params, flags) for cols in parts]
-        if kind == "noul" and doc["calibrated"]:
-            out.append("<h3>yes/no per cell, calibrated</h3>")
-            out.append(_cell_table(doc["calibrated"]["noul"], NOUL_THRESHOLD_COLUMNS, params,
+        out += [_cell_table(doc["raw"][name], cols, params, flags)
+                for _, cols in view_of(kind).parts]
+        if kind.family is Family.BINARY and doc["calibrated"]:
+            out.append(f"<h3>{title} per cell, calibrated</h3>")
+            out.append(_cell_table(doc["calibrated"][name], NOUL_THRESHOLD_COLUMNS, params,
                                    flags))
-        if kind == "noul":
-            out += ["<h3>calibration per question (yes/no)</h3>", _calibration_table(doc)]
+        if kind.family is Family.BINARY:
+            out += [f"<h3>calibration per question ({title})</h3>", _calibration_table(doc)]
     return out
 
 
@@ -204,11 +201,12 @@ def against_tables(doc: Mapping[str, Any]) -> list[str]:
     cmp = doc["against"]
     out = [f'<p class="note">a = {escape(cmp["a"])}, b = {escape(cmp["b"])}: {cmp["matched"]} '
            f"matched question(s); {cmp['only_a']} only in a, {cmp['only_b']} only in b.</p>"]
-    for kind, parts, title in _KINDS:
-        if cmp[kind]["cells"]:
-            columns = {k: v for cols in parts for k, v in cols.items()}
-            out += [f"<h3>{title} overall: a and b</h3>",
-                    _side_by_side(cmp[kind]["overall"], columns, doc["params"])]
+    for kind in all_kinds():
+        section = cmp.get(kind.name)
+        if section and section["cells"]:
+            columns = {k: v for _, cols in view_of(kind).parts for k, v in cols.items()}
+            out += [f"<h3>{escape(kind.title)} overall: a and b</h3>",
+                    _side_by_side(section["overall"], columns, doc["params"])]
     dis = cmp.get("disagreement")
     if dis:
         rows = [_row([c, fmt(t["both_answered"]), _count_rate(t["differ"], t["differ_rate"]),

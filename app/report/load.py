@@ -1,20 +1,21 @@
 """SQL -> report rows: one row per (decision, question), answered or not, plus per-cell counts.
 
 The report reads SQL only. Questions and expected labels come from the decision payload, read
-by ``app.engine.decision_from_payload`` (canvas labels: ``yes``/``no``, ``A``.., ``1``..), with
-the answer's ``expected`` column as a fallback; a label given as an option name is mapped.
+by ``app.engine.decision_from_payload`` as at submit (canvas labels: ``yes``/``no``, ``A``..,
+``1``..), with the answer's ``expected`` column as a fallback, read as ``expected`` is
+(``answer_label``: a label, an option name, yes/no words).
 """
 
 from __future__ import annotations
 
 import json
-import string
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from app.engine import decision_from_payload
+from app.engine import Question, decision_from_payload, kind_named
+from app.engine.questions import answer_label
 from app.errors import InputError, OutcomeKind
 from app.images import StoredImage, stored_images
 from app.store.models import Run
@@ -34,15 +35,12 @@ __all__ = [
     "QuestionRow",
     "RunRows",
     "load_run_rows",
-    "normalize_expected",
     "resolve_run",
 ]
 
 NO_CELL = "(none)"
 #: decision statuses whose answers may still come
 IN_FLIGHT = frozenset(OPEN)
-_YES = {"yes", "true", "1", "y"}
-_NO = {"no", "false", "0", "n"}
 
 
 @dataclass(frozen=True)
@@ -150,20 +148,17 @@ def _decision_rows(decision: Any, answers: Mapping[str, Any],
         "status": shown, "images": _images(payload),
     }
     questions, expected = _parsed(payload)
-    for qid, qtype, labels, options in questions:
-        answer = answers.get(qid)
-        if answer is not None and not labels:
-            labels = tuple(answer.probs)
-        given = expected.get(qid, answer.expected if answer is not None else None)
-        label = normalize_expected(given, qtype, labels, options)
-        yield _row(common, qid, qtype, labels, label, answer)
+    for question in questions:
+        answer = answers.get(question.id)
+        given = expected.get(question.id, answer.expected if answer is not None else None)
+        label = _expected_label(question, given)
+        yield _row(common, question.id, question.type, question.labels, label, answer)
     # Answers for questions the payload does not list still count (defensive: no row lost).
-    known = {q[0] for q in questions}
+    known = {q.id for q in questions}
     for qid, answer in answers.items():
         if qid not in known:
-            labels = tuple(answer.probs)
-            label = normalize_expected(answer.expected, answer.question_type, labels, ())
-            yield _row(common, qid, answer.question_type, labels, label, answer)
+            label = _expected_label(_answered_question(qid, answer), answer.expected)
+            yield _row(common, qid, answer.question_type, tuple(answer.probs), label, answer)
 
 
 def _images(payload: Mapping[str, Any]) -> tuple[StoredImage, ...]:
@@ -188,10 +183,7 @@ def _row(common: Mapping[str, Any], qid: str, qtype: str, labels: tuple[str, ...
     )
 
 
-_QuestionShape = tuple[str, str, tuple[str, ...], tuple[str, ...]]
-
-
-def _parsed(payload: Mapping[str, Any]) -> tuple[list[_QuestionShape], Mapping[str, Any]]:
+def _parsed(payload: Mapping[str, Any]) -> tuple[tuple[Question, ...], Mapping[str, str]]:
     """Questions and expected labels as the engine reads the stored payload (cached: most
     decisions of a run ask the same questions)."""
     spec = {"questions": payload.get("questions"), "expected": payload.get("expected")}
@@ -200,68 +192,36 @@ def _parsed(payload: Mapping[str, Any]) -> tuple[list[_QuestionShape], Mapping[s
 
 
 @lru_cache(maxsize=4096)
-def _parse_spec(spec_json: str) -> tuple[list[_QuestionShape], Mapping[str, Any]]:
-    # A payload the engine refuses (written by hand, or by an older version) is read leniently.
+def _parse_spec(spec_json: str) -> tuple[tuple[Question, ...], Mapping[str, str]]:
+    # The engine's parser, as at submit; a payload it refuses (written by hand) lists no
+    # question, and its answers are reported from the answers alone.
     spec = json.loads(spec_json)
     try:
         decision = decision_from_payload("report", None, {"state": "", **spec})
     except InputError:
-        return _questions(spec), spec.get("expected") or {}
-    shapes = [(q.id, q.type.value, q.labels, q.options) for q in decision.questions]
-    return shapes, dict(decision.expected)
+        return (), {}
+    return decision.questions, dict(decision.expected)
 
 
-def _questions(payload: Mapping[str, Any]) -> list[_QuestionShape]:
-    """(id, type, labels, options) per question, from a Jev map or a list of question dicts."""
-    raw = payload.get("questions") or {}
-    items = raw.items() if isinstance(raw, Mapping) else (
-        (str(q.get("id")), q) for q in raw if isinstance(q, Mapping)
-    )
-    return [(str(qid), *_question_shape(q)) for qid, q in items if isinstance(q, Mapping)]
-
-
-def _question_shape(q: Mapping[str, Any]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    qtype = str(q.get("type", "noul"))
-    if qtype == "noul":
-        return qtype, ("yes", "no"), ("yes", "no")
-    options = _options(q)
-    labels = tuple(str(x) for x in q.get("labels") or ()) or _default_labels(qtype, len(options))
-    return qtype, labels, options
-
-
-def _options(q: Mapping[str, Any]) -> tuple[str, ...]:
-    if q.get("options"):
-        return tuple(str(x) for x in q["options"])
-    criteria = q.get("criteria")
-    if isinstance(criteria, Mapping):
-        return tuple(str(k) for k in criteria)
-    if isinstance(criteria, Sequence) and not isinstance(criteria, str):
-        return tuple(str(x) for x in criteria)
-    return ()
-
-
-def _default_labels(qtype: str, n: int) -> tuple[str, ...]:
-    if qtype == "score" and n <= 9:
-        return tuple(str(i) for i in range(1, n + 1))
-    return tuple(string.ascii_uppercase[:n])
-
-
-def normalize_expected(
-    given: Any, qtype: str, labels: Sequence[str], options: Sequence[str]
-) -> str | None:
-    """The canvas label an expected value names, or None when absent or not recognised."""
-    if given is None:
+def _answered_question(qid: str, answer: Any) -> Question | None:
+    """The question an answer is of, from the answer alone (its labels its probabilities')."""
+    labels = tuple(answer.probs)
+    try:
+        kind_named(answer.question_type)
+    except InputError:
         return None
-    text = str(given).strip()
-    if qtype == "noul":
-        low = text.lower()
-        return "yes" if low in _YES else "no" if low in _NO else None
-    if text in labels:
-        return text
-    if text in options:
-        index = list(options).index(text)
-        return labels[index] if index < len(labels) else None
-    return None
+    return Question(qid, answer.question_type, "", labels, labels, (None,) * len(labels))
+
+
+def _expected_label(question: Question | None, given: Any) -> str | None:
+    """The canvas label an expected value names (as ``expected`` takes it at submit), or
+    None when absent or not recognised."""
+    if given is None or question is None:
+        return None
+    try:
+        return answer_label(question, given)
+    except InputError:
+        return None
 
 
 def _cell_counts(session: Session, run_id: int) -> dict[str, CellCounts]:

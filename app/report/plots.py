@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from app.report import scores as m
-from app.report.figures import noul_arrays, typed_rows
+from app.report.figures import binary_rows, noul_arrays
 from app.report.load import QuestionRow
 
 __all__ = ["SIZE_IN", "Plot", "report_plots"]
@@ -156,7 +156,7 @@ def _noul_plots(noul: Sequence[QuestionRow], calibrated: Sequence[QuestionRow] |
     plots = [_score_plot(y, s, top, "raw")]
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {"raw": (y, s)}
     if calibrated is not None:
-        yc, sc, _ = noul_arrays(typed_rows(calibrated, "noul"))
+        yc, sc, _ = noul_arrays(binary_rows(calibrated))
         curves["calibrated"] = (yc, sc)
     plots += [_reliability(curves, calibrated_by), _rank_plot(y, s)]
     if calibrated is not None and calibrated_by == "--calibration":
@@ -176,5 +176,5 @@ def report_plots(rows: Sequence[QuestionRow],
     question when 2-8 questions."""
     mass = np.array([r.label_mass for r in rows if r.label_mass is not None], dtype=float)
     top = max(len(rows), 1)
-    return [*_noul_plots(typed_rows(rows, "noul"), calibrated, top, calibrated_by),
+    return [*_noul_plots(binary_rows(rows), calibrated, top, calibrated_by),
             _mass_plot(mass, top)]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.images import shown_ref
-from app.report.figures import Params, typed_rows
+from app.report.figures import Params, binary_rows, is_positive
 from app.report.load import QuestionRow
 
 __all__ = ["FALSE_POSITIVES_SHOWN", "STATE_WORDS", "review", "state_words"]
@@ -59,9 +59,9 @@ def review(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
     """``{"missed_positives": LIST, "false_positives": LIST}``; LIST = ``{total, items}``,
     an item ``{decision, replicate, question, cell, p_yes, label_mass, state}`` and, for a
     decision with images, ``images`` (their references as shown)."""
-    done = [r for r in typed_rows(rows, "noul") if r.answered]
-    positives = [r for r in done if r.expected == "yes"]
-    negatives = [r for r in done if r.expected == "no"]
+    done = [r for r in binary_rows(rows) if r.answered]
+    positives = [r for r in done if is_positive(r)]
+    negatives = [r for r in done if not is_positive(r)]
     return {
         "missed_positives": _listed(positives, lambda s: s <= p.threshold_recall,
                                     descending=False, cap=None),

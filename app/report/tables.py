@@ -10,14 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from app.engine import SIMULATOR_NOTE
+from app.engine import SIMULATOR_NOTE, Family, QuestionKind, all_kinds
+from app.report.families import has_binary, view_of
 from app.report.headline import headline_items
 from app.report.labels import (
-    CHOICE_COLUMNS,
-    NOUL_COLUMNS,
-    NOUL_RANK_COLUMNS,
     NOUL_THRESHOLD_COLUMNS,
-    SCORE_COLUMNS,
     column_titles,
     run_identity,
     thresholds,
@@ -147,8 +144,8 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
     return [lost, reads]
 
 
-def _confusion(conf: Mapping[str, Any]) -> Table:
-    table = Table(title="choice confusion", title_justify="left",
+def _confusion(kind: QuestionKind, conf: Mapping[str, Any]) -> Table:
+    table = Table(title=f"{kind.title} confusion", title_justify="left",
                   caption="rows expected, columns answered", caption_justify="left")
     table.add_column("")
     for label in conf["labels"]:
@@ -164,42 +161,30 @@ def _flag_lines(diag: Mapping[str, Any]) -> list[RenderableType]:
                  f"(p = {f['p_value']:.2g})", style="red") for f in diag["flagged"]]
 
 
-def _parts(kind: str, columns: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
-    if kind != "noul":
-        return [("", columns)]
-    return [(": ranking", NOUL_RANK_COLUMNS), (": thresholds", NOUL_THRESHOLD_COLUMNS)]
-
-
 def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
                   flags: Mapping[str, list[str]]) -> list[RenderableType]:
     out: list[RenderableType] = []
     labelled = doc["labelled"]
-    for kind, columns, title in (("noul", NOUL_COLUMNS, "yes/no"),
-                                 ("choice", CHOICE_COLUMNS, "choice"),
-                                 ("score", SCORE_COLUMNS, "score")):
-        if not labelled[kind]:
+    for kind in all_kinds():
+        if not labelled.get(kind.name):
             continue
-        for part, cols in _parts(kind, columns):
-            out.append(cell_table(f"{title} per cell{part}", doc["raw"][kind], cols, params,
+        view, name, title = view_of(kind), kind.name, kind.title
+        for part, cols in view.parts:
+            out.append(cell_table(f"{title} per cell{part}", doc["raw"][name], cols, params,
                                   flags))
-        if doc["calibrated"] and kind == "noul":
-            blocks = {"raw": doc["raw"]["noul"]["overall"],
-                      "calibrated": doc["calibrated"]["noul"]["overall"]}
-            out.append(figure_table("yes/no overall: raw and calibrated", blocks, columns,
-                                    params))
-            out.append(cell_table("yes/no per cell, calibrated: thresholds",
-                                  doc["calibrated"]["noul"], NOUL_THRESHOLD_COLUMNS, params,
+        if doc["calibrated"] and kind.family is Family.BINARY:
+            blocks = {"raw": doc["raw"][name]["overall"],
+                      "calibrated": doc["calibrated"][name]["overall"]}
+            out.append(figure_table(f"{title} overall: raw and calibrated", blocks,
+                                    view.columns, params))
+            out.append(cell_table(f"{title} per cell, calibrated: thresholds",
+                                  doc["calibrated"][name], NOUL_THRESHOLD_COLUMNS, params,
                                   flags))
-        if kind == "choice":
-            out.append(_confusion(doc["raw"]["choice"]["confusion"]))
-    if labelled["noul"]:
+        if view.confusion:
+            out.append(_confusion(kind, doc["raw"][name]["confusion"]))
+    if has_binary(doc):
         out.append(_calibration_table(doc))
     return out
-
-
-#: figures compared per cell (a, b, a - b) in the compact comparison table
-_COMPARED = {"noul": ("auc", "recall", "fp_count", "ece"), "choice": ("accuracy", "log_loss"),
-             "score": ("mae_level", "accuracy")}
 
 
 def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[RenderableType]:
@@ -207,14 +192,15 @@ def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[R
     out: list[RenderableType] = [Text(
         f"comparison: a = {cmp['a']}, b = {cmp['b']}: {cmp['matched']} matched question(s), "
         f"{cmp['only_a']} only in a, {cmp['only_b']} only in b", style="bold")]
-    for kind, columns in (("noul", NOUL_COLUMNS), ("choice", CHOICE_COLUMNS),
-                          ("score", SCORE_COLUMNS)):
-        if not cmp[kind]["cells"]:
+    for kind in all_kinds():
+        section = cmp.get(kind.name)
+        if not section or not section["cells"]:
             continue
-        pair = cmp[kind]["overall"]
-        out.append(figure_table(f"{kind} overall: a vs b", {"a": pair["a"], "b": pair["b"]},
-                                columns, params, diff=pair["diff"]))
-        out.append(_compare_cells(kind, cmp[kind], columns, params))
+        pair, columns = section["overall"], view_of(kind).columns
+        out.append(figure_table(f"{kind.name} overall: a vs b",
+                                {"a": pair["a"], "b": pair["b"]}, columns, params,
+                                diff=pair["diff"]))
+        out.append(_compare_cells(kind, section, params))
     if cmp.get("disagreement"):
         out += _disagreement_tables(cmp["disagreement"])
     return out
@@ -239,10 +225,12 @@ def _disagreement_tables(dis: Mapping[str, Any]) -> list[RenderableType]:
     return [table, largest] if dis["largest"] else [table]
 
 
-def _compare_cells(kind: str, section: Mapping[str, Any], columns: Mapping[str, str],
+def _compare_cells(kind: QuestionKind, section: Mapping[str, Any],
                    params: Mapping[str, Any]) -> Table:
-    names = _COMPARED[kind]
-    table = Table(title=f"{kind} per cell: a | b | Δ (a-b)", title_justify="left")
+    """The figures ``families`` compares, per cell: a | b | a - b."""
+    view = view_of(kind)
+    names, columns = view.compared, view.columns
+    table = Table(title=f"{kind.name} per cell: a | b | Δ (a-b)", title_justify="left")
     table.add_column("cell", no_wrap=True)
     for title in column_titles({n: columns[n] for n in names}, params):
         table.add_column(title, justify="right")
@@ -317,7 +305,7 @@ def _review_table(title: str, listed: Mapping[str, Any]) -> RenderableType:
 def review_tables(doc: Mapping[str, Any]) -> list[RenderableType]:
     """Every missed positive (lowest P(yes) first) and the top false positives (highest
     first), the lists of the HTML page."""
-    if not doc["labelled"]["noul"]:
+    if not has_binary(doc):
         return []
     t = thresholds(doc["params"])
     return [_review_table(f"missed positives (P(yes) ≤ {t['r']})",

@@ -408,7 +408,7 @@ def _slot_question(prompt: ReadPrompt, name: str, images: tuple[str, ...]) -> Sl
     if asked is None:
         return SlotQuestion(prompt.state_text, name, images=images)
     return SlotQuestion(prompt.state_text, asked.instructions,
-                        asked.key_label if asked.qtype is not None else None, asked.labels,
+                        asked.key_label if asked.kind is not None else None, asked.labels,
                         images)
 
 

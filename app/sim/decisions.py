@@ -44,7 +44,6 @@ from app.engine import (
     Layout,
     PolicyName,
     Question,
-    QuestionType,
     ReadMode,
     ReadSettings,
     ReadUnit,
@@ -52,6 +51,7 @@ from app.engine import (
     parse_response,
     plan_decision,
 )
+from app.engine.kinds import CHOICE, LETTERS, kind_named, kind_names, kind_of, reader_text
 from app.engine.openai.client import reader_options
 from app.engine.openai.model import (
     MAX_LEVELS,
@@ -63,10 +63,9 @@ from app.engine.openai.model import (
     ScoreQuestionIn,
     Text,
 )
-from app.engine.questions import LETTERS, score_labels
 from app.engine.types import ImageData
 from app.engine.vllm_rules import VllmBadRequest, error_body
-from app.errors import MalformedResponse, TemplateError
+from app.errors import InputError, MalformedResponse, TemplateError
 from app.sim.limits import Throttled
 
 if TYPE_CHECKING:
@@ -76,7 +75,6 @@ __all__ = ["answer_decision_route"]
 
 MAX_QUESTIONS = 64
 MAX_OPTIONS = len(LETTERS)
-_LIMITS = {QuestionType.NOUL: 2, QuestionType.SCORE: 10, QuestionType.CHOICE: MAX_OPTIONS}
 
 
 class DecisionRefused(Exception):
@@ -175,52 +173,24 @@ class DecisionsRequest(_Strict):
 
 # -- questions ------------------------------------------------------------------------------
 
-def _text(value: Any) -> str:
-    """vLLM writes a non-string instruction or description with ``str()``."""
-    return "" if value is None else value if isinstance(value, str) else str(value)
-
-
-def _options(qid: str, qtype: QuestionType, criteria: Any) -> list[tuple[str, str | None]]:
-    if qtype is QuestionType.CHOICE:
-        if not isinstance(criteria, dict) or not criteria:
-            raise DecisionRefused(f"question {qid!r}: choice criteria must map option names to "
-                                  "a description or null")
-        return [(str(k), None if v is None else str(v)) for k, v in criteria.items()]
-    if qtype is QuestionType.NOUL:
-        if criteria is not None and (not isinstance(criteria, dict)
-                                     or not criteria.keys() <= {"true", "false"}):
-            raise DecisionRefused(f"question {qid!r}: noul criteria must be an object with true "
-                                  "and false")
-        criteria = criteria or {}
-        return [("yes", _text(criteria.get("true")) or None),
-                ("no", _text(criteria.get("false")) or None)]
-    if not isinstance(criteria, list) or len(criteria) < 2:
-        raise DecisionRefused(f"question {qid!r}: score criteria must be an ordered list of "
-                              "levels")
-    return [(str(level), None) for level in criteria]
-
-
-def _labels(qtype: QuestionType, n: int) -> tuple[str, ...]:
-    if qtype is QuestionType.NOUL:
-        return ("yes", "no")
-    return score_labels(n) if qtype is QuestionType.SCORE else LETTERS[:n]
-
-
 def _question(qid: str, type_name: str, instructions: Any, criteria: Any) -> Question:
     try:
-        qtype = QuestionType(type_name)
-    except ValueError:
+        kind = kind_named(type_name)
+    except InputError:
         raise DecisionRefused(f"unknown question type {type_name!r}; supported: "
-                              f"{sorted(t.value for t in QuestionType)}") from None
-    options = _options(qid, qtype, criteria)
-    names = [name for name, _ in options]
+                              f"{sorted(kind_names())}") from None
+    try:
+        options = kind.reader_options(criteria)
+    except ValueError as exc:
+        raise DecisionRefused(f"question {qid!r}: {exc}") from None
+    names = tuple(name for name, _ in options)
     if len(set(names)) != len(names):
         raise DecisionRefused(f"question {qid!r}: duplicate option names")
-    if len(options) > _LIMITS[qtype]:
-        raise DecisionRefused(f"question {qid!r}: at most {_LIMITS[qtype]} options for this "
+    if len(options) > kind.reader_limit:
+        raise DecisionRefused(f"question {qid!r}: at most {kind.reader_limit} options for this "
                               "model")
-    return Question(id=qid, type=qtype, instructions=_text(instructions),
-                    labels=_labels(qtype, len(options)), options=tuple(names),
+    return Question(id=qid, type=kind.name, instructions=reader_text(instructions),
+                    labels=kind.labels(names), options=names,
                     descriptions=tuple(desc for _, desc in options))
 
 
@@ -228,8 +198,9 @@ def _choice_question(index: int, instructions: str,
                      options: list[tuple[str, str | None]]) -> Question:
     if len(options) > MAX_OPTIONS:
         raise DecisionRefused(f"This model supports at most {MAX_OPTIONS} choices per question")
-    return Question(id=str(index), type=QuestionType.CHOICE, instructions=instructions,
-                    labels=LETTERS[:len(options)], options=tuple(n for n, _ in options),
+    names = tuple(n for n, _ in options)
+    return Question(id=str(index), type=CHOICE.name, instructions=instructions,
+                    labels=CHOICE.labels(names), options=names,
                     descriptions=tuple(d or None for _, d in options))
 
 
@@ -322,19 +293,7 @@ def _confidence(probs: list[float], answer: Answer) -> float:
 
 def _jev_answer(question: Question, answer: Answer) -> dict[str, Any]:
     probs = _probs(question, answer)
-    top = probs.index(max(probs))
-    if question.type is QuestionType.NOUL:
-        return {"type": "noul", "noul": probs[0],
-                "probabilities": {"yes": probs[0], "no": probs[1]},
-                "confidence": _confidence(probs, answer)}
-    if question.type is QuestionType.CHOICE:
-        return {"type": "choice", "choice": question.options[top],
-                "probabilities": dict(zip(question.options, probs, strict=True)),
-                "confidence": _confidence(probs, answer)}
-    return {"type": "score", "score": sum(i * p for i, p in enumerate(probs)),
-            "legend": {str(i): name for i, name in enumerate(question.options)},
-            "probabilities": {str(i): p for i, p in enumerate(probs)},
-            "confidence": _confidence(probs, answer)}
+    return kind_of(question).reader_answer(question, probs, _confidence(probs, answer))
 
 
 def _joint_diagnostics(reads: _Reads) -> dict[str, Any]:

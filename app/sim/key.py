@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
-from app.engine import QuestionsMemo, parse_decision, serialize_state
+from app.engine import QuestionsMemo, kind_of, parse_decision, serialize_state
 from app.engine.questions import answer_label
-from app.engine.types import Question, QuestionType
+from app.engine.types import Question
 from app.errors import ConfigError, InputError
 
 __all__ = ["AnswerKey", "KeyEntry", "answer_key_of", "job_file_beside"]
@@ -209,8 +209,7 @@ def _warnings(path: str, job_file: Path, unmatched: _Tally, unoffered: _Tally
 
 
 def _takes(question: Question) -> str:
-    names = {QuestionType.CHOICE: "its option names", QuestionType.SCORE: "its levels' text"}
-    return f"{'/'.join(question.labels)} or {names.get(question.type, 'true/false')}"
+    return f"{'/'.join(question.labels)} or {kind_of(question).key_takes}"
 
 
 def _short(text: str) -> str:

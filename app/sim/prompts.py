@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
-from app.engine import parse_messages
-from app.engine.questions import answer_label, score_labels
-from app.engine.types import Question, QuestionType
-from app.engine.vllm_reader import JOINT_REPLY, REPLY_INSTRUCTIONS
+from app.engine import QuestionKind, all_kinds, parse_messages
+from app.engine.questions import answer_label
+from app.engine.types import Question
+from app.engine.vllm_reader import JOINT_REPLY
 from app.errors import InputError
 
 __all__ = ["Asked", "ReadPrompt", "understand"]
 
-_TYPES = {text: qtype for qtype, text in REPLY_INSTRUCTIONS.items()}
 _JOINT_HEAD = re.compile(r"\n\nQuestion (\d+):")
 _ISOLATED_HEAD = "\n\nQuestion: "
 
@@ -42,7 +41,7 @@ class Asked:
     """One question as the prompt asks it."""
 
     instructions: str
-    qtype: QuestionType | None = None  #: None: a dreads layout (its labels are dreads')
+    kind: QuestionKind | None = None  #: None: a dreads layout (its labels are dreads')
     labels: tuple[str, ...] = ()  #: the labels the prompt offers, in option order
     options: tuple[str, ...] = ()  #: the option names, in the same order
 
@@ -59,10 +58,10 @@ class Asked:
     @cached_property
     def _question(self) -> Question:
         """The question as dreads writes it (its labels dreads': a score's are 1..)."""
-        assert self.qtype is not None, "only a vLLM-reader prompt's question has a type"
+        assert self.kind is not None, "only a vLLM-reader prompt's question has a kind"
         n = len(self.labels)
-        labels = score_labels(n) if self.qtype is QuestionType.SCORE else self.labels
-        return Question("", self.qtype, self.instructions, labels, self.options, (None,) * n)
+        labels = self.kind.labels(self.options)
+        return Question("", self.kind.name, self.instructions, labels, self.options, (None,) * n)
 
 
 @dataclass(frozen=True)
@@ -108,36 +107,21 @@ def _reader_prompt(content: str) -> ReadPrompt | None:
     return _isolated(content)
 
 
-def _options(lines: list[str], qtype: QuestionType) -> int | None:
-    """Where the option lines start (they run to the end of ``lines``)."""
-    if qtype is QuestionType.NOUL:
-        return len(lines) - 2 if len(lines) >= 2 else None
-    first = "A: " if qtype is QuestionType.CHOICE else "0: "
-    for k in range(len(lines) - 1, -1, -1):
-        if lines[k].startswith(first):
-            return k
-    return None
-
-
-def _asked(instructions: str, option_lines: list[str], qtype: QuestionType) -> Asked:
-    if qtype is QuestionType.NOUL:
-        return Asked(instructions, qtype, ("yes", "no"), ("yes", "no"))
-    labels = tuple(line.split(": ", 1)[0] for line in option_lines)
-    names = tuple(line.split(": ", 1)[1] if ": " in line else line for line in option_lines)
-    if qtype is QuestionType.CHOICE:  # "A: {name} - {description}"; a level is all text
-        names = tuple(name.split(" - ", 1)[0] for name in names)
-    return Asked(instructions, qtype, labels, names)
+def _kind_replying(line: str) -> QuestionKind | None:
+    """The kind whose reply line this is (each kind's differs)."""
+    return next((k for k in all_kinds() if k.reply_line == line), None)
 
 
 def _question_block(lines: list[str]) -> tuple[list[str], Asked] | None:
     """The lines before a question's options, and the question (its reply line last)."""
-    qtype = _TYPES.get(lines[-1]) if lines else None
-    if qtype is None:
+    kind = _kind_replying(lines[-1]) if lines else None
+    if kind is None:
         return None
-    start = _options(lines[:-1], qtype)
+    start = kind.option_start(lines[:-1])
     if start is None:
         return None
-    return lines[:start], _asked("", lines[start:-1], qtype)
+    labels, names = kind.read_options(lines[start:-1])
+    return lines[:start], Asked("", kind, labels, names)
 
 
 def _isolated(content: str) -> ReadPrompt | None:
@@ -151,7 +135,7 @@ def _isolated(content: str) -> ReadPrompt | None:
         state, instructions = head[:cut], head[cut + len(_ISOLATED_HEAD):]
     else:
         state, instructions = head.removesuffix("\n"), ""
-    return ReadPrompt(state, {"": Asked(instructions, asked.qtype, asked.labels, asked.options)})
+    return ReadPrompt(state, {"": Asked(instructions, asked.kind, asked.labels, asked.options)})
 
 
 def _joint(text: str) -> ReadPrompt | None:
@@ -171,5 +155,5 @@ def _joint(text: str) -> ReadPrompt | None:
             return None
         head_lines, asked = found
         instructions = "\n".join(head_lines).removeprefix(" ")
-        questions[match.group(1)] = Asked(instructions, asked.qtype, asked.labels, asked.options)
+        questions[match.group(1)] = Asked(instructions, asked.kind, asked.labels, asked.options)
     return ReadPrompt(text[:run[0].start()], questions)

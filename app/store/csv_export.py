@@ -1,13 +1,15 @@
 """A run's results as CSV rows (``dreads export --format csv``).
 
 One row per decision, from ``views.iter_export``'s records. The columns are those that apply to
-the run: the decision's own, then per question id (in first-seen order) the columns of its type
-(``QUESTION_COLUMNS``), less the ones the run cannot fill (no ``cell`` in any line, one draw per
-answer, answers by dreads' reads or by a decision endpoint). ``Q.answer`` and ``Q.expected``
-are in one form for every type (yes/no, the option name, the level's text), ``Q.label`` and
-``Q.expected_label`` in another (a choice's letter, a score level's number), so that
-``answer == expected`` and ``label == expected_label`` compare like with like. The list with
-every column's meaning is docs/commands.md#export (``tests`` compare the two).
+the run: the decision's own, then per question id (in first-seen order) the columns of its
+kind's family (``QUESTION_COLUMNS``: ``p_yes`` for yes/no, ``mean_level`` for levels, ``label``
+and ``probs`` where a label is not the answer's name), less the ones the run cannot fill (no
+``cell`` in any line, one draw per answer, answers by dreads' reads or by a decision
+endpoint). ``Q.answer`` and ``Q.expected`` are in one form for every type (yes/no, the option
+name, the level's text), ``Q.label`` and ``Q.expected_label`` in another (a choice's letter, a
+score level's number), so that ``answer == expected`` and ``label == expected_label`` compare
+like with like. The list with every column's meaning is docs/commands.md#export (``tests``
+compare the two).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.engine import PolicyName, QuestionType, stored_plans_reads
+from app.engine import Family, PolicyName, kind_named, stored_plans_reads
+from app.errors import InputError
 from app.store.export_shapes import state_text
 from app.store.models import Decision, DecisionPayload
 from app.store.records import RunInfo
@@ -30,9 +33,8 @@ from app.store.views import iter_export
 __all__ = ["DECISION_COLUMNS", "QUESTION_COLUMNS", "Column", "CsvExport", "Needs",
            "csv_export", "question_types"]
 
-NOUL, CHOICE, SCORE = QuestionType.NOUL, QuestionType.CHOICE, QuestionType.SCORE
-EVERY_TYPE: frozenset[str] = frozenset(QuestionType)
-LABELLED: frozenset[str] = frozenset({CHOICE, SCORE})
+#: The families whose answer's label is not its name (a letter, a level's number).
+LABELLED: frozenset[Family] = frozenset({Family.NOMINAL, Family.ORDINAL})
 
 
 class Needs(StrEnum):
@@ -48,12 +50,16 @@ class Needs(StrEnum):
 @dataclass(frozen=True)
 class Column:
     """A column: its name (``Q.`` + name for a question's), when it applies, and the key of
-    the export record (or of its answer) it is read from."""
+    the export record (or of its answer) it is read from, and the kinds' families it applies
+    to (None: every kind)."""
 
     name: str
     needs: Needs = Needs.ALWAYS
-    types: frozenset[str] = EVERY_TYPE
+    families: frozenset[Family] | None = None
     key: str = ""
+
+    def applies(self, families: frozenset[Family]) -> bool:
+        return self.families is None or bool(self.families & families)
 
     @property
     def source(self) -> str:
@@ -67,11 +73,11 @@ DECISION_COLUMNS = (
 QUESTION_COLUMNS = (
     Column("answer", key="option"),
     Column("expected", key="expected_option"),
-    Column("label", types=LABELLED),
-    Column("expected_label", types=LABELLED, key="expected"),
-    Column("p_yes", types=frozenset({NOUL})),
-    Column("mean_level", types=frozenset({SCORE})),
-    Column("probs", types=LABELLED),
+    Column("label", families=LABELLED),
+    Column("expected_label", families=LABELLED, key="expected"),
+    Column("p_yes", families=frozenset({Family.BINARY})),
+    Column("mean_level", families=frozenset({Family.ORDINAL})),
+    Column("probs", families=LABELLED),
     Column("confidence"), Column("top_prob"),
     Column("stderr", Needs.DRAWS), Column("agreement", Needs.DRAWS),
     Column("draws"), Column("stop_reason"),
@@ -99,10 +105,21 @@ def csv_export(session: Session, run: RunInfo, *, with_state: bool = False) -> C
     plan: _Plan = [(c.name, None, c) for c in DECISION_COLUMNS if c.needs in met]
     plan += [(f"{qid}.{c.name}", qid, c)
              for qid, qtypes in question_types(session, run.id).items()
-             for c in QUESTION_COLUMNS if c.needs in met and c.types & qtypes]
+             for c in QUESTION_COLUMNS if c.needs in met and c.applies(_families(qtypes))]
     records = iter_export(session, run.id, with_state=with_state)
     return CsvExport(columns=[name for name, _, _ in plan],
                      rows=(_row(record, plan) for record in records))
+
+
+def _families(qtypes: frozenset[str]) -> frozenset[Family]:
+    """The families of these kinds (a kind no longer registered has none)."""
+    out = set()
+    for name in qtypes:
+        try:
+            out.add(kind_named(name).family)
+        except InputError:
+            continue
+    return frozenset(out)
 
 
 def _row(record: Mapping[str, Any], plan: _Plan) -> dict[str, Any]:
@@ -150,6 +167,6 @@ def question_types(session: Session, run_id: int) -> dict[str, frozenset[str]]:
             .order_by(Decision.id).execution_options(yield_per=1000))
     for payload in session.scalars(stmt):
         for qid, spec in (payload.get("questions") or {}).items():
-            qtype = str(spec.get("type", NOUL)) if isinstance(spec, Mapping) else NOUL
+            qtype = str(spec.get("type", "")) if isinstance(spec, Mapping) else ""
             seen[qid] = seen.get(qid, frozenset()) | {qtype}
     return seen

@@ -98,14 +98,14 @@ def test_contracts_look_like_the_field_report() -> None:
 def test_choice_and_score_examples_have_50_to_200_decisions(stem: str, qtype: str) -> None:
     decisions = [parse_decision(obj) for obj in _lines(EXAMPLES / f"{stem}.jsonl")]
     assert 50 <= len(decisions) <= 200
-    assert {q.type.value for d in decisions for q in d.questions} == {qtype}
+    assert {q.type for d in decisions for q in d.questions} == {qtype}
     assert len({d.expected[d.questions[0].id] for d in decisions}) >= 4, "answers vary"
 
 
 def test_small_mixes_every_question_type() -> None:
     decisions = [parse_decision(obj) for obj in _lines(EXAMPLES / "small.jsonl")]
     assert len(decisions) == 5
-    assert {q.type.value for d in decisions for q in d.questions} == {"noul", "choice", "score"}
+    assert {q.type for d in decisions for q in d.questions} == {"noul", "choice", "score"}
     assert any(not isinstance(d.state, str) for d in decisions), "a JSON state"
 
 

@@ -21,10 +21,10 @@ from app.engine.endpoint import (
     refusal_of,
     usage_of,
 )
+from app.engine.kinds import CHOICE
 from app.engine.openai.answers import openai_questions
-from app.engine.prompt import serialize_state
-from app.engine.questions import LETTERS
-from app.engine.types import Answer, Decision, DrawRecord, Question, QuestionType, Refusal
+from app.engine.types import Answer, Decision, DrawRecord, Question, Refusal
+from app.engine.values import serialize_state
 from app.errors import MalformedResponse
 
 __all__ = ["decisions_request", "read_decisions", "reader_decision", "reader_options"]
@@ -77,8 +77,9 @@ def reader_options(asked: Mapping[str, Any]) -> list[tuple[str, str | None]]:
 
 def _reader_question(index: int, asked: Mapping[str, Any]) -> Question:
     options = reader_options(asked)
-    return Question(id=str(index), type=QuestionType.CHOICE, instructions=asked["instructions"],
-                    labels=LETTERS[:len(options)], options=tuple(n for n, _ in options),
+    names = tuple(n for n, _ in options)
+    return Question(id=str(index), type=CHOICE.name, instructions=asked["instructions"],
+                    labels=CHOICE.labels(names), options=names,
                     descriptions=tuple(d or None for _, d in options))
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.engine.kinds import CHOICE, LETTERS, NOUL, SCORE
 from app.engine.openai.errors import DecisionsRequestError, fail, request_error
 from app.engine.openai.model import (
     ChoiceQuestionIn,
@@ -50,9 +51,9 @@ from app.engine.openai.shapes import (
     ScoreShape,
     same_value,
 )
-from app.engine.prompt import serialize_state
-from app.engine.questions import LETTERS, build_decision
+from app.engine.questions import build_decision
 from app.engine.types import Decision
+from app.engine.values import serialize_state
 from app.errors import InputError
 
 __all__ = ["MAX_CHOICES", "decision_from_request"]
@@ -182,12 +183,12 @@ def _question(index: int, question: QuestionIn) -> tuple[str, Spec, QuestionShap
     shape: QuestionShape
     if isinstance(question, ChoiceQuestionIn):
         criteria, shape = _choice(question, param)
-        spec: Spec = {"type": "choice", "instructions": instructions, "criteria": criteria}
+        spec: Spec = {"type": CHOICE.name, "instructions": instructions, "criteria": criteria}
     elif isinstance(question, ScoreQuestionIn):
         texts, shape = _score(question, param)
-        spec = {"type": "score", "instructions": instructions, "criteria": texts}
+        spec = {"type": SCORE.name, "instructions": instructions, "criteria": texts}
     else:
-        spec, shape = {"type": "noul", "instructions": instructions}, PredicateShape(name)
+        spec, shape = {"type": NOUL.name, "instructions": instructions}, PredicateShape(name)
     return (name if name is not None else str(index)), spec, shape
 
 

@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.endpoint import number
-from app.engine.types import Question, QuestionType
+from app.engine.kinds import Family, kind_of
+from app.engine.types import Question
+from app.engine.values import number
 from app.errors import InputError, MalformedResponse
 
 __all__ = [
@@ -47,7 +48,7 @@ def _asked_instructions(question: Question, default: str) -> str:
     """The question's instructions; a noul's criteria (which OpenAI's predicate has no field
     for) are written after them; OpenAI needs non-empty instructions."""
     text = question.instructions
-    if question.type is QuestionType.NOUL and any(question.descriptions):
+    if kind_of(question).family is Family.BINARY and any(question.descriptions):
         yes, no = question.descriptions
         criteria = "; ".join(f"{side}: {desc}" for side, desc in (("true", yes), ("false", no))
                              if desc)
@@ -264,13 +265,15 @@ QuestionShape = PredicateShape | ChoiceShape | ScoreShape
 
 
 def shape_for(question: Question) -> QuestionShape:
-    """The OpenAI shape of a question from a dreads line: noul -> predicate, choice -> string
-    values (the option names), score -> levels by their text; named by the question id."""
-    if question.type is QuestionType.NOUL:
+    """The OpenAI shape of a question from a dreads line, by its kind's family: yes/no ->
+    predicate, options -> string values (the option names), levels -> levels by their text;
+    named by the question id."""
+    family = kind_of(question).family
+    if family is Family.BINARY:
         return PredicateShape(question.id)
-    if question.type is QuestionType.CHOICE:
-        return ChoiceShape(question.id, question.options)
-    return ScoreShape(question.id, question.options)
+    if family is Family.ORDINAL:
+        return ScoreShape(question.id, question.options)
+    return ChoiceShape(question.id, question.options)
 
 
 def shape_from_json(obj: Any) -> QuestionShape:

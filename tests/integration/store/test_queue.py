@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine.types import Answer as EngineAnswer
-from app.engine.types import DrawRecord, QuestionType, Refusal, SlotRead, StopReason
+from app.engine.types import DrawRecord, Refusal, SlotRead, StopReason
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision, DecisionPayload, Draw, Run
 from app.store.queue import (
@@ -44,7 +44,7 @@ def _seed(factory: Factory, n: int = 4, *, run_status: str = "active",
 
 def _answer(qid: str, label: str = "yes") -> EngineAnswer:
     return EngineAnswer(
-        question_id=qid, question_type=QuestionType.NOUL, label=label, option=label,
+        question_id=qid, question_type="noul", label=label, option=label,
         probs={"yes": 0.8, "no": 0.2}, p_yes=0.8, expected_level=None, legend=None,
         confidence=0.3, top_prob=0.8, stderr=None, agreement=None, draws=1,
         stop_reason=StopReason.NEAR_CERTAIN, label_mass=0.99, min_label_mass=0.99,

@@ -11,7 +11,6 @@ from app.api.schemas import SystemOneIn
 from app.engine import (
     Answer,
     DrawRecord,
-    QuestionType,
     SlotRead,
     StopReason,
 )
@@ -22,7 +21,7 @@ def request(questions: dict[str, Any], **extra: Any) -> SystemOneIn:
                                        "questions": questions, **extra})
 
 
-def answer(qid: str, qtype: QuestionType, probs: dict[str, float], **fields: Any) -> Answer:
+def answer(qid: str, qtype: str, probs: dict[str, float], **fields: Any) -> Answer:
     top = max(probs, key=probs.__getitem__)
     base: dict[str, Any] = dict(
         question_id=qid, question_type=qtype, label=top, option=top, probs=probs,
@@ -116,9 +115,9 @@ def test_answers_take_jevs_shapes_in_the_requests_order() -> None:
         "tone": {"type": "choice", "criteria": {"angry": None, "calm": None}},
         "spam": {"type": "noul", "instructions": "Spam?"}}))
     answers = [
-        answer("spam", QuestionType.NOUL, {"yes": 0.8, "no": 0.2}, p_yes=0.8),
-        answer("tone", QuestionType.CHOICE, {"A": 0.3, "B": 0.7}, option="calm"),
-        answer("urgency", QuestionType.SCORE, {"1": 0.2, "2": 0.3, "3": 0.5},
+        answer("spam", "noul", {"yes": 0.8, "no": 0.2}, p_yes=0.8),
+        answer("tone", "choice", {"A": 0.3, "B": 0.7}, option="calm"),
+        answer("urgency", "score", {"1": 0.2, "2": 0.3, "3": 0.5},
                expected_level=1.3, legend={"0": "later", "1": "soon", "2": "now"}),
     ]
     jev = answers_of(decision, answers)

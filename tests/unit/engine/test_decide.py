@@ -9,7 +9,6 @@ import pytest
 
 from app.engine import (
     PolicyName,
-    QuestionType,
     ReadSettings,
     SlotRead,
     SlotRow,
@@ -153,8 +152,8 @@ def test_aggregate_choice_maps_back_to_option_and_breaks_ties_by_order() -> None
 def test_trivial_answer(spec: dict[str, Any], level: float | None) -> None:
     q = parse_question("t", spec)
     a = trivial_answer(q)
-    assert (a.label, a.top_prob, a.draws, a.stop_reason) == ("1" if q.type is
-                                                             QuestionType.SCORE else "A",
+    assert (a.label, a.top_prob, a.draws, a.stop_reason) == ("1" if q.type ==
+                                                             "score" else "A",
                                                              1.0, 0, StopReason.TRIVIAL)
     assert a.probs == {a.label: 1.0} and a.confidence == 1.0 and a.expected_level == level
 

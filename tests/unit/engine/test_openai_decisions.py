@@ -9,7 +9,6 @@ from pydantic import BaseModel
 
 from app.engine import (
     Answer,
-    QuestionType,
     StopReason,
     decision_from_payload,
     decision_payload,
@@ -43,9 +42,9 @@ def batch(body: dict[str, Any], **metadata: Any) -> dict[str, Any]:
 def test_questions_map_to_noul_choice_and_score_by_name_or_position() -> None:
     decision = decision_from_request("k", request(PREDICATE, BOOLS, SCORE))
     billing, bools, urgency = decision.questions
-    assert (billing.id, billing.type, billing.labels) == ("billing", QuestionType.NOUL,
+    assert (billing.id, billing.type, billing.labels) == ("billing", "noul",
                                                           ("yes", "no"))
-    assert (bools.id, bools.type, bools.labels) == ("1", QuestionType.CHOICE,
+    assert (bools.id, bools.type, bools.labels) == ("1", "choice",
                                                     ("A", "B", "C", "D"))
     assert bools.options == ("true", '"true"', "false", '"false"')  # typed: four options
     assert bools.descriptions == (None, "the word", None, None)
@@ -155,7 +154,7 @@ def test_a_batch_line_for_another_url_is_refused() -> None:
         parse_decision(line)
 
 
-def _answer(qid: str, qtype: QuestionType, probs: dict[str, float]) -> Answer:
+def _answer(qid: str, qtype: str, probs: dict[str, float]) -> Answer:
     label = max(probs, key=probs.__getitem__)
     return Answer(question_id=qid, question_type=qtype, label=label, option=label, probs=probs,
                   p_yes=probs.get("yes"), expected_level=None, legend=None, confidence=0.5,
@@ -166,9 +165,9 @@ def _answer(qid: str, qtype: QuestionType, probs: dict[str, float]) -> Answer:
 
 def test_answers_come_back_in_openais_shape_with_typed_values() -> None:
     decision = decision_from_request("k", request(PREDICATE, BOOLS, SCORE))
-    answers = [_answer("billing", QuestionType.NOUL, {"yes": 0.8, "no": 0.2}),
-               _answer("1", QuestionType.CHOICE, {"A": 0.1, "B": 0.6, "C": 0.2, "D": 0.1}),
-               _answer("urgency", QuestionType.SCORE, {"1": 0.2, "2": 0.3, "3": 0.5})]
+    answers = [_answer("billing", "noul", {"yes": 0.8, "no": 0.2}),
+               _answer("1", "choice", {"A": 0.1, "B": 0.6, "C": 0.2, "D": 0.1}),
+               _answer("urgency", "score", {"1": 0.2, "2": 0.3, "3": 0.5})]
     predicate, choice, score = openai_answers(decision, reversed(answers))
     assert predicate == {"type": "predicate", "name": "billing", "probability": 0.8}
     assert choice["choice"] == "true" and choice["name"] is None

@@ -11,7 +11,6 @@ import pytest
 from app.engine import (
     Decision,
     Layout,
-    QuestionType,
     build_messages,
     decision_from_payload,
     decision_payload,
@@ -35,19 +34,19 @@ def line(**over: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("spec", "qtype", "labels", "options"), [
-    (NOUL, QuestionType.NOUL, ("yes", "no"), ("yes", "no")),
-    (CHOICE, QuestionType.CHOICE, ("A", "B", "C"), ("buyer", "seller", "nobody")),
-    (SCORE, QuestionType.SCORE, ("1", "2", "3"), ("none", "minor", "major")),
-    ({**SCORE, "criteria": [f"l{i}" for i in range(9)]}, QuestionType.SCORE,
+    (NOUL, "noul", ("yes", "no"), ("yes", "no")),
+    (CHOICE, "choice", ("A", "B", "C"), ("buyer", "seller", "nobody")),
+    (SCORE, "score", ("1", "2", "3"), ("none", "minor", "major")),
+    ({**SCORE, "criteria": [f"l{i}" for i in range(9)]}, "score",
      tuple("123456789"), tuple(f"l{i}" for i in range(9))),
-    ({**SCORE, "criteria": [f"l{i}" for i in range(10)]}, QuestionType.SCORE,
+    ({**SCORE, "criteria": [f"l{i}" for i in range(10)]}, "score",
      tuple("ABCDEFGHIJ"), tuple(f"l{i}" for i in range(10))),
-    ({**CHOICE, "criteria": {f"o{i}": None for i in range(26)}}, QuestionType.CHOICE,
+    ({**CHOICE, "criteria": {f"o{i}": None for i in range(26)}}, "choice",
      tuple(string.ascii_uppercase), tuple(f"o{i}" for i in range(26))),
-    ({**CHOICE, "criteria": {"only": None}}, QuestionType.CHOICE, ("A",), ("only",)),
-    ({**SCORE, "criteria": ["single"]}, QuestionType.SCORE, ("1",), ("single",)),
+    ({**CHOICE, "criteria": {"only": None}}, "choice", ("A",), ("only",)),
+    ({**SCORE, "criteria": ["single"]}, "score", ("1",), ("single",)),
 ])
-def test_question_shapes_and_labels(spec: dict[str, Any], qtype: QuestionType,
+def test_question_shapes_and_labels(spec: dict[str, Any], qtype: str,
                                     labels: tuple[str, ...], options: tuple[str, ...]) -> None:
     q = parse_question("q", spec)
     assert (q.type, q.labels, q.options) == (qtype, labels, options)

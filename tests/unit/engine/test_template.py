@@ -13,7 +13,6 @@ from app.engine import (
     Endpoint,
     Layout,
     Question,
-    QuestionType,
     ReadMode,
     ReadSettings,
     answer_lines,
@@ -40,7 +39,7 @@ def make(questions: dict[str, Any]) -> Decision:
 
 
 def odd_question(labels: tuple[str, ...], qid: str = "X3|C1|conflict") -> Decision:
-    q = Question(id=qid, type=QuestionType.CHOICE, instructions="?", labels=labels,
+    q = Question(id=qid, type="choice", instructions="?", labels=labels,
                  options=labels, descriptions=(None,) * len(labels))
     return Decision(id="d1", state="s", questions=(q,))
 

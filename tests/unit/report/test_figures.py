@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from app.engine import parse_question
+from app.engine.questions import answer_label
+from app.errors import InputError
 from app.report.compare import compare_rows, diff_figures
 from app.report.figures import Params, figure_block, noul_figures
-from app.report.load import QuestionRow, normalize_expected
+from app.report.load import QuestionRow
 
 
 def _row(key: str, p: float, y: int, rep: int = 0, cell: str = "c") -> QuestionRow:
@@ -50,4 +53,13 @@ def test_comparison_matches_rows_and_subtracts() -> None:
 ])
 def test_expected_values_become_canvas_labels(given: object, qtype: str,
                                               expected: str | None) -> None:
-    assert normalize_expected(given, qtype, ("A", "B"), ("red", "green")) == expected
+    """The report reads an expected value as submit does (one parser, one set of yes/no
+    words)."""
+    spec = ({"type": "noul", "instructions": "?"} if qtype == "noul" else
+            {"type": qtype, "criteria": {"red": None, "green": None}})
+    question = parse_question("q", spec)
+    try:
+        label = answer_label(question, given)
+    except InputError:
+        label = None
+    assert label == expected
