@@ -41,6 +41,7 @@ from app.cli.options import (
     JsonOpt,
     ReadGiven,
     ReplaceChangedOpt,
+    ReplicatesOpt,
     RunWaitOpt,
     checked_url,
     cli_errors,
@@ -106,8 +107,7 @@ def run(
     run_name: Annotated[str | None, typer.Option(
         "--run", help="Run name (default: the file name without extension).")] = None,
     given: ReadGiven = NOT_GIVEN,
-    replicates: Annotated[int | None, typer.Option(
-        "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
+    replicates: ReplicatesOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
     = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,

@@ -46,6 +46,7 @@ from app.cli.options import (
     JsonOpt,
     ReadGiven,
     ReplaceChangedOpt,
+    ReplicatesOpt,
     RunWaitOpt,
     UpstreamOpt,
     cli_errors,
@@ -70,8 +71,7 @@ def submit(
     file: JobFileArg,
     run: Annotated[str, typer.Option("--run", help="Run name (new or existing).")],
     given: ReadGiven = NOT_GIVEN,
-    replicates: Annotated[int | None, typer.Option(
-        "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
+    replicates: ReplicatesOpt = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,

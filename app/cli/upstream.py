@@ -22,18 +22,9 @@ from app.cli._wiring import resolve_engine
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     DEFAULT_WAIT_S,
-    CanvasOpt,
-    DrawsOpt,
-    EndpointOpt,
+    NOT_GIVEN,
     JsonOpt,
-    LayoutOpt,
-    MaxDrawsOpt,
-    ModelOpt,
-    ModeOpt,
-    PolicyOpt,
-    SeedOpt,
-    ThresholdOpt,
-    TokenizerOpt,
+    ReadGiven,
     UpstreamOpt,
     WaitOpt,
     base_read_settings,
@@ -41,7 +32,7 @@ from app.cli.options import (
     console,
     err_console,
     exit_error,
-    read_overrides,
+    with_read_options,
 )
 from app.connect.engines import is_in_process
 from app.engine import (
@@ -150,15 +141,14 @@ def _invariance(fp: ServerFingerprint) -> str | None:
 
 
 @app.command("check-upstream", rich_help_panel=SERVERS)
+@with_read_options(only=("model", "tokenizer", "canvas"))
 def check_upstream(
     url: Annotated[str | None, typer.Argument(
         metavar="URL", show_default=False, callback=checked_url,
         help="vLLM (or dreads sim) base URL (default DREADS_UPSTREAM; none with --engine "
         "transformers).")] = None,
     timeout: WaitOpt = DEFAULT_WAIT_S,
-    model: ModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    canvas: CanvasOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
@@ -168,7 +158,7 @@ def check_upstream(
     from app.config import get_settings
 
     env = get_settings()
-    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas)
+    overrides = dict(given)
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
         settings = base_read_settings(overrides, env=env, engine=choice.engine)
@@ -371,6 +361,8 @@ def _exit_code(outcomes: list[DecideOutcome]) -> int:
 
 
 @app.command("decide", rich_help_panel=SERVERS)
+@with_read_options(only=("policy", "draws", "threshold", "max_draws", "mode", "layout",
+                         "endpoint", "seed", "model", "tokenizer", "canvas"))
 def decide(
     file: Annotated[Path | None, typer.Argument(
         metavar="FILE", show_default=False, readable=False,
@@ -383,17 +375,7 @@ def decide(
         "--options", help="Choice options / score levels (repeat, or comma-separated).")]
     = None,
     upstream: UpstreamOpt = None,
-    policy: PolicyOpt = None,
-    draws: DrawsOpt = None,
-    threshold: ThresholdOpt = None,
-    max_draws: MaxDrawsOpt = None,
-    mode: ModeOpt = None,
-    layout: LayoutOpt = None,
-    endpoint: EndpointOpt = None,
-    seed: SeedOpt = None,
-    model: ModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    canvas: CanvasOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     timeout: WaitOpt = DEFAULT_WAIT_S,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
@@ -409,9 +391,7 @@ def decide(
     if qtype not in ("noul", "choice", "score"):
         err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
         raise typer.Exit(2)
-    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
-                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode,
-                               layout=layout, endpoint=endpoint, seed=seed)
+    overrides = dict(given)
     from app.config import get_settings
 
     env = get_settings()
