@@ -39,8 +39,9 @@ from app.errors import ConfigError, DreadsError
 from app.runs.jobfile import decode_lines, has_content
 from app.runs.read_options import READ_OPTIONS, REPLICATES, read_option, read_overrides
 from app.runs.resume import ResumeOptions, resume_run
-from app.runs.submit import SubmitReport, SubmitRequest, submit_job
-from app.store.admin import cancel_run, delete_run, discard_empty_run, run_contents
+from app.runs.submission import Resolved, Submission, submit_run
+from app.runs.submit import SubmitReport
+from app.store.admin import cancel_run, delete_run, run_contents
 from app.store.db import session_scope
 from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, find_run
@@ -204,22 +205,20 @@ def _require_lines(raw: IO[bytes], source: str) -> None:
 
 def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
             fingerprint: ServerFingerprint | None) -> SubmitReport:
-    with session_scope(api.factory) as session:
-        existing = find_run(session, params.run)
-    base = _same_model(api, existing) if existing else api.settings
-    settings = params.settings(base, api.config.upstream)
-    replicates = params.replicates or (existing.replicates if existing else 1)
-    request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
-                            upstream=api.config.upstream, engine=api.config.engine.engine,
-                            replicates=replicates, strict=params.strict,
-                            replace_changed=params.replace_changed, prices=params.prices(),
-                            fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
-                            else None)
-    report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
-                        lines=decode_lines(raw),
-                        publisher=api.executor.publisher(params.run, settings))
-    discard_empty_run(api.factory, report)
-    return report
+    submission = Submission(Path(source), params.run, params.replicates, params.strict,
+                            params.replace_changed, prices=params.prices())
+
+    def resolve(existing: RunInfo | None) -> Resolved:
+        base = _same_model(api, existing) if existing else api.settings
+        settings = params.settings(base, api.config.upstream)
+        return Resolved(settings, api.config.upstream, api.config.engine,
+                        load_tokenizer(settings.tokenizer),
+                        fingerprint=fingerprint if settings.answer_by is AnswerBy.READS
+                        else None)
+
+    return submit_run(api.factory, submission, resolve, lines=decode_lines(raw),
+                      publisher_for=lambda request: api.executor.publisher(
+                          request.run_name, request.settings)).report
 
 
 def _links(name: str) -> dict[str, str]:

@@ -7,36 +7,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from app.engine import AnswerBy, ReadSettings, TextTokenizer, check_settings, settings_from_dict
+from app.errors import ConfigError, UpstreamUnavailable
 from app.runs.settings import base_read_settings, endpoint_read_settings
 
 if TYPE_CHECKING:
     from app.config import Settings
     from app.connect.factory import UpstreamConfig
+    from app.runs.submission import Resolved
     from app.store.runs import RunInfo
-    from app.store.types import SessionFactory
 
 __all__ = [
-    "existing_run",
+    "ReadChoice",
     "resolve_engine",
+    "resolve_run",
     "resolve_settings",
     "run_upstream",
     "upstream_url",
 ]
 
 log = logging.getLogger("dreads.cli")
-
-
-def existing_run(factory: SessionFactory, run: str) -> RunInfo | None:
-    """The run named ``run``, or None for a new run (read once, passed to the resolvers)."""
-    from app.store.db import session_scope
-    from app.store.runs import find_run
-
-    with session_scope(factory) as session:
-        return find_run(session, run)
 
 
 def resolve_settings(
@@ -65,6 +58,46 @@ def resolve_settings(
     if info is None:
         check_settings(settings)
     return settings, n, load_tokenizer(settings.tokenizer)
+
+
+@dataclass(frozen=True)
+class ReadChoice:
+    """A run command's options for how its run reads (None: not given)."""
+
+    given: Mapping[str, Any]  #: the read settings given (``with_read_options``)
+    upstream: str | None = None  #: ``--upstream``
+    wait_s: float = 0.0  #: ``--wait``
+    engine: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+
+
+def resolve_run(info: RunInfo | None, options: ReadChoice, *, env: Settings,
+                suggest_sim: bool = False) -> Resolved:
+    """How the run ``info`` (None: a new one) reads, for ``app.runs.submission.submit_run``:
+    its engine, its server waited for (``--wait``), its settings and tokenizer, the upstream
+    it records. ``suggest_sim``: a server that cannot say what it serves suggests the
+    simulator (``dreads run`` without ``--upstream``)."""
+    from app.cli._wait import wait_for_run
+    from app.runs.submission import Resolved
+
+    choice = resolve_engine(info, engine=options.engine, device=options.device,
+                            dtype=options.dtype, env=env)
+    wait_for_run(options.upstream, options.wait_s, info, given=options.given, choice=choice,
+                 env=env)
+    try:
+        settings, _, tokenizer = resolve_settings(info, options.given, None, env=env,
+                                                  engine=choice.engine,
+                                                  upstream=options.upstream)
+    except (ConfigError, UpstreamUnavailable) as exc:
+        if not suggest_sim or options.upstream is not None:
+            raise
+        hint = f"{exc.message}; or try --upstream sim (the built-in simulator)"
+        if isinstance(exc, UpstreamUnavailable):
+            raise UpstreamUnavailable(hint, kind=exc.kind) from exc
+        raise ConfigError(hint) from exc
+    url = run_upstream(options.upstream, info, choice, settings, env)
+    return Resolved(settings, url, choice, tokenizer)
 
 
 def resolve_engine(info: RunInfo | None, *, engine: str | None, device: str | None,

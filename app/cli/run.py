@@ -17,8 +17,8 @@ from rich.markup import escape
 
 from app.cli import _render as render
 from app.cli._app import RUN_JOBS, app
-from app.cli._wait import suggest_wait, wait_for_run
-from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
+from app.cli._wait import suggest_wait
+from app.cli._wiring import ReadChoice, resolve_run
 from app.cli.dryrun import (
     DryRunArgs,
     DryRunOpt,
@@ -145,63 +145,38 @@ def run(
     from app.runs.jobfile import check_job_file
     from app.runs.settings import image_policy
     from app.runs.sources import recorded_path
-    from app.runs.submit import SubmitRequest, submit_job
-    from app.store.admin import discard_empty_run
+    from app.runs.submission import Submission, submit_run
     from app.store.runs import load_run
 
     name = run_name or file.stem
     env = settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour)
+    options = ReadChoice(given, upstream, wait, engine, device, dtype)
     with cli_errors(), suggest_wait(wait):
         check_job_file(file)
         db = _sqlite_file(database)
         with _removed_unless_used(db) as used, embedded_store(db) as factory:
-            existing = existing_run(factory, name)
-            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
-                                    env=env)
-            config = embedded_config(env, choice, chunk_size=chunk_size or 16, workers=workers,
-                                     max_in_flight=concurrency)
-            wait_for_run(upstream, wait, existing, given=given, choice=choice, env=env)
-            settings, n_rep, tok = _settings(existing, given, replicates, choice.engine,
-                                             upstream, env)
-            target = run_upstream(upstream, existing, choice, settings, env)
-            request = SubmitRequest(path=file, run_name=name, settings=settings,
-                                    upstream=target, engine=choice.engine, replicates=n_rep,
-                                    strict=strict, replace_changed=replace_changed,
-                                    images=image_policy(env), prices=spend.recorded(),
-                                    sources=(recorded_path(file),))
-            report = submit_job(request, factory, tok)
-            discard_empty_run(factory, report)
+            submission = Submission(file, name, replicates, strict, replace_changed,
+                                    image_policy(env), spend.recorded(), (recorded_path(file),))
+            submitted = submit_run(factory, submission, lambda existing: resolve_run(
+                existing, options, env=env, suggest_sim=True))
+            report = submitted.report
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
             render.changed_report(report, replace_changed=replace_changed)  # stderr
             if report.refused or report.run is None:
                 raise typer.Exit(2)
             used()
-            job = _Job(factory, db, load_run(factory, name), target, file, config,
-                       quiet=json_out)
+            config = embedded_config(env, submitted.resolved.engine,
+                                     chunk_size=chunk_size or 16, workers=workers,
+                                     max_in_flight=concurrency)
+            job = _Job(factory, db, load_run(factory, name), submitted.resolved.upstream, file,
+                       config, quiet=json_out)
             _execute(job)
             _summary(factory, name, json_out, db)
     if report.changed:
         raise typer.Exit(render.CHANGED_EXIT)
     if fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)
-
-
-def _settings(existing: RunInfo | None, given: ReadGiven, replicates: int | None,
-              engine: str, upstream: str | None, env: Settings) -> tuple[Any, int, Any]:
-    """``resolve_settings``; a server that cannot say what it serves suggests the simulator."""
-    from app.errors import ConfigError
-
-    try:
-        return resolve_settings(existing, given, replicates, env=env, engine=engine,
-                                upstream=upstream)
-    except (ConfigError, UpstreamUnavailable) as exc:
-        if upstream is not None:
-            raise
-        hint = f"{exc.message}; or try --upstream sim (the built-in simulator)"
-        if isinstance(exc, UpstreamUnavailable):
-            raise UpstreamUnavailable(hint, kind=exc.kind) from exc
-        raise ConfigError(hint) from exc
 
 
 def _sqlite_file(database: str | None) -> Path:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine import AnswerBy, Endpoint, Layout, PolicyName, ReadMode, ReadSettings
+from app.engine import ReadSettings
 from app.errors import ConfigError, InputError, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ __all__ = [
     "env_engine",
     "env_upstream",
     "image_policy",
-    "read_overrides",
     "run_upstream",
     "secret",
     "served_fields_missing",
@@ -58,41 +57,6 @@ DTYPES = ("bfloat16", "float16", "float32")  #: of an in-process engine
 def secret(value: SecretStr | None) -> str | None:
     """A key setting's value, or None when unset or empty."""
     return (value.get_secret_value() or None) if value is not None else None
-
-
-def read_overrides(
-    *,
-    model: str | None = None,
-    tokenizer: str | None = None,
-    canvas: int | None = None,
-    canvas_step: int | None = None,
-    layout: Layout | None = None,
-    mode: ReadMode | None = None,
-    policy: PolicyName | None = None,
-    draws: int | None = None,
-    threshold: float | None = None,
-    max_draws: int | None = None,
-    steps: int | None = None,
-    constrained: bool | None = None,
-    endpoint: Endpoint | None = None,
-    seed: int | None = None,
-    answer_by: AnswerBy | None = None,
-    answer_url: str | None = None,
-    answer_rps: float | None = None,
-    answer_concurrency: int | None = None,
-) -> dict[str, Any]:
-    """The ``ReadSettings`` fields the user gave (None = not given), by their field names."""
-    given = {
-        "model": model, "tokenizer": tokenizer, "canvas_length": canvas,
-        "canvas_step": canvas_step, "layout": layout, "read_mode": mode, "policy": policy,
-        "fixed_draws": draws, "threshold": threshold, "max_draws": max_draws, "steps": steps,
-        "constrained": constrained, "endpoint": endpoint, "seed": seed,
-        "answer_by": answer_by, "answer_url": answer_url, "answer_rps": answer_rps,
-        "answer_concurrency": answer_concurrency,
-    }
-    if draws is not None and policy is None:
-        given["policy"] = PolicyName.FIXED
-    return {name: value for name, value in given.items() if value is not None}
 
 
 def base_read_settings(overrides: dict[str, Any], *, env: Settings, engine: str = "vllm",

@@ -15,7 +15,8 @@ from app.cli.submit import submit
 from app.config import Settings, settings_with, to_environ
 from app.connect.engines import ENGINES, EngineKind, engine_spec, is_in_process
 from app.errors import ConfigError
-from app.runs.settings import engine_choice, read_overrides, upstream_url, with_served_identity
+from app.runs.read_options import read_overrides
+from app.runs.settings import engine_choice, upstream_url, with_served_identity
 
 
 def test_every_engine_kind_is_registered_and_unknown_names_say_what_to_pass() -> None:
