@@ -15,8 +15,8 @@ from app.errors import ConfigError, UpstreamUnavailable
 from app.runs.settings import base_read_settings, endpoint_read_settings
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
+    from app.runs.env import RunEnv
     from app.runs.submission import Resolved
     from app.store.runs import RunInfo
 
@@ -34,7 +34,7 @@ log = logging.getLogger("dreads.cli")
 
 def resolve_settings(
     info: RunInfo | None, given: Mapping[str, Any], replicates: int | None,
-    *, env: Settings, engine: str = "vllm", upstream: str | None = None,
+    *, env: RunEnv, engine: str = "vllm", upstream: str | None = None,
 ) -> tuple[ReadSettings, int, TextTokenizer]:
     """An existing run's own settings (what was given on top, to be checked), or the
     ``DREADS_*`` defaults for a new run (an in-process engine: the model's tokenizer;
@@ -72,7 +72,7 @@ class ReadChoice:
     dtype: str | None = None
 
 
-def resolve_run(info: RunInfo | None, options: ReadChoice, *, env: Settings,
+def resolve_run(info: RunInfo | None, options: ReadChoice, *, env: RunEnv,
                 suggest_sim: bool = False) -> Resolved:
     """How the run ``info`` (None: a new one) reads, for ``app.runs.submission.submit_run``:
     its engine, its server waited for (``--wait``), its settings and tokenizer, the upstream
@@ -101,7 +101,7 @@ def resolve_run(info: RunInfo | None, options: ReadChoice, *, env: Settings,
 
 
 def resolve_engine(info: RunInfo | None, *, engine: str | None, device: str | None,
-                   dtype: str | None, env: Settings) -> UpstreamConfig:
+                   dtype: str | None, env: RunEnv) -> UpstreamConfig:
     """The engine choice (``app.runs.settings.engine_choice``): the options given, else the
     run's own engine (an existing run), else ``DREADS_ENGINE``."""
     from app.runs.settings import engine_choice
@@ -111,7 +111,7 @@ def resolve_engine(info: RunInfo | None, *, engine: str | None, device: str | No
 
 
 def run_upstream(given: str | None, info: RunInfo | None, choice: UpstreamConfig,
-                 settings: ReadSettings, env: Settings) -> str:
+                 settings: ReadSettings, env: RunEnv) -> str:
     """What the run records as its upstream (``app.runs.settings.run_upstream``)."""
     from app.runs.settings import run_upstream as _run_upstream
 
@@ -119,7 +119,7 @@ def run_upstream(given: str | None, info: RunInfo | None, choice: UpstreamConfig
                          env)
 
 
-def upstream_url(given: str | None, info: RunInfo | None, env: Settings) -> str:
+def upstream_url(given: str | None, info: RunInfo | None, env: RunEnv) -> str:
     """The server to read from (``app.runs.settings.upstream_url``)."""
     from app.runs.settings import upstream_url as _upstream_url
 

@@ -55,10 +55,10 @@ from app.errors import InputError, RunPaused, UpstreamUnavailable
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
     from app.engine import ReadSettings
     from app.runs.embedded import EmbeddedConfig, ExecutorStats
+    from app.runs.env import RunEnv
     from app.runs.probe import ServerAt
     from app.runs.reports import ResumeReport
     from app.runs.resume import ResumeOptions
@@ -141,7 +141,7 @@ def run(
             upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend,
             image_dirs))
         return
-    from app.config import settings_with
+    from app.config import run_env, settings_with
     from app.runs.jobfile import check_job_file
     from app.runs.settings import image_policy
     from app.runs.sources import recorded_path
@@ -149,7 +149,7 @@ def run(
     from app.store.runs import load_run
 
     name = run_name or file.stem
-    env = settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour)
+    env = run_env(settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour))
     options = ReadChoice(given, upstream, wait, engine, device, dtype)
     with cli_errors(), suggest_wait(wait):
         check_job_file(file)
@@ -239,7 +239,7 @@ def embedded_store(db: Path) -> Iterator[SessionFactory]:
                          "a writable --database-url") from exc
 
 
-def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
+def embedded_config(env: RunEnv, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
     """The local executor's configuration: the options ``given`` (``chunk_size``, ``workers``,
     ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
     ``DREADS_GPU_PRICE_HOUR``, reading with the engine ``choice``."""
@@ -254,7 +254,7 @@ def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> Embe
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
                     options: ResumeOptions, server: ServerAt,
-                    env: Settings) -> ResumeReport | None:
+                    env: RunEnv) -> ResumeReport | None:
     """``dreads resume`` on a SQLite store: the checks of every resume, then the run continues
     here, like ``dreads run``, under the run lock. Returns the report to print when there was
     nothing to run (None: it ran, and its summary is printed)."""

@@ -53,7 +53,7 @@ from app.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from app.config import Settings
+    from app.runs.env import RunEnv
     from app.runs.submission import Resolved
     from app.runs.submit import SubmitRequest
     from app.store.records import RunInfo
@@ -109,12 +109,12 @@ def submit(
         # started first: its Celery start-up overlaps the tokenizer's and the probe's
         with PublisherProcess(broker, chunk_size) as publisher, \
                 opened_store(database_url(database)) as factory:
-            from app.config import settings_with
+            from app.config import run_env, settings_with
             from app.runs.settings import image_policy
             from app.runs.sources import recorded_path
             from app.runs.submission import Submission, submit_run
 
-            env = settings_with(image_dirs=image_dirs)
+            env = run_env(settings_with(image_dirs=image_dirs))
             options = ReadChoice(given, upstream, wait, engine, device, dtype)
             submission = Submission(file, run, replicates, strict, replace_changed,
                                     image_policy(env), spend.recorded(), (recorded_path(file),))
@@ -158,7 +158,7 @@ def _streaming_runtime() -> None:
     sys.setswitchinterval(_SUBMIT_SWITCH_S)
 
 
-def _resolve(existing: RunInfo | None, options: ReadChoice, env: Settings) -> Resolved:
+def _resolve(existing: RunInfo | None, options: ReadChoice, env: RunEnv) -> Resolved:
     """``resolve_run``, with the fingerprint of the server that reads the run (none for a run
     answered by a decision endpoint)."""
     from app.engine import AnswerBy

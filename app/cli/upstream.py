@@ -49,9 +49,9 @@ from app.errors import EXIT_USAGE, DreadsError, InputError, UpstreamError
 from app.runs.settings import env_upstream, image_policy, wait_served_settings
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
     from app.images import ImagePolicy
+    from app.runs.env import RunEnv
     from app.runs.jobfile import NumberedLine
     from app.upstream.base import Upstream
 
@@ -68,7 +68,7 @@ def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> 
 
 
 def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings,
-            env: Settings) -> str:
+            env: RunEnv) -> str:
     """The URL to read from, or the model the transformers engine loads in this process."""
     if not is_in_process(choice.engine):
         return url or env_upstream(env)
@@ -155,9 +155,9 @@ def check_upstream(
     """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
     import asyncio
 
-    from app.config import get_settings
+    from app.config import run_env
 
-    env = get_settings()
+    env = run_env()
     overrides = dict(given)
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
@@ -392,9 +392,9 @@ def decide(
         err_console.print(f"[red]error:[/red] --type must be noul, choice or score, not {qtype!r}")
         raise typer.Exit(2)
     overrides = dict(given)
-    from app.config import get_settings
+    from app.config import run_env
 
-    env = get_settings()
+    env = run_env()
     url = upstream
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)

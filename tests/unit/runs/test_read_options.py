@@ -47,17 +47,17 @@ def test_the_api_refuses_what_the_command_line_refuses(option: object) -> None:
     assert isinstance(option, ReadOption) and option.minimum is not None
     below = option.minimum - 1 if option.kind is int else option.minimum - 0.5
     with pytest.raises(ValidationError, match=option.name):
-        RunParams(run="r", **{option.name: below})
-    assert getattr(RunParams(run="r", **{option.name: option.minimum}), option.name) \
-        == option.minimum
+        RunParams.model_validate({"run": "r", option.name: below})
+    at_least = RunParams.model_validate({"run": "r", option.name: option.minimum})
+    assert getattr(at_least, option.name) == option.minimum
 
 
 def test_draws_alone_implies_the_fixed_policy() -> None:
     assert read_overrides(draws=3) == {"fixed_draws": 3, "policy": PolicyName.FIXED}
     assert read_overrides(draws=3, policy=PolicyName.AGREE) == {
         "fixed_draws": 3, "policy": PolicyName.AGREE}
-    assert RunParams(run="r", draws=2).overrides() == {"fixed_draws": 2,
-                                                        "policy": PolicyName.FIXED}
+    assert RunParams.model_validate({"run": "r", "draws": 2}).overrides() == {
+        "fixed_draws": 2, "policy": PolicyName.FIXED}
 
 
 def test_a_name_that_is_no_read_option_is_refused() -> None:
