@@ -9,6 +9,7 @@ passed down as small frozen values. The run-configuration policy built on them i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -16,9 +17,10 @@ from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, STANDIN
+from app.runs.env import RunEnv
 from app.store.urls import DEFAULT_DATABASE_URL
 
-__all__ = ["Settings", "get_settings", "settings_with", "to_environ"]
+__all__ = ["Settings", "get_settings", "run_env", "settings_with", "to_environ"]
 
 
 def _blank_is_unset(value: Any) -> Any:
@@ -168,6 +170,17 @@ def settings_with(**flags: Any) -> Settings:
     (``model_fields_set``), exactly as one from the environment does."""
     given = {name: value for name, value in flags.items() if value is not None}
     return Settings(**given) if given else get_settings()
+
+
+def run_env(settings: Settings | None = None) -> RunEnv:
+    """What ``app.runs`` reads of ``settings`` (default: ``get_settings()``), frozen: keys
+    unwrapped (empty: None), and which fields were given (``model_fields_set``)."""
+    settings = settings or get_settings()
+    values = {f.name: getattr(settings, f.name) for f in fields(RunEnv) if f.name != "set"}
+    for name, value in values.items():
+        if isinstance(value, SecretStr):
+            values[name] = value.get_secret_value() or None
+    return RunEnv(**values, set=frozenset(settings.model_fields_set))
 
 
 def to_environ(flags: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:

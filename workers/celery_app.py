@@ -163,6 +163,7 @@ RECOVER_WAIT_S = 60.0
 
 
 def build_state(settings: Settings) -> ProcessState:
+    from app.config import run_env
     from app.images import ImageCache
     from app.runs.answer import EndpointPool
     from app.runs.chunk import Answerers
@@ -177,15 +178,16 @@ def build_state(settings: Settings) -> ProcessState:
     thread.start()
     tokenizer = make_tokenizer(settings)
     answers = settings.worker_answers
+    env = run_env(settings)
     answerers = Answerers(
         upstream=None if answers else make_upstream_for(settings), tokenizer=tokenizer,
-        endpoints=EndpointPool(endpoint_options(settings), share=settings.worker_processes),
+        endpoints=EndpointPool(endpoint_options(env), share=settings.worker_processes),
         probe=None if answers else make_probe(settings, tokenizer),
-        images=ImageCache(image_policy(settings)),
+        images=ImageCache(image_policy(env)),
         meter=PodMeter(settings.gpu_price_hour, share=settings.worker_processes))
     return ProcessState(settings=settings, engine=engine, session_factory=make_sessionmaker(engine),
                         loop=loop, answerers=answerers,
-                        policy=chunk_policy(settings, recover_wait_s=RECOVER_WAIT_S),
+                        policy=chunk_policy(env, recover_wait_s=RECOVER_WAIT_S),
                         owner=f"{socket.gethostname()}:{os.getpid()}", thread=thread)
 
 

@@ -40,10 +40,11 @@ _sweeper: Any = None
 def make_upstream_for(settings: Settings) -> Upstream:
     """The worker's upstream: ``DREADS_UPSTREAM`` serving ``DREADS_MODEL`` on ``DREADS_CANVAS``,
     read by ``DREADS_ENGINE`` with the process's read limits and key."""
+    from app.config import run_env
     from app.connect.factory import make_upstream
     from app.runs.settings import env_engine
 
-    return make_upstream(replace(env_engine(settings), url=settings.upstream,
+    return make_upstream(replace(env_engine(run_env(settings)), url=settings.upstream,
                                  model=settings.model, canvas_length=settings.canvas,
                                  tokenizer=settings.tokenizer))
 
@@ -105,14 +106,15 @@ def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) 
 def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None) -> Settings:
     """``DREADS_MODEL`` / ``DREADS_TOKENIZER`` unset: wait for the server's model list and take
     its served model (and its tokenizer; the stand-in for the simulator), as
-    ``app.runs.settings.with_served_identity`` does for every entry point. The caller keeps the
+    ``app.runs.settings.served_identity_update`` says. The caller keeps the
     result (``workers.celery_app.use_settings``): pool children forked after it inherit it."""
-    from app.runs.settings import with_served_identity
+    from app.config import run_env
+    from app.runs.settings import served_identity_update
 
     started = time.monotonic()
     while True:
         try:
-            adopted = with_served_identity(settings)
+            update = served_identity_update(run_env(settings))
             break
         except (ConfigError, UpstreamUnavailable) as exc:
             if max_wait_s is not None and time.monotonic() - started > max_wait_s:
@@ -120,9 +122,11 @@ def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None
             log.info("worker %s waits for its upstream %s to list its model: %s",
                      os.getpid(), settings.upstream, exc.message)
             time.sleep(min(5.0, READY_ROUND_S))
-    if adopted is not settings:
-        log.info("upstream %s serves %s; tokenizer %s", settings.upstream, adopted.model,
-                 adopted.tokenizer)
+    if not update:
+        return settings
+    adopted = settings.model_copy(update=update)
+    log.info("upstream %s serves %s; tokenizer %s", settings.upstream, adopted.model,
+             adopted.tokenizer)
     return adopted
 
 
@@ -137,6 +141,7 @@ async def _wait_once(settings: Settings, probe: ReadRequest | None, timeout_s: f
 def start_sweeper(celery_app: Any, settings: Settings) -> None:
     """Start this main process's sweeper thread (sweeps are serialised by a database lock)."""
     global _sweeper
+    from app.config import run_env
     from app.runs.settings import sweep_policy
     from app.runs.sweep import SweeperThread, sweep_once
     from app.store.db import make_engine, make_sessionmaker
@@ -145,7 +150,7 @@ def start_sweeper(celery_app: Any, settings: Settings) -> None:
     # Pool children forked later (max_tasks_per_child) must not reuse this engine's sockets.
     os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
     factory = make_sessionmaker(engine)
-    policy = sweep_policy(settings)
+    policy = sweep_policy(run_env(settings))
 
     def sweep() -> Any:
         return sweep_once(factory, celery_app, policy)

@@ -65,13 +65,13 @@ def create_app_from_env() -> FastAPI:
     (``uvicorn --factory app.api:create_app_from_env``); model and tokenizer set nowhere are
     asked of the upstream once (a ``ConfigError`` if it does not answer)."""
     from app.api.config import serve_config, serve_upstream
-    from app.config import get_settings
+    from app.config import get_settings, run_env
     from app.runs.settings import base_read_settings, engine_choice
     from app.store.urls import database_url
 
     env = get_settings()
-    choice = engine_choice(None, engine=None, device=None, dtype=None, env=env)
+    choice = engine_choice(None, engine=None, device=None, dtype=None, env=run_env(env))
     url = serve_upstream(env, choice, None, None)
-    settings = base_read_settings({}, engine=choice.engine, upstream=url, env=env)
+    settings = base_read_settings({}, engine=choice.engine, upstream=url, env=run_env(env))
     return create_app(serve_config(env, upstream=url, settings=settings,
                                    database_url=database_url(env.database_url), engine=choice))

@@ -94,14 +94,16 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     if env.api_executor not in EXECUTORS:
         raise ConfigError(f"DREADS_API_EXECUTOR must be auto, local or queue, not "
                           f"{env.api_executor!r}")
+    from app.config import run_env
     from app.runs.settings import breaker_policy, endpoint_options, image_policy, sweep_policy
 
+    frozen = run_env(env)
     chosen = executor if executor is not None and executor != "auto" else env.api_executor
     if chosen == "auto":
         chosen = "local" if database_url.startswith("sqlite") else "queue"
     local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
                            max_in_flight=env.max_in_flight, engine=engine,
-                           endpoints=endpoint_options(env), breaker=breaker_policy(env),
+                           endpoints=endpoint_options(frozen), breaker=breaker_policy(frozen),
                            gpu_price_hour=env.gpu_price_hour)
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
@@ -112,9 +114,9 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         max_concurrent=max_concurrent or env.api_max_concurrent,
         chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
-        local=local, sweep=sweep_policy(env, chunk_size=chunk_size),
+        local=local, sweep=sweep_policy(frozen, chunk_size=chunk_size),
         celery=_celery(env, broker_url) if chosen == "queue" else None,
-        images=image_policy(env))
+        images=image_policy(frozen))
 
 
 def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:

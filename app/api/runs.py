@@ -35,14 +35,14 @@ from app.engine import (
     check_settings,
     plans_reads,
     settings_from_dict,
-    source_names,
-    source_spec,
 )
 from app.errors import ConfigError, DreadsError
 from app.runs.jobfile import decode_lines, has_content
+from app.runs.read_options import READ_OPTIONS, REPLICATES, read_option, read_overrides
 from app.runs.resume import ResumeOptions, resume_run
-from app.runs.submit import SubmitReport, SubmitRequest, submit_job
-from app.store.admin import cancel_run, delete_run, discard_empty_run, run_contents
+from app.runs.submission import Resolved, Submission, submit_run
+from app.runs.submit import SubmitReport
+from app.store.admin import cancel_run, delete_run, run_contents
 from app.store.db import session_scope
 from app.store.openai_export import iter_openai_batch
 from app.store.runs import RunInfo, find_run
@@ -59,38 +59,42 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-li
                "application/json", "text/plain")
 
 
-#: ``answer_by``'s description, from the registry (``app.engine.sources``).
-_ANSWER_BY = ("Who answers: " + ", ".join(
-    f"{name} ({source_spec(name).summary})" for name in source_names())
-    + ", or an installed plugin's source. A decision endpoint's source sends one request per "
-    "decision.")
+def _read_param(name: str) -> Any:
+    """The query parameter of read option ``name``, as ``app.runs.read_options`` declares it:
+    not given by default, its bounds and description."""
+    option = read_option(name)
+    limits: dict[str, Any] = {"ge": option.minimum, "min_length": option.api_min_length,
+                              "description": option.api_help}
+    return Field(None, **{key: value for key, value in limits.items() if value is not None})
+
+
+#: The read options ``POST /v1/runs`` takes, by their parameter names.
+READ_PARAMS = frozenset(option.name for option in READ_OPTIONS if option.api)
 
 
 class ReadParams(BaseModel):
     """Read settings as query parameters (those ``dreads submit`` and ``dreads resume`` take
-    as options). Model, tokenizer and canvas are the server's."""
+    as options; each declared in ``app.runs.read_options``, the type restated here for the
+    schema). Model, tokenizer and canvas are the server's."""
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: PolicyName | None = None
-    draws: int | None = Field(None, ge=1, description="N draws (implies policy=fixed).")
-    threshold: float | None = Field(None, ge=0.0)
-    max_draws: int | None = Field(None, ge=1)
-    mode: ReadMode | None = None
-    layout: Layout | None = None
-    steps: int | None = Field(None, ge=1)
-    canvas_step: int | None = Field(None, ge=1)
-    constrained: bool | None = None
-    endpoint: Endpoint | None = None
-    seed: int | None = None
-    answer_by: str | None = Field(None, description=_ANSWER_BY)
-    answer_url: str | None = Field(None, description="The decision endpoint's base URL "
-                                   "(default: this server's upstream). Its key is the "
-                                   "server's DREADS_ANSWER_API_KEY.")
-    answer_rps: float | None = Field(None, ge=0.0, description="Budget: requests per second.")
-    answer_concurrency: int | None = Field(None, ge=1, description="Budget: in flight.")
-    model: str | None = Field(None, min_length=1, description="The endpoint's model, for a "
-                              "run answered by a decision endpoint (default: this server's).")
+    policy: PolicyName | None = _read_param("policy")
+    draws: int | None = _read_param("draws")
+    threshold: float | None = _read_param("threshold")
+    max_draws: int | None = _read_param("max_draws")
+    mode: ReadMode | None = _read_param("mode")
+    layout: Layout | None = _read_param("layout")
+    steps: int | None = _read_param("steps")
+    canvas_step: int | None = _read_param("canvas_step")
+    constrained: bool | None = _read_param("constrained")
+    endpoint: Endpoint | None = _read_param("endpoint")
+    seed: int | None = _read_param("seed")
+    answer_by: str | None = _read_param("answer_by")
+    answer_url: str | None = _read_param("answer_url")
+    answer_rps: float | None = _read_param("answer_rps")
+    answer_concurrency: int | None = _read_param("answer_concurrency")
+    model: str | None = _read_param("model")
 
     @field_validator("answer_by")
     @classmethod
@@ -104,16 +108,8 @@ class ReadParams(BaseModel):
             raise ValueError(exc.message) from None
 
     def overrides(self) -> dict[str, Any]:
-        given = {"policy": self.policy, "fixed_draws": self.draws, "threshold": self.threshold,
-                 "max_draws": self.max_draws, "read_mode": self.mode, "layout": self.layout,
-                 "steps": self.steps, "canvas_step": self.canvas_step,
-                 "constrained": self.constrained, "endpoint": self.endpoint, "seed": self.seed,
-                 "answer_by": self.answer_by, "answer_url": self.answer_url,
-                 "answer_rps": self.answer_rps, "answer_concurrency": self.answer_concurrency,
-                 "model": self.model}
-        if self.draws is not None and self.policy is None:
-            given["policy"] = PolicyName.FIXED
-        return {k: v for k, v in given.items() if v is not None}
+        """The ``ReadSettings`` fields given (``app.runs.read_options.read_overrides``)."""
+        return read_overrides(self.model_dump(include=set(READ_PARAMS)))
 
 
 class SpendParams(ReadParams):
@@ -137,7 +133,7 @@ class RunParams(SpendParams):
     given default to the server's."""
 
     run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
-    replicates: int | None = Field(None, ge=1)
+    replicates: int | None = Field(None, ge=REPLICATES.minimum)
     strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
     replace_changed: bool = Field(False, description="A line whose id the run holds with other "
                                   "content replaces the stored decision when nothing has read "
@@ -221,23 +217,20 @@ def _require_lines(raw: IO[bytes], source: str) -> None:
 
 def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
             fingerprint: ServerFingerprint | None) -> SubmitReport:
-    with session_scope(api.factory) as session:
-        existing = find_run(session, params.run)
-    base = _same_model(api, existing) if existing else api.settings
-    settings = params.settings(base, api.config.upstream)
-    replicates = params.replicates or (existing.replicates if existing else 1)
-    request = SubmitRequest(path=Path(source), run_name=params.run, settings=settings,
-                            upstream=api.config.upstream, engine=api.config.engine.engine,
-                            replicates=replicates, strict=params.strict,
-                            replace_changed=params.replace_changed, prices=params.prices(),
-                            fingerprint=fingerprint if plans_reads(settings.answer_by)
-                            else None)
-    report = submit_job(request, api.factory, load_tokenizer(settings.tokenizer),
-                        lines=decode_lines(raw),
-                        publisher=api.executor.publisher(params.run, settings))
-    with session_scope(api.factory) as session:
-        discard_empty_run(session, report)
-    return report
+    submission = Submission(Path(source), params.run, params.replicates, params.strict,
+                            params.replace_changed, prices=params.prices())
+
+    def resolve(existing: RunInfo | None) -> Resolved:
+        base = _same_model(api, existing) if existing else api.settings
+        settings = params.settings(base, api.config.upstream)
+        return Resolved(settings, api.config.upstream, api.config.engine,
+                        load_tokenizer(settings.tokenizer),
+                        fingerprint=fingerprint if plans_reads(settings.answer_by)
+                        else None)
+
+    return submit_run(api.factory, submission, resolve, lines=decode_lines(raw),
+                      publisher_for=lambda request: api.executor.publisher(
+                          request.run_name, request.settings)).report
 
 
 def _links(name: str) -> dict[str, str]:

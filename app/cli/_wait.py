@@ -23,8 +23,8 @@ from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 if TYPE_CHECKING:
     from rich.status import Status
 
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
+    from app.runs.env import RunEnv
     from app.store.records import RunInfo
     from app.upstream.base import WaitProgress
 
@@ -49,7 +49,7 @@ def suggest_wait(wait_s: float) -> Iterator[None]:
 
 
 def wait_for_run(upstream: str | None, wait_s: float, run: RunInfo | None, *,
-                 given: Mapping[str, Any], choice: UpstreamConfig, env: Settings) -> None:
+                 given: Mapping[str, Any], choice: UpstreamConfig, env: RunEnv) -> None:
     """``wait_for_server`` for the server ``run`` (None: a new run) reads from: ``--upstream``,
     else ``DREADS_UPSTREAM`` when set, else the run's own (``app.runs.settings.upstream_url``).
     """
@@ -64,7 +64,7 @@ def wait_for_run(upstream: str | None, wait_s: float, run: RunInfo | None, *,
 
 
 def wait_for_server(url: str, wait_s: float, *, settings: ReadSettings | None,
-                    given: Mapping[str, Any], choice: UpstreamConfig, env: Settings) -> None:
+                    given: Mapping[str, Any], choice: UpstreamConfig, env: RunEnv) -> None:
     """Wait up to ``wait_s`` for the server at ``url`` to be ready for a run of ``settings``
     (an existing run's), or of the settings ``given`` resolve to (a new run: model and
     tokenizer set nowhere are the ones it comes to serve). Nothing to wait for: returns.
@@ -120,7 +120,7 @@ def _line(url: str, waited: float, wait_s: float, why: str) -> str:
 
 
 async def _ready(url: str, deadline: float, settings: ReadSettings | None,
-                 given: Mapping[str, Any], choice: UpstreamConfig, env: Settings,
+                 given: Mapping[str, Any], choice: UpstreamConfig, env: RunEnv,
                  progress: WaitProgress) -> None:
     from app.connect.factory import make_upstream
     from app.engine import build_probe_request

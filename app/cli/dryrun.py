@@ -132,10 +132,10 @@ class DryRunArgs:
 
 def _image_policy(image_dirs: str | None) -> ImagePolicy:
     """What the dry run may fetch as images: ``--image-dirs`` over ``DREADS_IMAGE_*``."""
-    from app.config import settings_with
+    from app.config import run_env, settings_with
     from app.runs.settings import image_policy
 
-    return image_policy(settings_with(image_dirs=image_dirs))
+    return image_policy(run_env(settings_with(image_dirs=image_dirs)))
 
 
 def dry_run_command(args: DryRunArgs) -> None:
@@ -167,9 +167,9 @@ def _settings(args: DryRunArgs) -> tuple[ReadSettings, int, Any]:
     existing run of that name is not looked up). An endpoint's model only names it in the
     requests, so it is not asked for."""
     from app.cli._wiring import resolve_engine, resolve_settings
-    from app.config import get_settings
+    from app.config import run_env
 
-    env = get_settings()
+    env = run_env()
     given = dict(args.given)
     if not plans_reads(given.get("answer_by")):
         given.setdefault("model", env.model)

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 import typer
 from rich.console import Console
 
-from app.engine import Endpoint, Layout, PolicyName, ReadMode, source_names, source_spec
+from app.engine import source_names
 from app.errors import DreadsError, RunSettingsMismatch
+from app.runs.read_options import READ_OPTIONS as READ_TABLE
+from app.runs.read_options import REPLICATES, ReadOption, read_overrides
 from app.runs.settings import (
     base_read_settings,
     endpoint_read_settings,
-    read_overrides,
     served_fields_missing,
 )
 from app.store.urls import DEFAULT_DATABASE_URL
@@ -41,36 +42,18 @@ RUN_WAIT_S = 0.0
 __all__ = [
     "NOT_GIVEN",
     "RUN_WAIT_S",
-    "AnswerByOpt",
-    "AnswerConcurrencyOpt",
-    "AnswerRpsOpt",
-    "AnswerUrlOpt",
     "BrokerOpt",
-    "CanvasOpt",
-    "CanvasStepOpt",
     "ChunkSizeOpt",
-    "ConstrainedOpt",
     "DatabaseOpt",
-    "DrawsOpt",
-    "EndpointOpt",
     "FailOnBadLinesOpt",
     "ImageDirsOpt",
     "JobFileArg",
     "JsonOpt",
-    "LayoutOpt",
-    "MaxDrawsOpt",
-    "ModeOpt",
-    "ModelOpt",
-    "PolicyOpt",
     "ReadGiven",
     "ReplaceChangedOpt",
     "ReplicatesOpt",
     "RunArg",
     "RunWaitOpt",
-    "SeedOpt",
-    "StepsOpt",
-    "ThresholdOpt",
-    "TokenizerOpt",
     "UpstreamOpt",
     "WaitOpt",
     "base_read_settings",
@@ -109,67 +92,6 @@ def checked_url(ctx: typer.Context, param: typer.CallbackParam,
     exit_error(error, error.exit_code)
 
 
-_RUN = "Run settings"
-_ANSWER = "Who answers (run settings)"
-
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", help="Served model name.", rich_help_panel=_RUN)
-]
-TokenizerOpt = Annotated[
-    str | None,
-    typer.Option("--tokenizer", help="Tokenizer: hub id, path or 'standin'.", rich_help_panel=_RUN),
-]
-CanvasOpt = Annotated[
-    int | None,
-    typer.Option("--canvas", min=16, help="Served canvas length.", rich_help_panel=_RUN),
-]
-CanvasStepOpt = Annotated[
-    int | None,
-    typer.Option("--canvas-step", min=1, help="Canvas width step (default 16).",
-                 rich_help_panel=_RUN),
-]
-LayoutOpt = Annotated[
-    Layout | None, typer.Option("--layout", help="Prompt layout.", rich_help_panel=_RUN)
-]
-ModeOpt = Annotated[
-    ReadMode | None,
-    typer.Option("--mode", help="isolated: one question per read (default); joint: shared.",
-                 rich_help_panel=_RUN),
-]
-PolicyOpt = Annotated[
-    PolicyName | None, typer.Option("--policy", help="Draw policy.", rich_help_panel=_RUN)
-]
-DrawsOpt = Annotated[
-    int | None,
-    typer.Option("--draws", min=1, help="N draws for the fixed policy (implies --policy fixed).",
-                 rich_help_panel=_RUN),
-]
-ThresholdOpt = Annotated[
-    float | None,
-    typer.Option("--threshold", min=0.0, help="Agreement / entropy threshold (0.1).",
-                 rich_help_panel=_RUN),
-]
-MaxDrawsOpt = Annotated[
-    int | None,
-    typer.Option("--max-draws", min=1, help="Most draws per question (4).", rich_help_panel=_RUN),
-]
-StepsOpt = Annotated[
-    int | None,
-    typer.Option("--steps", min=1, help="Denoise steps per read (1).", rich_help_panel=_RUN),
-]
-ConstrainedOpt = Annotated[
-    bool | None,
-    typer.Option("--constrained/--unconstrained", help="Constrained reads (server support).",
-                 rich_help_panel=_RUN, show_default=False),
-]
-EndpointOpt = Annotated[
-    Endpoint | None, typer.Option("--endpoint", help="vLLM endpoint.", rich_help_panel=_RUN)
-]
-SeedOpt = Annotated[
-    int | None, typer.Option("--seed", help="Run seed (noise).", rich_help_panel=_RUN)
-]
-
-
 def checked_source(ctx: typer.Context, param: typer.CallbackParam,
                    value: str | None) -> str | None:
     """The callback of ``--answer-by``: a source this process knows, or an installed
@@ -184,51 +106,9 @@ def checked_source(ctx: typer.Context, param: typer.CallbackParam,
         raise typer.BadParameter(exc.message) from None
 
 
-def _sources_help() -> str:
-    specs = [source_spec(name) for name in source_names()]
-    reads = [spec for spec in specs if spec.plans_reads]
-    endpoints = [spec for spec in specs if not spec.plans_reads]
-    said = [f"{s.name} ({s.summary})" for s in reads]
-    said.append(" or ".join(s.name for s in endpoints) + " (a decision endpoint at "
-                "--answer-url: one request per decision, one draw per question; "
-                + ", ".join(f"{s.name}: {s.path}" for s in endpoints) + ")")
-    return ", ".join(said)
-
-
-AnswerByOpt = Annotated[
-    str | None,
-    typer.Option("--answer-by", callback=checked_source,
-                 metavar=f"<{' | '.join(source_names())}>",
-                 help=f"Who answers the run's decisions: {_sources_help()}, or an installed "
-                 "plugin's source. Its API key comes from DREADS_ANSWER_API_KEY only; "
-                 "DREADS_ANSWER_TIMEOUT_S (120) and DREADS_ANSWER_GIVE_UP_S (300: how long "
-                 "429/5xx are retried) tune it.",
-                 rich_help_panel=_ANSWER),
-]
-AnswerUrlOpt = Annotated[
-    str | None,
-    typer.Option("--answer-url", callback=checked_url,
-                 help="Base URL of the decision endpoint (vLLM, a hosted API, another dreads "
-                 "serve; 'sim' for the built-in simulator). Default: the run's --upstream, so "
-                 "vLLM's own reader on the same pod.",
-                 rich_help_panel=_ANSWER),
-]
-AnswerRpsOpt = Annotated[
-    float | None,
-    typer.Option("--answer-rps", min=0.0, help="Budget: requests per second to the endpoint "
-                 "(0: no limit, the default), per process answering the run. Not hashed: "
-                 "resume may change it.", rich_help_panel=_ANSWER),
-]
-AnswerConcurrencyOpt = Annotated[
-    int | None,
-    typer.Option("--answer-concurrency", min=1, help="Budget: requests in flight to the "
-                 "endpoint (16), per process answering the run. Not hashed: resume may change "
-                 "it.", rich_help_panel=_ANSWER),
-]
 ReplicatesOpt = Annotated[
-    int,
-    typer.Option("--replicates", min=1, help="Copies of each decision with different noise.",
-                 rich_help_panel=_RUN),
+    int | None,
+    typer.Option(REPLICATES.flags, min=REPLICATES.minimum, help=REPLICATES.help),
 ]
 UpstreamOpt = Annotated[
     str | None,
@@ -282,19 +162,29 @@ BrokerOpt = Annotated[str | None, typer.Option(
     "--broker", help="Celery broker URL (default DREADS_BROKER_URL).")]
 
 
-#: The read-setting options, declared once: parameter name -> its Typer option. ``run``,
-#: ``submit``, ``resume`` and ``serve`` take them through ``with_read_options``.
-READ_OPTIONS: dict[str, Any] = {
-    "model": ModelOpt, "tokenizer": TokenizerOpt, "canvas": CanvasOpt,
-    "canvas_step": CanvasStepOpt, "layout": LayoutOpt, "mode": ModeOpt, "policy": PolicyOpt,
-    "draws": DrawsOpt, "threshold": ThresholdOpt, "max_draws": MaxDrawsOpt, "steps": StepsOpt,
-    "constrained": ConstrainedOpt, "endpoint": EndpointOpt, "seed": SeedOpt,
-}
+def _typer_option(option: ReadOption) -> Any:
+    """The Typer option of a read setting, as the table declares it (default None)."""
+    extra: dict[str, Any] = {"rich_help_panel": option.panel}
+    if option.minimum is not None:
+        extra["min"] = option.minimum
+    if option.url:
+        extra["callback"] = checked_url
+    if option.source:
+        extra["callback"] = checked_source
+        extra["metavar"] = f"<{' | '.join(source_names())}>"
+    if option.kind is bool:
+        extra["show_default"] = False
+    return cast(Any, Annotated)[option.kind | None,
+                                typer.Option(option.flags, help=option.help, **extra)]
+
+
+#: The read-setting options (``app.runs.read_options``): parameter name -> its Typer option.
+#: ``run``, ``submit``, ``resume`` and ``serve`` take them through ``with_read_options``.
+READ_OPTIONS: dict[str, Any] = {option.name: _typer_option(option)
+                                for option in READ_TABLE if not option.answers}
 #: Who answers a run (``run``, ``submit``, ``resume``; not ``serve``).
-ANSWER_OPTIONS: dict[str, Any] = {
-    "answer_by": AnswerByOpt, "answer_url": AnswerUrlOpt, "answer_rps": AnswerRpsOpt,
-    "answer_concurrency": AnswerConcurrencyOpt,
-}
+ANSWER_OPTIONS: dict[str, Any] = {option.name: _typer_option(option)
+                                  for option in READ_TABLE if option.answers}
 Command = TypeVar("Command", bound=Callable[..., Any])
 #: What a command decorated with ``with_read_options`` receives: ``read_overrides(...)`` of the
 #: options the user passed (``ReadSettings`` field names).
@@ -303,11 +193,15 @@ ReadGiven = Mapping[str, Any]
 NOT_GIVEN: ReadGiven = MappingProxyType({})
 
 
-def with_read_options(*, answers: bool) -> Callable[[Command], Command]:
-    """Give a command the read-setting options (and, with ``answers``, who answers): the
-    command declares ``given: ReadGiven = NOT_GIVEN`` and receives ``read_overrides(...)`` of
-    what the user passed there; Typer sees the options, placed where ``given`` stands."""
-    options = {**READ_OPTIONS, **(ANSWER_OPTIONS if answers else {})}
+def with_read_options(*, answers: bool = False,
+                      only: tuple[str, ...] = ()) -> Callable[[Command], Command]:
+    """Give a command the read-setting options (and, with ``answers``, who answers; or
+    ``only`` those named, in that order): the command declares ``given: ReadGiven =
+    NOT_GIVEN`` and receives ``read_overrides(...)`` of what the user passed there; Typer sees
+    the options, placed where ``given`` stands."""
+    every = {**READ_OPTIONS, **ANSWER_OPTIONS}
+    options = {name: every[name] for name in only} if only else \
+        {**READ_OPTIONS, **(ANSWER_OPTIONS if answers else {})}
 
     def decorate(command: Command) -> Command:
         signature = inspect.signature(command, eval_str=True)
@@ -322,7 +216,7 @@ def with_read_options(*, answers: bool) -> Callable[[Command], Command]:
 
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            given = read_overrides(**{name: kwargs.pop(name, None) for name in options})
+            given = read_overrides({name: kwargs.pop(name, None) for name in options})
             return command(*args, given=given, **kwargs)
 
         wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]

@@ -100,11 +100,11 @@ def report(
             doc, cal_rows = report_with_rows(session, data, params, calibration=calib,
                                              against=against)
         if html is not None:
-            from app.config import get_settings
+            from app.config import run_env
             from app.report.html import render_html
             from app.runs.settings import image_policy
 
-            page = render_html(doc, data.rows, cal_rows, images=image_policy(get_settings()))
+            page = render_html(doc, data.rows, cal_rows, images=image_policy(run_env()))
             _write(html, page, option="--html")
     if json_out:
         typer.echo(json.dumps(doc, indent=2, allow_nan=False))

@@ -90,13 +90,14 @@ def resume(
         if settled is not None:
             _print_resume(settled, json_out)
             return
-    from app.config import get_settings
+    from app.config import get_settings, run_env
     from app.runs.probe import ServerAt
     from app.runs.resume import ResumeOptions, resume_run
     from app.store.db import session_scope
     from app.store.runs import require_run
 
-    env = get_settings()
+    settings = get_settings()
+    env = run_env(settings)
     options = ResumeOptions(retry_failed=retry_failed, dry_run=dry_run, force=force,
                             requeue_after_s=env.requeue_after_s, prices=prices)
     url = database_url(database)
@@ -111,7 +112,7 @@ def resume(
 
             report = resume_embedded(factory, url, info, given, options, server, env)
         else:
-            proceed = _sweep_and_publish(factory, env, broker, chunk_size)
+            proceed = _sweep_and_publish(factory, settings, broker, chunk_size)
             report = resume_run(factory, info, given, options=options, server=server,
                                 proceed=proceed)
     if report is not None:
@@ -124,11 +125,12 @@ def _sweep_and_publish(factory: SessionFactory, env: Settings, broker: str | Non
     publishes what is left (the Celery client made only then)."""
     def proceed(info: RunInfo, _report: ResumeReport) -> SweepReport:
         from app.broker.client import make_sender
+        from app.config import run_env
         from app.runs.settings import sweep_policy
         from app.runs.sweep import RESUME_LOCK_WAIT_S, sweep_once
 
         with make_sender(env, broker) as sender:
-            return sweep_once(factory, sender, sweep_policy(env, chunk_size=chunk_size),
+            return sweep_once(factory, sender, sweep_policy(run_env(env), chunk_size=chunk_size),
                               run_id=info.id, wait_lock_s=RESUME_LOCK_WAIT_S)
 
     return proceed

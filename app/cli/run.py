@@ -17,8 +17,8 @@ from rich.markup import escape
 
 from app.cli import _render as render
 from app.cli._app import RUN_JOBS, app
-from app.cli._wait import suggest_wait, wait_for_run
-from app.cli._wiring import existing_run, resolve_engine, resolve_settings, run_upstream
+from app.cli._wait import suggest_wait
+from app.cli._wiring import ReadChoice, resolve_run
 from app.cli.dryrun import (
     DryRunArgs,
     DryRunOpt,
@@ -41,6 +41,7 @@ from app.cli.options import (
     JsonOpt,
     ReadGiven,
     ReplaceChangedOpt,
+    ReplicatesOpt,
     RunWaitOpt,
     checked_url,
     cli_errors,
@@ -55,10 +56,10 @@ from app.errors import EXIT_INTERRUPTED, InputError, RunPaused, UpstreamUnavaila
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
     from app.engine import ReadSettings
     from app.runs.embedded import EmbeddedConfig, ExecutorStats
+    from app.runs.env import RunEnv
     from app.runs.probe import ServerAt
     from app.runs.reports import ResumeReport
     from app.runs.resume import ResumeOptions
@@ -104,8 +105,7 @@ def run(
     run_name: Annotated[str | None, typer.Option(
         "--run", help="Run name (default: the file name without extension).")] = None,
     given: ReadGiven = NOT_GIVEN,
-    replicates: Annotated[int | None, typer.Option(
-        "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
+    replicates: ReplicatesOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the file if a line is bad.")]
     = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,
@@ -139,70 +139,45 @@ def run(
             upstream, {"engine": engine, "device": device, "dtype": dtype}, json_out, spend,
             image_dirs))
         return
-    from app.config import settings_with
+    from app.config import run_env, settings_with
     from app.runs.jobfile import check_job_file
     from app.runs.settings import image_policy
     from app.runs.sources import recorded_path
-    from app.runs.submit import SubmitRequest, submit_job
-    from app.store.admin import discard_empty_run
+    from app.runs.submission import Submission, submit_run
     from app.store.db import session_scope
     from app.store.runs import require_run
 
     name = run_name or file.stem
-    env = settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour)
+    env = run_env(settings_with(image_dirs=image_dirs, gpu_price_hour=gpu_price_hour))
+    options = ReadChoice(given, upstream, wait, engine, device, dtype)
     with cli_errors(), suggest_wait(wait):
         check_job_file(file)
         db = _sqlite_file(database)
         with _removed_unless_used(db) as used, embedded_store(db) as factory:
-            existing = existing_run(factory, name)
-            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
-                                    env=env)
-            config = embedded_config(env, choice, chunk_size=chunk_size or 16, workers=workers,
-                                     max_in_flight=concurrency)
-            wait_for_run(upstream, wait, existing, given=given, choice=choice, env=env)
-            settings, n_rep, tok = _settings(existing, given, replicates, choice.engine,
-                                             upstream, env)
-            target = run_upstream(upstream, existing, choice, settings, env)
-            request = SubmitRequest(path=file, run_name=name, settings=settings,
-                                    upstream=target, engine=choice.engine, replicates=n_rep,
-                                    strict=strict, replace_changed=replace_changed,
-                                    images=image_policy(env), prices=spend.recorded(),
-                                    sources=(recorded_path(file),))
-            report = submit_job(request, factory, tok)
-            with session_scope(factory) as session:
-                discard_empty_run(session, report)
+            submission = Submission(file, name, replicates, strict, replace_changed,
+                                    image_policy(env), spend.recorded(), (recorded_path(file),))
+            submitted = submit_run(factory, submission, lambda existing: resolve_run(
+                existing, options, env=env, suggest_sim=True))
+            report = submitted.report
             if not json_out or report.refused:
                 render.submit_report(report, None, queued=False)
             render.changed_report(report, replace_changed=replace_changed)  # stderr
             if report.refused or report.run is None:
                 raise typer.Exit(2)
             used()
+            config = embedded_config(env, submitted.resolved.engine,
+                                     chunk_size=chunk_size or 16, workers=workers,
+                                     max_in_flight=concurrency)
             with session_scope(factory) as session:
                 info = require_run(session, name)
-            job = _Job(factory, db, info, target, file, config, quiet=json_out)
+            job = _Job(factory, db, info, submitted.resolved.upstream, file, config,
+                       quiet=json_out)
             _execute(job)
             _summary(factory, name, json_out, db)
     if report.changed:
         raise typer.Exit(render.CHANGED_EXIT)
     if fail_on_bad_lines and (report.bad or report.rejected):
         raise typer.Exit(render.BAD_LINES_EXIT)
-
-
-def _settings(existing: RunInfo | None, given: ReadGiven, replicates: int | None,
-              engine: str, upstream: str | None, env: Settings) -> tuple[Any, int, Any]:
-    """``resolve_settings``; a server that cannot say what it serves suggests the simulator."""
-    from app.errors import ConfigError
-
-    try:
-        return resolve_settings(existing, given, replicates, env=env, engine=engine,
-                                upstream=upstream)
-    except (ConfigError, UpstreamUnavailable) as exc:
-        if upstream is not None:
-            raise
-        hint = f"{exc.message}; or try --upstream sim (the built-in simulator)"
-        if isinstance(exc, UpstreamUnavailable):
-            raise UpstreamUnavailable(hint, kind=exc.kind) from exc
-        raise ConfigError(hint) from exc
 
 
 def _sqlite_file(database: str | None) -> Path:
@@ -265,7 +240,7 @@ def embedded_store(db: Path) -> Iterator[SessionFactory]:
                          "a writable --database-url") from exc
 
 
-def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
+def embedded_config(env: RunEnv, choice: UpstreamConfig, **given: Any) -> EmbeddedConfig:
     """The local executor's configuration: the options ``given`` (``chunk_size``, ``workers``,
     ``max_in_flight``) over ``DREADS_LEASE_S``, ``DREADS_MAX_ATTEMPTS``, ``DREADS_ANSWER_*``,
     ``DREADS_GPU_PRICE_HOUR``, reading with the engine ``choice``."""
@@ -280,7 +255,7 @@ def embedded_config(env: Settings, choice: UpstreamConfig, **given: Any) -> Embe
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
                     options: ResumeOptions, server: ServerAt,
-                    env: Settings) -> ResumeReport | None:
+                    env: RunEnv) -> ResumeReport | None:
     """``dreads resume`` on a SQLite store: the checks of every resume, then the run continues
     here, like ``dreads run``, under the run lock. Returns the report to print when there was
     nothing to run (None: it ran, and its summary is printed)."""

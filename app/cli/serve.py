@@ -151,22 +151,23 @@ def serve(
 
     from app.api import create_app
     from app.api.config import serve_config, serve_upstream
-    from app.config import get_settings
+    from app.config import get_settings, run_env
     from app.runs.settings import wait_served_settings
 
     env = get_settings()
+    for_runs = run_env(env)
     overrides = dict(given)
     db_url = database_url(database)
     with cli_errors():
         check_exposure(host or env.api_host, env.api_key, insecure=insecure)
-        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
+        choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=for_runs)
         url = serve_upstream(env, choice, upstream, overrides.get("model"))
-        settings = base_read_settings(overrides, env=env, engine=choice.engine)
+        settings = base_read_settings(overrides, env=for_runs, engine=choice.engine)
         if url != "sim":
             settings = asyncio.run(wait_served_settings(url, settings, overrides, choice, wait,
-                                                        env=env))
+                                                        env=for_runs))
         elif "tokenizer" not in overrides:
-            settings = base_read_settings(overrides, env=env, engine=choice.engine,
+            settings = base_read_settings(overrides, env=for_runs, engine=choice.engine,
                                           upstream="sim")
         config = serve_config(
             env, upstream=url, settings=settings, database_url=db_url, engine=choice,

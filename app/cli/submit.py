@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from app.cli import _render as render
 from app.cli._app import RUN_JOBS, app
-from app.cli._wait import suggest_wait, wait_for_run
-from app.cli._wiring import (
-    existing_run,
-    resolve_engine,
-    resolve_settings,
-    run_upstream,
-)
+from app.cli._wait import suggest_wait
+from app.cli._wiring import ReadChoice, resolve_run
 from app.cli.dryrun import (
     DryRunArgs,
     DryRunOpt,
@@ -46,6 +42,7 @@ from app.cli.options import (
     JsonOpt,
     ReadGiven,
     ReplaceChangedOpt,
+    ReplicatesOpt,
     RunWaitOpt,
     UpstreamOpt,
     cli_errors,
@@ -56,7 +53,10 @@ from app.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from app.store.types import SessionFactory
+    from app.runs.env import RunEnv
+    from app.runs.submission import Resolved
+    from app.runs.submit import SubmitRequest
+    from app.store.records import RunInfo
 
 log = logging.getLogger("dreads.cli")
 
@@ -70,8 +70,7 @@ def submit(
     file: JobFileArg,
     run: Annotated[str, typer.Option("--run", help="Run name (new or existing).")],
     given: ReadGiven = NOT_GIVEN,
-    replicates: Annotated[int | None, typer.Option(
-        "--replicates", min=1, help="Copies of each decision with different noise (1).")] = None,
+    replicates: ReplicatesOpt = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the whole file (write nothing) if any line is bad.")] = False,
     fail_on_bad_lines: FailOnBadLinesOpt = False,
@@ -110,29 +109,19 @@ def submit(
         # started first: its Celery start-up overlaps the tokenizer's and the probe's
         with PublisherProcess(broker, chunk_size) as publisher, \
                 opened_store(database_url(database)) as factory:
-            from app.config import settings_with
-            from app.engine import plans_reads
-            from app.runs.probe import ServerAt
+            from app.config import run_env, settings_with
             from app.runs.settings import image_policy
             from app.runs.sources import recorded_path
-            from app.runs.submit import SubmitRequest
+            from app.runs.submission import Submission, submit_run
 
-            env = settings_with(image_dirs=image_dirs)
-            existing = existing_run(factory, run)
-            choice = resolve_engine(existing, engine=engine, device=device, dtype=dtype,
-                                    env=env)
-            wait_for_run(upstream, wait, existing, given=given, choice=choice, env=env)
-            settings, n_replicates, tok = resolve_settings(
-                existing, given, replicates, env=env, engine=choice.engine, upstream=upstream)
-            url = run_upstream(upstream, existing, choice, settings, env)
-            fingerprint, fp_error = (None, None) if not plans_reads(settings.answer_by) \
-                else ServerAt(url, choice).fingerprint(settings, tok)
-            request = SubmitRequest(path=file, run_name=run, settings=settings, upstream=url,
-                                    engine=choice.engine, replicates=n_replicates,
-                                    strict=strict, fingerprint=fingerprint,
-                                    replace_changed=replace_changed, images=image_policy(env),
-                                    prices=spend.recorded(), sources=(recorded_path(file),))
-            report = _submit(factory, request, tok, publisher)
+            env = run_env(settings_with(image_dirs=image_dirs))
+            options = ReadChoice(given, upstream, wait, engine, device, dtype)
+            submission = Submission(file, run, replicates, strict, replace_changed,
+                                    image_policy(env), spend.recorded(), (recorded_path(file),))
+            submitted = submit_run(factory, submission,
+                                   lambda existing: _resolve(existing, options, env),
+                                   publisher_for=lambda request: _bound(publisher, request))
+    report, fp_error = submitted.report, submitted.resolved.fingerprint_error
     if json_out:
         console.print_json(render.json_text({**report.as_dict(),
                                              "fingerprint_error": fp_error}))
@@ -169,20 +158,27 @@ def _streaming_runtime() -> None:
     sys.setswitchinterval(_SUBMIT_SWITCH_S)
 
 
-def _submit(factory: SessionFactory, request: Any, tokenizer: Any, publisher: Any) -> Any:
-    """Stream the file into the store, publishing each batch (through ``publisher``, an
-    ``app.broker.process.PublisherProcess``) to the queue of the run's model and canvas; a
-    file of only bad lines leaves no run behind."""
+def _resolve(existing: RunInfo | None, options: ReadChoice, env: RunEnv) -> Resolved:
+    """``resolve_run``, with the fingerprint of the server that reads the run (none for a run
+    answered by a decision endpoint)."""
+    from app.engine import plans_reads
+    from app.runs.probe import ServerAt
+
+    resolved = resolve_run(existing, options, env=env)
+    settings = resolved.settings
+    fingerprint, fp_error = (None, None) if not plans_reads(settings.answer_by) \
+        else ServerAt(resolved.upstream, resolved.engine).fingerprint(settings,
+                                                                        resolved.tokenizer)
+    return replace(resolved, fingerprint=fingerprint, fingerprint_error=fp_error)
+
+
+def _bound(publisher: Any, request: SubmitRequest) -> Any:
+    """``publisher`` (an ``app.broker.process.PublisherProcess``) sending to the queue of the
+    run's model and canvas; the streaming runtime from here on."""
     from app.broker.names import queue_of_run
     from app.engine import settings_to_dict
-    from app.runs.submit import submit_job
-    from app.store.admin import discard_empty_run
-    from app.store.db import session_scope
 
     _streaming_runtime()
     publisher.bind(run_name=request.run_name,
                    queue=queue_of_run(settings_to_dict(request.settings)))
-    report = submit_job(request, factory, tokenizer, publisher=publisher)
-    with session_scope(factory) as session:
-        discard_empty_run(session, report)
-    return report
+    return publisher

@@ -22,18 +22,9 @@ from app.cli._wiring import resolve_engine
 from app.cli.engine import DeviceOpt, DtypeOpt, EngineOpt
 from app.cli.options import (
     DEFAULT_WAIT_S,
-    CanvasOpt,
-    DrawsOpt,
-    EndpointOpt,
+    NOT_GIVEN,
     JsonOpt,
-    LayoutOpt,
-    MaxDrawsOpt,
-    ModelOpt,
-    ModeOpt,
-    PolicyOpt,
-    SeedOpt,
-    ThresholdOpt,
-    TokenizerOpt,
+    ReadGiven,
     UpstreamOpt,
     WaitOpt,
     base_read_settings,
@@ -41,7 +32,7 @@ from app.cli.options import (
     console,
     err_console,
     exit_error,
-    read_overrides,
+    with_read_options,
 )
 from app.connect.engines import is_in_process
 from app.engine import (
@@ -69,9 +60,9 @@ from app.errors import (
 from app.runs.settings import env_upstream, image_policy, wait_served_settings
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
     from app.images import ImagePolicy
+    from app.runs.env import RunEnv
     from app.runs.jobfile import NumberedLine
     from app.upstream.base import Upstream
 
@@ -88,7 +79,7 @@ def _make_upstream(url: str, settings: ReadSettings, choice: UpstreamConfig) -> 
 
 
 def _target(url: str | None, choice: UpstreamConfig, settings: ReadSettings,
-            env: Settings) -> str:
+            env: RunEnv) -> str:
     """The URL to read from, or the model the transformers engine loads in this process."""
     if not is_in_process(choice.engine):
         return url or env_upstream(env)
@@ -161,25 +152,24 @@ def _invariance(fp: ServerFingerprint) -> str | None:
 
 
 @app.command("check-upstream", rich_help_panel=SERVERS)
+@with_read_options(only=("model", "tokenizer", "canvas"))
 def check_upstream(
     url: Annotated[str | None, typer.Argument(
         metavar="URL", show_default=False, callback=checked_url,
         help="vLLM (or dreads sim) base URL (default DREADS_UPSTREAM; none with --engine "
         "transformers).")] = None,
     timeout: WaitOpt = DEFAULT_WAIT_S,
-    model: ModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    canvas: CanvasOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
 ) -> None:
     """Wait until an upstream is ready, do one real read, print its fingerprint and latency."""
     import asyncio
 
-    from app.config import get_settings
+    from app.config import run_env
 
-    env = get_settings()
-    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas)
+    env = run_env()
+    overrides = dict(given)
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)
         settings = base_read_settings(overrides, env=env, engine=choice.engine)
@@ -384,6 +374,8 @@ def _exit_code(outcomes: list[DecideOutcome]) -> int:
 
 
 @app.command("decide", rich_help_panel=SERVERS)
+@with_read_options(only=("policy", "draws", "threshold", "max_draws", "mode", "layout",
+                         "endpoint", "seed", "model", "tokenizer", "canvas"))
 def decide(
     file: Annotated[Path | None, typer.Argument(
         metavar="FILE", show_default=False, readable=False,
@@ -397,17 +389,7 @@ def decide(
         "--options", help="Choice options / score levels (repeat, or comma-separated).")]
     = None,
     upstream: UpstreamOpt = None,
-    policy: PolicyOpt = None,
-    draws: DrawsOpt = None,
-    threshold: ThresholdOpt = None,
-    max_draws: MaxDrawsOpt = None,
-    mode: ModeOpt = None,
-    layout: LayoutOpt = None,
-    endpoint: EndpointOpt = None,
-    seed: SeedOpt = None,
-    model: ModelOpt = None,
-    tokenizer: TokenizerOpt = None,
-    canvas: CanvasOpt = None,
+    given: ReadGiven = NOT_GIVEN,
     timeout: WaitOpt = DEFAULT_WAIT_S,
     json_out: JsonOpt = False,
     engine: EngineOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
@@ -424,12 +406,10 @@ def decide(
         err_console.print(f"[red]error:[/red] --type must be {either(kind_names())}, not "
                           f"{qtype!r}")
         raise typer.Exit(2)
-    overrides = read_overrides(model=model, tokenizer=tokenizer, canvas=canvas, policy=policy,
-                               draws=draws, threshold=threshold, max_draws=max_draws, mode=mode,
-                               layout=layout, endpoint=endpoint, seed=seed)
-    from app.config import get_settings
+    overrides = dict(given)
+    from app.config import run_env
 
-    env = get_settings()
+    env = run_env()
     url = upstream
     try:
         choice = resolve_engine(None, engine=engine, device=device, dtype=dtype, env=env)

@@ -153,7 +153,7 @@ def worker(
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
         raise typer.Exit(EXIT_USAGE)
-    from app.config import settings_with, to_environ
+    from app.config import run_env, settings_with, to_environ
 
     # Flags win over the environment: the Celery child (and its pool) gets them as DREADS_*.
     flags = {"upstream": upstream, "database_url": database_url(database) if database else None,
@@ -163,7 +163,7 @@ def worker(
     settings = settings_with(**flags)
     try:
         if not settings.worker_answers:
-            env_upstream(settings)
+            env_upstream(run_env(settings))
         _check_database(settings.database_url)
     except DreadsError as exc:
         exit_error(exc, exc.exit_code)

@@ -2,6 +2,10 @@
 
     settings.py   what a new run reads with, which engine reads it, where (from ``DREADS_*``
                   and flags, at the entry points)
+    env.py        RunEnv: the ``DREADS_*`` settings read here, frozen by the entry point
+    read_options.py  the read settings a user may give, declared once (option, API name,
+                  bounds, help)
+    submission.py  the one submission path of ``submit``, ``run`` and ``POST /v1/runs``
     jobfile.py    a job file's lines: each a decision or a bad line with its reason
     submit.py     submit: validate, write the run and its decisions batch by batch, publish
     submit_images.py  submit's images: each fetched and checked once, or the decision rejected
@@ -20,7 +24,7 @@
     resume.py     resume: the checks every caller shares, then a sweep or the executor
     reports.py    what a sweep and a resume did (plain values)
     refusals.py   what a cancelled run refuses, in one set of words for every entry point
-    setting_names.py  each run setting's option, API parameter and variable: mismatches
+    setting_names.py  each run setting's option and API parameter: mismatches
                   worded as the user typed them
     sources.py    a run's own files (job files, answer keys): never written over
 

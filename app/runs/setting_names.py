@@ -1,6 +1,7 @@
-"""How a user names each run setting, declared once: the option typed on the command line and
-the query parameter of the API. (A ``DREADS_*`` variable sets only a new run's settings, so a
-mismatch with an existing run always comes from an option.)
+"""How a user names each run setting: the option typed on the command line and the query
+parameter of the API, as the table of read options (``app.runs.read_options``) declares them.
+(A ``DREADS_*`` variable sets only a new run's settings, so a mismatch with an existing run
+always comes from an option.)
 
 The store reports a settings mismatch by field name (``RunSettingsMismatch.changes``); the
 entry points word it here: ``dreads`` as ``--mode isolated -> joint``, the API as
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import RunSettingsMismatch, SettingChange
+from app.runs.read_options import READ_OPTIONS, REPLICATES
 
 __all__ = ["SETTING_NAMES", "SettingName", "api_words", "cli_words"]
 
@@ -23,27 +25,11 @@ class SettingName:
     param: str | None  #: the query parameter of ``POST /v1/runs`` (None: the server's own)
 
 
-#: Run setting (``ReadSettings`` field, and the run's replicate count) -> its names.
+#: Run setting (``ReadSettings`` field, and the run's replicate count) -> its names, from the
+#: one table of read options (``app.runs.read_options``).
 SETTING_NAMES: dict[str, SettingName] = {
-    "model": SettingName("--model", "model"),
-    "tokenizer": SettingName("--tokenizer", None),
-    "canvas_length": SettingName("--canvas", None),
-    "canvas_step": SettingName("--canvas-step", "canvas_step"),
-    "layout": SettingName("--layout", "layout"),
-    "read_mode": SettingName("--mode", "mode"),
-    "policy": SettingName("--policy", "policy"),
-    "fixed_draws": SettingName("--draws", "draws"),
-    "threshold": SettingName("--threshold", "threshold"),
-    "max_draws": SettingName("--max-draws", "max_draws"),
-    "steps": SettingName("--steps", "steps"),
-    "constrained": SettingName("--constrained", "constrained"),
-    "endpoint": SettingName("--endpoint", "endpoint"),
-    "seed": SettingName("--seed", "seed"),
-    "answer_by": SettingName("--answer-by", "answer_by"),
-    "answer_url": SettingName("--answer-url", "answer_url"),
-    "answer_rps": SettingName("--answer-rps", "answer_rps"),
-    "answer_concurrency": SettingName("--answer-concurrency", "answer_concurrency"),
-    "replicates": SettingName("--replicates", "replicates"),
+    option.field: SettingName(option.option, option.name if option.api else None)
+    for option in (*READ_OPTIONS, REPLICATES)
 }
 
 

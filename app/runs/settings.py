@@ -2,9 +2,9 @@
 
 The CLI (``run``, ``submit``, ``resume``, ``serve``, ``decide``, ``check-upstream``), the API
 and the workers build their configuration here, the same way: flags (``None``: not given) on
-top of ``Settings`` (``DREADS_*``, read by the entry point and passed in as ``env``) on top of
-``ReadSettings``' defaults; model and tokenizer set nowhere come from the server the run reads
-from. Engines are looked up in ``app.connect.engines`` (no engine names are compared here).
+top of ``DREADS_*`` (read by the entry point, passed in as ``env``: a frozen ``RunEnv``) on
+top of ``ReadSettings``' defaults; model and tokenizer set nowhere come from the server the run
+reads from. Engines are looked up in ``app.connect.engines`` (no engine names are compared here).
 
 Nothing heavy is imported at the top: the CLI imports this module to parse a command line.
 """
@@ -14,25 +14,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine import (
-    STANDIN,
-    Endpoint,
-    Layout,
-    PolicyName,
-    ReadMode,
-    ReadSettings,
-)
+from app.engine import STANDIN, ReadSettings
 from app.errors import ConfigError, InputError, UpstreamUnavailable
 
 if TYPE_CHECKING:
-    from pydantic import SecretStr
-
-    from app.config import Settings
     from app.connect.factory import UpstreamConfig
     from app.images import ImagePolicy
     from app.runs.answer import EndpointOptions
     from app.runs.breaker import BreakerPolicy
     from app.runs.chunk import ChunkPolicy
+    from app.runs.env import RunEnv
     from app.runs.sweep import SweepPolicy
     from app.upstream.base import WaitProgress
 
@@ -47,60 +38,18 @@ __all__ = [
     "env_engine",
     "env_upstream",
     "image_policy",
-    "read_overrides",
     "run_upstream",
-    "secret",
     "served_fields_missing",
+    "served_identity_update",
     "sweep_policy",
     "upstream_url",
     "wait_served_settings",
-    "with_served_identity",
 ]
 
 DTYPES = ("bfloat16", "float16", "float32")  #: of an in-process engine
 
 
-def secret(value: SecretStr | None) -> str | None:
-    """A key setting's value, or None when unset or empty."""
-    return (value.get_secret_value() or None) if value is not None else None
-
-
-def read_overrides(
-    *,
-    model: str | None = None,
-    tokenizer: str | None = None,
-    canvas: int | None = None,
-    canvas_step: int | None = None,
-    layout: Layout | None = None,
-    mode: ReadMode | None = None,
-    policy: PolicyName | None = None,
-    draws: int | None = None,
-    threshold: float | None = None,
-    max_draws: int | None = None,
-    steps: int | None = None,
-    constrained: bool | None = None,
-    endpoint: Endpoint | None = None,
-    seed: int | None = None,
-    answer_by: str | None = None,
-    answer_url: str | None = None,
-    answer_rps: float | None = None,
-    answer_concurrency: int | None = None,
-) -> dict[str, Any]:
-    """The ``ReadSettings`` fields the user gave (None = not given), by their field names."""
-    given = {
-        "model": model, "tokenizer": tokenizer, "canvas_length": canvas,
-        "canvas_step": canvas_step, "layout": layout, "read_mode": mode, "policy": policy,
-        "fixed_draws": draws, "threshold": threshold, "max_draws": max_draws, "steps": steps,
-        "constrained": constrained, "endpoint": endpoint, "seed": seed,
-        "answer_by": answer_by, "answer_url": answer_url, "answer_rps": answer_rps,
-        "answer_concurrency": answer_concurrency,
-    }
-    if draws is not None and policy is None:
-        given["policy"] = PolicyName.FIXED
-    return {name: value for name, value in given.items() if value is not None}
-
-
-def base_read_settings(overrides: dict[str, Any], *, env: Settings, engine: str = "vllm",
+def base_read_settings(overrides: dict[str, Any], *, env: RunEnv, engine: str = "vllm",
                        upstream: str | None = None) -> ReadSettings:
     """The read settings of a new run: ``DREADS_*`` (model, tokenizer, canvas), then the given
     overrides.
@@ -126,7 +75,7 @@ def base_read_settings(overrides: dict[str, Any], *, env: Settings, engine: str 
 
 
 def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
-                           env: Settings) -> ReadSettings:
+                           env: RunEnv) -> ReadSettings:
     """The settings of a new run answered by a decision endpoint: ``answer_url`` defaults to
     ``upstream`` (vLLM's own reader on the same pod); the model, when set neither by flag nor
     by ``DREADS_MODEL``, is the one the endpoint serves (``GET /v1/models`` with
@@ -140,34 +89,34 @@ def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
     given.setdefault("answer_url", upstream)
     given.setdefault("tokenizer", STANDIN)
     settings = replace(ReadSettings(model=env.model, canvas_length=env.canvas), **given)
-    if "model" in given or "model" in env.model_fields_set or settings.answer_url == "sim":
+    if "model" in given or "model" in env.set or settings.answer_url == "sim":
         return settings
     from app.upstream.served import served_identity
 
-    served = served_identity(settings.answer_url, api_key=secret(env.answer_api_key))
+    served = served_identity(settings.answer_url, api_key=env.answer_api_key)
     return replace(settings, model=served.model_id)
 
 
-def _missing_served(overrides: dict[str, Any], from_env: set[str]) -> set[str]:
+def _missing_served(overrides: dict[str, Any], from_env: frozenset[str]) -> set[str]:
     return {name for name in ("model", "tokenizer")
             if name not in overrides and name not in from_env}
 
 
-def served_fields_missing(overrides: dict[str, Any], env: Settings) -> bool:
+def served_fields_missing(overrides: dict[str, Any], env: RunEnv) -> bool:
     """Whether the model or the tokenizer must come from the server (set nowhere else)."""
-    return bool(_missing_served(overrides, env.model_fields_set))
+    return bool(_missing_served(overrides, env.set))
 
 
 def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
-                     env: Settings, upstream: str | None) -> ReadSettings:
-    missing = _missing_served(overrides, env.model_fields_set)
+                     env: RunEnv, upstream: str | None) -> ReadSettings:
+    missing = _missing_served(overrides, env.set)
     if not missing or upstream is None:
         return settings
     if upstream == "sim":
         return replace(settings, tokenizer=STANDIN) if "tokenizer" in missing else settings
     from app.upstream.served import served_identity
 
-    served = served_identity(upstream, api_key=secret(env.upstream_api_key))
+    served = served_identity(upstream, api_key=env.upstream_api_key)
     if "model" in missing:
         settings = replace(settings, model=served.model_id)
     if "tokenizer" in missing:
@@ -177,7 +126,7 @@ def _served_defaults(settings: ReadSettings, overrides: dict[str, Any],
 
 async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict[str, Any],
                                choice: UpstreamConfig, timeout_s: float, *,
-                               env: Settings,
+                               env: RunEnv,
                                progress: WaitProgress | None = None) -> ReadSettings:
     """Model and tokenizer set nowhere: wait (up to ``timeout_s``) for the model list at
     ``url``, then take the served ones; ``settings`` as they are otherwise. ``progress`` is
@@ -207,28 +156,29 @@ async def wait_served_settings(url: str, settings: ReadSettings, overrides: dict
             await asyncio.sleep(min(1.0, timeout_s - waited))
 
 
-def with_served_identity(env: Settings) -> Settings:
-    """A worker's settings: ``DREADS_MODEL`` / ``DREADS_TOKENIZER`` unset are taken from the
-    server at ``DREADS_UPSTREAM`` (its served model; its tokenizer, the stand-in for the
-    simulator). A new value: the process keeps it and its pool children inherit it; the
-    environment is not written.
+def served_identity_update(env: RunEnv) -> dict[str, str]:
+    """A worker's model and tokenizer where ``DREADS_MODEL`` / ``DREADS_TOKENIZER`` are unset:
+    those of the server at ``DREADS_UPSTREAM`` (its served model; its tokenizer, the stand-in
+    for the simulator); empty when both are set or the engine reads in this process. The
+    worker keeps them in its settings (its pool children inherit them); the environment is
+    not written.
 
     Raises:
         ConfigError: the server does not list its model (yet).
     """
     from app.connect.engines import is_in_process
 
-    missing = {"model", "tokenizer"} - env.model_fields_set
+    missing = {"model", "tokenizer"} - env.set
     if not missing or is_in_process(env.engine):
-        return env
+        return {}
     from app.upstream.served import served_identity
 
-    served = served_identity(env.upstream, api_key=secret(env.upstream_api_key))
+    served = served_identity(env.upstream, api_key=env.upstream_api_key)
     model = served.model_id if "model" in missing else env.model
-    update: dict[str, Any] = {"model": model}
+    update = {"model": model}
     if "tokenizer" in missing:
         update["tokenizer"] = STANDIN if served.is_sim else model
-    return env.model_copy(update=update)
+    return update
 
 
 def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | None,
@@ -249,7 +199,7 @@ def engine_config(base: UpstreamConfig, *, engine: str | None, device: str | Non
 
 
 def engine_choice(recorded: str | None, *, engine: str | None, device: str | None,
-                  dtype: str | None, env: Settings) -> UpstreamConfig:
+                  dtype: str | None, env: RunEnv) -> UpstreamConfig:
     """The engine a command reads with: the options given, else the run's ``recorded`` engine
     (an existing run), else ``DREADS_ENGINE``; device and dtype from the options or
     ``DREADS_DEVICE`` / ``DREADS_DTYPE``."""
@@ -260,7 +210,7 @@ def engine_choice(recorded: str | None, *, engine: str | None, device: str | Non
     return engine_config(base, engine=engine, device=device, dtype=dtype)
 
 
-def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
+def env_engine(env: RunEnv, *, engine: str | None = None) -> UpstreamConfig:
     """``engine`` (default ``DREADS_ENGINE``) as ``DREADS_DEVICE``, ``DREADS_DTYPE``,
     ``DREADS_ENGINE_COMPILE``, ``DREADS_ENGINE_GPU_MEMORY`` and ``DREADS_ENGINE_MAX_BATCH`` set
     it up, with this process's
@@ -274,22 +224,22 @@ def env_engine(env: Settings, *, engine: str | None = None) -> UpstreamConfig:
                           max_batch=env.engine_max_batch,
                           max_in_flight=env.max_in_flight,
                           timeout_s=env.read_timeout_s, retries=env.read_retries,
-                          api_key=secret(env.upstream_api_key),
+                          api_key=env.upstream_api_key,
                           batch_invariant=env.upstream_batch_invariant)
 
 
-def upstream_url(given: str | None, recorded: str | None, env: Settings) -> str:
+def upstream_url(given: str | None, recorded: str | None, env: RunEnv) -> str:
     """The server to read from: ``--upstream``, else ``DREADS_UPSTREAM`` when it is set (the
     server may have moved since the run started: a restarted pod has a new address), else the
     run's ``recorded`` upstream (an existing run), else the default."""
     if given:
         return given
-    if "upstream" in env.model_fields_set or recorded is None:
+    if "upstream" in env.set or recorded is None:
         return env_upstream(env)
     return recorded
 
 
-def env_upstream(env: Settings) -> str:
+def env_upstream(env: RunEnv) -> str:
     """``DREADS_UPSTREAM`` (or its default), refused when it cannot be a server's address.
 
     Raises:
@@ -304,7 +254,7 @@ def env_upstream(env: Settings) -> str:
 
 
 def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig,
-                 settings: ReadSettings, env: Settings) -> str:
+                 settings: ReadSettings, env: RunEnv) -> str:
     """What a run records as its upstream: the URL (``upstream_url``) for an engine that reads
     from a server; the model read in this process for an in-process engine (no URL).
 
@@ -322,7 +272,7 @@ def run_upstream(given: str | None, recorded: str | None, choice: UpstreamConfig
     return choice.model_path or settings.model
 
 
-def chunk_policy(env: Settings, *, recover_wait_s: float = 0.0,
+def chunk_policy(env: RunEnv, *, recover_wait_s: float = 0.0,
                  max_in_flight: int | None = None) -> ChunkPolicy:
     """How this process runs chunks: ``DREADS_LEASE_S``, ``DREADS_MAX_IN_FLIGHT`` (or
     ``max_in_flight``), ``DREADS_MAX_ATTEMPTS``, ``DREADS_BREAKER_*``."""
@@ -333,14 +283,14 @@ def chunk_policy(env: Settings, *, recover_wait_s: float = 0.0,
                        breaker=breaker_policy(env))
 
 
-def breaker_policy(env: Settings) -> BreakerPolicy:
+def breaker_policy(env: RunEnv) -> BreakerPolicy:
     """When a run pauses: ``DREADS_BREAKER_WINDOW``, ``DREADS_BREAKER_THRESHOLD``."""
     from app.runs.breaker import BreakerPolicy
 
     return BreakerPolicy(window=env.breaker_window, threshold=env.breaker_threshold)
 
 
-def sweep_policy(env: Settings, *, chunk_size: int | None = None) -> SweepPolicy:
+def sweep_policy(env: RunEnv, *, chunk_size: int | None = None) -> SweepPolicy:
     """How this process sweeps: ``DREADS_MAX_ATTEMPTS``, ``DREADS_REQUEUE_AFTER_S``,
     ``DREADS_CHUNK_SIZE`` (or ``chunk_size``)."""
     from app.runs.sweep import SweepPolicy
@@ -349,16 +299,16 @@ def sweep_policy(env: Settings, *, chunk_size: int | None = None) -> SweepPolicy
                        chunk_size=chunk_size or env.chunk_size)
 
 
-def endpoint_options(env: Settings) -> EndpointOptions:
+def endpoint_options(env: RunEnv) -> EndpointOptions:
     """How this process asks decision endpoints: ``DREADS_ANSWER_TIMEOUT_S``,
     ``DREADS_ANSWER_GIVE_UP_S``, ``DREADS_ANSWER_API_KEY``."""
     from app.runs.answer import EndpointOptions
 
     return EndpointOptions(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
-                           api_key=secret(env.answer_api_key), images=image_policy(env))
+                           api_key=env.answer_api_key, images=image_policy(env))
 
 
-def image_policy(env: Settings) -> ImagePolicy:
+def image_policy(env: RunEnv) -> ImagePolicy:
     """What this process may fetch as images: ``DREADS_IMAGE_DIRS``,
     ``DREADS_IMAGE_MAX_BYTES``, ``DREADS_IMAGE_TIMEOUT``."""
     from app.images import ImagePolicy, parse_image_dirs

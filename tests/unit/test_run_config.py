@@ -12,10 +12,11 @@ from app.cli.resume import resume
 from app.cli.run import run
 from app.cli.serve import serve
 from app.cli.submit import submit
-from app.config import Settings, settings_with, to_environ
+from app.config import Settings, run_env, settings_with, to_environ
 from app.connect.engines import ENGINES, EngineKind, engine_spec, is_in_process
 from app.errors import ConfigError
-from app.runs.settings import engine_choice, read_overrides, upstream_url, with_served_identity
+from app.runs.read_options import read_overrides
+from app.runs.settings import engine_choice, served_identity_update, upstream_url
 
 
 def test_every_engine_kind_is_registered_and_unknown_names_say_what_to_pass() -> None:
@@ -29,7 +30,7 @@ def test_every_engine_kind_is_registered_and_unknown_names_say_what_to_pass() ->
 def test_the_engine_comes_from_the_flag_then_the_run_then_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DREADS_ENGINE", "transformers")
-    env = Settings()
+    env = run_env(Settings())
     assert engine_choice(None, engine=None, device=None, dtype=None, env=env).engine \
         == "transformers"
     assert engine_choice("vllm", engine=None, device=None, dtype=None, env=env).engine == "vllm"
@@ -41,9 +42,9 @@ def test_the_engine_comes_from_the_flag_then_the_run_then_the_environment(
 
 def test_engine_compile_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not engine_choice(None, engine="transformers", device=None, dtype=None,
-                             env=Settings()).compile
+                             env=run_env(Settings())).compile
     monkeypatch.setenv("DREADS_ENGINE_COMPILE", "1")
-    env = Settings()
+    env = run_env(Settings())
     assert engine_choice(None, engine="transformers", device=None, dtype=None, env=env).compile
 
 
@@ -53,8 +54,8 @@ def test_flags_are_settings_that_count_as_set(monkeypatch: pytest.MonkeyPatch) -
     assert (settings.upstream, settings.canvas, settings.model) == ("http://h:1", 256, "dgemma")
     assert {"upstream", "canvas"} <= settings.model_fields_set
     assert "model" not in settings.model_fields_set
-    assert upstream_url(None, "http://recorded:2", env=settings) == "http://h:1"
-    assert upstream_url(None, "http://recorded:2", env=Settings()) == "http://recorded:2"
+    assert upstream_url(None, "http://recorded:2", env=run_env(settings)) == "http://h:1"
+    assert upstream_url(None, "http://recorded:2", env=run_env(Settings())) == "http://recorded:2"
 
 
 def test_a_child_environment_carries_the_flags_without_writing_ours() -> None:
@@ -68,9 +69,9 @@ def test_a_child_environment_carries_the_flags_without_writing_ours() -> None:
 
 def test_a_worker_with_its_model_set_asks_no_server() -> None:
     settings = Settings(model="m", tokenizer="standin", upstream="http://127.0.0.1:9")
-    assert with_served_identity(settings) is settings
+    assert served_identity_update(run_env(settings)) == {}
     in_process = Settings(engine="transformers", upstream="http://127.0.0.1:9")
-    assert with_served_identity(in_process) is in_process
+    assert served_identity_update(run_env(in_process)) == {}
 
 
 @pytest.mark.parametrize(("command", "answers"), [(run, True), (submit, True), (resume, True),
@@ -86,3 +87,13 @@ def test_the_read_options_are_declared_once_and_shared(command: object, answers:
 def test_read_overrides_names_the_settings_fields() -> None:
     assert read_overrides(canvas=256, mode=None, draws=3) == {
         "canvas_length": 256, "fixed_draws": 3, "policy": "fixed"}
+
+
+def test_app_runs_gets_a_frozen_copy_of_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREADS_UPSTREAM_API_KEY", "k")
+    monkeypatch.setenv("DREADS_ANSWER_API_KEY", "")
+    env = run_env(settings_with(model="m"))
+    assert (env.model, env.upstream_api_key, env.answer_api_key) == ("m", "k", None)
+    assert {"model", "upstream_api_key"} <= env.set and "tokenizer" not in env.set
+    with pytest.raises(AttributeError):
+        env.model = "other"  # type: ignore[misc]

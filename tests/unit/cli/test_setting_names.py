@@ -8,8 +8,8 @@ import typer.main
 
 from app.api.runs import RunParams
 from app.cli import app
+from app.runs.read_options import read_overrides
 from app.runs.setting_names import SETTING_NAMES
-from app.runs.settings import read_overrides
 
 
 def _options(command: str) -> set[str]:

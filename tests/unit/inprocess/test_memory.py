@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.config import get_settings  # noqa: E402
+from app.config import get_settings, run_env  # noqa: E402
 from app.connect.factory import UpstreamConfig  # noqa: E402
 from app.errors import ConfigError  # noqa: E402
 from app.inprocess import load_model, make_transformers_upstream  # noqa: E402
@@ -75,7 +75,7 @@ def test_the_setting_reaches_the_loader(monkeypatch: pytest.MonkeyPatch,
                                         tiny_model_dir: Path) -> None:
     monkeypatch.setenv("DREADS_ENGINE_GPU_MEMORY", "1.5")
     get_settings.cache_clear()
-    config = env_engine(get_settings(), engine="transformers")
+    config = env_engine(run_env(get_settings()), engine="transformers")
     assert config.gpu_memory == 1.5
     tiny = UpstreamConfig(engine="transformers", model=str(tiny_model_dir),
                           model_path=str(tiny_model_dir), gpu_memory=config.gpu_memory)
@@ -101,7 +101,7 @@ def test_a_lower_batch_reaches_the_engine_with_its_prefill_budget(
     monkeypatch.setenv("DREADS_ENGINE_MAX_BATCH", "8")
     get_settings.cache_clear()
     try:
-        config = env_engine(get_settings(), engine="transformers")
+        config = env_engine(run_env(get_settings()), engine="transformers")
     finally:
         get_settings.cache_clear()
     assert config.max_batch == 8

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
+from app.config import Settings, run_env
 from app.engine.invariance import batch_invariance, observed_batch_invariance
 from app.runs.settings import env_engine
 
@@ -40,8 +40,8 @@ def test_the_server_wins_over_the_declaration(observed: bool | None, declared: b
 
 
 def test_the_declaration_reaches_the_upstream_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert env_engine(Settings()).batch_invariant is None
+    assert env_engine(run_env(Settings())).batch_invariant is None
     monkeypatch.setenv("DREADS_UPSTREAM_BATCH_INVARIANT", "1")
-    assert env_engine(Settings()).batch_invariant is True
+    assert env_engine(run_env(Settings())).batch_invariant is True
     monkeypatch.setenv("DREADS_UPSTREAM_BATCH_INVARIANT", "0")
-    assert env_engine(Settings()).batch_invariant is False
+    assert env_engine(run_env(Settings())).batch_invariant is False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config import Settings, run_env
 from app.errors import ConfigError, UpstreamUnavailable
 from app.runs.settings import base_read_settings
 from app.upstream.served import served_identity
@@ -52,15 +52,15 @@ def test_an_unreachable_server_says_what_to_do() -> None:
 def test_settings_given_by_flag_or_environment_never_ask_the_server(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # An unreachable upstream would raise if it were asked.
-    given = base_read_settings({"model": "m", "tokenizer": "standin"}, env=Settings(),
+    given = base_read_settings({"model": "m", "tokenizer": "standin"}, env=run_env(Settings()),
                                upstream="http://127.0.0.1:9")
     assert (given.model, given.tokenizer) == ("m", "standin")
     monkeypatch.setenv("DREADS_MODEL", "dgemma")
     monkeypatch.setenv("DREADS_TOKENIZER", "standin")
-    from_env = base_read_settings({}, env=Settings(), upstream="http://127.0.0.1:9")
+    from_env = base_read_settings({}, env=run_env(Settings()), upstream="http://127.0.0.1:9")
     assert (from_env.model, from_env.tokenizer) == ("dgemma", "standin")
 
 
 def test_the_in_process_simulator_needs_no_request() -> None:
-    settings = base_read_settings({}, env=Settings(), upstream="sim")
+    settings = base_read_settings({}, env=run_env(Settings()), upstream="sim")
     assert settings.tokenizer == "standin"
