@@ -9,45 +9,36 @@ a no-op, a template that cannot fit (rejected, message kept), the server refusin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, HandOff, run_chunk
 from app.sim import SimApp
-from app.store.db import make_engine, make_sessionmaker, session_scope
+from app.store.db import session_scope
 from app.store.models import Answer, Attempt, Decision
 from app.store.runs import ensure_run, insert_decisions
 from app.tokenizer.hf import load_tokenizer
 from app.upstream.vllm import VllmUpstream
 from tests.fixtures.job_rows import decision_rows
-from tests.fixtures.memory_upstream import MEMORY_URL, InMemoryUpstream, memory_sim
+from tests.fixtures.memory_upstream import InMemoryUpstream, memory_sim
+from tests.fixtures.run_store import RunStore
 from tests.fixtures.services import free_port
 
 
-@dataclass
-class Store:
-    """A migrated SQLite store and the run the test wrote last."""
-
-    factory: sessionmaker[Session]
-    run_id: int = 0
-
-
 @pytest.fixture
-def stack(make_database: Callable[..., str]) -> Iterator[Store]:
-    engine = make_engine(make_database("sqlite"))
-    yield Store(make_sessionmaker(engine))
-    engine.dispose()
+def stack(make_database: Callable[..., str]) -> Iterator[RunStore]:
+    with RunStore.open(make_database("sqlite")) as opened:
+        yield opened
 
 
-def _write(stack: Store, n: int, settings: ReadSettings, name: str) -> list[int]:
+def _write(stack: RunStore, n: int, settings: ReadSettings, name: str) -> list[int]:
     """Rows only (no broker): the ids of ``n`` decisions of a new run."""
     with session_scope(stack.factory) as s:
         run, _ = ensure_run(s, name=name, settings=settings_to_dict(settings),
-                            settings_hash=settings_hash(settings), upstream=MEMORY_URL,
+                            settings_hash=settings_hash(settings), upstream=stack.upstream,
                             engine="vllm", source=None, replicates=1, fingerprint=None)
         stack.run_id = run.id
         return sorted(rid for rid, _ in insert_decisions(s, run.id, decision_rows(n)))
@@ -57,7 +48,7 @@ def _write(stack: Store, n: int, settings: ReadSettings, name: str) -> list[int]
 POLICY = ChunkPolicy(lease_s=30, max_in_flight=16)
 
 
-async def _run(stack: Store, ids: list[int], sim: SimApp | str | None = None,
+async def _run(stack: RunStore, ids: list[int], sim: SimApp | str | None = None,
                hand_off: HandOff | None = None) -> ChunkResult:
     """``ids`` read by ``sim`` (a simulator app in this process; a URL: over HTTP; None: one
     with default options)."""
@@ -71,12 +62,12 @@ async def _run(stack: Store, ids: list[int], sim: SimApp | str | None = None,
         await upstream.aclose()
 
 
-def _statuses(stack: Store) -> list[str]:
+def _statuses(stack: RunStore) -> list[str]:
     with session_scope(stack.factory) as s:
         return list(s.scalars(select(Decision.status).where(Decision.run_id == stack.run_id)))
 
 
-async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: Store) -> None:
+async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: RunStore) -> None:
     ids = _write(stack, 20, ReadSettings(), "ok")
     result = await _run(stack, ids)
     assert (result.claimed, result.done, result.won) == (20, 20, 20)
@@ -88,7 +79,7 @@ async def test_chunk_commits_each_decision_and_a_redelivery_is_a_no_op(stack: St
         assert s.scalars(select(Attempt.outcome)).all() == ["ok"] * 20
 
 
-async def test_template_too_wide_is_rejected_with_its_message(stack: Store) -> None:
+async def test_template_too_wide_is_rejected_with_its_message(stack: RunStore) -> None:
     ids = _write(stack, 3, replace(ReadSettings(), canvas_length=2, canvas_step=2),
                  "narrow")
     result = await _run(stack, ids)
@@ -100,7 +91,7 @@ async def test_template_too_wide_is_rejected_with_its_message(stack: Store) -> N
 
 
 async def test_server_refusal_is_permanent_and_unreachable_is_transient(
-        stack: Store) -> None:
+        stack: RunStore) -> None:
     short = memory_sim(max_model_len=64)  # refuses every prompt: 400 input_tokens
     ids = _write(stack, 4, ReadSettings(), "refused")
     result = await _run(stack, ids[:2], short)
@@ -111,7 +102,7 @@ async def test_server_refusal_is_permanent_and_unreachable_is_transient(
     assert sorted(_statuses(stack)) == ["pending", "pending", "rejected", "rejected"]
 
 
-def _fingerprinted(stack: Store, n: int, name: str, max_model_len: int) -> list[int]:
+def _fingerprinted(stack: RunStore, n: int, name: str, max_model_len: int) -> list[int]:
     ids = _write(stack, n, ReadSettings(), name)
     from app.store.runs import record_fingerprint
 
@@ -123,7 +114,7 @@ def _fingerprinted(stack: Store, n: int, name: str, max_model_len: int) -> list[
 
 
 async def test_a_prompt_past_the_servers_context_is_rejected_before_any_read(
-        stack: Store) -> None:
+        stack: RunStore) -> None:
     """vLLM would admit it, cut the canvas and answer rows that are not there."""
     sim = memory_sim(max_model_len=64)
     ids = _fingerprinted(stack, 3, "long", 64)
@@ -137,7 +128,7 @@ async def test_a_prompt_past_the_servers_context_is_rejected_before_any_read(
 
 
 async def test_a_refused_api_key_puts_decisions_back_uncharged(
-        stack: Store) -> None:
+        stack: RunStore) -> None:
     """A 401 is the worker's configuration: not retried, no decision failed or charged."""
     sim = memory_sim(api_key="the-right-key")
     ids = _write(stack, 4, ReadSettings(), "keyed")
@@ -159,7 +150,7 @@ async def test_a_refused_api_key_puts_decisions_back_uncharged(
 
 
 async def test_the_hand_off_comes_once_when_only_the_slowest_decisions_run(
-        stack: Store) -> None:
+        stack: RunStore) -> None:
     """A chunk calls its hand-off once, while its last decisions (no more than
     ``HandOff.at``) still run, before it ends; they then end done like the others."""
     sim = memory_sim(step_ms=20, max_batch=4)  # a few reads per step: decisions end in turns
@@ -175,7 +166,7 @@ async def test_the_hand_off_comes_once_when_only_the_slowest_decisions_run(
     assert result.done == 16 and set(_statuses(stack)) == {"done"}
 
 
-async def test_no_hand_off_after_the_upstream_failed(stack: Store) -> None:
+async def test_no_hand_off_after_the_upstream_failed(stack: RunStore) -> None:
     """A chunk that met a failing upstream never hands off: the worker must not take more
     work from the queue while its model server is down."""
     ids = _write(stack, 6, ReadSettings(), "down")
@@ -186,7 +177,7 @@ async def test_no_hand_off_after_the_upstream_failed(stack: Store) -> None:
     assert called == []
 
 
-async def test_decisions_that_finish_together_share_one_commit(stack: Store) -> None:
+async def test_decisions_that_finish_together_share_one_commit(stack: RunStore) -> None:
     """Group commit: the decisions that finish while a transaction is being written go in
     the next one (their attempts carry that transaction's one timestamp), and every
     decision is still recorded once, with its own answers and draws."""
