@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.engine import AnswerBy, ReadSettings, parse_decision  # noqa: E402
 from app.engine.systemone import systemone_request  # noqa: E402
+from tests.fixtures.job_rows import job_lines  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -48,7 +49,7 @@ from tests.fixtures.services import (  # noqa: E402
     drop_pg_database,
     wait_until,
 )
-from tests.integration.durability.harness import Sim, Stack, job_lines  # noqa: E402
+from tests.integration.durability.harness import Sim, Stack  # noqa: E402
 
 SIM_ARGS = ("--step-ms", "100", "--max-batch", "12")
 

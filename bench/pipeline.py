@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.engine import Decision, ReadSettings, parse_decision, settings_to_dict  # noqa: E402
 from app.runs.answer import answer_decision  # noqa: E402
+from tests.fixtures.job_rows import job_lines  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -56,7 +57,7 @@ from tests.fixtures.services import (  # noqa: E402
     drop_pg_database,
     wait_until,
 )
-from tests.integration.durability.harness import Sim, Stack, job_lines  # noqa: E402
+from tests.integration.durability.harness import Sim, Stack  # noqa: E402
 
 CHUNK = 64  #: decisions per message (``--chunk``): the product default, DREADS_CHUNK_SIZE
 

@@ -35,13 +35,13 @@ from app.broker.names import queue_for  # noqa: E402
 from app.config import get_settings  # noqa: E402
 from app.runs.sweep import SweepPolicy, sweep_once  # noqa: E402
 from app.store.db import make_engine, make_sessionmaker  # noqa: E402
+from tests.fixtures.job_rows import job_lines  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
     create_pg_database,
     drop_pg_database,
 )
-from tests.integration.durability.harness import job_lines  # noqa: E402
 
 
 def dreads(args: list[str], env: dict[str, str]) -> tuple[float, float]:

@@ -49,6 +49,7 @@ from app.store.db import session_scope  # noqa: E402
 from app.store.models import Attempt, Run, RunSpend  # noqa: E402
 from app.store.spend import add_spend, run_prices, set_prices, spent_cost  # noqa: E402
 from app.tokenizer.hf import load_tokenizer  # noqa: E402
+from tests.fixtures.job_rows import job_lines  # noqa: E402
 from tests.fixtures.services import (  # noqa: E402
     VENV_BIN,
     RedisServer,
@@ -57,12 +58,7 @@ from tests.fixtures.services import (  # noqa: E402
     drop_pg_database,
     wait_until,
 )
-from tests.integration.durability.harness import (  # noqa: E402
-    Sim,
-    Stack,
-    check_invariant,
-    job_lines,
-)
+from tests.integration.durability.harness import Sim, Stack, check_invariant  # noqa: E402
 
 CHUNK = 64
 #: Dollars one read's prompt costs at the price the bench records.

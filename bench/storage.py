@@ -32,8 +32,8 @@ from app.sim.options import SimOptions  # noqa: E402
 from app.sim.server import start_sim_thread  # noqa: E402
 from app.store.db import make_engine, make_sessionmaker  # noqa: E402
 from app.tokenizer.hf import load_tokenizer  # noqa: E402
+from tests.fixtures.job_rows import job_lines  # noqa: E402
 from tests.fixtures.services import create_pg_database, drop_pg_database  # noqa: E402
-from tests.integration.durability.harness import job_lines  # noqa: E402
 
 TABLES = ("decisions", "decision_payloads", "attempts", "draws", "answers")
 

@@ -185,12 +185,12 @@ def _fixed_layout_tokens(model: ReadModel, rows: Sequence[DecodeRow]
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed-layout step's tokens of each row (row r at slot s of group g is decoder row
     g * slots + s), and the same tokens in a plain batch (row r is decoder row r)."""
-    from app.inprocess.packed import _group_rows, layout_for
+    from app.inprocess.packed import group_rows, layout_for
 
     width = len(rows[0].canvas)
     layout = layout_for(model.kinds, [r.entry for r in rows], width)
     assert layout is not None
-    groups, _ = _group_rows([r.entry for r in rows])
+    groups, _ = group_rows([r.entry for r in rows])
     placed = [0] * len(rows)
     for g, members in enumerate(groups):
         for slot, row in enumerate(members):

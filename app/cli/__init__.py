@@ -54,7 +54,7 @@ except ConfigError as _broken:  # one broken plugin does not stop every command
 from app.cli._app import app  # noqa: E402
 from app.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DreadsError  # noqa: E402
 
-__all__ = ["app", "keep_gc_off", "main"]
+__all__ = ["app", "keep_gc_off", "main", "run_app"]
 
 # Command modules register their commands on import (one line per module).
 # isort: off
@@ -70,7 +70,7 @@ def main() -> None:
     sees a traceback (``DREADS_DEBUG=1`` shows it), and a quick exit."""
     atexit.register(_exit_now)
     try:
-        _main()
+        run_app()
     except SystemExit as exc:
         _exit_code[0] = _code_of(exc)
         raise
@@ -105,9 +105,15 @@ def _exit_now() -> None:
     os._exit(_exit_code[0])
 
 
-def _main() -> None:
+def run_app(args: list[str] | None = None) -> None:
+    """The app (on ``args``, else the command line) with ``main``'s last line of defence, and
+    without its quick exit: a test runs a command in-process as a user meets it. Ends in
+    ``SystemExit``."""
     try:
-        app()
+        if args is None:
+            app()
+        else:
+            app(args=args, prog_name="dreads")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)

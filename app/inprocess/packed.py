@@ -38,6 +38,7 @@ __all__ = [
     "Layout",
     "PackedBatch",
     "StaticBatch",
+    "group_rows",
     "layout_for",
     "read_attention",
     "register_read_attention",
@@ -123,7 +124,7 @@ def _plan_kind(kinds: LayerKinds, kind: int, entries: Sequence[KVEntry],
     return plans
 
 
-def _group_rows(entries: Sequence[KVEntry]) -> tuple[list[list[int]], list[KVEntry]]:
+def group_rows(entries: Sequence[KVEntry]) -> tuple[list[list[int]], list[KVEntry]]:
     """The rows of each root entry (in order of first appearance), and the roots."""
     roots: dict[int, KVEntry] = {}
     members: dict[int, list[int]] = {}
@@ -218,7 +219,7 @@ class PackedBatch(_PackedRead):
         self.width = width
         self.rows = len(entries)
         self.query_heads = query_heads
-        self.groups, group_roots = _group_rows(entries)
+        self.groups, group_roots = group_rows(entries)
         self.n_groups = len(self.groups)
         self.rows_max = max(len(m) for m in self.groups)
         group_of = [0] * self.rows
@@ -304,7 +305,7 @@ def _round_up(n: int, sizes: Sequence[int]) -> int | None:
 
 def layout_for(kinds: LayerKinds, entries: Sequence[KVEntry], width: int) -> Layout | None:
     """The padded layout a batch fits (None: more groups or slots than the sizes above)."""
-    groups, roots = _group_rows(entries)
+    groups, roots = group_rows(entries)
     n_groups = _round_up(len(groups), GROUP_SIZES)
     slots = _round_up(max(len(m) for m in groups), SLOT_SIZES)
     if n_groups is None or slots is None:
@@ -352,7 +353,7 @@ class StaticBatch(_PackedRead):
     def fill(self, entries: Sequence[KVEntry]) -> list[int]:
         """Write a batch's prompt tokens and masks into the buffers; each entry's decoder row."""
         layout, width = self.layout, self.width
-        groups, roots = _group_rows(entries)
+        groups, roots = group_rows(entries)
         placed = [0] * len(entries)
         for g, rows in enumerate(groups):
             for slot, row in enumerate(rows):

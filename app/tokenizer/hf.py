@@ -302,7 +302,7 @@ def _load_hf(source: str) -> Any:
             # A local tokenizer.json is the whole tokenizer: the generic fast class loads it
             # with its chat template and special tokens, without AutoTokenizer's model-config
             # machinery, which imports torch where it is installed (seconds of every submit).
-            # The ids are the model class's (tests/unit/engine/test_tokenizer.py).
+            # The ids are the model class's (tests/unit/tokenizer/test_hf.py).
             from transformers import PreTrainedTokenizerFast
 
             return PreTrainedTokenizerFast.from_pretrained(source)

@@ -109,8 +109,9 @@ def database(request: pytest.FixtureRequest, make_database: Callable[..., str]) 
 
 
 @pytest.fixture
-def dreads(database: str) -> Callable[..., Any]:
-    """``dreads("status", "r", "--json")`` on ``database`` -> (exit code, stdout)."""
+def cli_on_database(database: str) -> Callable[..., Any]:
+    """The ``dreads`` command (in-process) on ``database``:
+    ``cli_on_database("status", "r", "--json")`` -> (exit code, stdout)."""
     runner = CliRunner()
 
     def invoke(*args: str) -> tuple[int, str]:
@@ -130,8 +131,8 @@ def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
         yield client
 
 
-def _json(dreads: Callable[..., Any], *args: str) -> Any:
-    code, out = dreads(*args, "--json")
+def _json(cli: Callable[..., Any], *args: str) -> Any:
+    code, out = cli(*args, "--json")
     assert code == 0, out
     return orjson.loads(out)
 
@@ -140,11 +141,11 @@ def _cells(cells: list[dict[str, Any]]) -> dict[str, int]:
     return {c["cell"]: c["unanswered"] for c in cells}
 
 
-def _views(dreads: Callable[..., Any], api: TestClient, name: str,
+def _views(cli: Callable[..., Any], api: TestClient, name: str,
            runs: dict[str, Any], metrics: Samples) -> dict[str, tuple[str, dict[str, int]]]:
     """Each view's (state, unanswered per cell) of run ``name``."""
-    status = _json(dreads, "status", name)
-    report = _json(dreads, "report", name)
+    status = _json(cli, "status", name)
+    report = _json(cli, "report", name)
     endpoint = api.get(f"/v1/runs/{name}").json()
     live = api.get(f"/runs/{name}/live").json()
     listed = {r["name"]: r["status"] for r in api.get("/v1/runs").json()["runs"]}
@@ -165,33 +166,33 @@ def _views(dreads: Callable[..., Any], api: TestClient, name: str,
 
 
 def test_every_view_gives_one_state_and_one_unanswered_count(
-        dreads: Callable[..., Any], api: TestClient) -> None:
-    code, out = dreads("cancel", "cancelled-midway")
+        cli_on_database: Callable[..., Any], api: TestClient) -> None:
+    code, out = cli_on_database("cancel", "cancelled-midway")
     assert code == 0, out
-    runs = {r["name"]: r["status"] for r in _json(dreads, "runs")}
+    runs = {r["name"]: r["status"] for r in _json(cli_on_database, "runs")}
     metrics = Samples(api.get("/metrics").text)
     for name, expected in RUNS.items():
-        views = _views(dreads, api, name, runs, metrics)
+        views = _views(cli_on_database, api, name, runs, metrics)
         want = (expected.state, expected.unanswered)
         assert {k: v for k, v in views.items() if not k.startswith("metrics")} == {
             k: want for k in views if not k.startswith("metrics")}, name
         assert {k: v for k, v in views.items() if k.startswith("metrics")} == {
             "metrics": expected.state, "metrics cells": expected.unanswered}, name
-        status = _json(dreads, "status", name)
+        status = _json(cli_on_database, "status", name)
         assert status["unanswered"] == sum(expected.unanswered.values()), name
 
 
 def test_cancel_changes_nothing_on_a_finished_or_cancelled_run(
-        dreads: Callable[..., Any], api: TestClient) -> None:
-    before = _json(dreads, "status", "partly-failed")["counts"]
-    code, out = dreads("cancel", "partly-failed")
+        cli_on_database: Callable[..., Any], api: TestClient) -> None:
+    before = _json(cli_on_database, "status", "partly-failed")["counts"]
+    code, out = cli_on_database("cancel", "partly-failed")
     assert (code, out.strip()) == (0, "run 'partly-failed' is finished (3 done, 2 failed): "
                                       "nothing to cancel")
-    after = _json(dreads, "status", "partly-failed")
+    after = _json(cli_on_database, "status", "partly-failed")
     assert (after["status"], after["counts"]) == ("finished", before)
 
-    assert dreads("cancel", "cancelled-midway")[0] == 0
-    code, out = dreads("cancel", "cancelled-midway")
+    assert cli_on_database("cancel", "cancelled-midway")[0] == 0
+    code, out = cli_on_database("cancel", "cancelled-midway")
     assert code == 0
     assert out.splitlines()[0] == ("run 'cancelled-midway' is already cancelled (1 leased, 2 "
                                    "done, 3 cancelled): nothing to change")
@@ -206,20 +207,20 @@ def test_cancel_changes_nothing_on_a_finished_or_cancelled_run(
 
 
 def test_every_view_says_why_a_paused_run_paused(
-        dreads: Callable[..., Any], api: TestClient) -> None:
-    code, out = dreads("status", "paused")
+        cli_on_database: Callable[..., Any], api: TestClient) -> None:
+    code, out = cli_on_database("status", "paused")
     assert code == 0 and f"paused: {PAUSE_REASON}" in " ".join(out.split()), out
     pause = {"kind": "breaker", "reason": PAUSE_REASON}
-    views = {"status": _json(dreads, "status", "paused")["paused"],
-             "runs": {r["name"]: r for r in _json(dreads, "runs")}["paused"]["paused"],
+    views = {"status": _json(cli_on_database, "status", "paused")["paused"],
+             "runs": {r["name"]: r for r in _json(cli_on_database, "runs")}["paused"]["paused"],
              "api": api.get("/v1/runs/paused").json()["paused"],
              "live": api.get("/runs/paused/live").json()["paused"]}
     for view, shown in views.items():
         assert {k: shown[k] for k in pause} == pause and shown["since"], view
-    assert _json(dreads, "status", "paused")["eta_s"] is None  # nothing runs until resume
-    assert _json(dreads, "status", "running")["paused"] is None
-    code, out = dreads("status", "paused", "--watch", "--interval", "0.2")  # stops, exit 1
+    assert _json(cli_on_database, "status", "paused")["eta_s"] is None  # nothing runs until resume
+    assert _json(cli_on_database, "status", "running")["paused"] is None
+    code, out = cli_on_database("status", "paused", "--watch", "--interval", "0.2")  # stops, exit 1
     assert code == 1 and out.startswith(tuple("0123456789")) and " paused: done 1/3" in out
-    code, out = dreads("cancel", "paused")  # a paused run can still be cancelled
+    code, out = cli_on_database("cancel", "paused")  # a paused run can still be cancelled
     assert code == 0, out
-    assert _json(dreads, "status", "paused")["status"] == "cancelled"
+    assert _json(cli_on_database, "status", "paused")["status"] == "cancelled"

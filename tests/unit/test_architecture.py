@@ -46,3 +46,11 @@ def test_the_top_of_app_is_packages_each_in_the_layers() -> None:
     layers = _contracts()["layers"]["layers"]
     named = {part.strip() for layer in layers for part in str(layer).split("|")}  # type: ignore[attr-defined]
     assert {name for name, is_package in top.items() if is_package} <= named
+
+
+def test_the_unit_tests_mirror_the_packages() -> None:
+    """A package's unit tests are found under its name: each folder of ``tests/unit`` is a
+    package of ``app`` (or ``docs``, the documentation's tests)."""
+    packages = {m.name for m in pkgutil.iter_modules(app.__path__) if m.ispkg}
+    unit = {p.name for p in (ROOT / "tests" / "unit").iterdir() if (p / "__init__.py").exists()}
+    assert unit - packages == {"docs"}, unit - packages

@@ -1,8 +1,13 @@
-"""Every command fed the bad input a new user gives it, through the real ``dreads`` command.
+"""Every command fed the bad input a new user gives it, through the ``dreads`` command.
 
 Each case asserts what a user relies on: a non-zero exit, exactly one line on stderr that
 starts with ``error:`` and says what to do, no traceback, and nothing of theirs lost: no file
 truncated or replaced, no good line dropped, no empty database left behind.
+
+The matrices run the command in this process (``dreads_in_process``: the same entry point and
+last line of defence, without a new Python's start-up per case); one case of each class of
+error (a user error, a failure, bad lines kept, an interrupted run) and what needs a process of
+its own (another user, a second command at once, a signal) run the real ``dreads``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.fixtures.cli_inprocess import dreads_in_process
 from tests.fixtures.cli_process import DREADS, Result, assert_one_line_error, dreads
 from tests.fixtures.runs_cli import job_line, sqlite_rows, write_jobs
 from tests.fixtures.services import (
@@ -50,8 +56,8 @@ def work(tmp_path: Path) -> Path:
 def finished_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite store with the finished run ``small`` (the example, on the simulator)."""
     where = tmp_path_factory.mktemp("finished")
-    result = dreads("run", str(SMALL), "--upstream", "sim", "--database-url", "d.db",
-                    cwd=where)
+    result = dreads_in_process("run", str(SMALL), "--upstream", "sim", "--database-url", "d.db",
+                               cwd=where)
     assert result.code == 0, result.stderr
     return where / "d.db"
 
@@ -78,11 +84,26 @@ STORE_COMMANDS = {
 def test_every_store_command_says_in_one_line_that_the_database_cannot_be_used(
         work: Path, command: str, case: str) -> None:
     url, says = BAD_URLS[case]
-    result = dreads(*STORE_COMMANDS[command], "--database-url", url, cwd=work)
+    result = dreads_in_process(*STORE_COMMANDS[command], "--database-url", url, cwd=work)
     assert_one_line_error(result, says=says)
     assert "--database-url" in result.stderr or "dreads db upgrade" in result.stderr
     assert not (work / "missing").exists()  # nothing created for a typo
     assert not (work / "calib.json").exists()
+
+
+#: A user error (exit 2) and a failure (exit 1), each through the real command.
+CLASSES_OF_ERROR = {
+    "user error": (("status", "r"), "no dreads database at", 2),
+    "failure": (("status", "r", "--database-url", BAD_URLS["refused port"][0]),
+                "Connection refused", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLASSES_OF_ERROR))
+def test_each_class_of_error_is_one_line_from_the_real_command(work: Path, case: str) -> None:
+    args, says, code = CLASSES_OF_ERROR[case]
+    assert_one_line_error(dreads(*args, cwd=work), says=says, code=code)
+    assert not (work / "dreads.db").exists()
 
 
 @pytest.mark.parametrize("case", sorted(BAD_URLS))
@@ -90,7 +111,7 @@ def test_every_store_command_says_in_one_line_that_the_database_cannot_be_used(
 def test_each_kind_of_bad_database_url_is_one_line(work: Path, case: str, command: str) -> None:
     url, says = BAD_URLS[case]
     args = ("db", "upgrade") if command == "db upgrade" else STORE_COMMANDS[command]
-    result = dreads(*args, cwd=work, env={"DREADS_DATABASE_URL": url})
+    result = dreads_in_process(*args, cwd=work, env={"DREADS_DATABASE_URL": url})
     assert_one_line_error(result, says=says)
     assert not (work / "missing").exists()
 
@@ -115,7 +136,7 @@ def empty_database(request: pytest.FixtureRequest,
 @pytest.mark.parametrize("command", sorted(set(STORE_COMMANDS) - {"db current"}))
 def test_every_store_command_says_a_database_without_the_schema_needs_db_upgrade(
         work: Path, empty_database: str, command: str) -> None:
-    result = dreads(*STORE_COMMANDS[command], "--database-url", empty_database, cwd=work)
+    result = dreads_in_process(*STORE_COMMANDS[command], "--database-url", empty_database, cwd=work)
     assert_one_line_error(result, says="has no dreads schema", code=2)
     assert "dreads db upgrade" in result.stderr
 
@@ -134,7 +155,7 @@ def test_serve_says_a_postgresql_database_without_the_schema_needs_db_upgrade(
 
 def test_db_current_of_a_database_without_the_schema_is_none(work: Path,
                                                               empty_database: str) -> None:
-    result = dreads("db", "current", "--database-url", empty_database, cwd=work)
+    result = dreads_in_process("db", "current", "--database-url", empty_database, cwd=work)
     assert result.code == 2, result  # `dreads db current || dreads db upgrade`
     assert result.stdout.startswith("database: none; code: "), result.stdout
     assert "dreads db upgrade" in result.stderr and "Traceback" not in result.stderr
@@ -142,7 +163,7 @@ def test_db_current_of_a_database_without_the_schema_is_none(work: Path,
 
 def test_a_read_command_never_creates_an_empty_database(work: Path) -> None:
     for args in (("status", "r"), ("runs",), ("export", "r"), ("report", "r")):
-        result = dreads(*args, cwd=work)
+        result = dreads_in_process(*args, cwd=work)
         assert_one_line_error(result, says="no dreads database at", code=2)
         assert "dreads run" in result.stderr
     assert not (work / "dreads.db").exists()
@@ -170,7 +191,7 @@ def test_a_job_file_that_cannot_be_used_is_one_line_and_writes_nothing(
     args = {"run": ("run", str(path), "--upstream", "sim"),
             "submit": ("submit", str(path), "--run", "r", "--upstream", "sim"),
             "decide": ("decide", str(path), "--upstream", "sim")}[command]
-    result = dreads(*args, cwd=work)
+    result = dreads_in_process(*args, cwd=work)
     assert_one_line_error(result, says=says, code=2)
     assert not (work / "dreads.db").exists()
 
@@ -207,24 +228,25 @@ def _with_latin1_line(work: Path) -> Path:
 
 def test_run_keeps_every_good_line_around_one_that_is_not_utf8(work: Path) -> None:
     shutil.copy(ROOT / "examples" / "small.key.jsonl", work / "mixed.key.jsonl")
-    result = dreads("run", str(_with_latin1_line(work)), "--upstream", "sim", cwd=work)
+    result = dreads_in_process("run", str(_with_latin1_line(work)), "--upstream", "sim",
+                               cwd=work)
     assert result.code == 0, result.stderr
     assert "Traceback" not in result.stderr
     flat = re.sub(r"[│┃\s]+", " ", result.stderr)  # the bad-lines table, unfolded
     assert "not UTF-8 text: byte 0xe9 at offset" in flat
     assert sqlite_rows(work / "dreads.db", "SELECT status, count(*) FROM decisions "
                        "GROUP BY status") == [("done", 5)]
-    strict = dreads("run", str(work / "mixed.jsonl"), "--upstream", "sim",
+    strict = dreads("run", str(work / "mixed.jsonl"), "--upstream", "sim",  # the real command
                     "--fail-on-bad-lines", cwd=work)
     assert strict.code == 3, strict.stderr  # stored and run, but a script notices
 
 
 def test_submit_keeps_every_good_line_around_one_that_is_not_utf8(
         work: Path, cli_redis: RedisServer) -> None:
-    assert dreads("db", "upgrade", "--database-url", "s.db", cwd=work).code == 0
-    result = dreads("submit", str(_with_latin1_line(work)), "--run", "m", "--upstream", "sim",
-                    "--database-url", "s.db", "--broker", cli_redis.url,
-                    "--fail-on-bad-lines", "--json", cwd=work)
+    assert dreads_in_process("db", "upgrade", "--database-url", "s.db", cwd=work).code == 0
+    result = dreads_in_process("submit", str(_with_latin1_line(work)), "--run", "m",
+                               "--upstream", "sim", "--database-url", "s.db", "--broker",
+                               cli_redis.url, "--fail-on-bad-lines", "--json", cwd=work)
     assert result.code == 3, result.stderr
     [bad] = orjson.loads(result.stdout)["bad_lines"]
     assert bad["line"] == 3 and bad["reason"].startswith("not UTF-8 text: byte 0xe9 at offset")
@@ -233,7 +255,7 @@ def test_submit_keeps_every_good_line_around_one_that_is_not_utf8(
 
 def test_a_file_of_only_bad_lines_creates_no_run(work: Path) -> None:
     path = write_jobs(work / "bad.jsonl", ["not json", "{}", "[1, 2]"])
-    result = dreads("run", str(path), "--upstream", "sim", cwd=work)
+    result = dreads_in_process("run", str(path), "--upstream", "sim", cwd=work)
     assert result.code == 2 and "Traceback" not in result.stderr
     assert "none of the 3 line(s) is a valid decision" in result.stderr
     assert sorted(p.name for p in work.iterdir()) == ["bad.jsonl", "jobs.jsonl"]  # no database
@@ -254,7 +276,7 @@ def test_a_failed_command_leaves_the_users_file_as_it_was(
     out = tmp_path / "mine.txt"
     out.write_text(PRECIOUS)
     args = [a.format(run="nope", out=out) for a in OUTPUT_COMMANDS[command]]
-    result = dreads(*args, "--database-url", str(finished_db), cwd=tmp_path)
+    result = dreads_in_process(*args, "--database-url", str(finished_db), cwd=tmp_path)
     assert_one_line_error(result, says="no run named 'nope'", code=2)
     assert out.read_text() == PRECIOUS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]  # no temp file left
@@ -267,7 +289,7 @@ def test_a_successful_command_replaces_the_file_whole(
     out.write_text(PRECIOUS)
     out.chmod(0o640)
     args = [a.format(run="small", out=out) for a in OUTPUT_COMMANDS[command]]
-    result = dreads(*args, "--database-url", str(finished_db), cwd=tmp_path)
+    result = dreads_in_process(*args, "--database-url", str(finished_db), cwd=tmp_path)
     assert result.code == 0, result.stderr
     assert PRECIOUS not in out.read_text() and out.stat().st_size > 100
     assert out.stat().st_mode & 0o777 == 0o640  # the file keeps its permissions
@@ -280,41 +302,41 @@ def test_an_output_path_that_cannot_be_written(finished_db: Path, tmp_path: Path
                                                says: str) -> None:
     (tmp_path / "adir").mkdir()
     for args in (("export", "small", "-o", where), ("report", "small", "--html", where)):
-        result = dreads(*args, "--database-url", str(finished_db), cwd=tmp_path)
+        result = dreads_in_process(*args, "--database-url", str(finished_db), cwd=tmp_path)
         assert_one_line_error(result, says=says, code=2)
 
 
 # -- the store file of `dreads run` -----------------------------------------------------------
 def test_run_refuses_a_store_that_is_not_a_sqlite_file_and_keeps_it(work: Path) -> None:
     before = digest(work / "jobs.jsonl")
-    result = dreads("run", "jobs.jsonl", "--upstream", "sim", "--database-url", "jobs.jsonl",
-                    cwd=work)
+    result = dreads_in_process("run", "jobs.jsonl", "--upstream", "sim", "--database-url",
+                               "jobs.jsonl", cwd=work)
     assert_one_line_error(result, says="not a database")
     assert digest(work / "jobs.jsonl") == before
     (work / "adir").mkdir()
-    assert_one_line_error(dreads("run", "jobs.jsonl", "--database-url", "adir", cwd=work),
-                          says="is a directory", code=2)
-    pg = dreads("run", "jobs.jsonl", "--database-url", SHARED_PG, cwd=work)
+    in_a_directory = dreads_in_process("run", "jobs.jsonl", "--database-url", "adir", cwd=work)
+    assert_one_line_error(in_a_directory, says="is a directory", code=2)
+    pg = dreads_in_process("run", "jobs.jsonl", "--database-url", SHARED_PG, cwd=work)
     assert_one_line_error(pg, says="SQLite file", code=2)
 
 
 def test_the_old_option_names_still_work_but_help_shows_one(finished_db: Path,
                                                            tmp_path: Path) -> None:
     for alias in ("--db", "--database", "--database-url"):
-        result = dreads("status", "small", alias, str(finished_db), cwd=tmp_path)
+        result = dreads_in_process("status", "small", alias, str(finished_db), cwd=tmp_path)
         assert result.code == 0, result.stderr
         assert "done 5" in result.stdout
-    shown = dreads("status", "--help", cwd=tmp_path).stdout
+    shown = dreads_in_process("status", "--help", cwd=tmp_path).stdout
     assert "--database-url" in shown and "--db " not in shown and "<bool>" not in shown
 
 
 def test_delete_asks_and_a_script_must_say_yes(finished_db: Path, tmp_path: Path) -> None:
     db = tmp_path / "copy.db"
     shutil.copy(finished_db, db)
-    refused = dreads("delete", "small", "--database-url", str(db), cwd=tmp_path)
+    refused = dreads_in_process("delete", "small", "--database-url", str(db), cwd=tmp_path)
     assert_one_line_error(refused, says="pass --yes", code=2)
     assert sqlite_rows(db, "SELECT count(*) FROM decisions") == [(5,)]
-    done = dreads("delete", "small", "--yes", "--database-url", str(db), cwd=tmp_path)
+    done = dreads_in_process("delete", "small", "--yes", "--database-url", str(db), cwd=tmp_path)
     assert done.code == 0 and "deleted run 'small': 5 decision(s)" in done.stdout
     assert sqlite_rows(db, "SELECT count(*) FROM runs") == [(0,)]
     assert sqlite_rows(db, "SELECT count(*) FROM attempts") == [(0,)]

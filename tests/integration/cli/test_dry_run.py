@@ -1,6 +1,6 @@
-"""``submit --dry-run`` and ``run --dry-run`` through the real ``dreads`` process: the counts
-of the file, a cost only with prices, the exit codes of a submit, and nothing stored or
-queued."""
+"""``submit --dry-run`` and ``run --dry-run`` through the ``dreads`` command (in-process, its
+entry point's last line of defence included: ``tests.fixtures.cli_inprocess``): the counts of
+the file, a cost only with prices, the exit codes of a submit, and nothing stored or queued."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.errors import EXIT_BAD_LINES, EXIT_OK, EXIT_USAGE
-from tests.fixtures.cli_process import Result, assert_one_line_error, dreads
+from tests.fixtures.cli_inprocess import dreads_in_process as dreads
+from tests.fixtures.cli_process import Result, assert_one_line_error
 from tests.fixtures.services import RedisServer
 
 ROOT = Path(__file__).resolve().parents[3]

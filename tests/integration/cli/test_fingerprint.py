@@ -17,7 +17,7 @@ from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Run
 from app.store.runs import DecisionRow, ensure_run, insert_decisions
 from app.tokenizer.hf import load_tokenizer
-from app.upstream.vllm import VllmUpstream
+from tests.fixtures.memory_upstream import MEMORY_URL, InMemoryUpstream, memory_sim
 from tests.fixtures.runs_cli import CliResult, job_line, sqlite_rows, write_jobs
 from tests.fixtures.services import RedisServer, free_port
 
@@ -32,19 +32,18 @@ def _fingerprint(db: Path, run: str) -> Any:
 
 
 async def test_the_first_chunk_records_the_fingerprint_of_a_run_without_one(
-        make_database: Callable[..., str], make_sim: Callable[..., Any]) -> None:
-    sim = make_sim()
+        make_database: Callable[..., str]) -> None:
     engine = make_engine(make_database("sqlite"))
     factory = make_sessionmaker(engine)
     settings = ReadSettings()
     payload = {"state": "s", "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
     with session_scope(factory) as session:
         run, _ = ensure_run(session, name="http", settings=settings_to_dict(settings),
-                            settings_hash=settings_hash(settings), upstream=sim.url,
+                            settings_hash=settings_hash(settings), upstream=MEMORY_URL,
                             engine="vllm", source=None, replicates=1, fingerprint=None)
         ids = [rid for rid, _ in insert_decisions(session, run.id, [DecisionRow(
             key="d", replicate=0, cell=None, line_no=1, payload=payload, n_questions=1)])]
-    upstream = VllmUpstream(sim.url, model="dgemma", canvas_length=320, retries=0)
+    upstream = InMemoryUpstream(memory_sim(), retries=0)
     try:
         result = await run_chunk(factory, run.id, ids,
                                  answerers=Answerers(upstream, load_tokenizer("standin")),

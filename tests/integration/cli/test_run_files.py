@@ -1,8 +1,9 @@
 """No command writes over a run's own files: ``dreads export -o``, ``report --html`` and
 ``calibrate -o`` refuse the job file a run was submitted from (and the answer key beside it),
 however the path is spelled, with exit 2, one line and the file untouched; the closing hint
-of ``dreads run`` exports to a file that is not the job file. Real ``dreads`` processes on a
-SQLite store, the built-in simulator answering."""
+of ``dreads run`` exports to a file that is not the job file. The ``dreads`` command
+in-process (``tests.fixtures.cli_inprocess``) on a SQLite store, the built-in simulator
+answering."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli_process import Result, assert_one_line_error, dreads
+from tests.fixtures.cli_inprocess import dreads_in_process as dreads
+from tests.fixtures.cli_process import Result, assert_one_line_error
 from tests.fixtures.services import ROOT, free_port
 
 EXAMPLE = ROOT / "examples" / "small.jsonl"

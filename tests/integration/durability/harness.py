@@ -19,20 +19,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.broker.names import queue_of_run
 from app.broker.publish import publish_chunks
-from app.engine import (
-    ReadSettings,
-    decision_payload,
-    parse_decision,
-    settings_hash,
-    settings_to_dict,
-)
+from app.engine import ReadSettings, settings_hash, settings_to_dict
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Answer, Attempt, Decision, DecisionStatus
 from app.store.queue import database_now
-from app.store.runs import DecisionRow, ensure_run, insert_decisions
+from app.store.runs import ensure_run, insert_decisions
+from tests.fixtures.job_rows import decision_rows
 from tests.fixtures.services import ROOT, VENV_BIN, free_port, wait_until
 
-__all__ = ["Sim", "Stack", "check_invariant", "job_lines", "outcome_counts", "worker_env"]
+__all__ = ["Sim", "Stack", "check_invariant", "outcome_counts", "worker_env"]
 
 #: Decisions per scenario run.
 N_DECISIONS = 2000
@@ -72,20 +67,6 @@ class Sim:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
         self._log.close()
-
-
-def job_lines(n: int, *, prefix: str = "d") -> list[tuple[int, str]]:
-    """``n`` one-question yes/no decisions (one question each: one fault = one attempt)."""
-    import orjson
-
-    lines = []
-    for i in range(n):
-        obj = {"id": f"{prefix}{i}", "cell": f"c{i % 4}",
-               "state": f"Clause {i}: the supplier delivers within {i % 90 + 1} days.",
-               "questions": {"late": {"type": "noul",
-                                      "instructions": "Can delivery take more than 30 days?"}}}
-        lines.append((i + 1, orjson.dumps(obj).decode()))
-    return lines
 
 
 def worker_env(*, database_url: str, broker_url: str, upstream: str,
@@ -144,7 +125,7 @@ class Stack:
                                 engine="vllm", source="job.jsonl", replicates=1,
                                 fingerprint=None)
             broker_epoch(celery, database_now(s).timestamp())
-            inserted = insert_decisions(s, run.id, _rows(n, prefix),
+            inserted = insert_decisions(s, run.id, decision_rows(n, prefix=prefix),
                                         status=DecisionStatus.QUEUED)
         ids = sorted(rid for rid, _ in inserted)
         assert len(ids) == n
@@ -186,16 +167,6 @@ class Stack:
 
         wait_until(ok, timeout_s=timeout_s, interval_s=0.05 if leased else 0.2,
                    what=f"{n} decisions done" + (" with leases held" if leased else ""))
-
-
-def _rows(n: int, prefix: str = "d") -> Iterator[DecisionRow]:
-    import orjson
-
-    for line_no, line in job_lines(n, prefix=prefix):
-        decision = parse_decision(orjson.loads(line), line_no=line_no)
-        yield DecisionRow(key=decision.id, replicate=0, cell=decision.cell, line_no=line_no,
-                          payload=decision_payload(decision),
-                          n_questions=len(decision.questions), rejected_reason=None)
 
 
 def outcome_counts(stack: Stack) -> dict[str, int]:

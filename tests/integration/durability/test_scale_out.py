@@ -21,8 +21,9 @@ from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Attempt, Decision
 from app.store.queue import claim_decisions
 from app.tokenizer.hf import load_tokenizer
+from tests.fixtures.job_rows import job_lines
 from tests.fixtures.services import RedisServer, WorkerProcess, wait_until
-from tests.integration.durability.harness import Sim, Stack, check_invariant, job_lines
+from tests.integration.durability.harness import Sim, Stack, check_invariant
 from workers.celery_app import make_celery
 
 StartWorker = Callable[..., WorkerProcess]

@@ -28,7 +28,7 @@ from app.store.plain import open_plain
 from app.store.runs import require_run
 from app.store.views import is_settled, list_runs, run_status
 from app.tokenizer.hf import load_tokenizer
-from tests.integration.durability.harness import job_lines
+from tests.fixtures.job_rows import job_lines
 
 NOW = datetime.now(UTC)
 

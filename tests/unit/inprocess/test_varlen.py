@@ -1,9 +1,9 @@
-"""Prompts prefilled end to end in one row (``VarlenPrefill``) and the compiled encoder layers,
-against encoding each prompt alone, in float32 on a tiny model."""
+"""Prompts prefilled end to end in one row (``VarlenPrefill``) against encoding each prompt
+alone, in float32 on a tiny model (the compiled encoder layers:
+``tests/integration/inprocess/test_compiled.py``)."""
 
 from __future__ import annotations
 
-import shutil
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.inprocess.executor import _budget_chunks  # noqa: E402
-from app.inprocess.model import DecodeRow, PrefillJob  # noqa: E402
+from app.inprocess.model import PrefillJob  # noqa: E402
 from app.inprocess.varlen import (  # noqa: E402
     VarlenPrefill,
     one_call_attention_works,
@@ -125,38 +125,6 @@ def test_packed_budget_counts_real_tokens() -> None:
     packed = [len(c) for c in _budget_chunks(jobs, 200, 64, padded=False)]
     assert padded == [2, 2] and packed == [4]
     assert [len(c) for c in _budget_chunks(jobs, 10_000, 3, padded=False)] == [3, 1]
-
-
-@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
-                    reason="inductor compiles C++ on the CPU")
-def test_compiled_encoder_answers_as_the_eager_one(model: Any) -> None:
-    """The encoder layers through torch.compile (inductor on the CPU here): the same entries
-    and the same label log-probs, for calls of several shapes (one compiled graph each kind)."""
-    prompts = [random_ids(n, 90 + n) for n in (5, 37, 12)]
-    doc = random_ids(21, 1)
-    canvas = random_ids(16, 20)
-
-    def read() -> tuple[list[Any], Any]:
-        entries = model.prefill([PrefillJob(None, p) for p in prompts])
-        root = model.prefill([PrefillJob(None, doc)])[0]
-        entries += model.prefill([PrefillJob(root, s) for s in prompts[:2]])
-        rows = [DecodeRow(e, canvas, (0, 2, 5), (3, 7, 11)) for e in entries]
-        return entries, model.decode(rows)
-
-    model.packed, model.compiled = True, False
-    eager_entries, eager = read()
-    model.compiled = True
-    try:
-        compiled_entries, compiled = read()
-    finally:
-        model.compiled = False
-    assert model._layers is not None  # the compiled layers were used
-    for a, b in zip(compiled_entries, eager_entries, strict=True):
-        for (ka, va), (kb, vb) in zip(a.kinds, b.kinds, strict=True):
-            assert torch.allclose(ka, kb, atol=ATOL) and torch.allclose(va, vb, atol=ATOL)
-    for x, y in zip(compiled, eager, strict=True):
-        assert torch.allclose(x.logprobs, y.logprobs, atol=ATOL)
-        assert x.argmax_ids.tolist() == y.argmax_ids.tolist()
 
 
 def test_the_compile_setting_reaches_the_loaded_model(tmp_path: Any) -> None:

@@ -23,7 +23,7 @@ from app.engine.wire import build_request
 from app.images import ImagePolicy, fetch_image
 from app.sim.images import image_limit
 from app.tokenizer.hf import HFTextTokenizer
-from tests.unit.upstream.conftest import DECISION, AsgiClient
+from tests.unit.sim.conftest import DECISION, AsgiClient
 
 CHAT = "/v1/chat/completions"
 SLOT = 3  # dreads' document-first canvas "q0: <slot>": position 3

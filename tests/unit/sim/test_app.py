@@ -11,7 +11,7 @@ import orjson
 from app.engine import Endpoint, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request, parse_response
 from app.tokenizer.hf import HFTextTokenizer
-from tests.unit.upstream.conftest import DECISION, AsgiClient, read_body
+from tests.unit.sim.conftest import DECISION, AsgiClient, read_body
 
 CHAT = "/v1/chat/completions"
 SLOT = 3  # dreads' document-first canvas "q0: <slot>": position 3

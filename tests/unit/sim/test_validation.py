@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.upstream.conftest import AsgiClient
+from tests.unit.sim.conftest import AsgiClient
 
 CHAT = "/v1/chat/completions"
 Mutation = Callable[[dict[str, Any]], None]

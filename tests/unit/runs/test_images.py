@@ -1,5 +1,6 @@
 """Decisions with images through submit and ``run_chunk`` on the real store (SQLite) and the
-simulator over HTTP, the images served by a local HTTP server that counts each fetch.
+simulator in this process (``tests.fixtures.memory_upstream``), the images served by a local
+HTTP server that counts each fetch.
 
 - submit fetches each image once, stores its record (ref, sha256, size), and rejects only the
   decisions whose image cannot be used; a run that reads by completions rejects image lines;
@@ -24,29 +25,21 @@ from app.engine import Endpoint, PolicyName, ReadSettings
 from app.images import ImageCache, ImagePolicy
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.submit import SubmitReport, SubmitRequest, submit_job
-from app.sim import SimOptions, start_sim_thread
 from app.store.db import session_scope
 from app.store.models import Attempt, Decision, DecisionPayload
 from app.tokenizer.hf import load_tokenizer
-from app.upstream.vllm import VllmUpstream
 from tests.fixtures.images import ImageServer, data_url, png
+from tests.fixtures.memory_upstream import InMemoryUpstream, memory_sim
+from tests.fixtures.run_store import RunStore
 from tests.fixtures.services import free_port
-from tests.integration.durability.harness import Stack
 
 QUESTION = {"kind": {"type": "choice", "instructions": "Which kind of chart is this?",
                      "criteria": {"bar": None, "line": None, "pie": None}}}
 
 
-@pytest.fixture(scope="module")
-def sim_url() -> Iterator[str]:
-    handle = start_sim_thread(SimOptions())
-    yield handle.url
-    handle.stop()
-
-
 @pytest.fixture
-def stack(make_database: Callable[..., str], sim_url: str) -> Iterator[Stack]:
-    with Stack.open(make_database("sqlite"), "memory://", sim_url) as opened:
+def stack(make_database: Callable[..., str]) -> Iterator[RunStore]:
+    with RunStore.open(make_database("sqlite")) as opened:
         yield opened
 
 
@@ -55,7 +48,7 @@ def _line(did: str, images: list[str], **extra: Any) -> dict[str, Any]:
             **extra}
 
 
-def _submit(stack: Stack, tmp_path: Path, lines: list[dict[str, Any]], *,
+def _submit(stack: RunStore, tmp_path: Path, lines: list[dict[str, Any]], *,
             settings: ReadSettings | None = None, policy: ImagePolicy | None = None,
             name: str = "img") -> SubmitReport:
     path = tmp_path / f"{name}.jsonl"
@@ -68,7 +61,7 @@ def _submit(stack: Stack, tmp_path: Path, lines: list[dict[str, Any]], *,
     return report
 
 
-def _rows(stack: Stack) -> dict[str, tuple[int, str, str | None, dict[str, Any]]]:
+def _rows(stack: RunStore) -> dict[str, tuple[int, str, str | None, dict[str, Any]]]:
     """key -> (id, status, last error kind, payload)."""
     with session_scope(stack.factory) as s:
         rows = s.execute(select(Decision.id, Decision.key, Decision.status,
@@ -78,15 +71,15 @@ def _rows(stack: Stack) -> dict[str, tuple[int, str, str | None, dict[str, Any]]
     return {key: (rid, status, kind, payload) for rid, key, status, kind, payload in rows}
 
 
-def _outcomes(stack: Stack) -> list[str]:
+def _outcomes(stack: RunStore) -> list[str]:
     with session_scope(stack.factory) as s:
         return list(s.scalars(select(Attempt.outcome).where(Attempt.run_id == stack.run_id)
                               .order_by(Attempt.id)))
 
 
-async def _chunk(stack: Stack, ids: list[int], cache: ImageCache, *,
+async def _chunk(stack: RunStore, ids: list[int], cache: ImageCache, *,
                  max_attempts: int = 5) -> ChunkResult:
-    upstream = VllmUpstream(stack.upstream, model="dgemma", canvas_length=320, retries=0)
+    upstream = InMemoryUpstream(memory_sim(), retries=0)
     try:
         return await run_chunk(
             stack.factory, stack.run_id, ids,
@@ -104,7 +97,7 @@ def _noise_png() -> bytes:
 
 
 def test_submit_checks_each_image_once_and_rejects_only_the_bad_lines(
-        stack: Stack, tmp_path: Path, image_server: ImageServer) -> None:
+        stack: RunStore, tmp_path: Path, image_server: ImageServer) -> None:
     allowed, elsewhere = tmp_path / "images", tmp_path / "private"
     allowed.mkdir()
     elsewhere.mkdir()
@@ -152,7 +145,7 @@ def test_submit_checks_each_image_once_and_rejects_only_the_bad_lines(
 
 
 def test_a_completions_run_rejects_its_image_lines_and_keeps_the_rest(
-        stack: Stack, tmp_path: Path) -> None:
+        stack: RunStore, tmp_path: Path) -> None:
     lines = [_line("img", [data_url(png(1))]),
              {"id": "text", "state": "Words only.", "questions": QUESTION}]
     report = _submit(stack, tmp_path, lines,
@@ -164,7 +157,7 @@ def test_a_completions_run_rejects_its_image_lines_and_keeps_the_rest(
 
 
 async def test_an_image_whose_bytes_changed_is_never_answered(
-        stack: Stack, tmp_path: Path, image_server: ImageServer) -> None:
+        stack: RunStore, tmp_path: Path, image_server: ImageServer) -> None:
     url = image_server.add("/a.png", png(1))
     _submit(stack, tmp_path, [_line("a", [url])])
     image_server.add("/a.png", png(9))  # another picture under the same URL
@@ -176,7 +169,7 @@ async def test_an_image_whose_bytes_changed_is_never_answered(
 
 
 async def test_an_image_that_stops_answering_is_retried_then_failed(
-        stack: Stack, tmp_path: Path, image_server: ImageServer) -> None:
+        stack: RunStore, tmp_path: Path, image_server: ImageServer) -> None:
     url = image_server.add("/a.png", png(1))
     _submit(stack, tmp_path, [_line("a", [url])])
     image_server.status = 503
@@ -191,7 +184,7 @@ async def test_an_image_that_stops_answering_is_retried_then_failed(
 
 
 async def test_each_image_is_fetched_once_per_attempt_not_once_per_draw(
-        stack: Stack, tmp_path: Path, image_server: ImageServer) -> None:
+        stack: RunStore, tmp_path: Path, image_server: ImageServer) -> None:
     urls = [image_server.add(f"/{i}.png", png(i)) for i in range(6)]
     settings = ReadSettings(policy=PolicyName.FIXED, fixed_draws=4)
     _submit(stack, tmp_path, [_line(f"d{i}", [u]) for i, u in enumerate(urls)],
