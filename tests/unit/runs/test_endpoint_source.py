@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.engine import PolicyName, ReadSettings, parse_decision
-from app.engine.types import AnswerBy
+from app.engine import PolicyName, ReadSettings, parse_decision, source_spec
 from app.runs.answer import EndpointSource, answer_decision
 from app.tokenizer.hf import HFTextTokenizer
 from tests.fixtures.memory_upstream import InMemoryEndpoint, InMemoryUpstream, memory_sim
@@ -35,7 +34,7 @@ def _by_question(answers: Any) -> dict[str, Any]:
 
 async def test_systemone_answers_as_dreads_first_draw(standin_tokenizer: HFTextTokenizer) -> None:
     sim = memory_sim()
-    source = EndpointSource(InMemoryEndpoint(sim, AnswerBy.SYSTEMONE), "dgemma")
+    source = EndpointSource(source_spec("systemone"), InMemoryEndpoint(sim, "systemone"), "dgemma")
     upstream = InMemoryUpstream(sim)
     settings = ReadSettings(model="dgemma", tokenizer=standin_tokenizer.name,
                             policy=PolicyName.FIXED, fixed_draws=1)
@@ -57,8 +56,8 @@ async def test_systemone_answers_as_dreads_first_draw(standin_tokenizer: HFTextT
 async def test_a_throttled_endpoint_is_waited_out() -> None:
     sim = memory_sim()
     sim.limits.storm(0.5, 0.1)  # 429 with retry-after 0.1 s on every request for 0.5 s
-    endpoint = InMemoryEndpoint(sim, AnswerBy.SYSTEMONE, give_up_s=30)
-    source = EndpointSource(endpoint, "dgemma")
+    endpoint = InMemoryEndpoint(sim, "systemone", give_up_s=30)
+    source = EndpointSource(source_spec("systemone"), endpoint, "dgemma")
     try:
         asked = await source.answer(DECISION, replicate=0)
     finally:
