@@ -63,6 +63,7 @@ from app.engine.openai.model import (
     ScoreQuestionIn,
     Text,
 )
+from app.engine.openai.shapes import ChoiceShape, PredicateShape, ScoreShape
 from app.engine.types import ImageData
 from app.engine.vllm_rules import VllmBadRequest, error_body
 from app.errors import InputError, MalformedResponse, TemplateError
@@ -378,21 +379,16 @@ def _systemone_questions(request: SystemOneRequest) -> tuple[Question, ...]:
 
 
 def _openai_answer(question: Any, answer: Answer, read_question: Question) -> dict[str, Any]:
+    """OpenAI's answer to ``question``, in the shapes of ``app.engine.openai.shapes``."""
     probs = _probs(read_question, answer)
-    if isinstance(question, _Predicate):
-        return {"type": "predicate", "name": question.name, "probability": probs[1]}
-    top = probs.index(max(probs))
+    confidence = _confidence(probs, answer)
+    if isinstance(question, _Predicate):  # vLLM's reader asks it as (false, true)
+        return PredicateShape(question.name).answer([probs[1], probs[0]], confidence)
     if isinstance(question, _ChoiceQuestion):
-        return {"type": "choice", "name": question.name, "choice": question.choices[top].value,
-                "probabilities": [{"value": c.value, "probability": p}
-                                  for c, p in zip(question.choices, probs, strict=True)],
-                "confidence": _confidence(probs, answer)}
-    return {"type": "score", "name": question.name,
-            "score": sum(i * p for i, p in enumerate(probs)),
-            "probabilities": [{"value": i, "label": level.label, "probability": p}
-                              for i, (level, p) in enumerate(zip(question.levels, probs,
-                                                                 strict=True))],
-            "confidence": _confidence(probs, answer)}
+        values = tuple(choice.value for choice in question.choices)
+        return ChoiceShape(question.name, values).answer(probs, confidence)
+    labels = tuple(level.label for level in question.levels)
+    return ScoreShape(question.name, labels).answer(probs, confidence)
 
 
 async def _decisions(app: SimApp, raw: bytes, request_id: str, read: Read) -> dict[str, Any]:
