@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.engine import ReadSettings, parse_decision, plan_decision  # noqa: E402
-from app.engine.spend import SpendDelta  # noqa: E402
+from app.engine.pricing import SpendDelta  # noqa: E402
 from app.store.db import session_scope  # noqa: E402
 from app.store.models import Attempt, Run, RunSpend  # noqa: E402
 from app.store.spend import add_spend, run_prices, set_prices, spent_cost  # noqa: E402

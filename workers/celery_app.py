@@ -166,9 +166,9 @@ def build_state(settings: Settings) -> ProcessState:
     from app.config import run_env
     from app.images import ImageCache
     from app.runs.answer import EndpointPool
+    from app.runs.budget import PodMeter
     from app.runs.chunk import Answerers
     from app.runs.settings import chunk_policy, endpoint_options, image_policy
-    from app.runs.spend import PodMeter
     from app.store.db import make_engine, make_sessionmaker
     from workers.resources import make_probe, make_tokenizer, make_upstream_for
 

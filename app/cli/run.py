@@ -335,7 +335,7 @@ def _execute(job: _Job) -> ExecutorStats:
 def _go_on_paused(job: _Job) -> _Job:
     """Running a paused run's command again resumes it (as ``dreads resume`` does)."""
 
-    from app.runs.spend import check_budget
+    from app.runs.budget import check_budget
     from app.store.breaker import unpause_run
     from app.store.db import session_scope
     from app.store.models import RunStatus

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.pricing import HOUR_S, MILLION_TOKENS
 from app.engine.sources import plans_reads
-from app.engine.spend import HOUR_S, MILLION_TOKENS
 from app.engine.types import DecisionPlan, PolicyName, ReadSettings
 
 __all__ = ["Estimate", "Prices", "ReadTally", "Span", "draw_span", "estimate"]

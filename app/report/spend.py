@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.engine.spend import SpendDelta
+from app.engine.pricing import SpendDelta
 from app.store.spend_sql import RunSpendTotals
 
 __all__ = ["SPEND_COLUMNS", "spend_note", "spend_rows", "spend_section"]

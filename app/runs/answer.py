@@ -49,7 +49,7 @@ from app.engine import (
     TextTokenizer,
     plan_decision,
 )
-from app.engine.spend import usage_tokens
+from app.engine.pricing import usage_tokens
 from app.engine.types import ImageData
 from app.images import ImageCache, ImagePolicy, StoredImage
 from app.runs.endpoint_images import endpoint_image_urls

@@ -3,7 +3,7 @@
     claim (rows locked, then leased) -> the run's answer source answers each decision
     -> finish_decisions (answers + draws + attempt + status) as each finishes, those that
        finish together in one transaction (group commit), with what they spent added to the
-       run's spend and its budget checked (``app.runs.spend``)
+       run's spend and its budget checked (``app.runs.budget``)
 
 The answer source (``app.runs.answer``) is the run's: dreads' reads (plan -> DecisionFlow <->
 Upstream.read) or a decision endpoint (one request per decision, its budget shared by every
@@ -65,8 +65,8 @@ from app.errors import (
 from app.images import ImageCache, stored_images
 from app.runs.answer import Answered, AnswerSource, EndpointPool, ReadsSource
 from app.runs.breaker import BreakerPolicy, Failure, Recorded, record_failure
+from app.runs.budget import ChunkSpend, PodMeter
 from app.runs.commit import GroupCommit, in_transaction
-from app.runs.spend import ChunkSpend, PodMeter
 from app.store.dialects import ping
 from app.store.fingerprints import record_first_fingerprint
 from app.store.lookups import run_header

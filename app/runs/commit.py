@@ -2,7 +2,7 @@
 
 A busy worker finishes many decisions at once; each one's answers, draws, attempt and status
 are written by ``finish_decisions``, and what they spent is added to the run's spend in the
-same transaction (``app.runs.spend.finish_and_spend``, which also checks the run's budget).
+same transaction (``app.runs.budget.finish_and_spend``, which also checks the run's budget).
 ``GroupCommit`` writes the first at once and those that finish meanwhile together in the next
 transaction, so nothing waits longer than one transaction and the busier the worker, the fewer
 transactions (and WAL flushes) per decision.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import StoreError
-from app.runs.spend import ChunkSpend, Committed, finish_and_spend
+from app.runs.budget import ChunkSpend, Committed, finish_and_spend
 from app.store.db import session_scope
 from app.store.queue import Finished, utcnow
 from app.store.types import SessionFactory

@@ -48,9 +48,9 @@ from app.errors import (
 from app.images import ImageCache, ImagePolicy
 from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
+from app.runs.budget import PodMeter
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
 from app.runs.probe import reads_config
-from app.runs.spend import PodMeter
 from app.runs.sweep import expire_dead_leases
 from app.sim.key import answer_key_of
 from app.store.breaker import pause_kind, pause_reason

@@ -30,10 +30,10 @@ from typing import Any
 from app.engine import ReadSettings, plans_reads, settings_from_dict, settings_to_dict
 from app.engine.settings_hash import changed_settings
 from app.errors import RunSettingsMismatch
+from app.runs.budget import check_budget
 from app.runs.probe import ProbeTokenizer, Server, check_server
 from app.runs.refusals import refuse_cancelled
 from app.runs.reports import ResumeReport, SweepReport, settled_report
-from app.runs.spend import check_budget
 from app.store.breaker import unpause_run
 from app.store.db import session_scope
 from app.store.models import RunStatus

@@ -317,7 +317,7 @@ class Finished:
     question_ids: Sequence[str]
     expected: Mapping[str, str] = field(default_factory=dict)
     refusals: Sequence[Refusal] = ()
-    input_tokens: int = 0  #: what the attempt's requests spent (``app.runs.spend``)
+    input_tokens: int = 0  #: what the attempt's requests spent (``app.runs.budget``)
     output_tokens: int = 0
 
 

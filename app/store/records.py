@@ -34,7 +34,7 @@ class PauseKind(StrEnum):
 
     #: most recent attempts failed with the same upstream kind (``app.runs.breaker``)
     BREAKER = "breaker"
-    #: its recorded cost reached its budget (``runs.max_cost``; ``app.runs.spend``)
+    #: its recorded cost reached its budget (``runs.max_cost``; ``app.runs.budget``)
     BUDGET = "budget"
 
 

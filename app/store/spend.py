@@ -7,7 +7,7 @@
     set_prices      resume (or submit) changes a run's prices or budget
     spend_of        what a run spent, in total and per cell
 
-The arithmetic is ``app.engine.spend``'s; what pauses a run and why is ``app.runs.spend``'s.
+The arithmetic is ``app.engine.pricing``'s; what pauses a run and why is ``app.runs.budget``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import cast
 
 from sqlalchemy import Table, bindparam, func, select, update
 
-from app.engine.spend import SpendDelta, TokenPrices
+from app.engine.pricing import SpendDelta, TokenPrices
 from app.store import dialects
 from app.store.models import Run, RunSpend
 from app.store.spend_sql import NO_CELL, RunPrices, RunSpendTotals, run_spend

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine.spend import SpendDelta, TokenPrices, describe_spend, projected_total
+from app.engine.pricing import SpendDelta, TokenPrices, describe_spend, projected_total
 
 if TYPE_CHECKING:
     from app.store.status_sql import Reader

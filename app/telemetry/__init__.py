@@ -13,7 +13,7 @@ from app.telemetry.exporter import (
     prepare_multiprocess_dir,
     start_exporter,
 )
-from app.telemetry.runs import RunMetrics
+from app.telemetry.run_gauges import RunMetrics
 from app.telemetry.worker import (
     record_answers,
     record_attempt,

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import BudgetReached
-from app.runs.spend import ChunkSpend, PodMeter, check_budget, finish_and_spend
+from app.runs.budget import ChunkSpend, PodMeter, check_budget, finish_and_spend
 from app.store.db import session_scope
 from app.store.models import Decision, DecisionPayload, Run
 from app.store.queue import AttemptInfo, Claimed, Finished, claim_decisions, utcnow
@@ -139,7 +139,7 @@ def test_two_workers_adding_to_the_same_cells_never_deadlock(factory: Factory) -
     PostgreSQL deadlock aborts a commit, and the decisions come back as db_error attempts)."""
     import threading
 
-    from app.engine.spend import SpendDelta
+    from app.engine.pricing import SpendDelta
     from app.store.spend import add_spend
 
     if factory.kw["bind"].dialect.name != "postgresql":

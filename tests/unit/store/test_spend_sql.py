@@ -3,7 +3,7 @@ prices ($0 so far) and budget, not "no price set"."""
 
 from __future__ import annotations
 
-from app.engine.spend import SpendDelta, TokenPrices
+from app.engine.pricing import SpendDelta, TokenPrices
 from app.store.spend_sql import RunPrices, RunSpendTotals
 
 

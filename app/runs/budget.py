@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from app.engine.spend import SpendDelta, TokenPrices, gpu_cost
+from app.engine.pricing import SpendDelta, TokenPrices, gpu_cost
 from app.errors import BudgetReached
 from app.store.breaker import pause_run
 from app.store.queue import Finished, finish_decisions

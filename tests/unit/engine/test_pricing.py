@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.spend import (
+from app.engine.pricing import (
     SpendDelta,
     TokenPrices,
     describe_spend,
