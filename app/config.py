@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, STANDIN
+from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, DEFAULT_UPSTREAM, STANDIN
 from app.runs.env import RunEnv
 from app.store.urls import DEFAULT_DATABASE_URL
 
@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     #: Celery broker (Redis).
     broker_url: str = "redis://127.0.0.1:6379/0"
     #: Upstream base URL of vLLM, or "sim".
-    upstream: str = "http://127.0.0.1:8001"
+    upstream: str = DEFAULT_UPSTREAM
     #: Served model name sent in requests.
     model: str = DEFAULT_MODEL
     #: Tokenizer: a hub id, a local path, or "standin" (the simulator's).

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.api.middleware import MIB
 from app.connect.factory import UpstreamConfig
 from app.engine import ReadSettings
 from app.errors import ConfigError
@@ -25,7 +26,6 @@ __all__ = ["EXECUTORS", "ServeConfig", "serve_config", "serve_upstream"]
 #: Who runs the runs submitted over HTTP: "auto" is local for SQLite, queue otherwise.
 EXECUTORS = ("auto", "local", "queue")
 
-_MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ class ServeConfig:
     api_key: str | None = None
     #: Record every ``/v1/systemone`` answer into this run (a request may name its own).
     record_run: str | None = None
-    max_body_bytes: int = 8 * _MB  #: request bodies (decoded), except run uploads
-    max_upload_bytes: int = 2048 * _MB  #: ``POST /v1/runs`` bodies (decoded)
+    max_body_bytes: int = 8 * MIB  #: request bodies (decoded), except run uploads
+    max_upload_bytes: int = 2048 * MIB  #: ``POST /v1/runs`` bodies (decoded)
     #: ``/v1/systemone`` requests answered at once; more get 529 with ``retry-after``.
     max_concurrent: int = 256
     chunk_size: int = 64  #: decisions per queue message (queue executor)
@@ -109,8 +109,8 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
         broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,
         record_run=record_run or env.api_record_run,
-        max_body_bytes=int(env.api_max_body_mb * _MB),
-        max_upload_bytes=int(env.api_max_upload_mb * _MB),
+        max_body_bytes=int(env.api_max_body_mb * MIB),
+        max_upload_bytes=int(env.api_max_upload_mb * MIB),
         max_concurrent=max_concurrent or env.api_max_concurrent,
         chunk_size=chunk_size or env.chunk_size, sim_key=sim_key,
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,

@@ -27,7 +27,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_MB = 1024 * 1024
+MIB = 1024 * 1024  #: bytes in a MiB, as the limits are set
 _NO_BODY = {"GET", "HEAD", "OPTIONS", "DELETE"}
 
 
@@ -151,7 +151,7 @@ class BodyGuard:
 def _too_large(limit: int, scope: Scope) -> str:
     setting = ("DREADS_API_MAX_UPLOAD_MB" if scope["path"].startswith("/v1/runs")
                else "DREADS_API_MAX_BODY_MB")
-    return (f"the request body is over this server's limit of {limit / _MB:g} MiB "
+    return (f"the request body is over this server's limit of {limit / MIB:g} MiB "
             f"(decoded); send less, or raise {setting}")
 
 

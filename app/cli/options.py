@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 import typer
 from rich.console import Console
 
-from app.engine import source_names
+from app.engine import DEFAULT_UPSTREAM, source_names
 from app.errors import DreadsError, RunSettingsMismatch
 from app.runs.read_options import READ_OPTIONS as READ_TABLE
 from app.runs.read_options import REPLICATES, ReadOption, read_overrides
@@ -114,7 +114,7 @@ UpstreamOpt = Annotated[
     str | None,
     typer.Option("--upstream", callback=checked_url,
                  help="vLLM base URL, or 'sim' (default: DREADS_UPSTREAM if set, else the "
-                 "run's own upstream, else http://127.0.0.1:8001)."),
+                 f"run's own upstream, else {DEFAULT_UPSTREAM})."),
 ]
 DatabaseOpt = Annotated[
     str | None,

@@ -50,8 +50,8 @@ from app.cli.options import (
     err_console,
     with_read_options,
 )
-from app.engine import kind_names
-from app.errors import EXIT_INTERRUPTED, InputError, RunPaused, UpstreamUnavailable
+from app.engine import DEFAULT_UPSTREAM, kind_names
+from app.errors import EXIT_INTERRUPTED, EXIT_USAGE, InputError, RunPaused, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -100,7 +100,7 @@ def run(
     upstream: Annotated[str | None, typer.Option(
         "--upstream", callback=checked_url,
         help="vLLM URL, or 'sim' for the built-in simulator (default: "
-        "DREADS_UPSTREAM if set, else the run's own, else http://127.0.0.1:8001).")] = None,
+        f"DREADS_UPSTREAM if set, else the run's own, else {DEFAULT_UPSTREAM}).")] = None,
     database: DatabaseOpt = None,
     run_name: Annotated[str | None, typer.Option(
         "--run", help="Run name (default: the file name without extension).")] = None,
@@ -163,7 +163,7 @@ def run(
                 render.submit_report(report, None, queued=False)
             render.changed_report(report, replace_changed=replace_changed)  # stderr
             if report.refused or report.run is None:
-                raise typer.Exit(2)
+                raise typer.Exit(EXIT_USAGE)
             used()
             config = embedded_config(env, submitted.resolved.engine,
                                      chunk_size=chunk_size or 16, workers=workers,

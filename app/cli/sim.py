@@ -9,7 +9,8 @@ import typer
 
 from app.cli._app import SERVERS, app
 from app.connect.engines import is_in_process
-from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, STANDIN
+from app.engine import DEFAULT_CANVAS, DEFAULT_MODEL, DEFAULT_PORT, STANDIN
+from app.sim.options import SimOptions
 
 __all__ = ["sim"]
 
@@ -48,10 +49,11 @@ def _configure_logging(level: str) -> None:
 @app.command("sim", rich_help_panel=SERVERS)
 def sim(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 8001,
+    port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = DEFAULT_PORT,
     model: Annotated[str, typer.Option(help="Served model name.")] = DEFAULT_MODEL,
     canvas: Annotated[int, typer.Option(min=16, help="Served canvas_length.")] = DEFAULT_CANVAS,
-    max_model_len: Annotated[int, typer.Option(help="Reported max_model_len.")] = 8192,
+    max_model_len: Annotated[int, typer.Option(help="Reported max_model_len.")]
+    = SimOptions.max_model_len,
     tokenizer: Annotated[str, typer.Option(help="Tokenizer: 'standin', hub id or path.")]
     = STANDIN,
     vocab: Annotated[int | None, typer.Option(help="Vocabulary size (default: tokenizer's).")]

@@ -51,6 +51,7 @@ from app.cli.options import (
     opened_store,
     with_read_options,
 )
+from app.errors import EXIT_USAGE
 
 if TYPE_CHECKING:
     from app.runs.env import RunEnv
@@ -129,7 +130,7 @@ def submit(
         render.submit_report(report, fp_error)
     render.changed_report(report, replace_changed=replace_changed)  # stderr
     if report.refused or report.run is None:
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     if report.changed:
         raise typer.Exit(render.CHANGED_EXIT)
     if fail_on_bad_lines and (report.bad or report.rejected):

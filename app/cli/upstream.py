@@ -405,7 +405,7 @@ def decide(
     if qtype not in kind_names():
         err_console.print(f"[red]error:[/red] --type must be {either(kind_names())}, not "
                           f"{qtype!r}")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     overrides = dict(given)
     from app.config import run_env
 

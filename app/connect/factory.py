@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.types import DEFAULT_CANVAS, DEFAULT_MODEL, SIM, STANDIN
+from app.engine.types import DEFAULT_CANVAS, DEFAULT_MODEL, DEFAULT_UPSTREAM, SIM, STANDIN
 from app.errors import ConfigError
 from app.upstream.base import Upstream
 
@@ -15,7 +15,7 @@ __all__ = ["SIM", "UpstreamConfig", "make_http_upstream", "make_upstream"]
 class UpstreamConfig:
     """How to reach the model: a vLLM base URL (or ``"sim"``) or the in-process engine."""
 
-    url: str = "http://127.0.0.1:8001"
+    url: str = DEFAULT_UPSTREAM
     engine: str = "vllm"  #: an ``app.connect.engines.EngineKind``
     model: str = DEFAULT_MODEL
     canvas_length: int = DEFAULT_CANVAS

@@ -71,6 +71,8 @@ from app.engine.template import (
 from app.engine.types import (
     DEFAULT_CANVAS,
     DEFAULT_MODEL,
+    DEFAULT_PORT,
+    DEFAULT_UPSTREAM,
     SIM,
     SIMULATOR_LINE,
     SIMULATOR_NOTE,
@@ -106,6 +108,8 @@ from app.engine.wire import FORBIDDEN_FIELDS, build_request, encode_body, parse_
 __all__ = [
     "DEFAULT_CANVAS",
     "DEFAULT_MODEL",
+    "DEFAULT_PORT",
+    "DEFAULT_UPSTREAM",
     "FORBIDDEN_FIELDS",
     "SIM",
     "SIMULATOR_LINE",

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # shapes.py imports this module
 __all__ = [
     "DEFAULT_CANVAS",
     "DEFAULT_MODEL",
+    "DEFAULT_PORT",
+    "DEFAULT_UPSTREAM",
     "SIM",
     "SIMULATOR_LINE",
     "SIMULATOR_NOTE",
@@ -64,6 +66,10 @@ STANDIN = "standin"
 DEFAULT_MODEL = "dgemma"
 #: The canvas length (tokens) a run reads with and the simulator serves, unless told otherwise.
 DEFAULT_CANVAS = 320
+#: The port ``dreads sim`` serves on unless told otherwise, and so the default upstream's.
+DEFAULT_PORT = 8001
+#: Where a run reads unless told otherwise: a server on this host (vLLM, or ``dreads sim``).
+DEFAULT_UPSTREAM = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
 class Layout(StrEnum):

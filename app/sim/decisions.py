@@ -51,7 +51,7 @@ from app.engine import (
     parse_response,
     plan_decision,
 )
-from app.engine.kinds import CHOICE, LETTERS, kind_named, kind_names, kind_of, reader_text
+from app.engine.kinds import CHOICE, kind_named, kind_names, kind_of, reader_text
 from app.engine.openai.client import reader_options
 from app.engine.openai.model import (
     MAX_LEVELS,
@@ -63,6 +63,7 @@ from app.engine.openai.model import (
     ScoreQuestionIn,
     Text,
 )
+from app.engine.openai.request import MAX_CHOICES
 from app.engine.openai.shapes import ChoiceShape, PredicateShape, ScoreShape
 from app.engine.types import ImageData
 from app.engine.vllm_rules import VllmBadRequest, error_body
@@ -75,7 +76,6 @@ if TYPE_CHECKING:
 __all__ = ["answer_decision_route"]
 
 MAX_QUESTIONS = 64
-MAX_OPTIONS = len(LETTERS)
 
 
 class DecisionRefused(Exception):
@@ -197,8 +197,8 @@ def _question(qid: str, type_name: str, instructions: Any, criteria: Any) -> Que
 
 def _choice_question(index: int, instructions: str,
                      options: list[tuple[str, str | None]]) -> Question:
-    if len(options) > MAX_OPTIONS:
-        raise DecisionRefused(f"This model supports at most {MAX_OPTIONS} choices per question")
+    if len(options) > MAX_CHOICES:
+        raise DecisionRefused(f"This model supports at most {MAX_CHOICES} choices per question")
     names = tuple(n for n, _ in options)
     return Question(id=str(index), type=CHOICE.name, instructions=instructions,
                     labels=CHOICE.labels(names), options=names,
