@@ -11,13 +11,15 @@ upstream) into that object, so a route written like the Jev one answers in OpenA
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field, StrictBool, StrictStr
+from pydantic import BaseModel, Field
+
+from app.engine.openai.model import ChoiceAnswerOut, PredicateAnswerOut, ScoreAnswerOut
 
 __all__ = [
     "DecisionOut",
@@ -90,39 +92,6 @@ class OpenAIRoute(APIRoute):
 
 
 # -- the Decision object (what ``client.decisions.create`` decodes) --------------------------
-
-class PredicateAnswerOut(BaseModel):
-    type: Literal["predicate"] = "predicate"
-    name: str | None
-    probability: float = Field(description="P(true): dreads' mean P(yes) over its draws.")
-
-
-class ChoiceProbabilityOut(BaseModel):
-    value: StrictStr | StrictBool
-    probability: float
-
-
-class ChoiceAnswerOut(BaseModel):
-    type: Literal["choice"] = "choice"
-    name: str | None
-    choice: StrictStr | StrictBool = Field(description="The most probable choice, typed.")
-    probabilities: list[ChoiceProbabilityOut]
-    confidence: float = Field(description="Top probability x label mass (vLLM's).")
-
-
-class ScoreProbabilityOut(BaseModel):
-    value: int = Field(description="The level's 0-based index.")
-    label: str
-    probability: float
-
-
-class ScoreAnswerOut(BaseModel):
-    type: Literal["score"] = "score"
-    name: str | None
-    score: float = Field(description="Expected level, 0-indexed: sum of i * p_i.")
-    probabilities: list[ScoreProbabilityOut]
-    confidence: float = Field(description="Top probability x label mass (vLLM's).")
-
 
 class InputTokensDetailsOut(BaseModel):
     cached_tokens: int

@@ -283,7 +283,7 @@ def parse_decision(obj: Mapping[str, Any], *, line_no: int | None = None,
     Example::
 
         parse_decision({"id": "d1", "state": "...",
-                        "questions": {"c": {"type": "noul", "instructions": "Conflict?"}}})
+                        "questions": {"c": {"type": NOUL.name, "instructions": "Conflict?"}}})
 
     Raises:
         BadLine: when ``line_no`` is given; ``InputError`` otherwise. The message names the

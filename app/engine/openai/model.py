@@ -1,4 +1,5 @@
-"""The body of OpenAI's ``POST /v1/decisions`` as pydantic models: what is well-formed.
+"""The body of OpenAI's ``POST /v1/decisions`` as pydantic models: what is well-formed; and
+the answers of its Decision, one model per question type.
 
 Two readers share the question, choice and level models: ``dreads serve`` and its job files
 (``DecisionsBody``, OpenAI's hosted API: ``input_json`` parts, ``prompt_cache_key``,
@@ -38,14 +39,19 @@ __all__ = [
     "MAX_OPENAI_CHOICES",
     "MAX_QUESTIONS",
     "TAGS",
+    "ChoiceAnswerOut",
     "ChoiceIn",
+    "ChoiceProbabilityOut",
     "ChoiceQuestionIn",
     "DecisionsBody",
     "LevelIn",
     "MessageIn",
     "PartIn",
+    "PredicateAnswerOut",
     "PredicateIn",
     "QuestionIn",
+    "ScoreAnswerOut",
+    "ScoreProbabilityOut",
     "ScoreQuestionIn",
     "Text",
     "type_name",
@@ -191,3 +197,38 @@ class DecisionsBody(_Strict):
     prompt_cache_key: Any = None
     prompt_cache_options: Any = None
     metadata: Any = None
+
+
+# -- the answers (what ``client.decisions.create`` decodes of each question) -----------------
+
+class PredicateAnswerOut(BaseModel):
+    type: Literal["predicate"] = "predicate"
+    name: str | None
+    probability: float = Field(description="P(true): dreads' mean P(yes) over its draws.")
+
+
+class ChoiceProbabilityOut(BaseModel):
+    value: StrictStr | StrictBool
+    probability: float
+
+
+class ChoiceAnswerOut(BaseModel):
+    type: Literal["choice"] = "choice"
+    name: str | None
+    choice: StrictStr | StrictBool = Field(description="The most probable choice, typed.")
+    probabilities: list[ChoiceProbabilityOut]
+    confidence: float = Field(description="Top probability x label mass (vLLM's).")
+
+
+class ScoreProbabilityOut(BaseModel):
+    value: int = Field(description="The level's 0-based index.")
+    label: str
+    probability: float
+
+
+class ScoreAnswerOut(BaseModel):
+    type: Literal["score"] = "score"
+    name: str | None
+    score: float = Field(description="Expected level, 0-indexed: sum of i * p_i.")
+    probabilities: list[ScoreProbabilityOut]
+    confidence: float = Field(description="Top probability x label mass (vLLM's).")
