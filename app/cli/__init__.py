@@ -60,7 +60,7 @@ __all__ = ["app", "keep_gc_off", "main", "run_app"]
 # isort: off
 from app.cli import run, submit, status, resume, cancel, export  # noqa: F401, E402
 from app.cli import report  # noqa: F401, E402
-from app.cli import sim, upstream, worker, flower, serve  # noqa: F401, E402
+from app.cli import sim, check_upstream, decide, worker, flower, serve  # noqa: F401, E402
 from app.cli import db, engine  # noqa: F401, E402
 # isort: on
 

@@ -9,7 +9,7 @@ import orjson
 from typer.testing import CliRunner
 
 from app.cli import app
-from app.cli.upstream import decide_all, load_decisions
+from app.cli.decide import decide_all, load_decisions
 from app.engine import ReadSettings
 from app.tokenizer.hf import HFTextTokenizer
 from app.upstream.vllm import VllmUpstream
