@@ -1,4 +1,5 @@
-"""``dreads`` command line. One module per command group; each registers on ``_app.app``.
+"""``dreads`` command line. One module per command (or pair of commands), named after it; each
+registers on ``_app.app``. Exit statuses are ``app.errors``' ``EXIT_*``.
 
 Importing this package is cheap: the command modules import only Typer, Rich and the pure
 engine at module level, and the rest (SQLAlchemy, Celery, FastAPI, scikit-learn, matplotlib,

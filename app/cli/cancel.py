@@ -1,9 +1,4 @@
-"""``dreads cancel`` and ``dreads delete``: a run stopped, or removed with its rows.
-
-Commands exit with a code: 0 ok, 1 failure, 2 a user error (nothing done), 3 bad lines with
-``--fail-on-bad-lines``. The store, Celery and the HTTP client are imported inside the
-commands, so that ``dreads --help`` starts fast.
-"""
+"""``dreads cancel`` and ``dreads delete``: a run stopped, or removed with its rows."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``dreads export``: a run's answers as JSONL, CSV or OpenAI batch lines.
-
-Commands exit with a code: 0 ok, 1 failure, 2 a user error (nothing done), 3 bad lines with
-``--fail-on-bad-lines``. The store, Celery and the HTTP client are imported inside the
-commands, so that ``dreads --help`` starts fast.
-"""
+"""``dreads export``: a run's answers as JSONL, CSV or OpenAI batch lines."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``dreads resume``: a run's unfinished decisions queued again.
-
-Commands exit with a code: 0 ok, 1 failure, 2 a user error (nothing done), 3 bad lines with
-``--fail-on-bad-lines``. The store, Celery and the HTTP client are imported inside the
-commands, so that ``dreads --help`` starts fast.
-"""
+"""``dreads resume``: a run's unfinished decisions queued again."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``dreads submit``: a job file into a run, queued for the workers.
-
-Commands exit with a code: 0 ok, 1 failure, 2 a user error (nothing done), 3 bad lines with
-``--fail-on-bad-lines``. The store, Celery and the HTTP client are imported inside the
-commands, so that ``dreads --help`` starts fast.
-"""
+"""``dreads submit``: a job file into a run, queued for the workers."""
 
 from __future__ import annotations
 
