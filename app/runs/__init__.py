@@ -14,9 +14,10 @@
     probe.py      is this server the run's? its fingerprint and a read at the canvas width
     chunk.py      run a chunk: claim, answer each decision, commit as each ends
     commit.py     group commit: the decisions that finish together, in one transaction
-    answer.py     who answers: dreads' reads or a decision endpoint (one seam)
+    answer.py     who answers a decision: dreads' reads or a decision endpoint (its source
+                  from ``app.engine.sources``)
     endpoint_images.py  what a request to a decision endpoint carries for a decision's images
-    spend.py      spend recorded with each commit; the budget that pauses a run
+    budget.py     spend recorded with each commit; the budget that pauses a run
     breaker.py    the breaker: a run whose recent attempts keep failing one way pauses
     sweep.py      the sweeper: expired leases back, what has no live message re-published
     unpublish.py  the rows of a publish the broker refused back to pending

@@ -1,5 +1,5 @@
 """Prometheus metrics: the workers' (``worker``), their HTTP exporter (``exporter``) and the
-per-run gauges ``dreads serve`` reads from SQL at scrape time (``runs``).
+per-run gauges ``dreads serve`` reads from SQL at scrape time (``run_gauges``).
 
 Labels stay low-cardinality: a run's name, a cell (gauges only), an outcome kind, a stop
 reason; never a decision id.
