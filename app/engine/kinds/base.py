@@ -93,6 +93,7 @@ def count_ok(n: int, noun: str) -> None:
 
 
 def one_hot(n: int, index: int) -> list[float]:
+    """Probability 1 on ``index`` of ``n`` (an answer given as one label)."""
     return [1.0 if i == index else 0.0 for i in range(n)]
 
 

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.kinds import Family, kind_of
+from app.engine.kinds import NOUL, Family, kind_of
+from app.engine.kinds.base import one_hot
 from app.engine.types import Question
 from app.engine.values import number
 from app.errors import InputError, MalformedResponse
@@ -67,10 +68,6 @@ def _top(probs: Sequence[float]) -> int:
     return max(range(len(probs)), key=probs.__getitem__)
 
 
-def _one_hot(n: int, index: int) -> list[float]:
-    return [1.0 if i == index else 0.0 for i in range(n)]
-
-
 @dataclass(frozen=True)
 class PredicateShape:
     """A predicate: dreads' noul question; its answer's ``probability`` is P(yes)."""
@@ -81,19 +78,15 @@ class PredicateShape:
         return {"type": "predicate", "name": self.name}
 
     def expected_label(self, question: Question, value: Any) -> str:
-        """``yes`` or ``no`` for true/false (or the words yes/no, true/false).
+        """``yes`` or ``no`` for true/false, or the yes/no words a noul's ``expected`` takes.
 
         Raises:
             ValueError: anything else; the message ends a sentence "<value> is ...".
         """
-        if isinstance(value, bool):
-            return "yes" if value else "no"
-        text = str(value).strip().lower()
-        if text in {"yes", "true"}:
-            return "yes"
-        if text in {"no", "false"}:
-            return "no"
-        raise ValueError("a predicate expects true or false")
+        label = NOUL.expected_label(question, value)
+        if label is None:
+            raise ValueError("a predicate expects true or false")
+        return label
 
     def answer(self, probs: Sequence[float], confidence: float) -> dict[str, Any]:
         """OpenAI's answer from the probabilities in label order (yes, no)."""
@@ -166,7 +159,7 @@ class ChoiceShape:
         if index is None:
             raise MalformedResponse(f"question {question.id!r}: choice {raw.get('choice')!r} "
                                     f"is not one of {json.dumps(list(self.values))}")
-        return _one_hot(len(self.values), index)
+        return one_hot(len(self.values), index)
 
     def _listed(self, question: Question, listed: list[Any]) -> list[float]:
         probs: list[float | None] = [None] * len(self.values)
@@ -245,7 +238,7 @@ class ScoreShape:
         if not 0 <= level < n:
             raise MalformedResponse(f"question {question.id!r}: score {level} is not "
                                     f"0..{n - 1}")
-        return _one_hot(n, level)
+        return one_hot(n, level)
 
 
 def _by_level(question: Question, listed: list[Any]) -> list[float]:
