@@ -25,16 +25,20 @@ _KINDS: dict[str, QuestionKind] = {k.name: k for k in _OWN}
 
 
 def register_kind(kind: QuestionKind) -> QuestionKind:
-    """Add ``kind`` to the registry (again: replaces the kind of that name) and return it.
+    """Add ``kind`` to the registry (again: replaces the kind of that name, unless that is one
+    of dreads' own) and return it.
 
     Raises:
-        ValueError: its name is empty or too long to store, it has no title or reply line,
-            or its reply line is another kind's.
+        ValueError: its name is empty or too long to store, or one of dreads' own kinds'; it
+            has no title or reply line; or its reply line is another kind's.
     """
     name = getattr(kind, "name", "")
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise ValueError(f"a question kind needs a name of 1 to {MAX_NAME} characters, got "
                          f"{name!r}")
+    if any(own.name == name and own is not kind for own in _OWN):
+        raise ValueError(f"question kind {name!r} is dreads' own: a plugin's kind needs a name "
+                         "of its own")
     missing = [a for a in ("title", "reply_line") if not isinstance(getattr(kind, a, None), str)]
     if missing:
         raise ValueError(f"question kind {name!r} needs {' and '.join(missing)} (text)")

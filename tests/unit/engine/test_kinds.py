@@ -8,6 +8,7 @@ import pytest
 
 from app.engine import QuestionKind, kind_names, parse_question, register_kind
 from app.engine.kinds import unregister_kind
+from app.engine.openai.shapes import PredicateShape
 from app.engine.questions import answer_label
 from app.errors import InputError
 
@@ -52,6 +53,10 @@ def test_a_kind_is_refused_when_it_cannot_be_told_apart() -> None:
         register_kind(long)
     with pytest.raises(ValueError, match="dreads' own"):
         unregister_kind("noul")
+    impostor = _Colour()
+    impostor.name = "noul"  # a plugin may not take the place of one of dreads' own kinds
+    with pytest.raises(ValueError, match="dreads' own"):
+        register_kind(impostor)
     assert "colour" not in kind_names()
 
 
@@ -62,3 +67,5 @@ def test_a_kind_is_refused_when_it_cannot_be_told_apart() -> None:
 def test_one_set_of_yes_no_words(given: object, label: str) -> None:
     question = parse_question("q", {"type": "noul", "instructions": "?"})
     assert answer_label(question, given) == label
+    # an OpenAI predicate's expected value reads the same words
+    assert PredicateShape("q").expected_label(question, given) == label
