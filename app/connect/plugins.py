@@ -45,8 +45,9 @@ def load_plugins() -> tuple[str, ...]:
         ConfigError: an entry point cannot be loaded or names neither a question kind nor a
             ``SourceSpec`` (the message names it).
     """
-    names = [register_kind(_kind(point)).name for point in entry_points(group=KINDS_GROUP)]
-    for point in entry_points(group=ANSWER_SOURCES):
+    installed = entry_points()  # one scan of the installed packages' metadata for both groups
+    names = [register_kind(_kind(point)).name for point in installed.select(group=KINDS_GROUP)]
+    for point in installed.select(group=ANSWER_SOURCES):
         spec = _loaded(point, "answer source")
         if not isinstance(spec, SourceSpec):
             raise ConfigError(f"the answer source plugin {point.name!r} ({point.value}) "
