@@ -44,6 +44,11 @@ class ReadOption:
         return self.flags.split("/")[0]
 
     @property
+    def param(self) -> str | None:
+        """The query parameter of ``POST /v1/runs`` (None: the server's own setting)."""
+        return self.name if self.api else None
+
+    @property
     def panel(self) -> str:
         return ANSWER_PANEL if self.answers else READ_PANEL
 

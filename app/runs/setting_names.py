@@ -10,27 +10,18 @@ entry points word it here: ``dreads`` as ``--mode isolated -> joint``, the API a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from app.errors import RunSettingsMismatch, SettingChange
-from app.runs.read_options import READ_OPTIONS, REPLICATES
+from app.runs.read_options import READ_OPTIONS, REPLICATES, ReadOption
 
-__all__ = ["SETTING_NAMES", "SettingName", "api_words", "cli_words"]
-
-
-@dataclass(frozen=True)
-class SettingName:
-    option: str  #: the ``dreads`` option (``run``, ``submit``, ``resume``)
-    param: str | None  #: the query parameter of ``POST /v1/runs`` (None: the server's own)
+__all__ = ["SETTING_NAMES", "api_words", "cli_words"]
 
 
-#: Run setting (``ReadSettings`` field, and the run's replicate count) -> its names, from the
-#: one table of read options (``app.runs.read_options``).
-SETTING_NAMES: dict[str, SettingName] = {
-    option.field: SettingName(option.option, option.name if option.api else None)
-    for option in (*READ_OPTIONS, REPLICATES)
-}
+#: Run setting (``ReadSettings`` field, and the run's replicate count) -> its read option
+#: (``.option`` typed on the command line, ``.param`` of the API).
+SETTING_NAMES: dict[str, ReadOption] = {
+    option.field: option for option in (*READ_OPTIONS, REPLICATES)}
 
 
 def _value(value: Any) -> str:
