@@ -73,7 +73,7 @@ def submit_run(factory: SessionFactory, submission: Submission, resolve: Resolve
         RunSettingsMismatch: the run exists with other settings.
         InputError: an unreadable file; ConfigError and UpstreamError as ``resolve`` raises.
     """
-    from app.store.admin import discard_empty_run
+    from app.store.admin import discard_empty_run, may_be_empty
     from app.store.db import session_scope
 
     existing = _existing_run(factory, submission.run_name)
@@ -81,8 +81,9 @@ def submit_run(factory: SessionFactory, submission: Submission, resolve: Resolve
     request = _request(submission, resolved, existing)
     publisher = publisher_for(request) if publisher_for is not None else None
     report = submit_job(request, factory, resolved.tokenizer, lines=lines, publisher=publisher)
-    with session_scope(factory) as session:
-        discard_empty_run(session, report)
+    if may_be_empty(report):  # a transaction only where a run may have been left empty
+        with session_scope(factory) as session:
+            discard_empty_run(session, report)
     return Submitted(report, resolved)
 
 

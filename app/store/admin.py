@@ -30,7 +30,7 @@ from app.store.states import NOT_STARTED, RunState, run_state
 from app.store.views import status_counts
 
 __all__ = ["CancelOutcome", "RunContents", "cancel_not_started", "cancel_run", "delete_run",
-           "discard_empty_run", "run_contents", "settle_cancelled"]
+           "discard_empty_run", "may_be_empty", "run_contents", "settle_cancelled"]
 
 
 @dataclass(frozen=True)
@@ -179,11 +179,17 @@ class _Submitted(Protocol):
     inserted: int
 
 
+def may_be_empty(report: _Submitted) -> bool:
+    """Whether the submission created its run and inserted nothing: only then may the run be
+    empty (``discard_empty_run``), so only then need the caller open a transaction."""
+    return report.created and report.run is not None and not report.inserted
+
+
 def discard_empty_run(session: Session, report: _Submitted) -> bool:
     """A file of only bad lines creates no run: delete the run this submission created if it
     holds no decision (submit streams, so the run exists before the first line is read), and
     say so in ``report`` (its run None). True when it was discarded."""
-    if not report.created or report.run is None or report.inserted:
+    if not may_be_empty(report):
         return False
     left = session.scalar(select(func.count()).where(Decision.run_id == report.run.id))
     if left:
