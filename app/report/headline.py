@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine import Family, all_kinds
-from app.report.families import view_of
+from app.report.families import binary_kinds, view_of
 from app.report.labels import thresholds
 
 __all__ = ["LINE_KEYS", "HeadlineItem", "headline", "headline_items", "headline_line",
@@ -163,7 +163,7 @@ def _typed_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
 
 def _binary(h: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The (first) yes/no kind's headline figures, None when it has none."""
-    found = [h.get(k.name) for k in all_kinds() if k.family is Family.BINARY]
+    found = [h.get(k.name) for k in binary_kinds()]
     return next((f for f in found if f), None)
 
 
@@ -186,6 +186,6 @@ def headline_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
 
 def headline_line(h: Mapping[str, Any]) -> str:
     """The headline in one line: "AUC 0.9832; recall >0.30 24/24 (1); ..."."""
-    typed = {k.name for k in all_kinds() if k.family is not Family.BINARY}
+    typed = {k.name for k in all_kinds()} - {k.name for k in binary_kinds()}
     items = [i for i in headline_items(h) if i.key in LINE_KEYS or i.key in typed]
     return "; ".join(f"{i.title} {i.text}" for i in items)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.engine.kinds.base import Family, QuestionKind
+from app.engine.kinds.base import QuestionKind
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -17,8 +17,6 @@ class ChoiceKind(QuestionKind):
 
     name = "choice"
     title = "choice"
-    family = Family.NOMINAL
-    default_instruction = "Which option applies?"
     reply_line = "Answer with the letter of one option only."
 
     def jev_models(self) -> tuple[type[BaseModel], type[BaseModel]]:
