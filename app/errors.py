@@ -53,6 +53,8 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "INFRASTRUCTURE_KINDS",
+    "READ_KINDS",
     "BadDatabaseUrl",
     "BadLine",
     "ConfigError",
@@ -63,10 +65,8 @@ __all__ = [
     "InputError",
     "MalformedResponse",
     "ModelNotServed",
-    "INFRASTRUCTURE_KINDS",
     "OutcomeClass",
     "OutcomeKind",
-    "READ_KINDS",
     "RunPaused",
     "RunSettingsMismatch",
     "SchemaNotReady",
@@ -90,7 +90,8 @@ EXIT_INTERRUPTED = 130  #: interrupted (Ctrl-C): nothing is lost
 
 
 class OutcomeClass(StrEnum):
-    """Whose an attempt outcome is: the infrastructure's or the read's (``OutcomeKind.outcome_class``).
+    """Whose an attempt outcome is (``OutcomeKind.outcome_class``): the infrastructure's or
+    the read's.
 
     An infrastructure outcome says nothing about the decision: the attempt was lost, stopped or
     refused by something around the read (a worker, the broker, the database, the server or
