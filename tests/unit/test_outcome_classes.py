@@ -13,7 +13,7 @@ from app.errors import (
 
 
 def test_every_outcome_kind_has_exactly_one_class() -> None:
-    assert INFRASTRUCTURE_KINDS | READ_KINDS == set(OutcomeKind)
+    assert set(OutcomeKind) == INFRASTRUCTURE_KINDS | READ_KINDS
     assert not INFRASTRUCTURE_KINDS & READ_KINDS
 
 
