@@ -203,8 +203,7 @@ def runs_table(overview: list[RunOverview]) -> Table:
 
 
 def cells_table(report: RunStatusReport) -> Table:
-    table = Table(title="per cell (failures: the read's own; the infrastructure's are below)",
-                  title_justify="left")
+    table = Table(title="per cell (failures: the read's own)", title_justify="left")
     for name in ("cell", "total", "done", "unanswered", "failures", "low mass", "argmax≠label"):
         table.add_column(name, justify="left" if name in ("cell", "failures") else "right")
     for c in report.cells:

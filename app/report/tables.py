@@ -122,8 +122,7 @@ def pct(value: float | None) -> str:
 def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
     """Per cell: unanswered and failures by kind; then the draws (label mass, stop, stderr)."""
     rows = [*diag["cells"].items(), ("overall", diag["overall"])]
-    lost = Table(title="unanswered and failures per cell (the read's; the infrastructure's "
-                 "are the run's, below)", title_justify="left")
+    lost = Table(title="unanswered and failures per cell (the read's)", title_justify="left")
     for name in ("cell", "questions", "unanswered", "in flight", "read failed",
                  "failed attempts", "flags"):
         lost.add_column(name, justify="left" if name in ("cell", "failed attempts", "flags")
