@@ -5,7 +5,8 @@ page and ``/metrics`` show; never per cell, since it says nothing about a cell's
 (``app.errors.INFRASTRUCTURE_KINDS``).
 
     events = infrastructure_events(reader, run_id)
-    events.lines()  # ["128 attempts lost with their worker: 128 decisions, all recovered", ...]
+    events.lines()  # ["128 attempts lost with their worker (...): 128 decisions, all recovered",
+                    #  ..., "1 pause by the breaker (...), resumed"]
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ class InfrastructureKind:
 
     def line(self) -> str:
         what = _WORDS.get(self.kind, f"ended with {self.kind}")
-        return f"{self.attempts} attempt(s) {what}: {self.fate()}"
+        return f"{_counted(self.attempts, 'attempt')} {what}: {self.fate()}"
 
     def fate(self) -> str:
         if self.recovered == self.decisions:
-            return f"{_decisions(self.decisions)}, all recovered"
+            return f"{_counted(self.decisions, 'decision')}, all recovered"
         parts = [f"{self.recovered} recovered"]
         if self.open:
             parts.append(f"{self.open} still to run")
@@ -88,7 +89,7 @@ class InfrastructureKind:
         other = self.decisions - self.recovered - self.open - self.unanswered
         if other:
             parts.append(f"{other} ended for another reason")
-        return f"{_decisions(self.decisions)}: " + ", ".join(parts)
+        return f"{_counted(self.decisions, 'decision')}: " + ", ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "attempts": self.attempts, "decisions": self.decisions,
@@ -141,7 +142,7 @@ class InfrastructureEvents:
             fate = ("resumed" if resumed == len(pauses) else
                     f"{resumed} resumed, still paused" if resumed else "still paused")
             reason = _short(pauses[-1].reason)
-            out.append(f"{len(pauses)} pause(s) by {_PAUSED_BY.get(kind, kind)}"
+            out.append(f"{_counted(len(pauses), 'pause')} by {_PAUSED_BY.get(kind, kind)}"
                        + (f" ({reason})" if reason else "") + f", {fate}")
         return out
 
@@ -162,15 +163,17 @@ def infrastructure_events(reader: Reader, run_id: int) -> InfrastructureEvents:
     return InfrastructureEvents(kinds=tuple(kinds), pauses=pauses)
 
 
-def _decisions(n: int) -> str:
-    return f"{n} decision" + ("" if n == 1 else "s")
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _short(reason: str | None, limit: int = 120) -> str:
-    """What a pause's reason says happened, without what to do (that is for a live pause)."""
+    """What a pause's reason says happened, without the detail and what to do (those are for a
+    live pause: ``dreads status`` shows them whole): "45 of the last 50 attempts failed with
+    server_error"."""
     if not reason:
         return ""
-    first = reason.split(": check")[0].split(", then `")[0].strip()
+    first = reason.split(": ")[0].split(" (")[0].strip()
     return first if len(first) <= limit else first[:limit - 1] + "…"
 
 
