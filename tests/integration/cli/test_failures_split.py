@@ -97,6 +97,7 @@ def test_infrastructure_events_flag_no_cell_and_worse_reads_do(make_sim: Callabl
     finished = subprocess.run(args, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                               timeout=180)
     assert finished.returncode == 0, finished.stderr[-2000:]
+    assert "infrastructure (not counted against any cell):" in finished.stdout  # its summary
     assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
         ("done", N)]
 

@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.errors import InputError
 from app.report.document import build_report, summarize_run
 from app.report.figures import Params
+from app.report.html import render_html
+from app.report.load import load_run_rows, resolve_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, Run
 from tests.fixtures.report_db import RunBuilder
@@ -145,6 +147,16 @@ def test_a_cell_the_infrastructure_failed_is_not_flagged(report_db: DB) -> None:
     assert diag["cells"]["e"]["unanswered"] == 12  # a fact of the cell, not its fault
     timeouts = next(k for k in doc["infrastructure"]["kinds"] if k["kind"] == "timeout")
     assert (timeouts["attempts"], timeouts["decisions"], timeouts["unanswered"]) == (36, 12, 12)
+    # the page says it on its own, never on a cell's row
+    with session_scope(factory) as session:
+        rows = load_run_rows(session, resolve_run(session, "outage")).rows
+    page = render_html(doc, rows)
+    section = page[page.index('id="infrastructure"'):]
+    assert ("36 attempts failed: the model server did not answer in time: 12 decisions: "
+            "0 recovered, 12 ended unanswered") in section
+    assert "4 attempts failed: the model server answered 5xx: 4 decisions, all recovered" in \
+        section
+    assert "⚑" not in page
 
 
 def test_replicate_copies_of_a_rejected_line_are_one_decision(report_db: DB) -> None:
