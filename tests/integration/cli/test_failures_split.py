@@ -27,7 +27,7 @@ from tests.fixtures.runs_cli import job_line, sqlite_rows, write_jobs
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 DREADS = str(Path(sys.executable).parent / "dreads")
-N = 400
+N = 300
 MARKER = "murky wording"  #: planted in cell c3's states: its reads have low label mass
 
 
@@ -83,14 +83,14 @@ def test_infrastructure_events_flag_no_cell_and_worse_reads_do(make_sim: Callabl
     args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "split"]
 
     # Ctrl-C: exit 130, the leases held come back as ``cancelled`` attempts
-    code, err = _run_until(args, db, 40, lambda p: p.send_signal(signal.SIGINT))
+    code, err = _run_until(args, db, 30, lambda p: p.send_signal(signal.SIGINT))
     assert code == 130, err[-2000:]
     # SIGKILL of the process reading: its leases stay; the next run takes them (worker_lost)
-    code, _ = _run_until(args, db, _done(db) + 40, lambda p: os.killpg(p.pid, signal.SIGKILL))
+    code, _ = _run_until(args, db, _done(db) + 30, lambda p: os.killpg(p.pid, signal.SIGKILL))
     assert code == -signal.SIGKILL
     assert int(sqlite_rows(db, "SELECT count(*) FROM decisions WHERE status = 'leased'")[0][0])
     # the server turns to 503: the breaker pauses the run (exit 1)
-    code, err = _run_until(args, db, _done(db) + 40, lambda p: httpx.post(
+    code, err = _run_until(args, db, _done(db) + 30, lambda p: httpx.post(
         f"{sim.url}/sim/down", params={"seconds": 3600}, timeout=5))
     assert code == 1 and "paused" in err, err[-2000:]
     httpx.post(f"{sim.url}/sim/down", params={"seconds": 0}, timeout=5)
@@ -125,9 +125,7 @@ def test_infrastructure_events_flag_no_cell_and_worse_reads_do(make_sim: Callabl
     assert "attempts failed with server_error), resumed" in said
     assert "all recovered" in said
     # status says the same, from the same computation
-    status = _json("status", "split", "--database-url", url)
-    assert status["infrastructure"]["lines"] == infra["lines"]
     shown = subprocess.run([DREADS, "status", "split", "--database-url", url], env=_env(),
                            capture_output=True, text=True, timeout=60).stdout
     assert "infrastructure (not counted against any cell):" in shown
-    assert "1 pause by the breaker" in " ".join(shown.split())
+    assert all(" ".join(line.split()) in " ".join(shown.split()) for line in infra["lines"])
