@@ -32,6 +32,10 @@
 Other modules subclass these where the reason is theirs alone (``app.engine.template``'s
 ``CanvasOverflow``, ``PromptTooLong``; ``app.engine.openai.errors.DecisionsRequestError``).
 
+Each ``OutcomeKind`` has one ``OutcomeClass``: the infrastructure's (``INFRASTRUCTURE_KINDS``:
+a worker lost, an interruption, a pause, an outage, a model not served) or the read's (the
+rest). Status, the report, the run page and ``/metrics`` split failures by it.
+
 Each error class names its ``kind``: the ``OutcomeKind`` an attempt that fails with it is
 recorded as (the enum below; the attempts table stores its value), and its ``exit_code``: the
 status a command that ends with it exits with (``EXIT_*`` below; docs/commands.md#exit-status).
@@ -49,6 +53,8 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "INFRASTRUCTURE_KINDS",
+    "READ_KINDS",
     "BadDatabaseUrl",
     "BadLine",
     "ConfigError",
@@ -59,6 +65,7 @@ __all__ = [
     "InputError",
     "MalformedResponse",
     "ModelNotServed",
+    "OutcomeClass",
     "OutcomeKind",
     "RunPaused",
     "RunSettingsMismatch",
@@ -70,6 +77,7 @@ __all__ = [
     "UpstreamRejected",
     "UpstreamUnauthorized",
     "UpstreamUnavailable",
+    "outcome_class",
 ]
 
 
@@ -79,6 +87,22 @@ EXIT_FAILURE = 1  #: the environment or a runtime failure: a server, the databas
 EXIT_USAGE = 2  #: a usage or input error the user fixes (an option, a file, a setting, a name)
 EXIT_BAD_LINES = 3  #: done, but lines were bad (only with ``--fail-on-bad-lines``)
 EXIT_INTERRUPTED = 130  #: interrupted (Ctrl-C): nothing is lost
+
+
+class OutcomeClass(StrEnum):
+    """Whose an attempt outcome is (``OutcomeKind.outcome_class``): the infrastructure's or
+    the read's.
+
+    An infrastructure outcome says nothing about the decision: the attempt was lost, stopped or
+    refused by something around the read (a worker, the broker, the database, the server or
+    its configuration, an interruption, a pause), and the decision is tried again. A read
+    outcome is the read's own: its answer, or a failure the decision would meet again (a
+    refused or malformed read, a rejected input, what stays unanswered at the attempt cap).
+    Only read outcomes are a property of a cell (``app.report.diagnostics``).
+    """
+
+    INFRASTRUCTURE = "infrastructure"
+    READ = "read"
 
 
 class OutcomeKind(StrEnum):
@@ -114,6 +138,47 @@ class OutcomeKind(StrEnum):
     ERROR = "error"
     #: not an attempt outcome: the broker did not take a message (rows stay in SQL)
     PUBLISH_ERROR = "publish_error"
+
+    @property
+    def outcome_class(self) -> OutcomeClass:
+        """The infrastructure's or the read's (``INFRASTRUCTURE_KINDS``)."""
+        return outcome_class(self)
+
+
+#: The outcomes of the infrastructure: every other ``OutcomeKind`` is the read's.
+INFRASTRUCTURE_KINDS = frozenset({
+    OutcomeKind.UPSTREAM_UNREACHABLE,  # the server is down or unreachable
+    OutcomeKind.TIMEOUT,  # the server did not answer in time
+    OutcomeKind.SERVER_ERROR,  # the server failed (5xx)
+    OutcomeKind.THROTTLED,  # the endpoint kept rate limiting
+    OutcomeKind.WORKER_LOST,  # a worker died or lost its lease
+    OutcomeKind.DB_ERROR,  # the store failed
+    OutcomeKind.CANCELLED,  # interrupted (Ctrl-C, a warm shutdown) or the run cancelled
+    OutcomeKind.PAUSED,  # the run paused (breaker, budget): not charged
+    OutcomeKind.NOT_SERVED,  # the worker's server does not serve the run's model
+    OutcomeKind.UNAUTHORIZED,  # the worker's API key was refused
+    OutcomeKind.IMAGE_UNREACHABLE,  # an image's host did not answer the worker
+    OutcomeKind.ERROR,  # a configuration error
+    OutcomeKind.PUBLISH_ERROR,  # the broker did not take a message
+})
+
+#: The read's outcomes: its answer, or a failure the decision itself would meet again.
+READ_KINDS = frozenset({
+    OutcomeKind.OK,  # answered
+    OutcomeKind.BAD_REQUEST,  # the server refused this read (4xx): a prompt too long, ...
+    OutcomeKind.MALFORMED_RESPONSE,  # a row or a label logprob missing from the answer
+    OutcomeKind.REFUSED,  # a decision endpoint declined the question
+    OutcomeKind.REJECTED,  # the input cannot be read (a bad line, a bad image)
+    OutcomeKind.IMAGE_CHANGED,  # the image is not the one submitted
+    OutcomeKind.POISON,  # still unanswered at the attempt cap
+})
+
+
+def outcome_class(kind: str) -> OutcomeClass:
+    """The class of an outcome kind as stored (``attempts.outcome``, ``last_error_kind``): a
+    kind this version does not know is the read's (counted where a user looks, not hidden)."""
+    return (OutcomeClass.INFRASTRUCTURE if kind in INFRASTRUCTURE_KINDS
+            else OutcomeClass.READ)
 
 
 class DreadsError(Exception):

@@ -1,7 +1,8 @@
 """The live view of a run: ``dreads status --json`` plus what the run page shows beside it
-(per-cell open decisions, the latest reason of each failure kind, rejected decisions, label
-mass warnings, the report link once nothing is left to run). Its ``status`` is the run's
-state (``app.store.states``), as everywhere."""
+(per-cell open decisions, the latest reason of each failure kind with its class, read or
+infrastructure, rejected decisions, label mass warnings, the report link once nothing is left
+to run); ``infrastructure`` (from status) says what the infrastructure did, never per cell.
+Its ``status`` is the run's state (``app.store.states``), as everywhere."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from app.errors import outcome_class
 from app.store.live import latest_failures, rejected_decisions
 from app.store.runs import RunInfo
 from app.store.states import OPEN
@@ -32,7 +34,8 @@ def live_view(session: Session, run: RunInfo) -> dict[str, Any]:
         cell["open"] = sum(by_cell.get((cell["cell"], s), 0) for s in OPEN)
     view["settled"] = report.total - report.remaining
     view["spend_line"] = report.spend_line
-    view["failures"] = _failures(session, run.id, view["cells"])
+    view["failures"] = _failures(session, run.id, view["cells"],
+                                 report.infrastructure.by_kind())
     view["rejected"] = [{"decision": r.decision, "cell": r.cell, "reason": r.reason,
                          "replicates": list(r.replicates)}
                         for r in rejected_decisions(session, run.id, limit=REJECTED_SHOWN)]
@@ -45,13 +48,18 @@ def live_view(session: Session, run: RunInfo) -> dict[str, Any]:
     return view
 
 
-def _failures(session: Session, run_id: int, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _failures(session: Session, run_id: int, cells: list[dict[str, Any]],
+              infrastructure: dict[str, int]) -> list[dict[str, Any]]:
+    """Failed attempts by kind with their class (``OutcomeClass``): the read's summed over the
+    cells, then the infrastructure's (the run's), each with its latest reason."""
     counts: dict[str, int] = {}
     for cell in cells:
         for kind, n in cell["failures"].items():
             counts[kind] = counts.get(kind, 0) + n
+    counts.update(infrastructure)
     latest = latest_failures(session, run_id)
-    return [{"kind": kind, "count": n, "latest": latest[kind].detail if kind in latest else "",
+    return [{"kind": kind, "class": outcome_class(kind).value, "count": n,
+             "latest": latest[kind].detail if kind in latest else "",
              "decision": latest[kind].decision if kind in latest else ""}
             for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "changed_report",
     "counts_text",
     "duration",
+    "infrastructure_lines",
     "json_text",
     "next_steps",
     "problems_table",
@@ -202,7 +203,7 @@ def runs_table(overview: list[RunOverview]) -> Table:
 
 
 def cells_table(report: RunStatusReport) -> Table:
-    table = Table(title="per cell", title_justify="left")
+    table = Table(title="per cell (failures: the read's own)", title_justify="left")
     for name in ("cell", "total", "done", "unanswered", "failures", "low mass", "argmax≠label"):
         table.add_column(name, justify="left" if name in ("cell", "failures") else "right")
     for c in report.cells:
@@ -225,9 +226,19 @@ def status_view(report: RunStatusReport) -> Group:
     if report.pause is not None:
         parts.append(Text(f"paused: {report.pause['reason']}", style="bold yellow"))
     parts.append(cells_table(report))
+    parts += infrastructure_lines(report.infrastructure.lines())
     if report.reasons:
         parts.append(reasons_table([r.as_dict() for r in report.reasons]))
     return Group(*parts)
+
+
+def infrastructure_lines(lines: Sequence[str]) -> list[Text]:
+    """The infrastructure's events of a run (``app.store.infrastructure``), a line each, under
+    a heading; "none" when nothing happened to it."""
+    head = Text("infrastructure (not counted against any cell):", style="bold")
+    if not lines:
+        return [Text.assemble(head, " none")]
+    return [head, *(Text(f"  {line}", style="yellow") for line in lines)]
 
 
 def answers_file(run: str, fmt: str = "jsonl", sources: Iterable[str] = ()) -> str:

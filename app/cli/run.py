@@ -489,6 +489,8 @@ def _summary(factory: SessionFactory, name: str, json_out: bool, db: Path) -> No
                   f"{render.counts_text(status.counts)}",
                   highlight=False)
     console.print(render.cells_table(status))
+    if status.infrastructure.lines():
+        console.print(*render.infrastructure_lines(status.infrastructure.lines()), sep="\n")
     if status.reasons:
         console.print(render.reasons_table([r.as_dict() for r in status.reasons]))
     console.print(f"reads: {status.spend.total.reads:,} (requests to the model server); "

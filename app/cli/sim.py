@@ -89,6 +89,10 @@ def sim(
     low_mass_rate: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="Argmax not a label, low label mass (every delivery).",
         rich_help_panel=_FAULTS)] = 0.0,
+    low_mass_marker: Annotated[str | None, typer.Option(
+        help="Every read whose prompt contains this text answers with low label mass and an "
+             "argmax that is not a label (every delivery): put the text in one cell's states "
+             "to plant a cell whose reads are really worse.", rich_help_panel=_FAULTS)] = None,
     down_for: Annotated[float, typer.Option(
         min=0.0, help="Refuse connections for SECONDS at start.", rich_help_panel=_FAULTS)]
     = 0.0,
@@ -143,7 +147,8 @@ def sim(
             tokenizer=tokenizer, vocab=vocab, noise=noise, separation=separation,
             miscalibration=miscalibration, key_path=key, step_ms=step_ms, max_batch=max_batch,
             fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
-            low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
+            low_mass_rate=low_mass_rate, low_mass_marker=low_mass_marker,
+            down_for_s=down_for, seed=seed,
             engine_model=_engine_model(engine, model), engine_device=device,
             engine_dtype=dtype, api_key=api_key, default_temperature=generation_temperature,
             decision_rps=decision_rps, decision_max_concurrent=decision_max_concurrent,

@@ -1,11 +1,19 @@
-"""What went wrong, per cell: unanswered questions, failures by kind, low-mass draws, draws.
+"""What went wrong with the reads, per cell: unanswered questions, the read's failures by kind,
+low-mass draws, draws.
 
 A draw is one question read once (a joint read gives one per question of its canvas); a read
-is a request sent to the model server. A cell is flagged when one of its rates (unanswered,
-failed attempts, draws with label mass below 0.5, draws whose argmax is not a label) stands
-far above the rate of the other cells: a one-sided exact binomial test, Bonferroni-corrected
-over the cells (``metrics.flag_outlier_rates``). The field report's 56 unanswered of ~1,653
-in one cell against 0 elsewhere is such a cell.
+is a request sent to the model server. Only the read's own outcomes are a cell's
+(``app.errors.OutcomeClass``): a worker lost, an interruption, a pause or an outage is the
+run's, reported on its own (``app.store.infrastructure``), never here.
+
+A cell is flagged when one of its rates over DECISIONS stands far above the rate of the other
+cells: decisions the read failed (rejected, failed for a read's reason, a question refused),
+decisions with an answer of label mass below 0.5, decisions with an answer whose argmax is not
+a label. Decisions ended by the infrastructure, cancelled or still open are not counted; the
+replicate copies of one rejected line are one decision. The test: one-sided exact binomial
+against the other cells' pooled rate, Holm-corrected over the cells
+(``scores.flag_outlier_rates``). The field report's 56 unanswered of ~1,653 in one cell
+against 0 elsewhere is such a cell.
 """
 
 from __future__ import annotations
@@ -13,19 +21,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.errors import OutcomeClass, outcome_class
 from app.report import scores as m
 from app.report.figures import by_cell, count_values, quantiles
 from app.report.load import CellCounts, QuestionRow
+from app.store.records import DecisionStatus
+from app.store.status_sql import LOW_MASS
 
-__all__ = ["FLAG_RATES", "diagnostics"]
+__all__ = ["FLAG_METHOD", "FLAG_RATES", "diagnostics", "read_decisions"]
 
-#: flag name -> (numerator, denominator) keys of a cell's diagnostics
+#: flag name -> (numerator, denominator) keys of a cell's diagnostics: decisions, never
+#: attempts or draws
 FLAG_RATES: dict[str, tuple[str, str]] = {
-    "unanswered": ("unanswered", "questions"),
-    "failures": ("failed_attempts", "attempts"),
-    "low_label_mass": ("low_mass_draws", "mass_draws"),
-    "argmax_not_label": ("argmax_not_label_draws", "label_draws"),
+    "read_failures": ("read_failed_decisions", "read_decisions"),
+    "low_label_mass": ("low_mass_decisions", "decisions_with_mass"),
+    "argmax_not_label": ("argmax_not_label_decisions", "decisions_with_argmax"),
 }
+#: How a cell is flagged, as the report names it.
+FLAG_METHOD = ("one-sided exact binomial test of each cell's rate against the other cells' "
+               "pooled rate, over decisions, Holm-corrected over the cells")
 _STDERR_Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 
 
@@ -46,7 +60,8 @@ def diagnostics(
         label_draws=sum(_known(c.label_draws, c) for c in cells.values()),
     )
     flagged = _flag_cells(per_cell, alpha)
-    return {"overall": _cell_diag(rows, total), "cells": per_cell, "flagged": flagged}
+    return {"overall": _cell_diag(rows, total), "cells": per_cell, "flagged": flagged,
+            "flag_method": f"{FLAG_METHOD} (alpha {alpha:g})"}
 
 
 def _sum_failures(cells: Any) -> dict[str, int]:
@@ -55,6 +70,48 @@ def _sum_failures(cells: Any) -> dict[str, int]:
         for kind, n in (c.failures or {}).items():
             out[kind] = out.get(kind, 0) + n
     return dict(sorted(out.items()))
+
+
+def _read_failures(failures: Mapping[str, int] | None) -> dict[str, int]:
+    """The read's own failed attempts by kind (the infrastructure's are not a cell's)."""
+    return {k: n for k, n in sorted((failures or {}).items())
+            if outcome_class(k) is OutcomeClass.READ}
+
+
+def read_decisions(rows: Sequence[QuestionRow]) -> dict[str, int]:
+    """A cell's decisions as the flags count them: the read decided, the read failed, with a
+    low-mass answer, with an answer whose argmax is not a label, and the denominators of the
+    last two. A decision is (line, replicate), except that the replicate copies of a rejected
+    line are one (rejected once, at submit); one ended by the infrastructure (its retries
+    spent on a worker lost, an outage...), cancelled or still open is not the read's."""
+    decisions: dict[tuple[str, int], list[QuestionRow]] = {}
+    for r in rows:
+        replicate = -1 if r.status == DecisionStatus.REJECTED else r.replicate
+        decisions.setdefault((r.decision_key, replicate), []).append(r)
+    out = dict.fromkeys(("read_decisions", "read_failed_decisions", "low_mass_decisions",
+                         "decisions_with_mass", "argmax_not_label_decisions",
+                         "decisions_with_argmax"), 0)
+    for questions in decisions.values():
+        first = questions[0]
+        if not _read_decided(first):
+            continue
+        out["read_decisions"] += 1
+        out["read_failed_decisions"] += any(q.unanswered for q in questions)
+        masses = [q.label_mass for q in questions if q.label_mass is not None]
+        out["decisions_with_mass"] += bool(masses)
+        out["low_mass_decisions"] += any(mass < LOW_MASS for mass in masses)
+        argmax = [q.argmax_is_label for q in questions if q.argmax_is_label is not None]
+        out["decisions_with_argmax"] += bool(argmax)
+        out["argmax_not_label_decisions"] += not all(argmax)
+    return out
+
+
+def _read_decided(row: QuestionRow) -> bool:
+    """The decision ended, and not by the infrastructure (nor cancelled)."""
+    if row.status in (DecisionStatus.DONE, DecisionStatus.REJECTED):
+        return True
+    return (row.status == DecisionStatus.FAILED
+            and outcome_class(row.error_kind or "") is OutcomeClass.READ)
 
 
 def _known(count: int | None, cell: CellCounts) -> int:
@@ -68,8 +125,9 @@ def _rate(num: int, den: int) -> float | None:
 
 def _cell_diag(rows: Sequence[QuestionRow], counts: CellCounts) -> dict[str, Any]:
     answered = [r for r in rows if r.answered]
-    failures = dict(sorted((counts.failures or {}).items()))
+    failures = _read_failures(counts.failures)
     failed = sum(failures.values())
+    read_attempts = counts.attempts - sum((counts.failures or {}).values()) + failed
     decisions = {(r.decision_key, r.replicate): r.status for r in rows}
     return {
         "questions": len(rows), "answered": len(answered),
@@ -85,8 +143,10 @@ def _cell_diag(rows: Sequence[QuestionRow], counts: CellCounts) -> dict[str, Any
         "argmax_not_label_draws": counts.argmax_not_label_draws,
         "argmax_not_label_share": _rate(counts.argmax_not_label_draws,
                                         _known(counts.label_draws, counts)),
-        "attempts": counts.attempts, "failed_attempts": failed,
-        "failure_rate": _rate(failed, counts.attempts), "failures": failures,
+        # attempts the read decided (the infrastructure's are the run's: ``infrastructure``)
+        "attempts": read_attempts, "failed_attempts": failed,
+        "failure_rate": _rate(failed, read_attempts), "failures": failures,
+        **read_decisions(rows),
         "draws_mean": _mean([r.draws for r in answered if r.draws is not None]),
         "draws": count_values(r.draws for r in answered),
         "stop_reasons": count_values(r.stop_reason for r in answered),

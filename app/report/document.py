@@ -19,10 +19,14 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
     cross_fitted {method, folds, ece}: without --calibration, the yes/no ECE of a 5-fold
                   cross-fitted isotonic map of the run itself; null with it, or too few labels
     diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
-                  rate, others_rate, p_value}]}
+                  rate, others_rate, p_value}], flag_method} (the read's failures only)
     against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
                   cells: {cell: PAIR}}}; PAIR = {a: BLOCK, b: BLOCK, diff: {figure: a - b}}
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
+    infrastructure  {attempts, unanswered, kinds: [{kind, attempts, decisions, recovered, open,
+                 unanswered}], pauses: [{kind, reason, paused_at, resumed_at}], lines}: what
+                 the infrastructure did to the run (a worker lost, an interruption, a pause,
+                 an outage), never a cell's (``app.store.infrastructure``, as status says it)
     headline     the figures every rendering leads with (headline.py): identity {run, model,
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
                  noul {n, positives, auc, recall, recall_hits, top_share, ...} or null,
@@ -39,7 +43,10 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
                  draw_rows (a draw: one question read once; a read is a request sent to the
                  model server, counted in spend), mass_draws, low_mass_draws/_share,
                  label_draws, argmax_not_label_draws/_share, attempts,
-                 failed_attempts, failure_rate, failures {kind: n}, draws_mean,
+                 failed_attempts, failure_rate, failures {kind: n} (the read's attempts),
+                 read_decisions, read_failed_decisions, low_mass_decisions,
+                 decisions_with_mass, argmax_not_label_decisions, decisions_with_argmax
+                 (decisions, as the flags count them), draws_mean,
                  draws {n: count}, stop_reasons, stderr {p50, p90, p99, max}, flags
 """
 
@@ -74,7 +81,7 @@ from app.report.spend import spend_section
 from app.store.report_rows import run_by_id
 from app.store.spend import spend_of
 from app.store.types import Session
-from app.store.views import failure_reasons
+from app.store.views import failure_reasons, infrastructure
 
 __all__ = ["FORMAT", "build_report", "calibrate_rows", "calibrated_rows", "cross_fitted_rows",
            "report_from_rows", "report_with_rows", "summarize_run"]
@@ -194,6 +201,7 @@ def report_with_rows(
         "calibrated": None, "calibration_source": None, "cross_fitted": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
         "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
+        "infrastructure": infrastructure(session, data.run.id).as_dict(),
         "spend": spend_section(spend_of(session, data.run.id)),
     }
     if calibration is not None and calibrated is not None:

@@ -48,14 +48,25 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("argmax≠label", "draws whose most likely token at the slot is not an allowed label."),
     ("unanswered", "questions whose decision finished without an answer (failed, rejected or "
      "cancelled); in flight ones may still be answered."),
-    ("failed attempts", "attempts to answer a decision that failed, by kind; a decision is "
+    ("failed attempts", "attempts to answer a decision that failed for a reason of the read "
+     "(a malformed or refused read, a rejected input, the poison cap), by kind; a decision is "
      "retried until it is answered or reaches the poison cap."),
+    ("read failed", "decisions of a cell that ended without an answer, or with a question "
+     "refused, for a reason of the read, of the decisions the read decided (those ended by "
+     "the infrastructure, cancelled or in flight left out); a rejected line is one decision "
+     "however many replicates it has."),
+    ("infrastructure", "attempts ended by something around the read: a worker lost, an "
+     "interruption (Ctrl-C), a pause by the breaker or budget, a server, broker or database "
+     "outage, a model not served. Counted for the run with what became of their decisions, "
+     "never against a cell."),
     ("draws, stop reasons", "draws per answer, each with different noise, and why drawing "
      "stopped (agreed, max_draws, near_certain)."),
     ("stderr", "standard error of P(yes) over an answer's draws, at the 50th and 90th "
      "percentile."),
-    ("flag", "a cell whose unanswered, failure, low label mass or argmax≠label rate stands far "
-     "above the other cells' (one-sided exact binomial test, Bonferroni-corrected)."),
+    ("flag", "a cell whose share of decisions the read failed, with label mass below 0.5, or "
+     "with an argmax that is not a label stands far above the other cells' (one-sided exact "
+     "binomial test against the other cells' pooled share, Holm-corrected over the cells): "
+     "worth a look; the infrastructure's failures never flag a cell."),
     ("|ΔP|", "with --against, how far two runs' answers to one question are apart: the total "
      "variation distance of their probabilities; for yes/no, the difference of P(yes)."),
     ("accuracy, log loss, MAE of level", "choice and score questions: the share answered "

@@ -22,6 +22,7 @@ from app.report.html_tables import (
     against_tables,
     diagnostics_table,
     figure_tables,
+    infrastructure_list,
     reasons_table,
     review_lists,
     spend_table,
@@ -78,10 +79,12 @@ def _card(item: HeadlineItem) -> str:
 def _flagged(doc: Mapping[str, Any]) -> str:
     items = "".join(
         f"<li>cell {escape(f['cell'])}: {escape(f['flag'])} {f['count']}/{f['total']} "
-        f"({pct(f['rate'])} against {pct(f['others_rate'])} in the other cells, "
+        f"decisions ({pct(f['rate'])} against {pct(f['others_rate'])} in the other cells, "
         f"p = {f['p_value']:.2g})</li>"
         for f in doc["diagnostics"]["flagged"])
-    return f'<ul class="flags">{items}</ul>' if items else ""
+    method = doc["diagnostics"].get("flag_method")
+    note = f'<p class="note">flags: {escape(method)}</p>' if method else ""
+    return f'<ul class="flags">{items}</ul>{note}' if items else ""
 
 
 def _headline(doc: Mapping[str, Any]) -> str:
@@ -123,7 +126,9 @@ def _top(doc: Mapping[str, Any]) -> list[str]:
 def _details(doc: Mapping[str, Any]) -> list[str]:
     flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
     out = ['<h2 id="per-cell">figures per cell</h2>', *figure_tables(doc, flags),
-           "<h2>diagnostics per cell</h2>", diagnostics_table(doc["diagnostics"])]
+           "<h2>diagnostics per cell</h2>", diagnostics_table(doc["diagnostics"]),
+           '<h2 id="infrastructure">infrastructure (not counted against any cell)</h2>',
+           infrastructure_list(doc.get("infrastructure"))]
     if doc.get("reasons"):
         out += ["<h2>why decisions failed or were rejected</h2>", reasons_table(doc["reasons"])]
     if doc.get("spend"):

@@ -21,7 +21,8 @@ from app.report.labels import (
 from app.report.spend import SPEND_COLUMNS, spend_rows
 from app.report.tables import block_cells, fmt, pct
 
-__all__ = ["against_tables", "diagnostics_table", "figure_tables", "reasons_table",
+__all__ = ["against_tables", "diagnostics_table", "figure_tables", "infrastructure_list",
+           "reasons_table",
            "review_lists", "spend_table"]
 
 
@@ -164,7 +165,7 @@ def _count_rate(count: int, rate: float | None) -> str:
 def _diag_cells(d: Mapping[str, Any]) -> list[str]:
     return [
         fmt(d["questions"]), _count_rate(d["unanswered"], d["unanswered_rate"]),
-        fmt(d["in_flight"]),
+        fmt(d["in_flight"]), _read_failed(d),
         f"{d['failed_attempts']}/{d['attempts']}: "
         + (", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"),
         _count_rate(d["low_mass_draws"], d["low_mass_share"]),
@@ -175,6 +176,23 @@ def _diag_cells(d: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _read_failed(d: Mapping[str, Any]) -> str:
+    """Decisions the read failed of those it decided (what the read_failures flag tests)."""
+    if "read_decisions" not in d:
+        return "-"
+    return f"{d['read_failed_decisions']}/{d['read_decisions']}"
+
+
+def infrastructure_list(infra: Mapping[str, Any] | None) -> str:
+    """What the infrastructure did to the run, an item each (``app.store.infrastructure``'s
+    words, as ``dreads status`` says them): never a cell's."""
+    lines = (infra or {}).get("lines") or []
+    if not lines:
+        return '<p class="note">none: no attempt was ended by the infrastructure</p>'
+    items = "".join(f"<li>{escape(line)}</li>" for line in lines)
+    return f'<ul class="infrastructure">{items}</ul>'
+
+
 def diagnostics_table(diag: Mapping[str, Any]) -> str:
     """Per cell: unanswered, failures by kind, low label mass, argmax, draws, stderr."""
     rows = []
@@ -182,7 +200,8 @@ def diagnostics_table(diag: Mapping[str, Any]) -> str:
         label = cell + (" ⚑ " + ", ".join(d["flags"]) if d["flags"] else "")
         cls = "flag" if d["flags"] else ("overall" if cell == "overall" else "")
         rows.append(_row([label, *_diag_cells(d)], cls))
-    return _table(["cell", "questions", "unanswered", "in flight", "failed attempts",
+    return _table(["cell", "questions", "unanswered", "in flight", "read failed (decisions)",
+                   "failed attempts (the read's)",
                    "label mass <0.5", "argmax≠label", "draws mean", "stop reasons",
                    "stderr p50, p90"], rows)
 

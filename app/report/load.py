@@ -68,6 +68,8 @@ class QuestionRow:
     stop_reason: str | None = None
     #: the decision's images as stored at submit (reference, sha256); () for text
     images: tuple[StoredImage, ...] = ()
+    #: why the decision last failed (``OutcomeKind``), None when it never did
+    error_kind: str | None = None
 
     @property
     def unanswered(self) -> bool:
@@ -145,7 +147,7 @@ def _decision_rows(decision: Any, answers: Mapping[str, Any],
         "decision_key": decision.key, "replicate": decision.replicate,
         "cell": decision.cell if decision.cell is not None else NO_CELL,
         "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
-        "status": shown, "images": _images(payload),
+        "status": shown, "images": _images(payload), "error_kind": decision.last_error_kind,
     }
     questions, expected = _parsed(payload)
     for question in questions:

@@ -24,6 +24,7 @@ __all__ = [
     "ece",
     "false_positives",
     "flag_outlier_rates",
+    "holm_reject",
     "log_loss_true",
     "mae",
     "positive_rank_percentiles",
@@ -203,20 +204,35 @@ def flag_outlier_rates(
 
     Each group's count is tested against the pooled rate of the others (smoothed by half an
     event, so that "0 everywhere else" is a small rate, not an impossible one) with a one-sided
-    exact binomial test, Bonferroni-corrected over the groups. Only excess is flagged: a cell
+    exact binomial test; the p-values are Holm-corrected over the groups tested (the family-wise
+    error stays under ``alpha`` however many cells a run has). Only excess is flagged: a cell
     with fewer failures than the rest is not a problem to look at. Returns (flagged, p-value)
     per group; nothing is flagged with a single group or no events at all.
     """
     total_k, total_n = int(sum(counts)), int(sum(totals))
     if len(counts) < 2 or total_k == 0:
         return [(False, None) for _ in counts]
-    corrected = alpha / len(counts)
-    out: list[tuple[bool, float | None]] = []
+    p_values: list[float | None] = []
     for k, n in zip(counts, totals, strict=True):
         if not n:
-            out.append((False, None))
+            p_values.append(None)
             continue
         others = (total_k - k + 0.5) / (total_n - n + 1)
-        p_value = float(binomtest(int(k), int(n), min(others, 1.0), alternative="greater").pvalue)
-        out.append((p_value < corrected, p_value))
-    return out
+        p_values.append(float(binomtest(int(k), int(n), min(others, 1.0),
+                                        alternative="greater").pvalue))
+    flagged = holm_reject([p for p in p_values if p is not None], alpha)
+    hits = iter(flagged)
+    return [(False, None) if p is None else (next(hits), p) for p in p_values]
+
+
+def holm_reject(p_values: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's step-down procedure: which hypotheses to reject at family-wise level ``alpha``
+    (the smallest p-value against alpha/m, the next against alpha/(m-1), ... until one is
+    kept)."""
+    m = len(p_values)
+    reject = [False] * m
+    for rank, i in enumerate(sorted(range(m), key=lambda j: p_values[j])):
+        if p_values[i] > alpha / (m - rank):
+            break
+        reject[i] = True
+    return reject

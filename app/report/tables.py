@@ -26,6 +26,7 @@ __all__ = [
     "diagnostics_tables",
     "fmt",
     "headline_table",
+    "infrastructure_view",
     "pct",
     "reasons_table",
     "report_view",
@@ -121,8 +122,9 @@ def pct(value: float | None) -> str:
 def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
     """Per cell: unanswered and failures by kind; then the draws (label mass, stop, stderr)."""
     rows = [*diag["cells"].items(), ("overall", diag["overall"])]
-    lost = Table(title="unanswered and failures per cell", title_justify="left")
-    for name in ("cell", "questions", "unanswered", "in flight", "failed attempts", "flags"):
+    lost = Table(title="unanswered and failures per cell (the read's)", title_justify="left")
+    for name in ("cell", "questions", "unanswered", "in flight", "read failed",
+                 "failed attempts", "flags"):
         lost.add_column(name, justify="left" if name in ("cell", "failed attempts", "flags")
                         else "right", no_wrap=name == "cell")
     reads = Table(title="draws per cell", title_justify="left")
@@ -135,7 +137,7 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
         flags = ", ".join(d["flags"])
         lost.add_row(escape(cell), fmt(d["questions"]),
                      f"{d['unanswered']} ({pct(d['unanswered_rate'])})", fmt(d["in_flight"]),
-                     f"{d['failed_attempts']}/{d['attempts']}: {failures}",
+                     _read_failed(d), f"{d['failed_attempts']}/{d['attempts']}: {failures}",
                      Text(flags, style="bold red") if flags else "")
         reads.add_row(escape(cell), fmt(d["draw_rows"]), pct(d["low_mass_share"]),
                       pct(d["argmax_not_label_share"]), fmt(d["draws_mean"]),
@@ -155,10 +157,31 @@ def _confusion(kind: QuestionKind, conf: Mapping[str, Any]) -> Table:
     return table
 
 
+def _read_failed(d: Mapping[str, Any]) -> str:
+    """Decisions the read failed of those it decided (what the read_failures flag tests)."""
+    if "read_decisions" not in d:
+        return "-"
+    return f"{d['read_failed_decisions']}/{d['read_decisions']}"
+
+
 def _flag_lines(diag: Mapping[str, Any]) -> list[RenderableType]:
-    return [Text(f"⚑ cell {f['cell']!r}: {f['flag']} {f['count']}/{f['total']} "
-                 f"({pct(f['rate'])}) against {pct(f['others_rate'])} in the other cells "
-                 f"(p = {f['p_value']:.2g})", style="red") for f in diag["flagged"]]
+    lines: list[RenderableType] = [
+        Text(f"⚑ cell {f['cell']!r}: {f['flag']} {f['count']}/{f['total']} decisions "
+             f"({pct(f['rate'])}) against {pct(f['others_rate'])} in the other cells "
+             f"(p = {f['p_value']:.2g})", style="red") for f in diag["flagged"]]
+    if lines and diag.get("flag_method"):
+        lines.append(Text(f"flags: {diag['flag_method']}", style="dim"))
+    return lines
+
+
+def infrastructure_view(infra: Mapping[str, Any] | None) -> list[RenderableType]:
+    """What the infrastructure did to the run, a line each (``app.store.infrastructure``'s
+    words, as ``dreads status`` prints them): never a cell's."""
+    head = Text("infrastructure (not counted against any cell):", style="bold")
+    lines = (infra or {}).get("lines") or []
+    if not lines:
+        return [Text.assemble(head, " none")]
+    return [head, *(Text(f"  {line}", style="yellow") for line in lines)]
 
 
 def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
@@ -338,6 +361,7 @@ def report_view(doc: Mapping[str, Any]) -> Group:
     flags = {c: d["flags"] for c, d in doc["diagnostics"]["cells"].items()}
     parts += _typed_tables(doc, params, flags)
     parts += diagnostics_tables(doc["diagnostics"])
+    parts += infrastructure_view(doc.get("infrastructure"))
     if doc.get("reasons"):
         parts.append(reasons_table(doc["reasons"]))
     if doc.get("spend"):

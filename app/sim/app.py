@@ -254,6 +254,9 @@ class SimApp:
         pairs, prompt_ids = self._prompt(body, chat=chat, images=images)
         rows = self._fit_context(len(prompt_ids), spec.rows)
         fault = self.faults.draw(raw)
+        if fault is None and self._marked_low_mass(raw):
+            fault = "low_mass"
+            self.faults.injected[fault] += 1
         if fault == "fail":
             raise _Reply(500, error_body("dreads sim: injected internal server error", None, 500))
         if fault == "hang":
@@ -265,6 +268,11 @@ class SimApp:
         engine = await self.engine_rows(body, spec, chat=chat) if self.engine_rows else None
         return self._answer(spec, rows, pairs, prompt_ids, chat=chat, fault=fault,
                             engine_rows=engine, images=tuple(i.sha256 for i in images))
+
+    def _marked_low_mass(self, raw: bytes) -> bool:
+        """The read carries ``--low-mass-marker``'s text (as the request's JSON spells it)."""
+        marker = self.options.low_mass_marker
+        return bool(marker) and orjson.dumps(marker)[1:-1] in raw
 
     async def _images(self, body: dict[str, Any]) -> tuple[SimImage, ...]:
         """The read's images, fetched and checked (a 400 as vLLM's, otherwise)."""

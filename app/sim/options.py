@@ -28,6 +28,9 @@ class SimOptions:
     hang_rate: float = 0.0  #: no answer (until the client gives up) on the first delivery
     malformed_rate: float = 0.0  #: a slot row without one label, first delivery
     low_mass_rate: float = 0.0  #: argmax not a label, low label mass (every delivery)
+    #: every read whose request contains this text gets low label mass (every delivery): put it
+    #: in one cell's states to plant a cell whose reads are really worse
+    low_mass_marker: str | None = None
     down_for_s: float = 0.0  #: refuse connections for this long after start
     hang_s: float = 600.0  #: longest a hanging request waits for the client to give up
     seed: int = 0

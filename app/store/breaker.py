@@ -4,13 +4,15 @@
                       first (a range scan of ``ix_attempts_run_id``), with the newest detail
                       of each kind
     pause_run         ``runs.status`` active -> paused with its kind and reason: one UPDATE
-                      guarded by the status, so of several workers tripping at once one wins
+                      guarded by the status, so of several workers tripping at once one wins;
+                      the pause is kept in ``run_pauses`` (its history)
     run_status_of     the run's ``runs.status`` (read in the caller's transaction; locked
                       for the breaker's check)
     pause_reason      why the run is paused (None: it is not); pause_kind what paused it
     unpause_run       paused -> active, the reason cleared, the breaker's count started over
                       after the run's last attempt, and its queued decisions back to pending
-                      (their messages were consumed while it was paused) for the next sweep
+                      (their messages were consumed while it was paused) for the next sweep;
+                      its ``run_pauses`` row marked resumed
 
 The decision to trip is ``app.runs.breaker``'s.
 """
@@ -22,10 +24,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, func, insert, select, update
 
 from app.store import dialects
-from app.store.models import Attempt, Decision, DecisionStatus, Run, RunStatus
+from app.store.models import Attempt, Decision, DecisionStatus, Run, RunPause, RunStatus
 from app.store.types import Session
 
 __all__ = ["RecentOutcomes", "pause_kind", "pause_reason", "pause_run", "recent_outcomes",
@@ -88,7 +90,11 @@ def pause_run(session: Session, run_id: int, *, kind: str, reason: str, now: dat
             .values(status=RunStatus.PAUSED, pause_kind=kind, pause_reason=reason[:2000],
                     paused_at=now)
             .returning(Run.id).execution_options(synchronize_session=False))
-    return session.execute(stmt).first() is not None
+    if session.execute(stmt).first() is None:
+        return False
+    session.execute(insert(RunPause).values(run_id=run_id, kind=kind, reason=reason[:2000],
+                                            paused_at=now))
+    return True
 
 
 def unpause_run(session: Session, run_id: int) -> bool:
@@ -100,6 +106,10 @@ def unpause_run(session: Session, run_id: int) -> bool:
             .returning(Run.id).execution_options(synchronize_session=False))
     if session.execute(stmt).first() is None:
         return False
+    session.execute(update(RunPause)
+                    .where(RunPause.run_id == run_id, RunPause.resumed_at.is_(None))
+                    .values(resumed_at=func.now())
+                    .execution_options(synchronize_session=False))
     session.execute(update(Decision)
                     .where(Decision.run_id == run_id, Decision.status == DecisionStatus.QUEUED)
                     .values(status=DecisionStatus.PENDING, enqueued_at=None)

@@ -46,6 +46,7 @@ __all__ = [
     "Draw",
     "OutcomeKind",
     "Run",
+    "RunPause",
     "RunSource",
     "RunSpend",
     "RunStatus",
@@ -102,6 +103,22 @@ class RunSource(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
                                         primary_key=True)
     path: Mapped[str] = mapped_column(Text, primary_key=True)
+
+
+class RunPause(Base):
+    """One pause of a run, kept after it goes on: what paused it (``PauseKind``), why, when,
+    and when it went on (None: still paused). ``runs.pause_*`` say only the current pause; the
+    infrastructure section of status and report counts these (``app.store.infrastructure``)."""
+
+    __tablename__ = "run_pauses"
+    __table_args__ = (Index("ix_run_pauses_run", "run_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))  #: PauseKind
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    resumed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class RunSpend(Base):

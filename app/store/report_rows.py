@@ -36,10 +36,11 @@ def run_by_id(session: Session, run_id: int) -> Run | None:
 
 
 def decision_rows(session: Session, run_id: int) -> Iterator[Any]:
-    """(id, key, replicate, cell, payload, status) of every decision of the run, by id."""
+    """(id, key, replicate, cell, payload, status, last_error_kind) of every decision of the
+    run, by id."""
     query = (
         select(Decision.id, Decision.key, Decision.replicate, Decision.cell,
-               DecisionPayload.payload, Decision.status)
+               DecisionPayload.payload, Decision.status, Decision.last_error_kind)
         .join(DecisionPayload, DecisionPayload.decision_id == Decision.id)
         .where(Decision.run_id == run_id)
         .order_by(Decision.id)

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from app.errors import OutcomeKind
+from app.errors import INFRASTRUCTURE_KINDS, OutcomeKind
+from app.store.infrastructure import InfrastructureEvents, infrastructure_events
 from app.store.records import DecisionStatus, RunInfo
 from app.store.spend_sql import RunSpendTotals, all_spend, run_spend
 from app.store.states import (
@@ -78,10 +79,13 @@ SELECT d.cell, count(a.id),
        sum(CASE WHEN a.argmax_is_label IS FALSE THEN 1 ELSE 0 END)
 FROM answers AS a JOIN decisions AS d ON d.id = a.decision_id
 WHERE a.run_id = :run AND d.status IN ({settled}) GROUP BY d.cell"""
+#: Per cell: failed attempts of the read's own kinds (the infrastructure's are the run's, not a
+#: cell's: ``app.store.infrastructure``).
 CELL_FAILURES = f"""
 SELECT d.cell, a.outcome, count(*)
 FROM attempts AS a JOIN decisions AS d ON d.id = a.decision_id
-WHERE a.run_id = :run AND a.outcome <> '{OutcomeKind.OK}' GROUP BY d.cell, a.outcome"""
+WHERE a.run_id = :run AND a.outcome <> '{OutcomeKind.OK}'
+  AND a.outcome NOT IN ({_quoted(INFRASTRUCTURE_KINDS)}) GROUP BY d.cell, a.outcome"""
 FINISHED_SINCE = f"""
 SELECT sum(CASE WHEN finished_at >= :since_1m THEN 1 ELSE 0 END),
        sum(CASE WHEN finished_at >= :since_5m THEN 1 ELSE 0 END)
@@ -107,7 +111,7 @@ class CellStats:
     done: int = 0
     questions: int = 0  #: questions of settled decisions
     unanswered: int = 0  #: of those, questions with no answer (``states``)
-    failures: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  #: the read's failed attempts by kind
     low_mass: int = 0
     argmax_not_label: int = 0
 
@@ -146,6 +150,8 @@ class RunStatusReport:
     active_5m_s: float = 300.0
     reasons: list[ReasonGroup] = field(default_factory=list)
     spend: RunSpendTotals = field(default_factory=RunSpendTotals)
+    #: what the infrastructure did to the run: never a cell's
+    infrastructure: InfrastructureEvents = field(default_factory=InfrastructureEvents)
 
     @property
     def total(self) -> int:
@@ -202,6 +208,7 @@ class RunStatusReport:
                 "rate_per_s": round(self.rate_per_s, 3), "eta_s": self.eta_s,
                 "cells": [c.as_dict() for c in self.cells],
                 "reasons": [r.as_dict() for r in self.reasons],
+                "infrastructure": self.infrastructure.as_dict(),
                 "spend": self.spend.as_dict(done=self.counts.get(DecisionStatus.DONE, 0),
                                             total=self.total)}
 
@@ -283,12 +290,12 @@ def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> 
         run=run, counts=status_counts(reader, run), cells=cell_stats(reader, run),
         finished_1m=finished_1m, finished_5m=finished_5m, active_1m_s=active_1m,
         active_5m_s=active_5m, reasons=failure_reasons(reader, run.id),
-        spend=run_spend(reader, run.id))
+        spend=run_spend(reader, run.id), infrastructure=infrastructure_events(reader, run.id))
 
 
 def cell_stats(reader: Reader, run: RunInfo) -> list[CellStats]:
     """Per cell, by name: decisions, done, questions of settled decisions and those with no
-    answer (``states``), failed attempts by kind, low mass, argmax not a label."""
+    answer (``states``), the read's failed attempts by kind, low mass, argmax not a label."""
     cells: dict[str, CellStats] = {}
 
     def cell(name: str | None) -> CellStats:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.store import dialects, status_sql
 from app.store.export_shapes import mean_level, option_of, question_shapes
+from app.store.infrastructure import InfrastructureEvents, infrastructure_events
 from app.store.models import (
     Answer,
     Decision,
@@ -43,6 +44,7 @@ __all__ = [
     "RunStatusReport",
     "SessionReader",
     "failure_reasons",
+    "infrastructure",
     "is_settled",
     "iter_export",
     "list_runs",
@@ -104,6 +106,12 @@ def run_status(session: Session, run: RunInfo, *, now: datetime | None = None) -
 def failure_reasons(session: Session, run_id: int, *, limit: int = 10) -> list[ReasonGroup]:
     """Why decisions ended failed or rejected, grouped by kind and reason (numbers blanked)."""
     return status_sql.failure_reasons(SessionReader(session), run_id, limit=limit)
+
+
+def infrastructure(session: Session, run_id: int) -> InfrastructureEvents:
+    """What the infrastructure did to the run: attempts it ended, their decisions' fate, its
+    pauses (``app.store.infrastructure``; status shows the same)."""
+    return infrastructure_events(SessionReader(session), run_id)
 
 
 def list_runs(session: Session) -> list[RunOverview]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from app.errors import StoreError
+from app.errors import OutcomeClass, StoreError
 from app.store.db import session_scope
 from app.store.states import RunState
 from app.store.types import SessionFactory
@@ -80,6 +80,33 @@ def _families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
     yield from _run_families(snapshot)
     yield from _spend_families(snapshot)
     yield from _cell_families(snapshot)
+    yield from _failure_families(snapshot)
+
+
+def _failure_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
+    """Failed attempts split as everywhere (``app.errors.OutcomeClass``): the read's per cell,
+    the infrastructure's for the run alone (``cell=""``: never a cell's), and the run's
+    pauses."""
+    failures = GaugeMetricFamily("dreads_run_failures", "Failed attempts recorded in SQL, by "
+                                 "kind and class: read (per cell) or infrastructure (the "
+                                 "run's: cell is empty).", labels=["run", "cell", "kind", "class"])
+    pauses = GaugeMetricFamily("dreads_run_pauses", "Pauses of the run so far, by what paused "
+                               "it (breaker, budget) and whether it went on (resumed 1|0).",
+                               labels=["run", "kind", "resumed"])
+    for item in snapshot:
+        name, report = item.report.run.name, item.report
+        for cell in report.cells:
+            for kind, n in cell.failures.items():
+                failures.add_metric([name, cell.cell, kind, OutcomeClass.READ], n)
+        for kind, n in report.infrastructure.by_kind().items():
+            failures.add_metric([name, "", kind, OutcomeClass.INFRASTRUCTURE], n)
+        counted: dict[tuple[str, str], int] = {}
+        for pause in report.infrastructure.pauses:
+            key = (pause.kind, "1" if pause.resumed_at is not None else "0")
+            counted[key] = counted.get(key, 0) + 1
+        for (kind, resumed), n in sorted(counted.items()):
+            pauses.add_metric([name, kind, resumed], n)
+    yield from (failures, pauses)
 
 
 def _spend_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
@@ -141,8 +168,6 @@ def _cell_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
     decisions = GaugeMetricFamily("dreads_run_decisions", "Decisions of the run by cell and "
                                   "status (pending, queued, leased, done, failed, rejected, "
                                   "cancelled).", labels=["run", "cell", "status"])
-    failures = GaugeMetricFamily("dreads_run_failures", "Failed attempts recorded in SQL, by "
-                                 "cell and failure kind.", labels=["run", "cell", "kind"])
     low_mass = GaugeMetricFamily("dreads_run_low_label_mass_answers", "Answers kept whose "
                                  "label mass is under 0.5, by cell.", labels=["run", "cell"])
     not_label = GaugeMetricFamily("dreads_run_argmax_not_label_answers", "Answers kept whose "
@@ -157,10 +182,8 @@ def _cell_families(snapshot: list[RunSnapshot]) -> Iterator[Metric]:
         for (cell_name, status), n in sorted(item.by_cell.items()):
             decisions.add_metric([name, cell_name, status], n)
         for cell in item.report.cells:
-            for kind, n in cell.failures.items():
-                failures.add_metric([name, cell.cell, kind], n)
             low_mass.add_metric([name, cell.cell], cell.low_mass)
             not_label.add_metric([name, cell.cell], cell.argmax_not_label)
             answers.add_metric([name, cell.cell], cell.questions)
             unanswered.add_metric([name, cell.cell], cell.unanswered)
-    yield from (decisions, failures, low_mass, not_label, answers, unanswered)
+    yield from (decisions, low_mass, not_label, answers, unanswered)

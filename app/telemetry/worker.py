@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 from app.engine import Answer
+from app.errors import outcome_class
 from app.store.views import LOW_MASS as LOW_LABEL_MASS
 
 __all__ = [
@@ -40,7 +41,8 @@ READ_SECONDS = Histogram(
     ["run"], buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0))
 ATTEMPTS = Counter(
     "dreads_decision_attempts", "Decision attempts recorded in SQL, by outcome kind (ok: the "
-    "decision was answered; else the failure kind of its attempt row).", ["run", "outcome"])
+    "decision was answered; else the failure kind of its attempt row), with its class: read "
+    "or infrastructure (app.errors.OutcomeClass).", ["run", "outcome", "class"])
 ANSWERS = Counter("dreads_answers", "Answers kept (one per question of a decision answered "
                   "first), by the draw policy's stop reason.", ["run", "stop_reason"])
 ANSWER_DRAWS = Histogram("dreads_answer_draws", "Draws behind each answer kept (a draw: the "
@@ -89,7 +91,7 @@ def record_read(run: str, outcome: str, seconds: float) -> None:
 
 def record_attempt(run: str, outcome: str) -> None:
     """Called once per attempt row written (the SQL ``attempts`` table counts the same)."""
-    ATTEMPTS.labels(run, outcome).inc()
+    ATTEMPTS.labels(run, outcome, outcome_class(outcome)).inc()
 
 
 def record_answers(run: str, answers: Iterable[Answer]) -> None:

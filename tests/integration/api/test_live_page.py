@@ -51,13 +51,15 @@ for (const tr of document.querySelectorAll("#cells tr[data-cell]")) {
 }
 const failures = {};
 for (const tr of document.querySelectorAll("#failures tr[data-kind]")) {
-  failures[tr.dataset.kind] = [parseInt(tr.cells[1].textContent, 10), tr.cells[2].textContent];
+  failures[tr.dataset.kind] = [parseInt(tr.cells[2].textContent, 10), tr.cells[3].textContent,
+                               tr.cells[1].textContent];
 }
 return {
   status: document.getElementById("run-status").textContent,
   done: num("done"), total: num("total"), remaining: num("remaining"),
   failed: num("failed"), rejected: num("rejected"), cells: cells, failures: failures,
   rejections: document.getElementById("rejections").textContent,
+  infrastructure: [...document.querySelectorAll("#infrastructure li")].map((l) => l.textContent),
   warnings: [...document.querySelectorAll("#warnings .warn")].map((w) => w.textContent),
   report: !document.getElementById("report-link").hidden,
 };
@@ -136,8 +138,13 @@ def test_live_page_follows_a_run_and_matches_status(
     for cell in status["cells"]:
         for kind, n in cell["failures"].items():
             by_kind[kind] = by_kind.get(kind, 0) + n
-    assert {k: n for k, (n, _) in page["failures"].items()} == by_kind
-    assert by_kind.get("server_error", 0) > 0 and page["failures"]["server_error"][1]
+    infrastructure = {k["kind"]: k["attempts"] for k in status["infrastructure"]["kinds"]}
+    assert {k: n for k, (n, _, _) in page["failures"].items()} == by_kind | infrastructure
+    # a 500 is the server's: the run's infrastructure, never a cell's failure
+    assert "server_error" not in by_kind and infrastructure.get("server_error", 0) > 0
+    _, latest, shown_class = page["failures"]["server_error"]
+    assert latest and shown_class == "infrastructure"
+    assert page["infrastructure"] == status["infrastructure"]["lines"]
     assert "too-long" in page["rejections"] and "1024" in page["rejections"]
     flagged = {c["cell"] for c in status["cells"]
                if c["questions"] > c["unanswered"]

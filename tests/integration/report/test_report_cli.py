@@ -108,7 +108,8 @@ def test_rich_output_shows_figures_cells_and_flags(report_db: DB) -> None:
                  "unanswered and failures per cell", "calibration per question",
                  "false pos. >0.70"):
         assert text in out, text
-    assert re.search(r"⚑ cell 'wording-b': unanswered 25/300", out)
+    assert re.search(r"⚑ cell 'wording-b': read_failures 25/300 decisions", out)
+    assert "infrastructure (not counted against any cell): none" in out
     assert "wording-a'" not in out  # the cell doing better than the rest is not flagged
 
 

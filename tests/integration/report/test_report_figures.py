@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix, log_loss, roc_auc_score
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.errors import InputError
 from app.report.document import build_report, summarize_run
 from app.report.figures import Params
+from app.report.html import render_html
+from app.report.load import load_run_rows, resolve_run
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, Run
 from tests.fixtures.report_db import RunBuilder
@@ -93,8 +96,10 @@ def test_choice_and_score_figures(report_db: DB) -> None:
                                "score": 2}
 
 
-def _cells_run(session: Session, name: str, outlier_missing: int) -> None:
-    """Five cells of 200 questions; cell "e" loses ``outlier_missing`` of them."""
+def _cells_run(session: Session, name: str, outlier_missing: int,
+               kind: str = "malformed_response") -> None:
+    """Five cells of 200 questions; cell "e" loses ``outlier_missing`` of them, each after
+    three attempts failed with ``kind``; cell "a" has one stray server error."""
     rng = np.random.default_rng(7)
     b = RunBuilder(session, name)
     for cell in "abcde":
@@ -103,7 +108,7 @@ def _cells_run(session: Session, name: str, outlier_missing: int) -> None:
             lost = cell == "e" and i < outlier_missing
             b.noul(f"{cell}{i}", None if lost else float(rng.beta(2 + 3 * y, 5 - 3 * y)),
                    "yes" if y else "no", cell=cell,
-                   failures=["timeout"] * 3 if lost else (["server_error"] if i == 7 else []))
+                   failures=[kind] * 3 if lost else (["server_error"] if i == 7 else []))
 
 
 def test_outlier_cell_is_flagged(report_db: DB) -> None:
@@ -114,15 +119,65 @@ def test_outlier_cell_is_flagged(report_db: DB) -> None:
     diag = doc["diagnostics"]
     e = diag["cells"]["e"]
     assert (e["questions"], e["unanswered"]) == (200, 12)
-    assert e["failures"] == {"timeout": 36}  # its decision 7 is among the lost ones
-    assert diag["cells"]["a"]["failures"] == {"server_error": 1}
-    assert diag["cells"]["a"]["failure_rate"] == pytest.approx(1 / 201)
-    assert set(e["flags"]) == {"unanswered", "failures"}
+    assert e["failures"] == {"malformed_response": 36}  # its decision 7 is among the lost
+    assert (e["read_failed_decisions"], e["read_decisions"]) == (12, 200)
+    # a server error is the infrastructure's: not a cell's failure, counted for the run
+    assert diag["cells"]["a"]["failures"] == {}
+    assert diag["cells"]["a"]["failure_rate"] == 0.0
+    assert {k["kind"]: k["attempts"] for k in doc["infrastructure"]["kinds"]} == {
+        "server_error": 4}
+    assert set(e["flags"]) == {"read_failures"}
     assert all(not diag["cells"][c]["flags"] for c in "abcd")
-    assert {(f["cell"], f["flag"]) for f in diag["flagged"]} == {("e", "unanswered"),
-                                                                ("e", "failures")}
+    assert {(f["cell"], f["flag"], f["count"], f["total"]) for f in diag["flagged"]} == {
+        ("e", "read_failures", 12, 200)}
+    assert "Holm" in diag["flag_method"]
     assert diag["overall"]["unanswered"] == 12
     assert diag["cells"]["a"]["decision_statuses"] == {"done": 200}
+
+
+def test_a_cell_the_infrastructure_failed_is_not_flagged(report_db: DB) -> None:
+    """The same lost decisions, ended by an outage (timeouts at the attempt cap): the run's
+    infrastructure section counts them, no cell is flagged."""
+    _, factory = report_db
+    with session_scope(factory) as session:
+        _cells_run(session, "outage", outlier_missing=12, kind="timeout")
+        doc = build_report(session, "outage")
+    diag = doc["diagnostics"]
+    assert diag["flagged"] == [] and diag["cells"]["e"]["failures"] == {}
+    assert diag["cells"]["e"]["unanswered"] == 12  # a fact of the cell, not its fault
+    timeouts = next(k for k in doc["infrastructure"]["kinds"] if k["kind"] == "timeout")
+    assert (timeouts["attempts"], timeouts["decisions"], timeouts["unanswered"]) == (36, 12, 12)
+    # the page says it on its own, never on a cell's row
+    with session_scope(factory) as session:
+        rows = load_run_rows(session, resolve_run(session, "outage")).rows
+    page = render_html(doc, rows)
+    section = page[page.index('id="infrastructure"'):]
+    assert ("36 attempts failed: the model server did not answer in time: 12 decisions: "
+            "0 recovered, 12 ended unanswered") in section
+    assert "4 attempts failed: the model server answered 5xx: 4 decisions, all recovered" in \
+        section
+    assert "⚑" not in page
+
+
+def test_replicate_copies_of_a_rejected_line_are_one_decision(report_db: DB) -> None:
+    """One bad line under five replicates is one rejected decision, not five: no flag."""
+    _, factory = report_db
+    with session_scope(factory) as session:
+        b = RunBuilder(session, "replicated", replicates=5)
+        for cell in "abcd":
+            for i in range(40):
+                for rep in range(5):
+                    b.noul(f"{cell}{i}", 0.8 if i % 2 else 0.2, "yes" if i % 2 else "no",
+                           cell=cell, replicate=rep)
+        for rep in range(5):
+            b.noul("bad", None, None, cell="a", replicate=rep, failures=["rejected"])
+        session.flush()
+        session.execute(update(Decision).where(Decision.key == "bad")
+                        .values(status="rejected"))
+        doc = build_report(session, "replicated")
+    a = doc["diagnostics"]["cells"]["a"]
+    assert (a["read_failed_decisions"], a["read_decisions"]) == (1, 201)
+    assert doc["diagnostics"]["flagged"] == []
 
 
 def test_no_flag_when_cells_are_alike(report_db: DB) -> None:

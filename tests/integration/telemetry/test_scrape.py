@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from app.errors import outcome_class
 from app.store.db import session_scope
 from app.store.models import Answer
 from app.store.spend import spend_of
@@ -152,6 +153,10 @@ def test_worker_counts_equal_sql(faulty_run: FaultyRun) -> None:
         scraped[kind] = scraped.get(kind, 0.0) + n
     scraped = {k: v for k, v in scraped.items() if v}  # series exported at zero from the start
     assert scraped == {k: float(v) for k, v in attempts.items()}, faulty_run.worker_log[-3000:]
+    for kind, n in worker.by("dreads_decision_attempts_total", "outcome", run="faulty").items():
+        if n:
+            assert worker.total("dreads_decision_attempts_total", run="faulty", outcome=kind,
+                                **{"class": outcome_class(kind).value}) == n
     assert worker.total("dreads_answers_total", run="faulty") == faulty_run.answers
     assert worker.total("dreads_answers_low_label_mass_total", run="faulty") == \
         faulty_run.low_mass
@@ -168,6 +173,13 @@ def test_api_gauges_equal_sql_behind_the_key(faulty_run: FaultyRun) -> None:
     assert faulty_run.api_denied == 403, "the API's metrics need its key"
     failures = api.by("dreads_run_failures", "kind", run="faulty")
     assert failures == {k: float(v) for k, v in attempts.items() if k != "ok"}
+    # each kind carries its class; the infrastructure's are the run's (no cell)
+    classes: dict[str, float] = {}
+    for kind, n in failures.items():
+        classes[outcome_class(kind).value] = classes.get(outcome_class(kind).value, 0.0) + n
+    assert api.by("dreads_run_failures", "class", run="faulty") == classes
+    assert set(api.by("dreads_run_failures", "cell", run="faulty",
+                      **{"class": "infrastructure"})) <= {""}
     assert api.total("dreads_run_low_label_mass_answers", run="faulty") == faulty_run.low_mass
     assert api.total("dreads_run_remaining_decisions", run="faulty") == 0
     assert api.total("dreads_run_decisions_per_second", run="faulty") > 0

@@ -204,3 +204,23 @@ async def test_down_answers_503_until_up(asgi_client: AsgiClient, body: dict[str
     assert (await client.post(CHAT, json=body)).status_code == 503
     await client.post("/sim/up")
     assert (await client.post(CHAT, json=body)).status_code == 200
+
+
+async def test_low_mass_marker_strikes_only_the_reads_that_carry_it(
+        asgi_client: AsgiClient, standin_tokenizer: HFTextTokenizer) -> None:
+    """``--low-mass-marker``: the reads of the states that contain the text (one cell's) get
+    low label mass on every delivery; the others are read as usual."""
+    client = asgi_client(low_mass_marker="murky wording")
+    marked = {**DECISION, "state": "Clause 4.2 in murky wording: the tenant pays."}
+
+    def mass(answer: dict[str, Any], body: dict[str, Any]) -> float:
+        entry = answer["choices"][0]["logprobs"]["content"][SLOT]
+        labels = {f"token_id:{i}" for i in body["logprob_token_ids"]}
+        return sum(math.exp(t["logprob"]) for t in entry["top_logprobs"] if t["token"] in labels)
+
+    plain_body = read_body(standin_tokenizer)
+    marked_body = read_body(standin_tokenizer, decision=marked)
+    for _ in range(2):
+        assert mass((await client.post(CHAT, json=marked_body)).json(), marked_body) < 0.2
+    assert mass((await client.post(CHAT, json=plain_body)).json(), plain_body) > 0.8
+    assert (await client.get("/sim/stats")).json()["faults"]["low_mass"] == 2
