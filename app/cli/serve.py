@@ -172,7 +172,8 @@ def serve(
         config = serve_config(
             env, upstream=url, settings=settings, database_url=db_url, engine=choice,
             executor=executor.value, broker_url=broker, record_run=record,
-            max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key)
+            max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key,
+            host=host or env.api_host)
         if url == "sim" and sim_key:
             _check_answer_key(sim_key)
         _check_store(db_url)
