@@ -29,11 +29,14 @@ from app.api.site_guard import HostGuard, SiteGuard
 from app.api.state import build_state
 from app.api.systemone_body import document_systemone_body
 from app.telemetry import RunMetrics
+from app.upstream.log_redaction import redact_logs
 
 __all__ = ["create_app", "create_app_from_env"]
 
 
 def create_app(config: ServeConfig) -> FastAPI:
+    redact_logs()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:

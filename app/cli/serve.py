@@ -152,6 +152,7 @@ def serve(
     from app.api import create_app
     from app.api.config import serve_config, serve_upstream
     from app.config import get_settings, run_env
+    from app.engine import redact_url
     from app.runs.settings import wait_served_settings
 
     env = get_settings()
@@ -179,8 +180,9 @@ def serve(
         _check_store(db_url)
     _configure_logging(log_level)
     where = f"http://{host or env.api_host}:{port or env.api_port}"
-    err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "
-                      f"store {db_url.split('://')[0]}); docs at {where}/docs"
+    err_console.print(f"dreads serve: {settings.model} via {redact_url(url)} "
+                      f"({config.executor} executor, store {db_url.split('://')[0]}); "
+                      f"docs at {where}/docs"
                       + ("" if config.api_key else "; no API key set (DREADS_API_KEY)"),
                       highlight=False, soft_wrap=True)
     uvicorn.run(create_app(config), host=host or env.api_host, port=port or env.api_port,

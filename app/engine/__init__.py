@@ -41,7 +41,7 @@ from app.engine.questions import (
     parse_decision,
     parse_question,
 )
-from app.engine.redact import redact_url, without_credentials
+from app.engine.redact import redact_url, redacted_values, without_credentials
 from app.engine.settings_hash import (
     SettingChange,
     changed_batch_invariance,
@@ -195,6 +195,7 @@ __all__ = [
     "plan_decision",
     "plans_reads",
     "redact_url",
+    "redacted_values",
     "register_kind",
     "register_source",
     "resolve_unit",

@@ -12,9 +12,11 @@ the whole message: it finds the URLs in any text); a URL written to the store is
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["MASK", "SECRET_PARAMS", "redact_url", "without_credentials"]
+__all__ = ["MASK", "SECRET_PARAMS", "redact_url", "redacted_values", "without_credentials"]
 
 MASK = "***"  #: what a secret is shown as
 
@@ -60,3 +62,10 @@ def without_credentials(url: str) -> str:
                 if k.lower() not in SECRET_PARAMS]
         query = urlencode(kept)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redacted_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (a run's settings) with ``redact_url`` applied to each text value, for
+    showing."""
+    return {key: redact_url(value) if isinstance(value, str) else value
+            for key, value in values.items()}
