@@ -40,13 +40,18 @@ class Executor(StrEnum):
 
 
 def check_exposure(host: str, api_key: str | None, *, insecure: bool) -> None:
-    """Refuse an open API beyond this machine, and a placeholder key (unless ``insecure``).
+    """Refuse an open API beyond this machine, and a placeholder key (unless ``insecure``);
+    a key shorter than ``MIN_SECRET_CHARS`` beyond this machine (``insecure`` or not).
 
     Raises:
         ConfigError: what to set instead.
     """
-    from app.cli.flower import PLACEHOLDER_PASSWORDS, is_loopback
+    from app.cli.flower import MIN_SECRET_CHARS, PLACEHOLDER_PASSWORDS, is_loopback
 
+    if api_key and not is_loopback(host) and len(api_key) < MIN_SECRET_CHARS:
+        raise ConfigError(f"DREADS_API_KEY has {len(api_key)} characters; dreads serve on {host} "
+                          f"needs at least {MIN_SECRET_CHARS} (python3 -c \"import secrets; "
+                          "print(secrets.token_urlsafe(32))\")")
     if insecure:
         return
     if not api_key and not is_loopback(host):
