@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     #: Bearer key of a decision endpoint that answers runs (``--answer-by systemone|decisions``):
     #: sent on every request to it, never stored with the run or in the database.
     answer_api_key: SecretStr | None = None
+    #: The decision endpoint ``DREADS_ANSWER_API_KEY`` belongs to: the key is sent to this
+    #: server only (same scheme, host and port; unset: ``DREADS_UPSTREAM``), and it is the
+    #: default ``--answer-url`` of runs answered by a decision endpoint.
+    answer_url: str | None = None
+    #: ``dreads serve``: further decision endpoints ``POST /v1/runs`` may name as
+    #: ``answer_url``, separated by commas (besides the upstream and ``DREADS_ANSWER_URL``);
+    #: the answer key is not sent to them.
+    answer_urls: str | None = None
     #: A decision endpoint's request timeout, and how long its transient failures (refused
     #: connections, 5xx, 429/503/529 with their retry-after) are retried before the attempt
     #: counts as failed.
@@ -137,6 +145,14 @@ class Settings(BaseSettings):
     engine_max_batch: Annotated[int, Field(ge=1)] = 64
     #: ``dreads serve``: bearer key every /v1 route requires (unset: no authentication).
     api_key: str | None = None
+    #: ``dreads serve``: further names the server answers for in the ``Host`` header, separated
+    #: by commas (``dreads.example.org``, ``*.proxy.example.net``; ``*``: any). Loopback names,
+    #: the bound address and, bound to every interface, this machine's name and addresses are
+    #: always accepted.
+    allowed_hosts: str | None = None
+    #: ``dreads serve``: further web origins (``https://app.example.org``) that may send
+    #: POST, PUT, PATCH and DELETE requests, separated by commas; the server's own always may.
+    allowed_origins: str | None = None
     #: ``dreads serve``: address and port.
     api_host: str = "127.0.0.1"
     api_port: int = 8000

@@ -63,6 +63,9 @@ def make_celery(*, broker_url: str | None = None, settings: Settings | None = No
     """The worker's ``Celery("dreads")``: ``app.broker.celery_config`` plus the task module
     (``workers.tasks``); ``broker_url`` overrides the settings' broker. Publishers use the
     send-only ``app.broker.client.make_client`` instead."""
+    from app.upstream.log_redaction import redact_logs
+
+    redact_logs()  # a broker, database or upstream URL's password never in a worker's log
     settings = settings or get_settings()
     celery = Celery("dreads", include=["workers.tasks"])
     config = celery_config(settings)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.config import Settings
-from app.engine import ReadRequest, ReadSettings, TextTokenizer, build_probe_request
+from app.engine import ReadRequest, ReadSettings, TextTokenizer, build_probe_request, redact_url
 from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 from app.upstream.base import Upstream
 
@@ -87,20 +87,22 @@ def wait_upstream_ready(settings: Settings, *, max_wait_s: float | None = None) 
     tokenizer = make_tokenizer(settings)
     probe = make_probe(settings, tokenizer)
     while True:
-        log.info("worker %s waits for its upstream %s", os.getpid(), settings.upstream)
+        log.info("worker %s waits for its upstream %s", os.getpid(),
+                 redact_url(settings.upstream))
         try:
             asyncio.run(_wait_once(settings, probe, READY_ROUND_S))
             return settings
         except UpstreamRejected as exc:
             raise ConfigError(
-                f"the upstream {settings.upstream} refused the probe read ({exc.message}); "
+                f"the upstream {redact_url(settings.upstream)} refused the probe read "
+                f"({exc.message}); "
                 "check DREADS_MODEL, DREADS_CANVAS and DREADS_TOKENIZER against the server"
             ) from exc
         except UpstreamUnavailable as exc:
             log.warning("upstream not ready yet: %s", exc.message)
         if max_wait_s is not None and time.monotonic() - started > max_wait_s:
-            raise ConfigError(f"the upstream {settings.upstream} was not ready within "
-                              f"{max_wait_s:.0f} s; start it or fix DREADS_UPSTREAM")
+            raise ConfigError(f"the upstream {redact_url(settings.upstream)} was not ready "
+                              f"within {max_wait_s:.0f} s; start it or fix DREADS_UPSTREAM")
 
 
 def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None) -> Settings:
@@ -120,13 +122,13 @@ def adopt_served_defaults(settings: Settings, *, max_wait_s: float | None = None
             if max_wait_s is not None and time.monotonic() - started > max_wait_s:
                 raise
             log.info("worker %s waits for its upstream %s to list its model: %s",
-                     os.getpid(), settings.upstream, exc.message)
+                     os.getpid(), redact_url(settings.upstream), exc.message)
             time.sleep(min(5.0, READY_ROUND_S))
     if not update:
         return settings
     adopted = settings.model_copy(update=update)
-    log.info("upstream %s serves %s; tokenizer %s", settings.upstream, adopted.model,
-             adopted.tokenizer)
+    log.info("upstream %s serves %s; tokenizer %s", redact_url(settings.upstream),
+             adopted.model, adopted.tokenizer)
     return adopted
 
 

@@ -25,14 +25,18 @@ from fastapi import FastAPI
 from app.api import decisions, pages, runs, systemone, telemetry
 from app.api.config import ServeConfig
 from app.api.middleware import BodyGuard, RequestContext
+from app.api.site_guard import HostGuard, SiteGuard
 from app.api.state import build_state
 from app.api.systemone_body import document_systemone_body
 from app.telemetry import RunMetrics
+from app.upstream.log_redaction import redact_logs
 
 __all__ = ["create_app", "create_app_from_env"]
 
 
 def create_app(config: ServeConfig) -> FastAPI:
+    redact_logs()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
@@ -54,6 +58,9 @@ def create_app(config: ServeConfig) -> FastAPI:
                        max_upload_bytes=config.max_upload_bytes,
                        upload_paths=frozenset({"/v1/runs"}),
                        openai_paths=frozenset({"/v1/decisions"}))
+    app.add_middleware(SiteGuard, allowed_origins=config.allowed_origins,
+                       openai_paths=frozenset({"/v1/decisions"}))
+    app.add_middleware(HostGuard, allowed=config.allowed_hosts)
     app.add_middleware(RequestContext)
     telemetry.instrument(app)
     document_systemone_body(app)

@@ -7,10 +7,11 @@ not given): ``dreads serve`` passes its flags, ``create_app_from_env`` none.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.api.middleware import MIB
+from app.api.site_guard import LOOPBACK_HOSTS, host_patterns
 from app.connect.factory import UpstreamConfig
 from app.engine import ReadSettings
 from app.errors import ConfigError
@@ -64,6 +65,17 @@ class ServeConfig:
     #: what a ``/v1/systemone`` request's images may be (``DREADS_IMAGE_*``): no local file
     #: unless ``DREADS_IMAGE_DIRS`` allows it
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    #: Host header patterns this server answers for (``app.api.site_guard``): loopback names,
+    #: the bound address, ``DREADS_ALLOWED_HOSTS``
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    #: web origins besides the server's own that may send writes (``DREADS_ALLOWED_ORIGINS``)
+    allowed_origins: tuple[str, ...] = ()
+    #: the server ``DREADS_ANSWER_API_KEY`` is for (``DREADS_ANSWER_URL``): the default
+    #: ``answer_url`` of runs answered by a decision endpoint (None: the upstream)
+    answer_url: str | None = None
+    #: decision endpoints ``POST /v1/runs`` may name as ``answer_url`` besides ``upstream``
+    #: (``DREADS_ANSWER_URL``, ``DREADS_ANSWER_URLS``)
+    answer_urls: tuple[str, ...] = ()
 
     @property
     def sqlite(self) -> bool:
@@ -85,7 +97,7 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
                  engine: UpstreamConfig, executor: str | None = None,
                  broker_url: str | None = None, record_run: str | None = None,
                  max_concurrent: int | None = None, chunk_size: int | None = None,
-                 sim_key: str | None = None) -> ServeConfig:
+                 sim_key: str | None = None, host: str | None = None) -> ServeConfig:
     """The API's configuration: the flags given (None: not given) over ``env``.
 
     Raises:
@@ -101,9 +113,10 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     chosen = executor if executor is not None and executor != "auto" else env.api_executor
     if chosen == "auto":
         chosen = "local" if database_url.startswith("sqlite") else "queue"
+    endpoints = replace(endpoint_options(frozen), key_url=env.answer_url or upstream)
     local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
                            max_in_flight=env.max_in_flight, engine=engine,
-                           endpoints=endpoint_options(frozen), breaker=breaker_policy(frozen),
+                           endpoints=endpoints, breaker=breaker_policy(frozen),
                            gpu_price_hour=env.gpu_price_hour)
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
@@ -116,7 +129,34 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
         local=local, sweep=sweep_policy(frozen, chunk_size=chunk_size),
         celery=_celery(env, broker_url) if chosen == "queue" else None,
-        images=image_policy(frozen))
+        images=image_policy(frozen),
+        allowed_hosts=host_patterns([*bound_names(host or env.api_host),
+                                     *listed(env.allowed_hosts)]),
+        allowed_origins=listed(env.allowed_origins), answer_url=env.answer_url,
+        answer_urls=tuple(u for u in (env.answer_url, *listed(env.answer_urls)) if u))
+
+
+def listed(value: str | None) -> tuple[str, ...]:
+    """A comma-separated setting's items (unset: none)."""
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+
+def bound_names(host: str) -> tuple[str, ...]:
+    """The names a server bound to ``host`` is reached by: the address itself, or, bound to
+    every interface (``0.0.0.0``, ``::``), this machine's name and addresses (a pod's probes
+    and its neighbours use them)."""
+    if host.strip() not in ("", "0.0.0.0", "::", "[::]"):
+        return (host,)
+    import socket
+
+    names = {socket.gethostname()}
+    try:
+        names.add(socket.getfqdn())
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            names.add(str(info[4][0]))
+    except OSError:
+        pass
+    return tuple(sorted(names))
 
 
 def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:

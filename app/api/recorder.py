@@ -27,6 +27,8 @@ from app.store.types import Session, SessionFactory
 __all__ = ["Recorder"]
 
 SOURCE = "POST /v1/systemone"
+#: The sources of runs made of recorded requests (``/v1/systemone``, ``/v1/decisions``).
+RECORDING_SOURCES = ("POST /v1/systemone", "POST /v1/decisions")
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Recorder:
                 info = find_run(session, run)
                 if info is not None:
                     self._ensure(session, run)
-                    _active(info)
+                    _active(_recordable(info))
                 self._checked.add(run)
             if key is not None and run_has_key(session, run, key):
                 raise InputError(f"decision id {key!r} is already recorded in run {run!r}; "
@@ -66,7 +68,7 @@ class Recorder:
         """Write the answered decision into ``run`` (created with ``source`` if new);
         ``{"run", "id", "decision"}``."""
         with session_scope(self.factory, what="recording the answers") as session:
-            info = _active(self._ensure(session, run, source))
+            info = _recordable(_active(self._ensure(session, run, source)))
             row = DecisionRow(key=decision.id, replicate=0, cell=decision.cell, line_no=None,
                               payload=decision_payload(decision),
                               n_questions=len(decision.questions))
@@ -89,6 +91,15 @@ class Recorder:
                              engine=self.engine, source=source, replicates=1,
                              fingerprint=self.fingerprint)
         return info
+
+
+def _recordable(info: RunInfo) -> RunInfo:
+    """A run that holds recorded requests only: a batch run's decisions (and the expected
+    labels its report scores them by) are its job file's, never a request's."""
+    if not (info.source or "").startswith(RECORDING_SOURCES):
+        raise InputError(f"run {info.name!r} holds submitted decisions, not recorded requests; "
+                         "record into a run of its own (another dreads.run name)")
+    return info
 
 
 def _active(info: RunInfo) -> RunInfo:

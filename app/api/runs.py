@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.datastructures import UploadFile
 
+from app.api.answer_urls import check_answer_url
 from app.api.auth import require_key
 from app.api.errors import api_error, raise_for
 from app.api.state import ApiState
@@ -222,7 +223,7 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
 
     def resolve(existing: RunInfo | None) -> Resolved:
         base = _same_model(api, existing) if existing else api.settings
-        settings = params.settings(base, api.config.upstream)
+        settings = params.settings(base, api.config.answer_url or api.config.upstream)
         return Resolved(settings, api.config.upstream, api.config.engine,
                         load_tokenizer(settings.tokenizer),
                         fingerprint=fingerprint if plans_reads(settings.answer_by)
@@ -252,6 +253,7 @@ async def submit(request: Request, params: Annotated[RunParams, Query()], api: A
     """Submit JSON lines (the body, or a multipart ``file``) as run ``run``: the report has
     every refused line with its number and reason (a line that is not UTF-8 included); the good
     lines are stored and run."""
+    check_answer_url(params.answer_url, api.config)
     raw, source = await _spool(request)
     fingerprint = await api.fingerprint()
     try:
@@ -352,6 +354,7 @@ async def resume(run: str, api: Api, params: Annotated[ResumeParams, Query()]
     """Continue a run as ``dreads resume`` does, with the same checks (``app.runs.resume``):
     its settings, its server, then expired leases back to pending and the rest run here or
     re-published to the workers."""
+    check_answer_url(params.answer_url, api.config)
     info = await asyncio.to_thread(_find, api, run)
     options = ResumeOptions(retry_failed=params.retry_failed, dry_run=params.dry_run,
                             force=params.force, requeue_after_s=api.config.sweep.requeue_after_s,

@@ -30,7 +30,7 @@ from app.api.jev import (
 from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
 from app.api.state import ApiState
 from app.api.systemone_body import Parts, read_systemone_body
-from app.engine import Decision, ReadMode
+from app.engine import Decision, ReadMode, redact_url
 from app.engine.template import PromptTooLong
 from app.engine.types import ImageData
 from app.errors import DreadsError, ImageError, InputError, RunSettingsMismatch, StoreError
@@ -67,7 +67,7 @@ Api = Annotated[ApiState, Depends(get_api)]
 async def health(api: Api) -> dict[str, Any]:
     """Liveness, with what this server answers with. Never needs a key, never waits."""
     fingerprint = api.known_fingerprint()
-    return {"status": "ok", "model": api.model, "upstream": api.config.upstream,
+    return {"status": "ok", "model": api.model, "upstream": redact_url(api.config.upstream),
             "upstream_ready": fingerprint is not None, "executor": api.executor.name,
             "in_flight": api.limiter.active,
             "simulator": api.simulator(fingerprint)}
@@ -82,7 +82,7 @@ async def models(api: Api) -> dict[str, Any]:
     day = api.started.isoformat()
     served = {"name": api.model, "release_date": day,
               "description": f"{api.model} through dreads diffusion reads (upstream "
-                             f"{api.config.upstream})"}
+                             f"{redact_url(api.config.upstream)})"}
     aliases = [{"name": alias, "release_date": day, "description": f"alias of {api.model}"}
                for alias in ALIASES]
     created = int(datetime.combine(api.started, datetime.min.time(), UTC).timestamp())

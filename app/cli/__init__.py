@@ -69,6 +69,9 @@ from app.cli import db, engine  # noqa: F401, E402
 def main() -> None:
     """The ``dreads`` entry point: the app, with a last line of defence, so that a user never
     sees a traceback (``DREADS_DEBUG=1`` shows it), and a quick exit."""
+    from app.upstream.log_redaction import redact_logs
+
+    redact_logs()
     atexit.register(_exit_now)
     try:
         run_app()

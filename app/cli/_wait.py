@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from app.cli.options import err_console
-from app.engine import SIM, ReadSettings, plans_reads
+from app.engine import SIM, ReadSettings, plans_reads, redact_url
 from app.errors import ConfigError, UpstreamRejected, UpstreamUnavailable
 
 if TYPE_CHECKING:
@@ -78,8 +78,8 @@ def wait_for_server(url: str, wait_s: float, *, settings: ReadSettings | None,
         return
     started = time.monotonic()
     last = ["no answer yet"]
-    err_console.print(f"waiting up to {wait_s:g}s for {escape(url)}: its model list, then one "
-                      "real read", highlight=False)
+    err_console.print(f"waiting up to {wait_s:g}s for {escape(redact_url(url))}: its model "
+                      "list, then one real read", highlight=False)
     with _status(url, wait_s) as status:
         def progress(_waited: float, why: str) -> None:
             last[0] = why.split("; ", 1)[0]
@@ -93,7 +93,7 @@ def wait_for_server(url: str, wait_s: float, *, settings: ReadSettings | None,
                 f"{url} not ready after {wait_s:g}s ({last[0]}); check the URL, that the "
                 "server finished loading its model (GET /v1/models answers), or wait longer "
                 "(--wait SECONDS)", kind=exc.kind) from exc
-    err_console.print(f"{escape(url)} ready after {time.monotonic() - started:.1f}s",
+    err_console.print(f"{escape(redact_url(url))} ready after {time.monotonic() - started:.1f}s",
                       highlight=False)
 
 

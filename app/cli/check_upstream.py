@@ -152,7 +152,10 @@ def _not_ready(url: str | None, exc: DreadsError, json_out: bool) -> None:
     if json_out:
         typer.echo(orjson.dumps({"ready": False, "kind": exc.kind, "error": exc.message}).decode())
         return
-    err_console.print(f"[red]not ready:[/red] {escape(str(url))}: {escape(exc.message)}; "
+    from app.engine import redact_url
+
+    err_console.print(f"[red]not ready:[/red] {escape(redact_url(str(url)))}: "
+                      f"{escape(exc.message)}; "
                       "check: the URL and port, that vLLM finished loading (GET /v1/models), "
                       "the served model name (--model), the canvas (--canvas) and the "
                       "tokenizer (--tokenizer)", highlight=False, soft_wrap=True)

@@ -27,8 +27,11 @@ from app.cli._app import SERVERS, app
 from app.cli.options import err_console, exit_error
 from app.errors import ConfigError
 
-__all__ = ["PLACEHOLDER_PASSWORDS", "FlowerAuth", "flower", "flower_argv", "is_loopback",
-           "resolve_flower_auth"]
+__all__ = ["MIN_SECRET_CHARS", "PLACEHOLDER_PASSWORDS", "FlowerAuth", "flower", "flower_argv",
+           "is_loopback", "resolve_flower_auth"]
+
+#: The fewest characters of an API key or a Flower password when listening beyond loopback.
+MIN_SECRET_CHARS = 16
 
 #: Passwords that only ever appear in examples and defaults.
 PLACEHOLDER_PASSWORDS = frozenset({
@@ -80,6 +83,9 @@ def resolve_flower_auth(basic_auth: str | None, *, address: str, insecure: bool)
     if not insecure:
         for credential in credentials:
             _refuse_placeholder(credential)
+    if not is_loopback(address):  # --insecure or not: reachable from other machines
+        for credential in credentials:
+            _refuse_short(credential, address)
     return FlowerAuth(credentials)
 
 
@@ -99,6 +105,15 @@ def _parse_credential(part: str) -> str:
         raise ConfigError(f"Flower credentials must look like user:password, got {part.strip()!r}"
                           " (several: user1:pw1,user2:pw2)")
     return f"{user}:{password}"
+
+
+def _refuse_short(credential: str, address: str) -> None:
+    user, _, password = credential.partition(":")
+    if len(password) < MIN_SECRET_CHARS:
+        raise ConfigError(f"the Flower password of user {user!r} has {len(password)} "
+                          f"characters; on {address} it needs at least {MIN_SECRET_CHARS}: set "
+                          "a long random one (python3 -c \"import secrets; "
+                          "print(secrets.token_urlsafe(24))\")")
 
 
 def _refuse_placeholder(credential: str) -> None:

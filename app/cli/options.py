@@ -264,9 +264,13 @@ def cli_errors() -> Iterator[None]:
 
 
 def exit_error(exc: DreadsError, code: int, *, where: str = "") -> NoReturn:
-    """Print ``exc`` as a red error line (``where`` before the message) and exit ``code``."""
+    """Print ``exc`` as a red error line (``where`` before the message; URLs redacted) and
+    exit ``code``."""
     from rich.markup import escape
 
-    err_console.print(f"[red]error:[/red] {escape(where + exc.message)}", highlight=False,
+    from app.engine import redact_url
+
+    err_console.print(f"[red]error:[/red] {escape(redact_url(where + exc.message))}",
+                      highlight=False,
                       soft_wrap=True)
     raise typer.Exit(code) from exc

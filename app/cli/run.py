@@ -362,7 +362,7 @@ def _has_work(job: _Job) -> bool:
 def _say_upstream(job: _Job, url: str, *, simulator: bool) -> None:
     """The run's opening line: who answers (``simulator``: the simulator, in this process or
     a ``dreads sim`` at the URL)."""
-    from app.engine import SIM
+    from app.engine import SIM, redact_url
     from app.runs.embedded import sim_key_path
 
     if job.quiet:
@@ -372,14 +372,15 @@ def _say_upstream(job: _Job, url: str, *, simulator: bool) -> None:
                           f"{job.engine.device} ({job.engine.dtype})", highlight=False)
         return
     if not simulator:
-        err_console.print(f"upstream: {url}", highlight=False)
+        err_console.print(f"upstream: {redact_url(url)}", highlight=False)
         return
     keyed = ""  # a dreads sim started apart answers with the key it was started with
     if job.upstream == SIM:
         key = sim_key_path(job.job_file) if job.job_file else None
         keyed = (f", with the answer key {escape(str(key))}" if key
                  else ", without an answer key (answers are noise)")
-    err_console.print(f"[bold yellow]answers come from the SIMULATOR (dreads sim at {url})"
+    err_console.print("[bold yellow]answers come from the SIMULATOR (dreads sim at "
+                      f"{redact_url(url)})"
                       f"{keyed}; not from a model[/bold yellow]", highlight=False)
 
 
@@ -402,8 +403,10 @@ def _say_endpoint(job: _Job, settings: ReadSettings, url: str, *, simulator: boo
                           f"at {url}), one request per decision; not from a model"
                           "[/bold yellow]", highlight=False)
         return
-    err_console.print(f"answers come from the decision endpoint {url} ({route}, one request "
-                      "per decision)", highlight=False)
+    from app.engine import redact_url
+
+    err_console.print(f"answers come from the decision endpoint {redact_url(url)} ({route}, "
+                      "one request per decision)", highlight=False)
 
 
 def _rate(task: Any) -> Any:

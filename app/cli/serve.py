@@ -40,13 +40,18 @@ class Executor(StrEnum):
 
 
 def check_exposure(host: str, api_key: str | None, *, insecure: bool) -> None:
-    """Refuse an open API beyond this machine, and a placeholder key (unless ``insecure``).
+    """Refuse an open API beyond this machine, and a placeholder key (unless ``insecure``);
+    a key shorter than ``MIN_SECRET_CHARS`` beyond this machine (``insecure`` or not).
 
     Raises:
         ConfigError: what to set instead.
     """
-    from app.cli.flower import PLACEHOLDER_PASSWORDS, is_loopback
+    from app.cli.flower import MIN_SECRET_CHARS, PLACEHOLDER_PASSWORDS, is_loopback
 
+    if api_key and not is_loopback(host) and len(api_key) < MIN_SECRET_CHARS:
+        raise ConfigError(f"DREADS_API_KEY has {len(api_key)} characters; dreads serve on {host} "
+                          f"needs at least {MIN_SECRET_CHARS} (python3 -c \"import secrets; "
+                          "print(secrets.token_urlsafe(32))\")")
     if insecure:
         return
     if not api_key and not is_loopback(host):
@@ -152,6 +157,7 @@ def serve(
     from app.api import create_app
     from app.api.config import serve_config, serve_upstream
     from app.config import get_settings, run_env
+    from app.engine import redact_url
     from app.runs.settings import wait_served_settings
 
     env = get_settings()
@@ -172,14 +178,16 @@ def serve(
         config = serve_config(
             env, upstream=url, settings=settings, database_url=db_url, engine=choice,
             executor=executor.value, broker_url=broker, record_run=record,
-            max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key)
+            max_concurrent=max_concurrent, chunk_size=chunk_size, sim_key=sim_key,
+            host=host or env.api_host)
         if url == "sim" and sim_key:
             _check_answer_key(sim_key)
         _check_store(db_url)
     _configure_logging(log_level)
     where = f"http://{host or env.api_host}:{port or env.api_port}"
-    err_console.print(f"dreads serve: {settings.model} via {url} ({config.executor} executor, "
-                      f"store {db_url.split('://')[0]}); docs at {where}/docs"
+    err_console.print(f"dreads serve: {settings.model} via {redact_url(url)} "
+                      f"({config.executor} executor, store {db_url.split('://')[0]}); "
+                      f"docs at {where}/docs"
                       + ("" if config.api_key else "; no API key set (DREADS_API_KEY)"),
                       highlight=False, soft_wrap=True)
     uvicorn.run(create_app(config), host=host or env.api_host, port=port or env.api_port,

@@ -41,6 +41,7 @@ from app.engine.questions import (
     parse_decision,
     parse_question,
 )
+from app.engine.redact import redact_url, redacted_values, without_credentials
 from app.engine.settings_hash import (
     SettingChange,
     changed_batch_invariance,
@@ -193,6 +194,8 @@ __all__ = [
     "parse_response",
     "plan_decision",
     "plans_reads",
+    "redact_url",
+    "redacted_values",
     "register_kind",
     "register_source",
     "resolve_unit",
@@ -207,4 +210,5 @@ __all__ = [
     "stop_reason",
     "stored_plans_reads",
     "trivial_answer",
+    "without_credentials",
 ]

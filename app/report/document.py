@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.engine import all_kinds, is_simulator
+from app.engine import all_kinds, is_simulator, redacted_values
 from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
@@ -134,7 +134,7 @@ def _run_info(data: RunRows) -> dict[str, Any]:
     fingerprint = dict(run.fingerprint or {})
     return {"id": run.id, "name": run.name, "upstream": run.upstream, "engine": run.engine,
             "replicates": run.replicates, "status": data.state.value,
-            "settings_hash": run.settings_hash, "settings": dict(run.settings or {}),
+            "settings_hash": run.settings_hash, "settings": redacted_values(run.settings or {}),
             "fingerprint": fingerprint or None,
             "created": run.created_at.isoformat() if run.created_at else None,
             "simulator": is_simulator(run.upstream, fingerprint,

@@ -55,6 +55,7 @@ from app.images import ImageCache, ImagePolicy, StoredImage
 from app.runs.endpoint_images import endpoint_image_urls
 from app.upstream.base import Upstream
 from app.upstream.endpoint import DecisionEndpoint
+from app.upstream.urls import key_for
 
 __all__ = ["AnswerSource", "Answered", "EndpointOptions", "EndpointPool", "EndpointSource",
            "ReadsSource",
@@ -238,6 +239,9 @@ class EndpointOptions:
     timeout_s: float = 120.0  #: one request
     give_up_s: float = 300.0  #: transient failures retried this long before the attempt fails
     api_key: str | None = field(default=None, repr=False)
+    #: the server ``api_key`` belongs to (``DREADS_ANSWER_URL``, else the upstream): the key
+    #: goes to a run's endpoint only when it is on that server
+    key_url: str | None = None
     #: where a decision's ``file://`` images may be read from, to send their bytes
     images: ImagePolicy = field(default_factory=ImagePolicy)
 
@@ -276,7 +280,9 @@ class EndpointPool:
             url = self.urls.get(settings.answer_url, settings.answer_url)
             options = self.options
             path = find_source(settings.answer_by).path
-            found = DecisionEndpoint(url, path, api_key=options.api_key, rps=rps,
+            api_key = key_for(settings.answer_url, key=options.api_key,
+                              key_url=options.key_url)
+            found = DecisionEndpoint(url, path, api_key=api_key, rps=rps,
                                      concurrency=concurrency, timeout_s=options.timeout_s,
                                      give_up_s=options.give_up_s)
             self._endpoints[key] = found

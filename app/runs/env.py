@@ -22,6 +22,7 @@ class RunEnv:
     upstream_api_key: str | None  #: unwrapped; None when unset or empty
     upstream_batch_invariant: bool | None
     answer_api_key: str | None  #: unwrapped; None when unset or empty
+    answer_url: str | None  #: where the answer key goes (None: the upstream)
     answer_timeout_s: float
     answer_give_up_s: float
     engine: str

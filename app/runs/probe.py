@@ -29,6 +29,7 @@ from app.engine import (
     build_probe_request,
     changed_batch_invariance,
     changed_fingerprint,
+    redact_url,
 )
 from app.errors import (
     ConfigError,
@@ -123,7 +124,8 @@ class LoadedServer:
 
     def fingerprint(self, settings: ReadSettings, tokenizer: ProbeTokenizer | None) -> Asked:
         if settings.model != self.model:
-            raise UpstreamRejected(f"{self.url} serves {self.model}, not {settings.model!r}",
+            raise UpstreamRejected(f"{redact_url(self.url)} serves {self.model}, not "
+                                   f"{settings.model!r}",
                                    param="model")
         coro = _fingerprint(self.upstream, settings, tokenizer, self.timeout_s)
         return _asked(lambda: _on_loop(coro, self.loop), self.url, self.timeout_s)
@@ -142,7 +144,7 @@ def _asked(ask: Callable[[], ServerFingerprint], url: str, timeout_s: float) -> 
     except UpstreamUnavailable as exc:
         return None, exc.message
     except TimeoutError:
-        return None, f"no answer from {url} within {timeout_s:.0f}s"
+        return None, f"no answer from {redact_url(url)} within {timeout_s:.0f}s"
 
 
 async def _fingerprint(upstream: Upstream, settings: ReadSettings,

@@ -77,23 +77,25 @@ def base_read_settings(overrides: dict[str, Any], *, env: RunEnv, engine: str = 
 def endpoint_read_settings(overrides: dict[str, Any], *, upstream: str,
                            env: RunEnv) -> ReadSettings:
     """The settings of a new run answered by a decision endpoint: ``answer_url`` defaults to
-    ``upstream`` (vLLM's own reader on the same pod); the model, when set neither by flag nor
-    by ``DREADS_MODEL``, is the one the endpoint serves (``GET /v1/models`` with
-    ``DREADS_ANSWER_API_KEY``); no canvas is built here, so the tokenizer is the stand-in
-    unless given.
+    ``DREADS_ANSWER_URL``, else ``upstream`` (vLLM's own reader on the same pod); the model,
+    when set neither by flag nor by ``DREADS_MODEL``, is the one the endpoint serves
+    (``GET /v1/models``, with ``DREADS_ANSWER_API_KEY`` where it is that key's server); no
+    canvas is built here, so the tokenizer is the stand-in unless given.
 
     Raises:
         ConfigError: the endpoint must be asked for its model and cannot be.
     """
     given = dict(overrides)
-    given.setdefault("answer_url", upstream)
+    given.setdefault("answer_url", env.answer_url or upstream)
     given.setdefault("tokenizer", STANDIN)
     settings = replace(ReadSettings(model=env.model, canvas_length=env.canvas), **given)
     if "model" in given or "model" in env.set or settings.answer_url == "sim":
         return settings
     from app.upstream.served import served_identity
+    from app.upstream.urls import key_for
 
-    served = served_identity(settings.answer_url, api_key=env.answer_api_key)
+    served = served_identity(settings.answer_url, api_key=key_for(
+        settings.answer_url, key=env.answer_api_key, key_url=answer_key_url(env)))
     return replace(settings, model=served.model_id)
 
 
@@ -305,7 +307,14 @@ def endpoint_options(env: RunEnv) -> EndpointOptions:
     from app.runs.answer import EndpointOptions
 
     return EndpointOptions(timeout_s=env.answer_timeout_s, give_up_s=env.answer_give_up_s,
-                           api_key=env.answer_api_key, images=image_policy(env))
+                           api_key=env.answer_api_key, key_url=answer_key_url(env),
+                           images=image_policy(env))
+
+
+def answer_key_url(env: RunEnv) -> str:
+    """The server ``DREADS_ANSWER_API_KEY`` is for: ``DREADS_ANSWER_URL``, else the upstream
+    (vLLM's own reader on the same pod)."""
+    return env.answer_url or env.upstream
 
 
 def image_policy(env: RunEnv) -> ImagePolicy:

@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from app.engine import SettingChange, changed_settings
+from app.engine import SettingChange, changed_settings, without_credentials
 from app.errors import InputError, RunSettingsMismatch
 from app.store import dialects
 from app.store.models import (
@@ -66,7 +66,8 @@ class DecisionRow(NamedTuple):
 def run_info(run: Run) -> RunInfo:
     return RunInfo(id=run.id, name=run.name, status=run.status, settings=run.settings,
                    settings_hash=run.settings_hash, fingerprint=run.fingerprint,
-                   upstream=run.upstream, engine=run.engine, source=run.source,
+                   upstream=without_credentials(run.upstream), engine=run.engine,
+                   source=run.source,
                    replicates=run.replicates, created_at=run.created_at,
                    pause_kind=run.pause_kind, pause_reason=run.pause_reason,
                    paused_at=run.paused_at)
@@ -108,7 +109,8 @@ def ensure_run(
     run = _run_named(session, name)
     if run is None:
         run = Run(name=name, status=RunStatus.ACTIVE, settings=dict(settings),
-                  settings_hash=settings_hash, fingerprint=_json(fingerprint), upstream=upstream,
+                  settings_hash=settings_hash, fingerprint=_json(fingerprint),
+                  upstream=without_credentials(upstream),
                   engine=engine, source=source, replicates=replicates)
         session.add(run)
         session.flush()

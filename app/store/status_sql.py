@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from app.engine import redacted_values, without_credentials
 from app.errors import INFRASTRUCTURE_KINDS, OutcomeKind
 from app.store.infrastructure import InfrastructureEvents, infrastructure_events
 from app.store.records import DecisionStatus, RunInfo
@@ -229,7 +230,7 @@ class RunOverview:
         return {"name": run.name, "status": self.state.value,
                 "paused": pause_view(run, self.state),
                 "created": run.created_at.isoformat() if run.created_at else None,
-                "settings": dict(run.settings), "settings_hash": run.settings_hash,
+                "settings": redacted_values(run.settings), "settings_hash": run.settings_hash,
                 "fingerprint": run.fingerprint, "upstream": run.upstream,
                 "simulator": run.simulator, "replicates": run.replicates, "counts": self.counts,
                 "spend": self.spend.as_dict(done=self.counts.get(DecisionStatus.DONE, 0),
@@ -242,7 +243,8 @@ def run_from_row(row: Sequence[Any]) -> RunInfo:
     (run_id, name, status, settings, digest, fingerprint, upstream, engine, source,
      replicates, created_at, pause_kind, pause_reason, paused_at) = row
     return RunInfo(id=int(run_id), name=name, status=status, settings=_json(settings) or {},
-                   settings_hash=digest, fingerprint=_json(fingerprint), upstream=upstream,
+                   settings_hash=digest, fingerprint=_json(fingerprint),
+                   upstream=without_credentials(upstream),
                    engine=engine, source=source, replicates=int(replicates),
                    created_at=_parsed(created_at), pause_kind=pause_kind,
                    pause_reason=pause_reason, paused_at=_parsed(paused_at))

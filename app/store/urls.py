@@ -15,7 +15,6 @@ __all__ = ["DEFAULT_DATABASE_URL", "database_url", "normalize_url", "redacted", 
 #: The store when neither ``--database-url`` nor ``DREADS_DATABASE_URL`` is given.
 DEFAULT_DATABASE_URL = "sqlite:///./dreads.db"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-_PASSWORD = re.compile(r"^([^:/]+://[^:/@]*):[^@]*@")
 
 
 def database_url(value: str | Path | None) -> str:
@@ -49,5 +48,8 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def redacted(url: str) -> str:
-    """``url`` with its password hidden, for messages."""
-    return _PASSWORD.sub(r"\1:***@", url)
+    """``url`` with its password (in the user part or a ``?password=``) hidden, for messages
+    (``app.engine.redact_url``)."""
+    from app.engine import redact_url
+
+    return redact_url(url)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
-from app.engine import Answer
+from app.engine import Answer, redact_url
 from app.errors import outcome_class
 from app.store.views import LOW_MASS as LOW_LABEL_MASS
 
@@ -123,4 +123,4 @@ def record_sweep(*, lost: int, poisoned: int, published: int) -> None:
 
 def set_upstream_ready(upstream: str, ready: bool) -> None:
     """``upstream``: the base URL this worker reads from."""
-    UPSTREAM_READY.labels(upstream).set(1.0 if ready else 0.0)
+    UPSTREAM_READY.labels(redact_url(upstream)).set(1.0 if ready else 0.0)

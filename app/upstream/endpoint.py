@@ -39,6 +39,7 @@ from typing import Any
 
 import aiohttp
 
+from app.engine import redact_url
 from app.errors import (
     ConfigError,
     ModelNotServed,
@@ -101,6 +102,7 @@ class DecisionEndpoint:
         if concurrency < 1:
             raise ConfigError("answer_concurrency must be at least 1")
         self.url = endpoint_url(base_url, path)
+        self.shown_url = redact_url(self.url)  #: the URL as errors and logs show it
         self.rps = rps
         self.concurrency = concurrency
         self.timeout_s = timeout_s
@@ -114,7 +116,8 @@ class DecisionEndpoint:
         self._paused_until = 0.0  #: a retry-after pauses every request of this endpoint
         self._state: _LoopState | None = None
         #: throttling or an outage: a line when it starts and one when it ends (DEBUG: each)
-        self._outage = OutageLog(self.url, logger, what="decision requests", level=logging.INFO)
+        self._outage = OutageLog(self.shown_url, logger, what="decision requests",
+                                 level=logging.INFO)
 
     async def ask(self, body: bytes) -> tuple[dict[str, Any], float]:
         """POST one decision; (the decoded answer, latency in ms of the answered request).
@@ -181,24 +184,31 @@ class DecisionEndpoint:
             raise _Later(f"connection failed: {exc!r}", "upstream_unreachable") from exc
 
     def _decode(self, status: int, raw: bytes, headers: dict[str, str]) -> dict[str, Any]:
+        if status in UNAUTHORIZED and "Authorization" not in self._headers:
+            raise UpstreamUnauthorized(
+                f"the decision endpoint {self.shown_url} refused a request without an "
+                f"API key ({status}: {error_message(raw)}): set DREADS_ANSWER_API_KEY to its "
+                "key and DREADS_ANSWER_URL to this server (the key is sent to that server only)",
+                status=status)
         if status in UNAUTHORIZED:
             raise UpstreamUnauthorized(
-                f"the decision endpoint {self.url} refused this client's API key ({status}: "
-                f"{error_message(raw)}): set DREADS_ANSWER_API_KEY to its key", status=status)
+                f"the decision endpoint {self.shown_url} refused this client's API key "
+                f"({status}: {error_message(raw)}): set DREADS_ANSWER_API_KEY to its key",
+                status=status)
         if status in _SAYS_LATER or status >= 500:
             kind = "throttled" if status in _THROTTLED else "server_error"
             self.counts["throttled" if kind == "throttled" else "unavailable"] += 1
             wait = retry_after_s(headers) if status in _SAYS_LATER else None
             raise _Later(f"{status}: {error_message(raw)}", kind, status=status, wait_s=wait)
         if status == 404 and names_missing_model(raw):
-            raise ModelNotServed(f"{self.url} does not serve the run's model ({status}): "
+            raise ModelNotServed(f"{self.shown_url} does not serve the run's model ({status}): "
                                  f"{error_message(raw)}", status=status, param="model")
         if status >= 400:
             param = error_field(raw, "param")
-            raise UpstreamRejected(f"{self.url} rejected the decision ({status}): "
+            raise UpstreamRejected(f"{self.shown_url} rejected the decision ({status}): "
                                    f"{error_message(raw)}", status=status,
                                    param=param if isinstance(param, str) else None)
-        return json_object(raw, self.url)
+        return json_object(raw, self.shown_url)
 
     def _loop_state(self) -> _LoopState:
         loop = asyncio.get_running_loop()

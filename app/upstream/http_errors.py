@@ -4,14 +4,15 @@ HTTP clients of ``app.upstream``: its message, a field of its error object, a re
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-__all__ = ["UNAUTHORIZED", "error_field", "error_message", "json_object", "names_missing_model",
-           "retry_after_s"]
+__all__ = ["MESSAGE_CHARS", "UNAUTHORIZED", "body_said", "error_field", "error_message",
+           "json_object", "names_missing_model", "retry_after_s", "shown"]
 
 #: The statuses of a server that refuses the client's API key.
 UNAUTHORIZED = frozenset({401, 403})
@@ -32,13 +33,38 @@ def error_field(raw: bytes, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) and name == "message" else None
 
 
+#: The most characters of a server's own message shown in an error (a run's failure reason,
+#: a log line): enough for an API's error, too little to read a page through it.
+MESSAGE_CHARS = 200
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\ufffc]+")
+
+
+def shown(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """A server's message as dreads shows it: one line of printable characters, at most
+    ``limit`` of them (``…`` where cut)."""
+    line = " ".join(_UNPRINTABLE.sub(" ", text).split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 def error_message(raw: bytes) -> str:
-    """The server's message, else the start of the body."""
+    """The server's message (its error object's, bounded by ``shown``); a body that is not a
+    JSON error is described, never shown: a URL a run or a client names must not read another
+    server's pages back through a failure reason."""
     message = error_field(raw, "message")
     if message is None:
-        detail = raw[:300].decode("utf-8", "replace").strip()
-        return detail or "(empty body)"
-    return str(message)
+        return body_said(raw)
+    return shown(str(message))
+
+
+def body_said(raw: bytes) -> str:
+    """What dreads says of a body it does not show: its size and whether it is JSON."""
+    if not raw.strip():
+        return "(empty body)"
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return f"(a body of {len(raw)} bytes that is not JSON)"
+    return f"(a JSON body of {len(raw)} bytes without an error message)"
 
 
 def json_object(raw: bytes, who: str) -> dict[str, Any]:
@@ -48,9 +74,10 @@ def json_object(raw: bytes, who: str) -> dict[str, Any]:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise MalformedResponse(f"{who} answered no JSON: {raw[:200]!r}") from exc
+        raise MalformedResponse(f"{who} answered no JSON {body_said(raw)}") from exc
     if not isinstance(obj, dict):
-        raise MalformedResponse(f"{who} answered no JSON object: {raw[:200]!r}")
+        raise MalformedResponse(f"{who} answered no JSON object "
+                                f"(a JSON {type(obj).__name__} of {len(raw)} bytes)")
     return obj
 
 

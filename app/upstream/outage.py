@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from app.engine import redact_url
+
 __all__ = ["REMIND_S", "OutageLog"]
 
 #: While an outage lasts, a reminder at most this often.
@@ -32,7 +34,7 @@ class OutageLog:
     def __init__(self, url: str, logger: logging.Logger, *, what: str = "reads",
                  level: int = logging.WARNING, remind_s: float = REMIND_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.url = url
+        self.url = redact_url(url)  #: as the log lines show it
         self.what = what
         self.level = level
         self.remind_s = remind_s

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.engine import is_simulator
+from app.engine import is_simulator, redact_url
 from app.errors import ConfigError, UpstreamUnauthorized, UpstreamUnavailable
 
 __all__ = ["ServedIdentity", "served_identity"]
@@ -35,6 +35,7 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
         UpstreamUnauthorized: it refuses the key (waiting cannot help).
     """
     base = url.rstrip("/")
+    shown = redact_url(base)  #: as errors show it
     key = api_key
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
@@ -43,7 +44,7 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
             models = client.get("/v1/models")
             if models.status_code in (401, 403):
                 raise UpstreamUnauthorized.answered(
-                    models.status_code, f"{base} refused "
+                    models.status_code, f"{shown} refused "
                     f"{'the' if key else 'a request without an'} API key")
             models.raise_for_status()
             data = models.json().get("data") or []
@@ -51,13 +52,15 @@ def served_identity(url: str, *, timeout_s: float = 5.0,
             text = version.json().get("version", "") if version.status_code == 200 else ""
     except (httpx.TransportError, httpx.HTTPStatusError) as exc:
         raise UpstreamUnavailable(
-            f"cannot ask {base} which model it serves ({exc.__class__.__name__}: {exc}); "
+            f"cannot ask {shown} which model it serves ({exc.__class__.__name__}: "
+            f"{redact_url(str(exc))}); "
             f"start the server first, or pass {_GIVE}") from exc
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"{base} does not answer /v1/models as vLLM does "
-                          f"({exc.__class__.__name__}: {exc}); check the URL, or pass {_GIVE}"
+        raise ConfigError(f"{shown} does not answer /v1/models as vLLM does "
+                          f"({exc.__class__.__name__}: {redact_url(str(exc))}); check the URL, "
+                          f"or pass {_GIVE}"
                           ) from exc
     if not data or "id" not in data[0]:
-        raise ConfigError(f"{base}/v1/models lists no model; pass --model and --tokenizer")
+        raise ConfigError(f"{shown}/v1/models lists no model; pass --model and --tokenizer")
     return ServedIdentity(model_id=str(data[0]["id"]),
                           is_sim=is_simulator(version=str(text)))

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from app.engine.types import SIM
 
-__all__ = ["url_problem"]
+__all__ = ["key_for", "same_server", "server_of", "url_problem"]
 
 _SCHEMES = ("http", "https")
 
@@ -30,3 +30,31 @@ def url_problem(value: str, *, name: str, sim: bool = True) -> str | None:
     if not parts.hostname:
         return f"{name} {value!r} has no host; write it as http://HOST:PORT"
     return None
+
+
+def server_of(url: str) -> tuple[str, str, int] | str:
+    """Which server ``url`` names: (scheme, host, port), the user part and the path aside; a
+    value that is not an http(s) URL (``sim``) stands for itself."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES or not parts.hostname:
+        return url.strip()
+    try:
+        port = parts.port
+    except ValueError:
+        return url.strip()
+    return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
+
+
+def same_server(url: str, other: str) -> bool:
+    """Whether ``url`` and ``other`` name one server (scheme, host and port; ``http://h:80/v1``
+    and ``http://H/`` do): a key configured for one may go to the other."""
+    return server_of(url) == server_of(other)
+
+
+def key_for(url: str, *, key: str | None, key_url: str | None) -> str | None:
+    """``key`` when ``url`` is on the server it was configured for (``key_url``), else None:
+    an operator's key never goes to a server a run or a client names."""
+    if not key or not key_url:
+        return None
+    return key if same_server(url, key_url) else None

@@ -38,7 +38,7 @@ import aiohttp
 import httpx
 import orjson
 
-from app.engine import encode_body, parse_response
+from app.engine import encode_body, parse_response, redact_url
 from app.engine.invariance import (
     SERVER_INFO_PATH,
     batch_invariance,
@@ -103,6 +103,7 @@ class VllmUpstream:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)  #: as messages and logs show it
         self.model = model
         self.canvas_length = canvas_length
         self.max_in_flight = max_in_flight
@@ -119,7 +120,7 @@ class VllmUpstream:
         self._on_close = on_close
         self._state: _LoopState | None = None
         #: retries during an outage: a line when it starts and one when it ends (DEBUG: each)
-        self._outage = OutageLog(self.base_url, logger)
+        self._outage = OutageLog(self.shown_url, logger)
 
     # -- hot path -----------------------------------------------------------------------------
     async def read(self, request: ReadRequest) -> ReadResult:
@@ -227,18 +228,18 @@ class VllmUpstream:
             while time.monotonic() < deadline:
                 last_error = await self._ready_once(client, probe)
                 if not last_error:
-                    logger.info("upstream %s ready after %.1fs", self.base_url,
+                    logger.info("upstream %s ready after %.1fs", self.shown_url,
                                 time.monotonic() - started)
                     return
                 if progress is not None:
                     progress(time.monotonic() - started, last_error)
                 if time.monotonic() >= next_log:
-                    logger.info("waiting for upstream %s (%.0fs): %s", self.base_url,
+                    logger.info("waiting for upstream %s (%.0fs): %s", self.shown_url,
                                 time.monotonic() - started, last_error)
                     next_log = time.monotonic() + 5.0
                 await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         raise UpstreamUnavailable(
-            f"upstream {self.base_url} not ready after {timeout_s:g}s ({last_error}); check the "
+            f"upstream {self.shown_url} not ready after {timeout_s:g}s ({last_error}); check the "
             "URL, that vLLM finished loading the model, and the served model name",
             kind="timeout")
 
@@ -260,7 +261,7 @@ class VllmUpstream:
         obj = await _get_json(client, "/v1/models")
         data = obj.get("data") if isinstance(obj, dict) else None
         if not data:
-            raise UpstreamUnavailable(f"{self.base_url}/v1/models lists no model yet")
+            raise UpstreamUnavailable(f"{self.shown_url}/v1/models lists no model yet")
         for entry in data:
             if entry.get("id") == self.model:
                 limit = entry.get("max_model_len")
@@ -268,7 +269,7 @@ class VllmUpstream:
                 return dict(entry)
         served = ", ".join(str(e.get("id")) for e in data)
         raise UpstreamRejected(
-            f"{self.base_url} serves {served}, not {self.model!r}: pass --model {served} "
+            f"{self.shown_url} serves {served}, not {self.model!r}: pass --model {served} "
             "(or DREADS_MODEL)", status=404, param="model")
 
     def _control_client(self, timeout_s: float = 10.0) -> httpx.AsyncClient:
@@ -309,7 +310,8 @@ async def _get_json(client: httpx.AsyncClient, path: str) -> Any:
         raise UpstreamUnavailable(f"GET {path} timed out", kind="timeout") from exc
     except httpx.HTTPError as exc:
         raise UpstreamUnavailable(
-            f"cannot reach {client.base_url}{path}: {exc!r}") from exc
+            f"cannot reach {redact_url(str(client.base_url))}{path}: "
+            f"{redact_url(repr(exc))}") from exc
     if response.status_code in UNAUTHORIZED:
         raise UpstreamUnauthorized.answered(response.status_code, error_message(response.content))
     if response.status_code != 200:

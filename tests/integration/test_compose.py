@@ -127,14 +127,18 @@ def test_sim_profile_replaces_vllm() -> None:
 
 
 def test_vllm_needs_an_api_key_that_the_workers_and_the_api_send(tmp_path: Path) -> None:
+    """The key goes through the environment, never a command line (where `ps` shows it)."""
     services = _services(_env_with(tmp_path, VLLM_API_KEY="k3y-from-env"))
-    command = services["vllm"]["command"]
-    assert command[command.index("--api-key") + 1] == "k3y-from-env"
+    assert services["vllm"]["environment"]["VLLM_API_KEY"] == "k3y-from-env"
     for name in ("worker", "api"):
         assert services[name]["environment"]["DREADS_UPSTREAM_API_KEY"] == "k3y-from-env"
     sim = _services(_env_with(tmp_path, VLLM_API_KEY="k3y-from-env"), "--profile", "sim")
-    assert sim["sim"]["command"][sim["sim"]["command"].index("--api-key") + 1] == "k3y-from-env"
+    assert sim["sim"]["environment"]["DREADS_SIM_API_KEY"] == "k3y-from-env"
     assert sim["worker-sim"]["environment"]["DREADS_UPSTREAM_API_KEY"] == "k3y-from-env"
+    for found in (services, sim):
+        for name, service in found.items():
+            assert "k3y-from-env" not in " ".join(map(str, service.get("command") or [])), name
+    assert services["api"]["environment"]["DREADS_ALLOWED_HOSTS"].startswith("api,")
     out = _config(_env_with(tmp_path, VLLM_API_KEY=None))
     assert out.returncode != 0
     assert "VLLM_API_KEY" in out.stderr

@@ -52,6 +52,9 @@ def test_loopback_addresses(address: str, expected: bool) -> None:
     ("ops:s3cret-pw,dev:password", "127.0.0.1", False, "placeholder"),
     ("opsonly", "127.0.0.1", False, "user:password"),
     ("ops:", "127.0.0.1", False, "user:password"),
+    ("ops:x", "0.0.0.0", False, "has 1 characters; on 0.0.0.0 it needs at least 16"),
+    ("ops:s3cret-pw-long-enough,dev:short", "10.0.0.5", False, "user 'dev' has 5 characters"),
+    ("admin:changethis", "0.0.0.0", True, "at least 16"),
 ])
 def test_refused_configurations(basic_auth: str | None, address: str, insecure: bool,
                                 error: str) -> None:
@@ -60,11 +63,12 @@ def test_refused_configurations(basic_auth: str | None, address: str, insecure: 
 
 
 def test_accepted_configurations() -> None:
-    auth = resolve_flower_auth("ops:s3cret-pw, dev:an0ther-pw", address="0.0.0.0",
-                               insecure=False)
-    assert auth.credentials == ("ops:s3cret-pw", "dev:an0ther-pw")
+    auth = resolve_flower_auth("ops:s3cret-pw-0123456, dev:an0ther-pw-0123456",
+                               address="0.0.0.0", insecure=False)
+    assert auth.credentials == ("ops:s3cret-pw-0123456", "dev:an0ther-pw-0123456")
     assert auth.users == ("ops", "dev")
-    assert resolve_flower_auth("admin:changethis", address="0.0.0.0", insecure=True).enabled
+    assert resolve_flower_auth("ops:s3cret-pw", address="127.0.0.1", insecure=False).enabled
+    assert resolve_flower_auth("admin:changethis", address="127.0.0.1", insecure=True).enabled
     assert not resolve_flower_auth(None, address="127.0.0.1", insecure=True).enabled
 
 

@@ -127,7 +127,7 @@ def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("DREADS_UPSTREAM", "sim")
     monkeypatch.setenv("DREADS_DATABASE_URL", database)
     monkeypatch.setenv("DREADS_API_EXECUTOR", "local")
-    with TestClient(create_app_from_env()) as client:
+    with TestClient(create_app_from_env(), base_url="http://127.0.0.1") as client:
         yield client
 
 

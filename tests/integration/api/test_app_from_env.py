@@ -21,7 +21,7 @@ def test_the_api_builds_from_the_environment(tmp_path: Path,
     monkeypatch.setenv("DREADS_DATABASE_URL", str(tmp_path / "api.db"))
     monkeypatch.setenv("DREADS_API_MAX_CONCURRENT", "7")
     app = create_app_from_env()
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         health = client.get("/health")
         assert health.status_code == 200, health.text
         assert health.json()["upstream"] == "sim"

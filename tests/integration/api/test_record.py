@@ -82,6 +82,22 @@ def test_a_run_with_other_settings_is_refused_before_any_read(server: ServeProce
     assert "exists with other settings" in response.json()["detail"]["message"]
 
 
+def test_a_batch_run_takes_no_recorded_answers(server: ServeProcess) -> None:
+    """A key holder cannot write answered decisions, with expected labels of its choosing, into
+    a run submitted from a job file (issue 39, 13)."""
+    created = httpx.post(f"{server.url}/v1/runs", params={"run": "batch"},
+                         content=SMALL.read_bytes(),
+                         headers={"content-type": "application/x-ndjson"}, timeout=30.0)
+    assert created.status_code == 201, created.text
+    before = httpx.get(f"{server.url}/v1/runs/batch/results").text
+    response = ask(server, lines()[0], run="batch", id="forged")
+    assert response.status_code == 409
+    assert "holds submitted decisions" in response.json()["detail"]["message"]
+    assert "forged" not in httpx.get(f"{server.url}/v1/runs/batch/results").text
+    assert len(before.splitlines()) == len(
+        httpx.get(f"{server.url}/v1/runs/batch/results").text.splitlines())
+
+
 def test_the_sdk_records_through_extra_body_with_the_request_id_as_decision_id(
         server: ServeProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TYPESAFE_API_KEY", "k")

@@ -48,7 +48,8 @@ def results(server: ServeProcess, run: str) -> list[dict[str, Any]]:
 def test_serve_runs_a_run_answered_by_another_dreads_serve(
         serve_factory: StartServe, answer_by: str) -> None:
     endpoint = serve_factory("--upstream", "sim", env={"DREADS_API_KEY": "k-endpoint"})
-    server = serve_factory("--upstream", "sim", env={"DREADS_ANSWER_API_KEY": "k-endpoint"})
+    server = serve_factory("--upstream", "sim", env={"DREADS_ANSWER_API_KEY": "k-endpoint",
+                                                     "DREADS_ANSWER_URL": endpoint.url})
     response = httpx.post(f"{server.url}/v1/runs", content=lines(), headers=NDJSON, timeout=60,
                           params={"run": "hosted", "answer_by": answer_by,
                                   "answer_url": endpoint.url, "answer_concurrency": 4})

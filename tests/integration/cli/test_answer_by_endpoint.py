@@ -196,7 +196,7 @@ def test_a_refused_key_stops_the_run_and_fails_no_decision(
     args = ("--answer-by", "systemone", "--answer-url", sim.url, "--chunk-size", "4")
     refused = run(dreads, path, db, *args)
     assert refused.code == 2
-    assert "refused this client's API key (401" in refused.stderr
+    assert "refused a request without an API key (401" in refused.stderr
     assert "DREADS_ANSWER_API_KEY" in refused.stderr
     assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [
         ("pending", 40)]
@@ -204,6 +204,9 @@ def test_a_refused_key_stops_the_run_and_fails_no_decision(
     assert outcomes(db)["unauthorized"] < 40  # it stopped at the first refusals
     assert sqlite_rows(db, "SELECT max(attempts) FROM decisions") == [(0,)]  # uncharged
     monkeypatch.setenv("DREADS_ANSWER_API_KEY", "s3cret")
+    elsewhere = run(dreads, path, db, *args)  # the key is DREADS_ANSWER_URL's only
+    assert elsewhere.code == 2 and "DREADS_ANSWER_URL" in elsewhere.stderr
+    monkeypatch.setenv("DREADS_ANSWER_URL", sim.url)
     again = run(dreads, path, db, *args)
     assert again.code == 0, again.stderr
     assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == [

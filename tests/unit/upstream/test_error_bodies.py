@@ -1,0 +1,33 @@
+"""A server's error is shown by its JSON message, bounded to one line; any other body is
+described, never shown (a URL a client names cannot read a page back through a failure)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from app.errors import MalformedResponse
+from app.upstream.http_errors import MESSAGE_CHARS, error_message, json_object
+
+
+def test_a_page_is_described_not_shown() -> None:
+    page = b"<html><title>Flower</title><body>secret task list</body></html>"
+    said = error_message(page)
+    assert "Flower" not in said and "secret" not in said
+    assert said == f"(a body of {len(page)} bytes that is not JSON)"
+    with pytest.raises(MalformedResponse) as err:
+        json_object(page, "http://h:1")
+    assert "secret" not in err.value.message
+    with pytest.raises(MalformedResponse) as err:
+        json_object(b'["secret"]', "http://h:1")
+    assert "secret" not in err.value.message
+
+
+def test_a_json_message_is_one_bounded_line() -> None:
+    long = "line one\r\nforged: line\x1b[31m" + "x" * 1000
+    said = error_message(orjson.dumps({"error": {"message": long}}))
+    assert "\n" not in said and "\r" not in said and "\x1b" not in said
+    assert len(said) == MESSAGE_CHARS and said.endswith("…")
+    assert said.startswith("line one forged: line")
+    assert error_message(b"") == "(empty body)"
+    assert error_message(b'{"error": "Unauthorized"}') == "Unauthorized"
