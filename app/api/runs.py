@@ -36,7 +36,8 @@ from app.engine import (
     plans_reads,
     settings_from_dict,
 )
-from app.errors import ConfigError, DreadsError
+from app.engine.limits import check_run_name
+from app.errors import ConfigError, DreadsError, InputError
 from app.runs.jobfile import decode_lines, has_content
 from app.runs.read_options import READ_OPTIONS, REPLICATES, read_option, read_overrides
 from app.runs.resume import ResumeOptions, resume_run
@@ -132,12 +133,22 @@ class RunParams(SpendParams):
     """Query parameters of ``POST /v1/runs``: the run's name and read settings; settings not
     given default to the server's."""
 
-    run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
+    run: str = Field(description="Run name (new or existing): 1 to 200 characters, no "
+                     "control character, no '/' and no '..'.")
     replicates: int | None = Field(None, ge=REPLICATES.minimum)
     strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
     replace_changed: bool = Field(False, description="A line whose id the run holds with other "
                                   "content replaces the stored decision when nothing has read "
                                   "it yet; answered ones are kept (and listed in 'changed').")
+
+    @field_validator("run")
+    @classmethod
+    def _storable_name(cls, value: str) -> str:
+        """The name the CLI would take (``app.engine.limits.check_run_name``)."""
+        try:
+            return check_run_name(value)
+        except InputError as exc:
+            raise ValueError(exc.message) from None
 
     def settings(self, base: ReadSettings, upstream: str) -> ReadSettings:
         """``base`` with these parameters; a run answered by a decision endpoint defaults to

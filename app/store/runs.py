@@ -73,6 +73,8 @@ def run_info(run: Run) -> RunInfo:
 
 
 def _run_named(session: Session, name: str) -> Run | None:
+    if "\x00" in name:  # no database stores one (PostgreSQL would fail): no such run
+        return None
     return session.scalars(select(Run).where(Run.name == name)).one_or_none()
 
 
