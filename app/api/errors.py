@@ -26,7 +26,7 @@ from app.errors import (
 )
 from app.runs.setting_names import api_words
 
-__all__ = ["api_error", "raise_for", "unaskable"]
+__all__ = ["api_error", "http_for", "raise_for", "unaskable"]
 
 UPSTREAM_RETRY_AFTER_S = 2
 OVERLOAD_RETRY_AFTER_S = 1
@@ -47,10 +47,11 @@ def unaskable(message: str) -> HTTPException:
 
 def raise_for(exc: DreadsError) -> NoReturn:
     """Raise the HTTP answer of a dreads error (``from exc``)."""
-    raise _http_for(exc) from exc
+    raise http_for(exc) from exc
 
 
-def _http_for(exc: DreadsError) -> HTTPException:
+def http_for(exc: DreadsError) -> HTTPException:
+    """The HTTP answer of a dreads error: its status, type and message."""
     if isinstance(exc, UpstreamUnavailable):
         return api_error(503, "api_error", f"the model server is unavailable: {exc.message}",
                          retry_after=UPSTREAM_RETRY_AFTER_S)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
+from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -342,7 +343,14 @@ async def results(run: str, api: Api, fmt: Annotated[Literal["jsonl", "openai-ba
                 yield orjson.dumps(record, default=str) + b"\n"
 
     return StreamingResponse(_lines(), media_type="application/x-ndjson",
-                             headers={"content-disposition": f'inline; filename="{run}.jsonl"'})
+                             headers={"content-disposition": _disposition(f"{run}.jsonl")})
+
+
+def _disposition(filename: str) -> str:
+    """``content-disposition`` naming ``filename`` in any script: printable ASCII in
+    ``filename`` (others as ``_``), the exact name in RFC 5987's ``filename*``."""
+    plain = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in filename)
+    return f"inline; filename=\"{plain}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 class ResumeParams(SpendParams):
