@@ -20,6 +20,7 @@ from app.errors import (
     RunCancelled,
     RunSettingsMismatch,
     SchemaNotReady,
+    StoreConflict,
     StoreError,
     UpstreamRejected,
     UpstreamUnavailable,
@@ -67,6 +68,8 @@ def http_for(exc: DreadsError) -> HTTPException:
         return api_error(409, "conflict_error", exc.message)
     if isinstance(exc, SchemaNotReady):
         return api_error(503, "api_error", exc.message, retry_after=UPSTREAM_RETRY_AFTER_S)
+    if isinstance(exc, StoreConflict):
+        return api_error(409, "conflict_error", exc.message)
     if isinstance(exc, StoreError):
         return api_error(503, "api_error", f"the database is unavailable: {exc.message}",
                          retry_after=UPSTREAM_RETRY_AFTER_S)
