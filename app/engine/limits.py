@@ -36,7 +36,7 @@ def _nul_message(what: str) -> str:
 
 
 def check_text(what: str, value: str, max_chars: int) -> str:
-    """``value`` when it has no NUL and at most ``max_chars`` characters.
+    """``value`` when it has no NUL, at most ``max_chars`` characters and encodes as UTF-8.
 
     Raises:
         InputError: ``what`` named, with the limit.
@@ -46,6 +46,12 @@ def check_text(what: str, value: str, max_chars: int) -> str:
     if len(value) > max_chars:
         raise InputError(f"{what} is {len(value):,} characters long; the limit is "
                          f"{max_chars}, shorten it")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{what} is not UTF-8 text (bytes that are not UTF-8, or a lone "
+                             "surrogate); write it as UTF-8") from None
     return value
 
 

@@ -62,7 +62,8 @@ def test_ids_and_cells_at_their_limits_are_kept() -> None:
 @pytest.mark.parametrize(("name", "says"), [
     ("", "non-empty"), ("a\nb", "control character"), ("a\tb", "control character"),
     ("a\x85b", "control character"), ("a/b", "'/' or '..'"), ("..", "'/' or '..'"),
-    ("a\x00", "NUL character"), ("n" * 201, "201 characters long; the limit is 200")])
+    ("a\x00", "NUL character"), ("n" * 201, "201 characters long; the limit is 200"),
+    ("a\udcff", "not UTF-8 text")])  # a byte of argv that is not UTF-8
 def test_a_run_name_outside_the_rules_is_refused(name: str, says: str) -> None:
     with pytest.raises(InputError, match=says):
         check_run_name(name)
