@@ -1,10 +1,11 @@
 """Fuzz ``dreads serve`` from its own OpenAPI document with schemathesis: no answer may be a 500.
 
 Starts ``dreads serve --upstream sim`` on a SQLite file in a temporary directory, on a free
-port, runs ``schemathesis run`` against ``/openapi.json`` for a bounded time with the
-``not_a_server_error`` check (and the response-schema checks off: this run is about 500s),
-prints schemathesis's summary with its count of test cases, and exits with its status (0: no
-500 found). The server's log is printed when it found any.
+port, submits two runs (the examples) that the hooks (``bench/schemathesis_hooks.py``) address
+in half the generated ``/v1/runs/{run}`` paths, runs ``schemathesis run`` against
+``/openapi.json`` for a bounded time with the ``not_a_server_error`` check alone (this run is
+about 500s), prints schemathesis's summary with its count of test cases, and exits with its
+status (0: no 500 found). The server's log is printed when it found any.
 
     python bench/schemathesis_run.py --max-time 300          # 5 minutes
     python bench/schemathesis_run.py --max-time 60 --workers 1 --seed 1
@@ -68,14 +69,28 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90
     raise SystemExit(f"dreads serve did not answer /health within {timeout_s:g} s")
 
 
+#: Runs submitted before fuzzing, which the hooks address (``schemathesis_hooks.py``).
+SEEDED = ("fuzzed", "fuzzed-contracts")
+
+
+def _seed_runs(url: str) -> None:
+    for name, example in zip(SEEDED, ("small.jsonl", "contracts.jsonl"), strict=True):
+        data = (ROOT / "examples" / example).read_bytes()
+        response = httpx.post(f"{url}/v1/runs", params={"run": name}, content=data,
+                              headers={"content-type": "application/x-ndjson"}, timeout=120.0)
+        response.raise_for_status()
+
+
 def _schemathesis(url: str, args: argparse.Namespace, report: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench"),
+           "SCHEMATHESIS_HOOKS": "schemathesis_hooks", "DREADS_FUZZ_RUNS": ",".join(SEEDED)}
     argv = [_tool("st"), "run", f"{url}/openapi.json", "--checks", "not_a_server_error",
             "--max-time", str(args.max_time), "--workers", str(args.workers),
             "--request-timeout", "60", "--suppress-health-check", "all",
             "--report", "junit", "--report-junit-path", str(report), "--no-color"]
     if args.seed is not None:
         argv += ["--seed", str(args.seed)]
-    return subprocess.run(argv, check=False, timeout=args.max_time + 300).returncode
+    return subprocess.run(argv, check=False, env=env, timeout=args.max_time + 300).returncode
 
 
 def main() -> int:
@@ -92,6 +107,7 @@ def main() -> int:
     proc = _start_serve(workdir, port)
     try:
         _wait_healthy(url, proc)
+        _seed_runs(url)
         code = _schemathesis(url, args, workdir / "junit.xml")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
