@@ -81,16 +81,19 @@ def _seed_runs(url: str) -> None:
         response.raise_for_status()
 
 
-def _schemathesis(url: str, args: argparse.Namespace, report: Path) -> int:
+def _schemathesis(url: str, args: argparse.Namespace, workdir: Path) -> int:
+    """schemathesis's exit status; it runs in ``workdir`` (its cache stays out of the tree)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "bench"),
            "SCHEMATHESIS_HOOKS": "schemathesis_hooks", "DREADS_FUZZ_RUNS": ",".join(SEEDED)}
     argv = [_tool("st"), "run", f"{url}/openapi.json", "--checks", "not_a_server_error",
             "--max-time", str(args.max_time), "--workers", str(args.workers),
             "--request-timeout", "60", "--suppress-health-check", "all",
-            "--report", "junit", "--report-junit-path", str(report), "--no-color"]
+            "--report", "junit", "--report-junit-path", str(workdir / "junit.xml"),
+            "--no-color"]
     if args.seed is not None:
         argv += ["--seed", str(args.seed)]
-    return subprocess.run(argv, check=False, env=env, timeout=args.max_time + 300).returncode
+    return subprocess.run(argv, check=False, cwd=workdir, env=env,
+                          timeout=args.max_time + 300).returncode
 
 
 def main() -> int:
@@ -108,7 +111,7 @@ def main() -> int:
     try:
         _wait_healthy(url, proc)
         _seed_runs(url)
-        code = _schemathesis(url, args, workdir / "junit.xml")
+        code = _schemathesis(url, args, workdir)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

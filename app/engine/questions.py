@@ -62,7 +62,7 @@ def _check_id(kind: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip():
-        raise InputError(f"{kind} id must be a non-empty string, got {value!r}")
+        raise InputError(f"{kind} id must be a non-empty string, got {value!r:.60}")
     if ":" in value or "\n" in value or "\r" in value:
         raise InputError(f"{kind} id {value[:60]!r} contains ':' or a newline; remove them")
     return check_text(f"{kind} id {value[:60]!r}", value, MAX_ID_CHARS)
