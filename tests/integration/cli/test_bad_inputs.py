@@ -488,3 +488,14 @@ def test_a_run_name_that_cannot_be_stored_or_addressed_is_refused_before_anythin
                                cwd=work)
     assert_one_line_error(result, says=says, code=2)
     assert sorted(p.name for p in work.iterdir()) == ["jobs.jsonl"]  # no database
+
+
+def test_a_bad_lines_id_is_shown_escaped_and_the_good_lines_run(work: Path) -> None:
+    lines = [job_line("d1", expected=None), job_line("bad\u0000id\r", expected=None)]
+    path = write_jobs(work / "nul.jsonl", lines)
+    result = dreads_in_process("run", str(path), "--upstream", "sim", cwd=work)
+    assert result.code == 0, result.stderr
+    assert "\x00" not in result.stderr and "\r" not in result.stderr
+    assert "bad\\x00id\\r" in result.stderr
+    assert sqlite_rows(work / "dreads.db", "SELECT key, status FROM decisions") == [
+        ("d1", "done")]
