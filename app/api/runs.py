@@ -246,7 +246,9 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
 
 
 def _links(name: str) -> dict[str, str]:
-    return {"status": f"/v1/runs/{name}", "results": f"/v1/runs/{name}/results"}
+    """The run's routes, its name percent-encoded (a space, a '#', any script)."""
+    path = f"/v1/runs/{quote(name, safe='')}"
+    return {"status": path, "results": f"{path}/results"}
 
 
 @router.post("", status_code=201, responses={

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import orjson
@@ -87,13 +86,16 @@ def test_input_json_nested_1000_deep_is_a_400(server: ServeProcess) -> None:
 
 
 def test_a_run_name_outside_latin1_is_served_under_its_own_name(server: ServeProcess) -> None:
-    name = "€-contrats"
-    assert submit(server, name, _line("d1")).status_code == 201
-    response = httpx.get(f"{server.url}/v1/runs/{quote(name)}/results", timeout=30.0)
+    name = "€-contrats #2"
+    created = submit(server, name, _line("d1"))
+    assert created.status_code == 201
+    link = created.json()["links"]["results"]
+    assert link == "/v1/runs/%E2%82%AC-contrats%20%232/results"
+    response = httpx.get(f"{server.url}{link}", timeout=30.0)
     assert response.status_code == 200, response.text
     disposition = response.headers["content-disposition"]
-    assert disposition.endswith("filename*=UTF-8''%E2%82%AC-contrats.jsonl")
-    assert 'filename="_-contrats.jsonl"' in disposition
+    assert disposition.endswith("filename*=UTF-8''%E2%82%AC-contrats%20%232.jsonl")
+    assert 'filename="_-contrats #2.jsonl"' in disposition
 
 
 @pytest.mark.parametrize(("name", "says"), [
