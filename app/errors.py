@@ -22,6 +22,8 @@
     ├── StoreError            the SQL store
     │   ├── SchemaNotReady        schema missing or behind: run ``dreads db upgrade``
     │   ├── BadDatabaseUrl        a URL dreads cannot use as given (scheme, shape, directory)
+    │   ├── StoreConflict         a write met a concurrent one (a run deleted under it, a
+    │   │                         deadlock): try again
     │   └── RunSettingsMismatch   resume under different settings / model / canvas
     ├── PublishError          the broker did not take a message: the sweeper publishes it later
     ├── RunPaused             the run paused (the breaker, its budget): ``dreads resume RUN``
@@ -71,6 +73,7 @@ __all__ = [
     "RunSettingsMismatch",
     "SchemaNotReady",
     "SettingChange",
+    "StoreConflict",
     "StoreError",
     "TemplateError",
     "UpstreamError",
@@ -304,6 +307,11 @@ class SchemaNotReady(StoreError):
     """The database schema is missing or behind the code."""
 
     exit_code = EXIT_USAGE  # `dreads db upgrade`
+
+
+class StoreConflict(StoreError):
+    """A write the database refused because of a concurrent one (a row it references deleted
+    meanwhile, a deadlock, a serialization failure): the database works; try again."""
 
 
 class BadDatabaseUrl(StoreError):

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 
 from app.api import decisions, pages, runs, systemone, telemetry
 from app.api.config import ServeConfig
+from app.api.failures import install_error_answers
 from app.api.middleware import BodyGuard, RequestContext
 from app.api.site_guard import HostGuard, SiteGuard
 from app.api.state import build_state
@@ -54,6 +55,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(telemetry.router)
     app.include_router(pages.router)
+    install_error_answers(app)
     app.add_middleware(BodyGuard, max_bytes=config.max_body_bytes,
                        max_upload_bytes=config.max_upload_bytes,
                        upload_paths=frozenset({"/v1/runs"}),

@@ -20,13 +20,14 @@ from app.errors import (
     RunCancelled,
     RunSettingsMismatch,
     SchemaNotReady,
+    StoreConflict,
     StoreError,
     UpstreamRejected,
     UpstreamUnavailable,
 )
 from app.runs.setting_names import api_words
 
-__all__ = ["api_error", "raise_for", "unaskable"]
+__all__ = ["api_error", "http_for", "raise_for", "unaskable"]
 
 UPSTREAM_RETRY_AFTER_S = 2
 OVERLOAD_RETRY_AFTER_S = 1
@@ -47,10 +48,11 @@ def unaskable(message: str) -> HTTPException:
 
 def raise_for(exc: DreadsError) -> NoReturn:
     """Raise the HTTP answer of a dreads error (``from exc``)."""
-    raise _http_for(exc) from exc
+    raise http_for(exc) from exc
 
 
-def _http_for(exc: DreadsError) -> HTTPException:
+def http_for(exc: DreadsError) -> HTTPException:
+    """The HTTP answer of a dreads error: its status, type and message."""
     if isinstance(exc, UpstreamUnavailable):
         return api_error(503, "api_error", f"the model server is unavailable: {exc.message}",
                          retry_after=UPSTREAM_RETRY_AFTER_S)
@@ -66,6 +68,8 @@ def _http_for(exc: DreadsError) -> HTTPException:
         return api_error(409, "conflict_error", exc.message)
     if isinstance(exc, SchemaNotReady):
         return api_error(503, "api_error", exc.message, retry_after=UPSTREAM_RETRY_AFTER_S)
+    if isinstance(exc, StoreConflict):
+        return api_error(409, "conflict_error", exc.message)
     if isinstance(exc, StoreError):
         return api_error(503, "api_error", f"the database is unavailable: {exc.message}",
                          retry_after=UPSTREAM_RETRY_AFTER_S)

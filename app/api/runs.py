@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
+from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -37,7 +38,8 @@ from app.engine import (
     plans_reads,
     settings_from_dict,
 )
-from app.errors import ConfigError, DreadsError
+from app.engine.limits import check_run_name
+from app.errors import ConfigError, DreadsError, InputError
 from app.runs.jobfile import decode_lines, has_content
 from app.runs.read_options import READ_OPTIONS, REPLICATES, read_option, read_overrides
 from app.runs.resume import ResumeOptions, resume_run
@@ -133,12 +135,22 @@ class RunParams(SpendParams):
     """Query parameters of ``POST /v1/runs``: the run's name and read settings; settings not
     given default to the server's."""
 
-    run: str = Field(min_length=1, max_length=200, description="Run name (new or existing).")
+    run: str = Field(description="Run name (new or existing): 1 to 200 characters, no "
+                     "control character, no '/' and no '..'.")
     replicates: int | None = Field(None, ge=REPLICATES.minimum)
     strict: bool = Field(False, description="Refuse the whole file if a line is bad.")
     replace_changed: bool = Field(False, description="A line whose id the run holds with other "
                                   "content replaces the stored decision when nothing has read "
                                   "it yet; answered ones are kept (and listed in 'changed').")
+
+    @field_validator("run")
+    @classmethod
+    def _storable_name(cls, value: str) -> str:
+        """The name the CLI would take (``app.engine.limits.check_run_name``)."""
+        try:
+            return check_run_name(value)
+        except InputError as exc:
+            raise ValueError(exc.message) from None
 
     def settings(self, base: ReadSettings, upstream: str) -> ReadSettings:
         """``base`` with these parameters; a run answered by a decision endpoint defaults to
@@ -235,7 +247,9 @@ def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
 
 
 def _links(name: str) -> dict[str, str]:
-    return {"status": f"/v1/runs/{name}", "results": f"/v1/runs/{name}/results"}
+    """The run's routes, its name percent-encoded (a space, a '#', any script)."""
+    path = f"/v1/runs/{quote(name, safe='')}"
+    return {"status": path, "results": f"{path}/results"}
 
 
 @router.post("", status_code=201, responses={
@@ -333,7 +347,14 @@ async def results(run: str, api: Api, fmt: Annotated[Literal["jsonl", "openai-ba
                 yield orjson.dumps(record, default=str) + b"\n"
 
     return StreamingResponse(_lines(), media_type="application/x-ndjson",
-                             headers={"content-disposition": f'inline; filename="{run}.jsonl"'})
+                             headers={"content-disposition": _disposition(f"{run}.jsonl")})
+
+
+def _disposition(filename: str) -> str:
+    """``content-disposition`` naming ``filename`` in any script: printable ASCII in
+    ``filename`` (others as ``_``), the exact name in RFC 5987's ``filename*``."""
+    plain = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in filename)
+    return f"inline; filename=\"{plain}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 class ResumeParams(SpendParams):

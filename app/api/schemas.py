@@ -13,12 +13,15 @@ refuses) and dreads' ``dreads`` extension.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 from app.engine import all_kinds
 from app.engine.kinds import Content
+from app.engine.limits import MAX_CELL_CHARS, MAX_ID_CHARS, check_run_name, check_text
+from app.errors import InputError
 
 __all__ = [
     "AssetIn",
@@ -68,6 +71,27 @@ class RecordIn(_In):
     cell: str | None = Field(None, description="Cell of the decision, for per-cell figures.")
     expected: dict[str, Any] | None = Field(
         None, description="Question name -> expected label or option, for the report.")
+
+    @field_validator("run")
+    @classmethod
+    def _storable_name(cls, value: str) -> str:
+        """A name ``POST /v1/runs`` and ``dreads submit`` would take."""
+        return _as_value_error(check_run_name, value)
+
+    @field_validator("id", "cell")
+    @classmethod
+    def _storable_text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        limit = MAX_ID_CHARS if info.field_name == "id" else MAX_CELL_CHARS
+        return None if value is None else _as_value_error(
+            lambda text: check_text(repr(info.field_name), text, limit), value)
+
+
+def _as_value_error(check: Callable[[str], str], value: str) -> str:
+    """``check(value)``, its ``InputError`` as the ``ValueError`` pydantic reports (422)."""
+    try:
+        return check(value)
+    except InputError as exc:
+        raise ValueError(exc.message) from None
 
 
 class AssetIn(_In):

@@ -108,13 +108,24 @@ def settings_summary(settings: dict[str, Any]) -> str:
             f"max {settings.get('max_draws')} seed {settings.get('seed')}")
 
 
+#: The longest id a problems table shows (the --json report has it whole).
+_SHOWN_ID_CHARS = 60
+
+
+def _shown_id(key: str) -> str:
+    """A bad line's id as a terminal can show it: control characters (a NUL, CR) escaped,
+    cut at ``_SHOWN_ID_CHARS``."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in key[:_SHOWN_ID_CHARS])
+    return shown + ("…" if len(key) > _SHOWN_ID_CHARS else "")
+
+
 def problems_table(title: str, problems: list[LineProblem]) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("line", justify="right")
     table.add_column("id")
     table.add_column("reason", overflow="fold")
     for p in problems[:_SHOWN_PROBLEMS]:
-        table.add_row(str(p.line_no), escape(p.key or ""), escape(p.reason))
+        table.add_row(str(p.line_no), escape(_shown_id(p.key or "")), escape(p.reason))
     if len(problems) > _SHOWN_PROBLEMS:
         table.caption = (f"and {len(problems) - _SHOWN_PROBLEMS} more (--json lists every "
                          "line)")

@@ -140,6 +140,7 @@ def run(
             image_dirs))
         return
     from app.config import run_env, settings_with
+    from app.engine.limits import check_run_name
     from app.runs.jobfile import check_job_file
     from app.runs.settings import image_policy
     from app.runs.sources import recorded_path
@@ -152,6 +153,7 @@ def run(
     options = ReadChoice(given, upstream, wait, engine, device, dtype)
     with cli_errors(), suggest_wait(wait):
         check_job_file(file)
+        check_run_name(name)
         db = _sqlite_file(database)
         with _removed_unless_used(db) as used, embedded_store(db) as factory:
             submission = Submission(file, name, replicates, strict, replace_changed,

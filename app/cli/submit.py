@@ -90,6 +90,7 @@ def submit(
     DREADS_IMAGE_DIRS must hold for file:// images there).
     """
     from app.broker.process import PublisherProcess
+    from app.engine.limits import check_run_name
     from app.runs.jobfile import check_job_file
 
     spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second, max_cost)
@@ -102,6 +103,7 @@ def submit(
         return
     with cli_errors(), suggest_wait(wait):
         check_job_file(file)
+        check_run_name(run)
         # started first: its Celery start-up overlaps the tokenizer's and the probe's
         with PublisherProcess(broker, chunk_size) as publisher, \
                 opened_store(database_url(database)) as factory:

@@ -38,6 +38,7 @@ from app.engine.fields import (
 )
 from app.engine.kinds import QuestionKind, kind_named, kind_of
 from app.engine.kinds.base import as_text
+from app.engine.limits import MAX_CELL_CHARS, MAX_ID_CHARS, check_json, check_text
 from app.engine.openai.shapes import QuestionShape, shape_from_json
 from app.engine.types import Decision, Question
 from app.errors import BadLine, InputError
@@ -61,10 +62,10 @@ def _check_id(kind: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip():
-        raise InputError(f"{kind} id must be a non-empty string, got {value!r}")
+        raise InputError(f"{kind} id must be a non-empty string, got {value!r:.60}")
     if ":" in value or "\n" in value or "\r" in value:
-        raise InputError(f"{kind} id {value!r} contains ':' or a newline; remove them")
-    return value
+        raise InputError(f"{kind} id {value[:60]!r} contains ':' or a newline; remove them")
+    return check_text(f"{kind} id {value[:60]!r}", value, MAX_ID_CHARS)
 
 
 def _build_question(qid: str, spec: Any) -> Question:
@@ -177,6 +178,7 @@ _IMAGE_SCHEMES = ("http://", "https://", "file://", "data:")
 def _image_ref(index: int, ref: Any) -> str:
     if not isinstance(ref, str) or not ref.strip():
         raise InputError(f"'images'[{index}] must be a URL string, got {ref!r:.60}")
+    check_text(f"'images'[{index}]", ref, len(ref))
     if not ref[:8].lower().startswith(_IMAGE_SCHEMES):
         raise InputError(f"'images'[{index}] {ref[:60]!r} is not an http(s), file:// or data: "
                          "URL; give each image as one of those")
@@ -220,6 +222,11 @@ def _build(did: Any, state: Any, questions: Any, cell: Any, expected: Any,
                              "only for a decision with 'images')")
         if cell is not None and not isinstance(cell, str):
             raise InputError(f"'cell' must be a string, got {type(cell).__name__}")
+        if cell is not None:
+            check_text("'cell'", cell, MAX_CELL_CHARS)
+        for name, value in (("'state'", state), ("'questions'", questions),
+                            ("'expected'", expected)):
+            check_json(name, value)
         parsed = _parse_questions(questions, memo)
         return Decision(id=did, state=state, questions=parsed, cell=cell,
                         expected=_parse_expected(expected, parsed), images=refs)

@@ -17,14 +17,18 @@ def file_path(ref: str, policy: ImagePolicy) -> Path:
     under an allowed directory.
 
     Raises:
-        ImageError: a host other than localhost, a relative path, or a file outside the
-            allowed directories.
+        ImageError: a host other than localhost, a NUL character, a relative path, or a file
+            outside the allowed directories.
     """
     parts = urlsplit(ref)
     if parts.netloc not in ("", "localhost"):
         raise ImageError(f"image {short_ref(ref)}: a file:// URL names a file on this machine "
                          "(file:///path/to/image.png); fetch remote images over http(s)")
-    raw = Path(unquote(parts.path))
+    text = unquote(parts.path)
+    if "\x00" in text:
+        raise ImageError(f"image {short_ref(ref)}: a file:// URL holds a NUL character (%00), "
+                         "which no file name has; remove it")
+    raw = Path(text)
     if not raw.is_absolute():
         raise ImageError(f"image {short_ref(ref)}: a file:// URL needs an absolute path "
                          "(file:///path/to/image.png)")

@@ -18,6 +18,7 @@ from typing import IO, Any
 import orjson
 
 from app.engine import Decision, QuestionsMemo, line_id, parse_decision
+from app.engine.limits import MAX_JSON_DEPTH
 from app.errors import BadLine, InputError
 
 __all__ = ["LineProblem", "NumberedLine", "ParsedJob", "bounded_memo", "check_job_file",
@@ -179,6 +180,9 @@ def _load_line(line_no: int, text: str | BadLine) -> dict[str, Any]:
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise BadLine(f"the line is nested deeper than {MAX_JSON_DEPTH} levels; flatten it",
+                          line_no=line_no) from exc
         raise BadLine(f"not valid JSON ({exc})", line_no=line_no) from exc
     if not isinstance(obj, dict):
         raise BadLine(f"a line must be a JSON object, got {type(obj).__name__}", line_no=line_no)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.engine.limits import check_run_name
 from app.images import ImagePolicy
 from app.runs.submit import Publisher, SubmitReport, SubmitRequest, submit_job
 
@@ -71,11 +72,13 @@ def submit_run(factory: SessionFactory, submission: Submission, resolve: Resolve
 
     Raises:
         RunSettingsMismatch: the run exists with other settings.
-        InputError: an unreadable file; ConfigError and UpstreamError as ``resolve`` raises.
+        InputError: a run name that cannot be stored (``check_run_name``), an unreadable
+            file; ConfigError and UpstreamError as ``resolve`` raises.
     """
     from app.store.admin import discard_empty_run, may_be_empty
     from app.store.db import session_scope
 
+    check_run_name(submission.run_name)
     existing = _existing_run(factory, submission.run_name)
     resolved = resolve(existing)
     request = _request(submission, resolved, existing)

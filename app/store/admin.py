@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import Table, and_, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from app.store import dialects
 from app.store.models import (
     Answer,
     Attempt,
@@ -159,7 +160,13 @@ def run_contents(session: Session, run_id: int, *, now: datetime | None = None) 
 
 def delete_run(session: Session, run_id: int) -> None:
     """Delete the run and everything it recorded (answers, draws, attempts, payloads,
-    decisions, spend, the files it was submitted from)."""
+    decisions, spend, the files it was submitted from).
+
+    Workers committing answers of the run are fenced: the run's row is locked first
+    (PostgreSQL ``FOR UPDATE``), which waits for the commits in flight (each holds a share of
+    it from its first row that references the run) and holds back new ones until this
+    transaction ends; SQLite's one writer takes turns the same way."""
+    dialects.fence_row(session, cast(Table, Run.__table__), run_id)
     decisions = select(Decision.id).where(Decision.run_id == run_id).scalar_subquery()
     session.execute(delete(Answer).where(Answer.run_id == run_id))
     session.execute(delete(Draw).where(Draw.decision_id.in_(decisions)))

@@ -134,6 +134,17 @@ def hold_row(session: Session, table: Table, row_id: int) -> None:
         session.execute(update(table).where(table.c.id == row_id).values(id=table.c.id))
 
 
+def fence_row(session: Session, table: Table, row_id: int) -> None:
+    """Hold row ``row_id`` of ``table`` against every transaction that references it until
+    the caller's ends: PostgreSQL ``SELECT ... FOR UPDATE`` waits for those holding a share of
+    it (an insert of a row with a foreign key to it) and makes new ones wait. SQLite: its
+    write lock, taken now (as ``hold_row``)."""
+    if is_postgresql(session):
+        session.execute(select(table.c.id).where(table.c.id == row_id).with_for_update())
+    else:
+        session.execute(update(table).where(table.c.id == row_id).values(id=table.c.id))
+
+
 @contextmanager
 def advisory_lock(session: Session, lock_id: int, wait_s: float) -> Iterator[bool]:
     """Hold PostgreSQL session advisory lock ``lock_id`` on ``session``'s connection, waiting

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 
-from app.errors import BadDatabaseUrl, StoreError
+from app.errors import BadDatabaseUrl, StoreConflict, StoreError
 from app.store.urls import redacted, sqlite_path
 
 __all__ = ["database_errors", "opening_errors", "other_database"]
@@ -79,11 +79,33 @@ def database_errors(engine: Engine | None, what: str = "") -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
+        if isinstance(exc, IntegrityError) or _conflicting(_said(exc)):
+            raise _conflict(what, _said(exc)) from exc
         raise _failed(what, _said(exc)) from exc
     except Exception as exc:
         if not isinstance(exc, _driver_errors(engine)):
             raise
+        if _conflicting(exc):
+            raise _conflict(what, exc) from exc
         raise _failed(what, exc) from exc
+
+
+#: SQLSTATEs of a write that met a concurrent one: integrity (a row deleted meanwhile, a
+#: unique key taken), serialization failure, deadlock.
+_CONFLICT_CLASS, _CONFLICT_STATES = "23", frozenset({"40001", "40P01"})
+
+
+def _conflicting(orig: BaseException) -> bool:
+    state = getattr(orig, "sqlstate", None)
+    return isinstance(state, str) and (state.startswith(_CONFLICT_CLASS)
+                                       or state in _CONFLICT_STATES)
+
+
+def _conflict(what: str, orig: BaseException) -> StoreConflict:
+    head = f"{what}: " if what else ""
+    return StoreConflict(f"{head}the database refused a write that met a concurrent one "
+                         f"({type(orig).__name__}: {_reason(orig)}); the database works: "
+                         "try again (a run deleted meanwhile is gone)")
 
 
 def _driver_errors(engine: Engine | None) -> tuple[type[BaseException], ...]:

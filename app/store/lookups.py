@@ -24,6 +24,8 @@ def run_header(session: Session, run_id: int) -> RunHeader:
 
 def run_has_key(session: Session, run: str, key: str) -> bool:
     """Whether run ``run`` (by name) holds a decision with id ``key``."""
+    if "\x00" in run or "\x00" in key:  # no database stores one: not there
+        return False
     stmt = (select(Decision.id).join(Run, Run.id == Decision.run_id)
             .where(Run.name == run, Decision.key == key).limit(1))
     return session.scalar(stmt) is not None

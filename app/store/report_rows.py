@@ -24,6 +24,8 @@ _ANSWER_COLUMNS = (
 
 def find_run_by_ref(session: Session, ref: str) -> Run | None:
     """The run named ``ref``, else the run whose id is ``ref`` (digits), else None."""
+    if "\x00" in ref:  # no database stores one (PostgreSQL would fail): no such run
+        return None
     run = session.scalars(select(Run).where(Run.name == ref)).first()
     if run is None and ref.isdigit():
         run = session.get(Run, int(ref))

@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from app.engine import SettingChange, changed_settings, without_credentials
-from app.errors import InputError, RunSettingsMismatch
+from app.errors import InputError, RunSettingsMismatch, StoreError
 from app.store import dialects
 from app.store.models import (
     Attempt,
@@ -74,6 +74,8 @@ def run_info(run: Run) -> RunInfo:
 
 
 def _run_named(session: Session, name: str) -> Run | None:
+    if "\x00" in name:  # no database stores one (PostgreSQL would fail): no such run
+        return None
     return session.scalars(select(Run).where(Run.name == name)).one_or_none()
 
 
@@ -108,19 +110,32 @@ def ensure_run(
     """
     run = _run_named(session, name)
     if run is None:
-        run = Run(name=name, status=RunStatus.ACTIVE, settings=dict(settings),
-                  settings_hash=settings_hash, fingerprint=_json(fingerprint),
-                  upstream=without_credentials(upstream),
-                  engine=engine, source=source, replicates=replicates)
-        session.add(run)
-        session.flush()
-        return run_info(run), True
+        values: dict[str, Any] = {
+            "name": name, "status": RunStatus.ACTIVE, "settings": dict(settings),
+            "settings_hash": settings_hash, "upstream": without_credentials(upstream),
+            "engine": engine,
+            "source": source, "replicates": replicates}
+        if fingerprint is not None:
+            values["fingerprint"] = _json(fingerprint)
+        new_id = session.execute(_CREATE_RUN[dialects.name(session)].values(**values)).scalar()
+        run = session.get(Run, new_id) if new_id is not None else _run_named(session, name)
+        if run is None:  # created and deleted again meanwhile
+            raise StoreError(f"run {name!r} was deleted while this submission created it; "
+                             "submit again")
+        if new_id is not None:
+            return run_info(run), True
+        # another submission created it at the same time: it is found, as an existing run
     _check_same(run, settings, settings_hash, replicates)
     if dict(run.settings) != dict(settings):  # same hash: only the unhashed budget differs
         run.settings = dict(settings)
     if run.fingerprint is None and fingerprint is not None:
         run.fingerprint = _json(fingerprint)
     return run_info(run), False
+
+
+#: A new run, or nothing when a concurrent submission created one of the same name (its
+#: insert waited for that one to commit; the caller reads the run then).
+_CREATE_RUN = dialects.insert_ignoring(Run, ["name"], returning=Run.id)
 
 
 def _check_same(run: Run, settings: Mapping[str, Any], digest: str, replicates: int) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.engine.kinds import CHOICE, LETTERS, NOUL, SCORE
+from app.engine.limits import check_json
 from app.engine.openai.errors import DecisionsRequestError, fail, request_error
 from app.engine.openai.model import (
     ChoiceQuestionIn,
@@ -81,6 +82,10 @@ def decision_from_request(key: str, body: Mapping[str, Any], *, cell: str | None
     Raises:
         DecisionsRequestError: the message says what to fix; ``param`` names the field.
     """
+    try:
+        check_json("the request", body)
+    except InputError as exc:
+        raise DecisionsRequestError(exc.message) from None
     request = _validated(body, set(extra_keys))
     state, images = _state(request.input), _images(request.input)
     specs, shapes = _questions(request.questions)

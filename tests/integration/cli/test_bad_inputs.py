@@ -401,3 +401,101 @@ def test_an_interrupted_run_loses_nothing_and_the_same_command_finishes_it(
     assert sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status") == \
         [("done", 60)]
     assert sqlite_rows(db, "SELECT count(*) FROM answers") == [(60,)]
+
+
+# -- lines no database can store ---------------------------------------------------------------
+def _deep(levels: int) -> str:
+    """A placeholder for a JSON array nested ``levels`` deep (no encoder writes one)."""
+    return f"<deep {levels}>"
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + '"x"' + "]" * levels
+
+
+#: Each bad line (by what it holds) -> the reason a user reads, the same on every database.
+UNSTORABLE = {
+    "NUL in the id": ({"id": "b\u0000d"}, "holds a NUL character (\\u0000)"),
+    "NUL in the cell": ({"cell": "c\u0000"}, "'cell' holds a NUL character (\\u0000)"),
+    "NUL in the state": ({"state": "a\u0000b"}, "'state' holds a NUL character (\\u0000)"),
+    "NUL in a question id": ({"questions": {"o\u0000k": {"type": "noul",
+                                                          "instructions": "Lawful?"}}},
+                             "'questions' holds a NUL character (\\u0000)"),
+    "an id of 501 characters": ({"id": "i" * 501}, "is 501 characters long; the limit is 500"),
+    "a cell of 201 characters": ({"cell": "c" * 201},
+                                 "'cell' is 201 characters long; the limit is 200"),
+    "a question id of 501 characters": (
+        {"questions": {"q" * 501: {"type": "noul", "instructions": "Lawful?"}}},
+        "question id 'qqq"),
+    "a state nested 300 deep": ({"state": _deep(300)},
+                                "'state' is nested deeper than 64 levels; flatten it"),
+    "a line nested 1,100 deep": ({"state": _deep(1100)},
+                                 "the line is nested deeper than 64 levels; flatten it"),
+}
+#: Where the bad lines sit: past the first batches a submit commits (its second batch and on).
+_GOOD_LINES, _FIRST_BAD = 700, 501
+
+
+def _file_with_unstorable_lines(where: Path) -> Path:
+    lines = [job_line(f"d{i}", expected=None) for i in range(1, _GOOD_LINES + 1)]
+    for offset, (change, _) in enumerate(UNSTORABLE.values()):
+        obj = {**orjson.loads(job_line(f"bad{offset}", expected=None)), **change}
+        text = orjson.dumps(obj).decode()
+        for levels in (300, 1100):
+            text = text.replace(f'"{_deep(levels)}"', _nested(levels))
+        lines.insert(_FIRST_BAD - 1 + offset, text)
+    return write_jobs(where / "unstorable.jsonl", lines)
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_lines_no_database_stores_are_bad_lines_and_the_rest_is_stored(
+        work: Path, cli_redis: RedisServer, database: str) -> None:
+    """NUL characters, over-long ids, cells and question ids and deep nesting are refused at
+    validation with one reason each, the same on SQLite and PostgreSQL; every other line of
+    the file is stored, and a rerun stores nothing twice and fails on nothing."""
+    path = _file_with_unstorable_lines(work)
+    url = "s.db" if database == "sqlite" else create_pg_database(SHARED_PG, "unstorable")
+    try:
+        if database == "sqlite":
+            assert dreads_in_process("db", "upgrade", "--database-url", url, cwd=work).code == 0
+        args = ("submit", str(path), "--run", "u", "--upstream", "sim", "--database-url", url,
+                "--broker", cli_redis.url, "--json")
+        first = dreads_in_process(*args, cwd=work)
+        assert first.code == 0, first.stderr
+        report = orjson.loads(first.stdout)
+        assert report["inserted"] == _GOOD_LINES, report
+        reasons = [bad["reason"] for bad in report["bad_lines"]]
+        assert [bad["line"] for bad in report["bad_lines"]] == list(
+            range(_FIRST_BAD, _FIRST_BAD + len(UNSTORABLE)))
+        for reason, (_, says) in zip(reasons, UNSTORABLE.values(), strict=True):
+            assert says in reason and "\n" not in reason
+        again = dreads_in_process(*args, cwd=work)
+        assert again.code == 0, again.stderr
+        assert orjson.loads(again.stdout)["already_present"] == _GOOD_LINES
+        assert [b["reason"] for b in orjson.loads(again.stdout)["bad_lines"]] == reasons
+    finally:
+        if database == "postgresql":
+            drop_pg_database(url)
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("a\r\nb", "holds a control character"), ("a/b", "holds '/' or '..'"),
+    ("a..b", "holds '/' or '..'"), ("n" * 201, "is 201 characters long; the limit is 200"),
+    ("a\u0000b", "holds a NUL character")])
+def test_a_run_name_that_cannot_be_stored_or_addressed_is_refused_before_anything(
+        work: Path, name: str, says: str) -> None:
+    result = dreads_in_process("run", "jobs.jsonl", "--run", name, "--upstream", "sim",
+                               cwd=work)
+    assert_one_line_error(result, says=says, code=2)
+    assert sorted(p.name for p in work.iterdir()) == ["jobs.jsonl"]  # no database
+
+
+def test_a_bad_lines_id_is_shown_escaped_and_the_good_lines_run(work: Path) -> None:
+    lines = [job_line("d1", expected=None), job_line("bad\u0000id\r", expected=None)]
+    path = write_jobs(work / "nul.jsonl", lines)
+    result = dreads_in_process("run", str(path), "--upstream", "sim", cwd=work)
+    assert result.code == 0, result.stderr
+    assert "\x00" not in result.stderr and "\r" not in result.stderr
+    assert "bad\\x00id\\r" in result.stderr
+    assert sqlite_rows(work / "dreads.db", "SELECT key, status FROM decisions") == [
+        ("d1", "done")]

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.errors import EXIT_FAILURE, EXIT_USAGE, InputError, StoreError
+from app.errors import EXIT_FAILURE, EXIT_USAGE, InputError, StoreConflict, StoreError
 from app.store import dialects
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.migrate import open_store, upgrade
@@ -40,10 +40,13 @@ def test_a_failed_statement_is_one_store_error_line_and_the_transaction_is_rolle
     assert _runs(factory) == 0
 
 
-def test_a_failed_commit_is_a_store_error(factory: Factory) -> None:
+def test_a_commit_that_meets_a_concurrent_write_is_a_conflict_to_retry(
+        factory: Factory) -> None:
+    """A unique key taken (or a row deleted) meanwhile: the database works, try again; never
+    "check --database-url"."""
     with session_scope(factory) as session:
         _add_run(session, "taken")
-    with pytest.raises(StoreError, match="the database failed"), \
+    with pytest.raises(StoreConflict, match=r"met a concurrent one.*try again"), \
             session_scope(factory) as session:
         session.add(Run(name="taken", status="active", settings={}, settings_hash="h",
                         upstream="sim"))  # written only at the commit's flush
