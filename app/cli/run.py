@@ -445,10 +445,13 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
         def progress(settled: int, total: int) -> None:
             bar.update(task, completed=settled, total=total)
 
+        def notify(line: str) -> None:  # the breaker's half-open wait, above the bar
+            err_console.print(line, highlight=False, markup=False)
+
         try:
             return asyncio.run(execute_run(job.factory, job.run, upstream_url=url,
                                            tokenizer=tokenizer, config=job.config,
-                                           progress=progress))
+                                           progress=progress, notify=notify))
         except UpstreamUnavailable as exc:
             raise UpstreamUnavailable(
                 f"{exc.message}; start the model server there, pass --upstream URL, or try "

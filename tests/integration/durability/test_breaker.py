@@ -41,7 +41,7 @@ def test_two_workers_pause_a_run_whose_server_fails_every_read(
         stack: Stack, sim: Sim, worker_factory: Callable[..., WorkerProcess]) -> None:
     stack.submit()
     for _ in range(2):
-        worker_factory(stack.env(read_retries=1))
+        worker_factory(stack.env(read_retries=1, breaker_probe_s=0))  # resumed by hand
     stack.wait_done_at_least(N_DECISIONS // 5, timeout_s=120)
     sim.down(3600)
     fault_at = time.monotonic()
