@@ -161,7 +161,8 @@ class Settings(BaseSettings):
     worker_backoff_s: Annotated[float, Field(gt=0)] = 1.0
     worker_backoff_max_s: Annotated[float, Field(gt=0)] = 60.0
     #: ``dreads worker``: give up (exit) after the Celery worker kept dying this many seconds
-    #: (none of its starts lasted ``worker_backoff_max_s``). Unset: never give up.
+    #: (none of its starts lasted a minute, or ``worker_backoff_max_s`` if longer). Unset:
+    #: never give up.
     worker_give_up_s: Annotated[float | None, Field(gt=0)] = None
     #: Workers: port of the Prometheus exporter in the worker's main process (unset: none).
     metrics_port: int | None = None
