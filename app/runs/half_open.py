@@ -182,7 +182,8 @@ async def wait_half_open(factory: SessionFactory, run: RunInfo, upstream: Upstre
                          probe: ReadRequest | None, policy: BreakerPolicy, *,
                          notify: Notify | None = None) -> bool:
     """``dreads run``'s half-open wait, after its run paused: True once a probe read was
-    answered and the run resumed; False at once when it was not paused by the breaker or
+    answered and the run resumed (or it is no longer paused: resumed by hand, or cancelled,
+    which the next round finds); False at once when it was not paused by the breaker or
     probes are off, or once it has been paused ``give_up_s`` (it stays paused)."""
     state = await asyncio.to_thread(_pause_of, factory, run.name)
     if state is None or state[0] != PauseKind.BREAKER or not policy.probes:
@@ -193,6 +194,9 @@ async def wait_half_open(factory: SessionFactory, run: RunInfo, upstream: Upstre
     timeout_s = min(PROBE_TIMEOUT_S, policy.probe_s)
     while True:
         await asyncio.sleep(policy.probe_s)
+        now_state = await asyncio.to_thread(_pause_of, factory, run.name)
+        if now_state is None or now_state[0] != PauseKind.BREAKER:
+            return now_state is None  # resumed (or cancelled) meanwhile: the rounds say which
         if (policy.give_up_s is not None
                 and _seconds_since(paused_at, utcnow()) >= policy.give_up_s):
             say(f"run {run.name}: no answer from its server within {policy.give_up_s:g} s "
