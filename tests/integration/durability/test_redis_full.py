@@ -1,8 +1,9 @@
-"""Workers outlive a full Redis: a private redis-server at ``maxmemory`` with ``noeviction``
-answers every write with an OOM error; a real ``dreads worker`` whose Celery worker dies on it
-keeps restarting it with a capped backoff (it used to give up after 11 deaths), reports its
-state in the log and in ``/metrics``, and answers the run once memory is freed (SQL kept the
-work). Times are scaled down with ``DREADS_WORKER_BACKOFF_*``."""
+"""Workers outlive a full or lost Redis. A private redis-server at ``maxmemory`` with
+``noeviction`` answers every write with an OOM error: a real ``dreads worker`` whose Celery
+worker dies on it keeps restarting it with a capped backoff (it used to give up after 11
+deaths), reports its state in the log and in ``/metrics``, and answers the run once memory is
+freed (SQL kept the work). A Redis killed for 45 s: the worker is still there when it is back.
+Times are scaled down with ``DREADS_WORKER_BACKOFF_*``."""
 
 from __future__ import annotations
 
@@ -89,3 +90,24 @@ def test_a_worker_outlives_a_full_redis_and_answers_once_it_has_room(
     assert worker.alive()
     assert _metric(_scrape(port), 'dreads_worker_supervisor_state{state="running"}') == 1
     assert took < 120, took
+
+
+def test_a_worker_outlives_a_lost_redis_and_goes_on_when_it_is_back(
+        stack: Stack, sim: Sim, redis_server: RedisServer,
+        worker_factory: Callable[..., WorkerProcess]) -> None:
+    """Redis killed mid-run and gone for 45 s, then started again (its AOF kept the queue):
+    the worker is still there, and the run completes, every decision answered once."""
+    stack.submit(N)
+    port = free_port()
+    worker = worker_factory(stack.env(worker_backoff_s=0.5, worker_backoff_max_s=2,
+                                      metrics_port=port))
+    stack.wait_done_at_least(N // 8, timeout_s=120)
+    redis_server.kill()
+    time.sleep(45)
+    assert worker.alive(), worker.log_text()[-4000:]
+    assert "giving up" not in worker.log_text()
+    assert _metric(_scrape(port), 'dreads_worker_supervisor_state{state="gave_up"}') == 0
+    redis_server.start()
+    stack.wait_settled(180)
+    check_invariant(stack, n=N)
+    assert worker.alive()
