@@ -8,7 +8,10 @@ again. The supervisor waits ``Backoff.delay`` before each restart (doubling from
 to ``max_s``; a start that lasted ``healthy_s`` counts as healthy and starts it over),
 forever unless ``give_up_s`` is set, and says each change of state in one line on stderr and
 in its metrics (``SupervisorState``, served with the pool's by ``app.telemetry.supervisor``).
-A stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good.
+When the broker refused writes as the worker died (``broker_ok`` False) the wait ends as
+soon as it takes them again: a worker takes work within a second or two of Redis having room,
+however long the backoff had grown. A stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and
+ends it for good.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["Backoff", "supervise"]
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
-#: How often a backoff wait looks for a stop signal.
+#: How often a backoff wait looks for a stop signal, and asks whether the broker is back.
 _TICK_S = 0.2
+_ASK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,13 @@ class Backoff:
 
 def supervise(command: list[str], *, backoff: Backoff | None = None,
               env: dict[str, str] | None = None, state: SupervisorState | None = None,
-              say: Callable[[str], None] | None = None) -> int:
+              say: Callable[[str], None] | None = None,
+              broker_ok: Callable[[], bool | None] | None = None) -> int:
     """Run ``command`` (the Celery worker) until it exits with 0 or after a stop signal;
     start it again after a backoff when it dies on its own (forever, unless
-    ``backoff.give_up_s``). Returns the exit code to exit with."""
+    ``backoff.give_up_s``). ``broker_ok``: whether the broker takes writes now (None:
+    unknown); a wait that began with it refusing them ends once it takes them. Returns the
+    exit code to exit with."""
     from app.telemetry.supervisor import SupervisorState
 
     backoff = backoff or Backoff()
@@ -99,19 +106,29 @@ def supervise(command: list[str], *, backoff: Backoff | None = None,
         tell(f"dreads worker: the Celery worker exited with {code} ({deaths} time(s) in a "
              f"row); starting it again in {delay:g} s (nothing is lost: SQL keeps the work, "
              "leases and the sweeper recover it)")
-        if _stopped_within(stopping, delay):
+        broker_down = broker_ok is not None and broker_ok() is False
+        if _stopped_within(stopping, delay, early=broker_ok if broker_down else None):
             state.enter("stopped")
             return code
+        if broker_down and broker_ok is not None and broker_ok():
+            tell("dreads worker: the broker takes writes again; starting the Celery worker")
         state.restarted()
 
 
-def _stopped_within(stopping: threading.Event, seconds: float) -> bool:
-    """Wait ``seconds`` in short ticks (a stop signal's handler runs between them)."""
+def _stopped_within(stopping: threading.Event, seconds: float,
+                    early: Callable[[], bool | None] | None = None) -> bool:
+    """Wait ``seconds`` in short ticks (a stop signal's handler runs between them), or until
+    ``early()`` (asked about once a second) is true. True when a stop signal came."""
     deadline = time.monotonic() + seconds
+    next_ask = time.monotonic() + _ASK_S
     while not stopping.is_set():
         left = deadline - time.monotonic()
         if left <= 0:
             return False
+        if early is not None and time.monotonic() >= next_ask:
+            if early():
+                return stopping.is_set()
+            next_ask = time.monotonic() + _ASK_S
         stopping.wait(min(_TICK_S, left))
     return True
 

@@ -132,6 +132,7 @@ def worker(
         exit_error(exc, exc.exit_code)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname or default_node_name(), extra=list(ctx.args))
+    from app.broker.health import broker_writable
     from app.telemetry.supervisor import SupervisorState, serve_worker_metrics
 
     env = to_environ(flags, os.environ)
@@ -145,7 +146,8 @@ def worker(
             env.pop("DREADS_METRICS_PORT", None)
             serve_worker_metrics(settings.metrics_host, settings.metrics_port, metrics, state)
         code = supervise([sys.executable, "-m", "celery", *argv], env=env, backoff=backoff,
-                         state=state)
+                         state=state,
+                         broker_ok=lambda: broker_writable(settings.broker_url))
     raise typer.Exit(code)
 
 

@@ -102,3 +102,32 @@ def test_sigterm_during_a_backoff_ends_it_at_once(tmp_path: Path) -> None:
     assert proc.wait(timeout=10) == 5
     assert time.monotonic() - sent < 3
     assert "starting it again in 60 s" in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_a_broker_that_takes_writes_again_ends_the_wait_at_once(tmp_path: Path) -> None:
+    """The child died while the broker refused writes: the 60 s backoff ends as soon as the
+    broker takes them again."""
+    asked: list[float] = []
+
+    def broker_ok() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) >= 3  # refused at the death and once more, then back
+
+    lines: list[str] = []
+    started = time.monotonic()
+    code = supervise(_child(tmp_path, 1, die_first=1), say=lines.append, broker_ok=broker_ok,
+                     backoff=Backoff(first_s=60, max_s=60))
+    assert code == 0
+    assert time.monotonic() - started < 20
+    assert (tmp_path / "starts").read_text() == "xx"
+    assert "starting it again in 60 s" in lines[0]
+    assert "the broker takes writes again; starting the Celery worker" in lines[1]
+
+
+def test_a_broker_that_was_fine_does_not_shorten_the_backoff(tmp_path: Path) -> None:
+    """A worker that died with its broker taking writes (another cause) waits its backoff."""
+    started = time.monotonic()
+    code = supervise(_child(tmp_path, 1, die_first=1), say=lambda _line: None,
+                     broker_ok=lambda: True, backoff=Backoff(first_s=1.5, max_s=1.5))
+    assert code == 0
+    assert time.monotonic() - started >= 1.5
