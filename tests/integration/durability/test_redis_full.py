@@ -2,8 +2,9 @@
 ``noeviction`` answers every write with an OOM error: a real ``dreads worker`` whose Celery
 worker dies on it keeps restarting it with a capped backoff (it used to give up after 11
 deaths), reports its state in the log and in ``/metrics``, starts it at once when memory is
-freed in the middle of a long backoff, and answers the run (SQL kept the work). A Redis killed for 45 s: the worker is still there when it is back.
-Times are scaled down with ``DREADS_WORKER_BACKOFF_*``."""
+freed in the middle of a long backoff, and answers the run (SQL kept the work). A Redis killed
+for 45 s: the worker is still there when it is back. Times are scaled down with
+``DREADS_WORKER_BACKOFF_*``."""
 
 from __future__ import annotations
 
