@@ -176,7 +176,7 @@ def start_prober(factory: Any, settings: Settings) -> None:
     if settings.worker_answers or not policy.probes:
         return
     served = served_queue(settings)
-    tokenizer = make_tokenizer(settings)
+    probes: list[ReadRequest | None] = []  # built at the first probe: no cost at start-up
 
     def serves(run: Any) -> bool:
         from app.broker.names import queue_of_run
@@ -184,7 +184,9 @@ def start_prober(factory: Any, settings: Settings) -> None:
         return bool(queue_of_run(run.settings) == served)
 
     def probe(_run: Any) -> str | None:
-        return _probe_once(settings, make_probe(settings, tokenizer))
+        if not probes:
+            probes.append(make_probe(settings, make_tokenizer(settings)))
+        return _probe_once(settings, probes[0])
 
     _prober = ProberThread(lambda: probe_due_runs(factory, policy, probe, serves=serves),
                            interval_s=min(policy.probe_s, settings.sweep_interval_s))
