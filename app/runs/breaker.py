@@ -154,13 +154,16 @@ def _trip_reason(session: Session, failure: Failure, breaker: BreakerPolicy,
     if n < breaker.trip_count:
         return None
     detail = failure.detail if kind == failure.kind else recent.latest_detail.get(kind, "")
-    return breaker_reason(kind, n, breaker.window, detail, run_name)
+    return breaker_reason(kind, n, breaker.window, detail, run_name, probe_s=breaker.probe_s)
 
 
-def breaker_reason(kind: str, failed: int, window: int, detail: str, run_name: str) -> str:
+def breaker_reason(kind: str, failed: int, window: int, detail: str, run_name: str, *,
+                   probe_s: float = 0.0) -> str:
     """What a paused run says: how many attempts failed how (with the newest one's detail),
-    what to check, and how to go on."""
+    what to check, and how to go on (``probe_s``: it is probed, and resumes by itself)."""
     check = _CHECK.get(kind, "check the upstream")  # type: ignore[call-overload]
     shown = f" ({detail[:200]})" if detail else ""
+    wait = (f" (or wait: it resumes by itself once its server answers a probe read, every "
+            f"{probe_s:g} s)" if probe_s > 0 else "")
     return (f"{failed} of the last {window} attempts failed with {kind}{shown}: {check}, "
-            f"then `dreads resume {shlex.quote(run_name)}`")
+            f"then `dreads resume {shlex.quote(run_name)}`{wait}")
