@@ -154,16 +154,13 @@ def _trip_reason(session: Session, failure: Failure, breaker: BreakerPolicy,
     if n < breaker.trip_count:
         return None
     detail = failure.detail if kind == failure.kind else recent.latest_detail.get(kind, "")
-    return breaker_reason(kind, n, breaker.window, detail, run_name, probe_s=breaker.probe_s)
+    return breaker_reason(kind, n, breaker.window, detail, run_name)
 
 
-def breaker_reason(kind: str, failed: int, window: int, detail: str, run_name: str, *,
-                   probe_s: float = 0.0) -> str:
+def breaker_reason(kind: str, failed: int, window: int, detail: str, run_name: str) -> str:
     """What a paused run says: how many attempts failed how (with the newest one's detail),
-    what to check, and how to go on (``probe_s``: it is probed, and resumes by itself)."""
+    what to check, and how to go on."""
     check = _CHECK.get(kind, "check the upstream")  # type: ignore[call-overload]
     shown = f" ({detail[:200]})" if detail else ""
-    wait = (f" (or wait: it resumes by itself once its server answers a probe read, every "
-            f"{probe_s:g} s)" if probe_s > 0 else "")
     return (f"{failed} of the last {window} attempts failed with {kind}{shown}: {check}, "
-            f"then `dreads resume {shlex.quote(run_name)}`{wait}")
+            f"then `dreads resume {shlex.quote(run_name)}`")
