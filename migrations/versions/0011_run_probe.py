@@ -1,6 +1,6 @@
 """runs.probed_at: when a run paused by the breaker was last probed
 
-Revision ID: 0010
+Revision ID: 0011
 Revises: 0009
 Create Date: 2026-12-05 11:00:00
 
@@ -13,7 +13,7 @@ from typing import Sequence, Union
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0010'
+revision: str = '0011'
 down_revision: Union[str, Sequence[str], None] = '0009'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
