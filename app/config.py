@@ -115,6 +115,13 @@ class Settings(BaseSettings):
     #: throttled). Either 0 turns it off.
     breaker_window: Annotated[int, Field(ge=0)] = 50
     breaker_threshold: Annotated[float, Field(ge=0, le=1)] = 0.9
+    #: A run paused by the breaker (not by its budget) is probed with one read this often, in
+    #: seconds (one prober per run across every worker); when the read succeeds the run
+    #: resumes by itself. 0: never probed (it waits for ``dreads resume``).
+    breaker_probe_s: Annotated[float, Field(ge=0)] = 10.0
+    #: Stop probing a run paused this many seconds ago (it stays paused for ``dreads
+    #: resume``). Unset: probe for as long as it is paused.
+    breaker_give_up_s: Annotated[float | None, Field(gt=0)] = None
     #: Sweeper period in seconds.
     sweep_interval_s: float = 3.0
     #: A queued decision stamped this long ago without a claim is re-published once its queue
@@ -165,6 +172,14 @@ class Settings(BaseSettings):
     api_max_upload_mb: float = 2048.0
     #: ``dreads serve``: /v1/systemone requests answered at once; more get 529.
     api_max_concurrent: int = 256
+    #: ``dreads worker``: a Celery worker that dies on its own (a Redis that is full or gone)
+    #: is started again after a backoff that doubles from the first to the most seconds.
+    worker_backoff_s: Annotated[float, Field(gt=0)] = 1.0
+    worker_backoff_max_s: Annotated[float, Field(gt=0)] = 60.0
+    #: ``dreads worker``: give up (exit) after the Celery worker kept dying this many seconds
+    #: (none of its starts lasted a minute, or ``worker_backoff_max_s`` if longer). Unset:
+    #: never give up.
+    worker_give_up_s: Annotated[float | None, Field(gt=0)] = None
     #: Workers: port of the Prometheus exporter in the worker's main process (unset: none).
     metrics_port: int | None = None
     #: Workers: interface of that exporter (0.0.0.0 in a container).

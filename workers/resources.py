@@ -25,6 +25,7 @@ __all__ = [
     "make_tokenizer",
     "make_upstream_for",
     "served_queue",
+    "start_prober",
     "start_sweeper",
     "stop_sweeper",
     "wait_upstream_ready",
@@ -35,6 +36,7 @@ log = logging.getLogger("dreads.worker")
 #: How long one readiness round waits before logging and trying again.
 READY_ROUND_S = 30.0
 _sweeper: Any = None
+_prober: Any = None
 
 
 def make_upstream_for(settings: Settings) -> Upstream:
@@ -159,10 +161,57 @@ def start_sweeper(celery_app: Any, settings: Settings) -> None:
 
     _sweeper = SweeperThread(sweep, interval_s=settings.sweep_interval_s)
     _sweeper.start()
+    start_prober(factory, settings)
+
+
+def start_prober(factory: Any, settings: Settings) -> None:
+    """Start this main process's breaker prober (``app.runs.half_open``): the runs paused by
+    the breaker that this worker's upstream serves are probed with one read each interval
+    (one worker per run and interval) and resumed when it is answered. An answers worker
+    starts none (a run answered by a decision endpoint waits for ``dreads resume``)."""
+    global _prober
+    from app.config import run_env
+    from app.runs.half_open import ProberThread, probe_due_runs
+    from app.runs.settings import breaker_policy
+
+    policy = breaker_policy(run_env(settings))
+    if settings.worker_answers or not policy.probes:
+        return
+    served = served_queue(settings)
+    probes: list[ReadRequest | None] = []  # built at the first probe: no cost at start-up
+
+    def serves(run: Any) -> bool:
+        from app.broker.names import queue_of_run
+
+        return bool(queue_of_run(run.settings) == served)
+
+    def probe(_run: Any) -> str | None:
+        if not probes:
+            probes.append(make_probe(settings, make_tokenizer(settings)))
+        return _probe_once(settings, probes[0])
+
+    _prober = ProberThread(lambda: probe_due_runs(factory, policy, probe, serves=serves),
+                           interval_s=min(policy.probe_s, settings.sweep_interval_s))
+    _prober.start()
+
+
+def _probe_once(settings: Settings, probe: ReadRequest | None) -> str | None:
+    """One probe read of this worker's upstream: None when answered, else why not."""
+    from app.runs.half_open import PROBE_TIMEOUT_S, probe_read
+
+    async def once() -> str | None:
+        upstream = make_upstream_for(settings)
+        try:
+            return await probe_read(upstream, probe, PROBE_TIMEOUT_S)
+        finally:
+            await upstream.aclose()
+
+    return asyncio.run(once())
 
 
 def stop_sweeper() -> None:
-    global _sweeper
-    if _sweeper is not None:
-        _sweeper.stop()
-        _sweeper = None
+    global _sweeper, _prober
+    for thread in (_sweeper, _prober):
+        if thread is not None:
+            thread.stop()
+    _sweeper = _prober = None

@@ -129,7 +129,9 @@ def run(
     Stores everything in the SQLite file of --database-url (default ./dreads.db); run the same
     command again after Ctrl-C or a crash and it continues where it stopped. Then: [bold]dreads
     report RUN --html report.html[/bold]. With --dry-run: the decisions, reads, tokens and
-    cost it would take; nothing stored, nothing read.
+    cost it would take; nothing stored, nothing read. When the model server fails every read
+    the run pauses (the breaker) and waits here, probing the server every
+    DREADS_BREAKER_PROBE_S (10 s), and goes on by itself once it answers.
     """
     spend = Spend(price_input, price_output, gpu_price_hour, reads_per_second, max_cost)
     spend.require_dry_run(dry_run, embedded=True)
@@ -450,10 +452,13 @@ def _drive(job: _Job, url: str, tokenizer: Any) -> ExecutorStats:
         def progress(settled: int, total: int) -> None:
             bar.update(task, completed=settled, total=total)
 
+        def notify(line: str) -> None:  # the breaker's half-open wait, above the bar
+            err_console.print(line, highlight=False, markup=False)
+
         try:
             return asyncio.run(execute_run(job.factory, job.run, upstream_url=url,
                                            tokenizer=tokenizer, config=job.config,
-                                           progress=progress))
+                                           progress=progress, notify=notify))
         except UpstreamUnavailable as exc:
             raise UpstreamUnavailable(
                 f"{exc.message}; start the model server there, pass --upstream URL, or try "

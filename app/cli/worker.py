@@ -2,25 +2,24 @@
 
 Runs ``celery -A workers.celery_app worker -P prefork -c 2 -n dreads-<pid>@%h`` as a supervised
 child (it consumes the queue of the model and canvas its upstream serves): a worker that dies
-on its own (Celery/kombu can exit with "Unrecoverable
-error" when the broker connection drops at the wrong moment) is started again, with backoff;
-a stop signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
+on its own (Celery/kombu exit with "Unrecoverable error" when the broker is full or gone) is
+started again after a capped backoff, forever by default (``app.cli.supervisor``); a stop
+signal (SIGTERM, SIGINT, SIGQUIT) is passed on and ends it for good. ``--upstream``,
 ``--database-url`` and ``--broker`` override ``DREADS_UPSTREAM``, ``DREADS_DATABASE_URL`` and
 ``DREADS_BROKER_URL`` for this worker and its pool processes (passed in the Celery child's
 environment; this process's own is not written). The node name holds this process's id, so
 two workers on one host are two nodes to Celery and Flower. ``--metrics-port``
-(``DREADS_METRICS_PORT``) serves Prometheus metrics of the worker and its pool children.
+(``DREADS_METRICS_PORT``) serves Prometheus metrics of the worker, its pool children and the
+supervisor (served by the supervisor, so they stay up while the Celery worker is down).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -35,16 +34,13 @@ from app.cli.options import (
     err_console,
     exit_error,
 )
+from app.cli.supervisor import Backoff, supervise
 from app.errors import EXIT_USAGE, DreadsError
 from app.runs.settings import env_upstream
 
-__all__ = ["default_node_name", "supervise", "worker", "worker_argv"]
+__all__ = ["Backoff", "default_node_name", "supervise", "worker", "worker_argv"]
 
 POOLS = ("prefork", "solo", "threads")
-#: Restarts allowed within RESTART_WINDOW_S before the supervisor gives up.
-MAX_RESTARTS = 10
-RESTART_WINDOW_S = 300.0
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 def default_node_name(pid: int | None = None) -> str:
@@ -58,43 +54,6 @@ def worker_argv(*, concurrency: int, pool: str, loglevel: str, hostname: str,
     """The ``celery`` command line (without the program name) that starts the worker."""
     return ["-A", "workers.celery_app", "worker", "-P", pool, "-c",
             str(concurrency), "-n", hostname, "--loglevel", loglevel, *extra]
-
-
-def supervise(command: list[str], *, max_restarts: int = MAX_RESTARTS,
-              window_s: float = RESTART_WINDOW_S, base_delay_s: float = 2.0,
-              env: dict[str, str] | None = None) -> int:
-    """Run ``command`` (the Celery worker) until it exits after a stop signal or with 0;
-    restart it (with backoff) when it dies on its own, at most ``max_restarts`` times within
-    ``window_s``. Returns the exit code to exit with."""
-    stopping: list[int] = []
-    child: subprocess.Popen[bytes] | None = None
-
-    def forward(signum: int, _frame: object) -> None:
-        stopping.append(signum)
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
-
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, forward)
-    restarts: list[float] = []
-    while True:
-        child = subprocess.Popen(command, env=env)
-        code = child.wait()
-        if stopping or code == 0:
-            return code
-        restarts = [t for t in restarts if time.monotonic() - t < window_s]
-        if len(restarts) >= max_restarts:
-            err_console.print(f"[red]error:[/red] the worker died {len(restarts) + 1} times in "
-                              f"{window_s:.0f} s (last exit {code}); giving up")
-            return code
-        restarts.append(time.monotonic())
-        delay = min(30.0, base_delay_s * 2 ** (len(restarts) - 1))
-        err_console.print(f"dreads worker: the Celery worker exited with {code}; starting it "
-                          f"again in {delay:.1f} s (nothing is lost: leases and the sweeper "
-                          "recover its work)")
-        time.sleep(delay)
-        if stopping:
-            return code
 
 
 def _check_database(url: str) -> None:
@@ -148,7 +107,11 @@ def worker(
 
     It takes chunks from the queue of the model and canvas its upstream serves (with --answers:
     the runs answered by decision endpoints); extra Celery worker options are passed through.
-    A worker that dies on its own is started again.
+    A Celery worker that dies on its own (a Redis that is full or gone) is started again after
+    a backoff doubling from DREADS_WORKER_BACKOFF_S (1) to DREADS_WORKER_BACKOFF_MAX_S (60),
+    forever unless DREADS_WORKER_GIVE_UP_S is set; nothing is lost meanwhile (SQL keeps the
+    work). A run paused by the breaker is probed every DREADS_BREAKER_PROBE_S (10) and resumes
+    by itself once its server answers.
     """
     if pool not in POOLS:
         err_console.print(f"[red]error:[/red] --pool must be one of {', '.join(POOLS)}")
@@ -169,24 +132,38 @@ def worker(
         exit_error(exc, exc.exit_code)
     argv = worker_argv(concurrency=concurrency, pool=pool, loglevel=loglevel,
                        hostname=hostname or default_node_name(), extra=list(ctx.args))
+    from app.broker.health import broker_writable
+    from app.telemetry.supervisor import SupervisorState, serve_worker_metrics
+
     env = to_environ(flags, os.environ)
-    with _metrics_dir(settings.metrics_port, env):
-        code = supervise([sys.executable, "-m", "celery", *argv], env=env)
+    backoff = Backoff(first_s=settings.worker_backoff_s, max_s=settings.worker_backoff_max_s,
+                      give_up_s=settings.worker_give_up_s,
+                      healthy_s=max(60.0, settings.worker_backoff_max_s))
+    state = SupervisorState()
+    with _metrics_dir(settings.metrics_port, env) as metrics:
+        if metrics is not None and settings.metrics_port:
+            # served here, not by the Celery worker: they stay up while it is down
+            env.pop("DREADS_METRICS_PORT", None)
+            serve_worker_metrics(settings.metrics_host, settings.metrics_port, metrics, state)
+        code = supervise([sys.executable, "-m", "celery", *argv], env=env, backoff=backoff,
+                         state=state,
+                         broker_ok=lambda: broker_writable(settings.broker_url))
     raise typer.Exit(code)
 
 
 @contextmanager
-def _metrics_dir(port: int | None, env: dict[str, str]) -> Iterator[None]:
+def _metrics_dir(port: int | None, env: dict[str, str]) -> Iterator[Path | None]:
     """With metrics on: ``PROMETHEUS_MULTIPROC_DIR`` set up in ``env`` (Celery's and its pool
-    children's environment): emptied, or a temporary one removed at exit."""
+    children's environment): emptied, or a temporary one removed at exit; yields it (None:
+    metrics off)."""
     from app.telemetry.exporter import prepare_multiprocess_dir, remove_multiprocess_dir
 
     if not port:
-        yield
+        yield None
         return
     path, created = prepare_multiprocess_dir(env)
     try:
-        yield
+        yield path
     finally:
         if created:
             remove_multiprocess_dir(path)

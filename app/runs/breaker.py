@@ -30,8 +30,8 @@ from app.store.queue import AttemptInfo, Claimed, fail_decision, release_unserve
 from app.store.records import PauseKind, RunStatus
 from app.store.types import Session
 
-__all__ = ["DEFAULT_THRESHOLD", "DEFAULT_WINDOW", "NOT_COUNTED", "TRIPPING", "BreakerPolicy",
-           "Failure", "Recorded", "breaker_reason", "record_failure"]
+__all__ = ["DEFAULT_PROBE_S", "DEFAULT_THRESHOLD", "DEFAULT_WINDOW", "NOT_COUNTED", "TRIPPING",
+           "BreakerPolicy", "Failure", "Recorded", "breaker_reason", "record_failure"]
 
 log = logging.getLogger("dreads.breaker")
 
@@ -39,6 +39,8 @@ log = logging.getLogger("dreads.breaker")
 #: the run (docs/operations.md#the-breaker says how they were chosen).
 DEFAULT_WINDOW = 50
 DEFAULT_THRESHOLD = 0.9
+#: Seconds between two probe reads of a run paused by the breaker.
+DEFAULT_PROBE_S = 10.0
 #: Failures of the upstream rather than of a decision.
 TRIPPING = frozenset({OutcomeKind.UPSTREAM_UNREACHABLE, OutcomeKind.SERVER_ERROR,
                       OutcomeKind.TIMEOUT, OutcomeKind.THROTTLED})
@@ -55,10 +57,20 @@ _CHECK = {
 @dataclass(frozen=True)
 class BreakerPolicy:
     """When a run pauses: ``threshold`` of its last ``window`` attempts failed with one
-    tripping kind (``DREADS_BREAKER_WINDOW``, ``DREADS_BREAKER_THRESHOLD``; either 0: off)."""
+    tripping kind (``DREADS_BREAKER_WINDOW``, ``DREADS_BREAKER_THRESHOLD``; either 0: off);
+    and when it closes by itself: a probe read every ``probe_s`` (``DREADS_BREAKER_PROBE_S``;
+    0: never, the run waits for ``resume``) until it succeeds, or until the run has been
+    paused ``give_up_s`` (``DREADS_BREAKER_GIVE_UP_S``; None: never give up)."""
 
     window: int = DEFAULT_WINDOW
     threshold: float = DEFAULT_THRESHOLD
+    probe_s: float = DEFAULT_PROBE_S
+    give_up_s: float | None = None
+
+    @property
+    def probes(self) -> bool:
+        """Whether a run paused by the breaker is probed (and resumed by itself)."""
+        return self.probe_s > 0
 
     @property
     def enabled(self) -> bool:

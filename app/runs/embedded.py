@@ -50,6 +50,7 @@ from app.runs.answer import EndpointOptions, EndpointPool
 from app.runs.breaker import BreakerPolicy
 from app.runs.budget import PodMeter
 from app.runs.chunk import Answerers, ChunkPolicy, ChunkResult, Delivery, run_chunk
+from app.runs.half_open import Notify, wait_half_open
 from app.runs.probe import reads_config
 from app.runs.sweep import expire_dead_leases
 from app.sim.key import answer_key_of
@@ -240,6 +241,7 @@ async def execute_run(
     progress: Progress | None = None,
     upstream: Upstream | None = None,
     endpoints: EndpointPool | None = None,
+    notify: Notify | None = None,
 ) -> ExecutorStats:
     """Run every claimable decision of ``run`` to a settled state (bounded rounds).
 
@@ -247,6 +249,10 @@ async def execute_run(
     from ``config.engine`` for ``upstream_url`` and closed at the end. A run answered by a
     decision endpoint reads nothing itself: its decisions go to the endpoint through
     ``endpoints`` (default: a pool made here, ``sim`` meaning ``upstream_url``).
+
+    A run of reads that the breaker pauses waits half-open (``app.runs.half_open``): a probe
+    read every ``config.breaker.probe_s``, and once one is answered the run goes on here;
+    ``notify`` is told each change (default: logged).
 
     Raises:
         UpstreamUnauthorized, ModelNotServed: the upstream or endpoint refuses this process's
@@ -260,7 +266,7 @@ async def execute_run(
     try:
         if plans_reads(settings.answer_by):
             await _execute_reads(factory, run, settings, upstream_url, tokenizer, config, stats,
-                                 upstream=upstream)
+                                 upstream=upstream, notify=notify)
         else:
             pool = endpoints or EndpointPool(config.endpoints, urls={SIM: upstream_url})
             try:
@@ -288,7 +294,8 @@ def _pause_reason(factory: SessionFactory, run_id: int) -> tuple[str | None, str
 
 async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSettings,
                          upstream_url: str, tokenizer: TextTokenizer, config: EmbeddedConfig,
-                         stats: ExecutorStats, *, upstream: Upstream | None) -> None:
+                         stats: ExecutorStats, *, upstream: Upstream | None,
+                         notify: Notify | None = None) -> None:
     from app.connect.factory import make_upstream
 
     reader = upstream or make_upstream(reads_config(
@@ -298,7 +305,12 @@ async def _execute_reads(factory: SessionFactory, run: RunInfo, settings: ReadSe
         await reader.wait_ready(timeout_s=config.ready_timeout_s, probe=probe)
         answerers = Answerers(reader, tokenizer, images=ImageCache(config.images),
                               meter=PodMeter(config.gpu_price_hour))
-        await _rounds(factory, run, answerers, config, stats)
+        while True:
+            await _rounds(factory, run, answerers, config, stats)
+            if not stats.paused or not await wait_half_open(
+                    factory, run, reader, probe, config.breaker, notify=notify):
+                return
+            stats.paused = False  # resumed: its decisions are claimable again
     finally:
         if upstream is None:
             await reader.aclose()

@@ -39,6 +39,8 @@ class RunEnv:
     max_attempts: int
     breaker_window: int
     breaker_threshold: float
+    breaker_probe_s: float
+    breaker_give_up_s: float | None
     requeue_after_s: float
     gpu_price_hour: float | None
     image_dirs: str | None

@@ -286,10 +286,12 @@ def chunk_policy(env: RunEnv, *, recover_wait_s: float = 0.0,
 
 
 def breaker_policy(env: RunEnv) -> BreakerPolicy:
-    """When a run pauses: ``DREADS_BREAKER_WINDOW``, ``DREADS_BREAKER_THRESHOLD``."""
+    """When a run pauses: ``DREADS_BREAKER_WINDOW``, ``DREADS_BREAKER_THRESHOLD``; when it
+    closes by itself: ``DREADS_BREAKER_PROBE_S``, ``DREADS_BREAKER_GIVE_UP_S``."""
     from app.runs.breaker import BreakerPolicy
 
-    return BreakerPolicy(window=env.breaker_window, threshold=env.breaker_threshold)
+    return BreakerPolicy(window=env.breaker_window, threshold=env.breaker_threshold,
+                         probe_s=env.breaker_probe_s, give_up_s=env.breaker_give_up_s)
 
 
 def sweep_policy(env: RunEnv, *, chunk_size: int | None = None) -> SweepPolicy:

@@ -13,6 +13,9 @@
                       after the run's last attempt, and its queued decisions back to pending
                       (their messages were consumed while it was paused) for the next sweep;
                       its ``run_pauses`` row marked resumed
+    probe_candidates  the runs paused by the breaker (not by a budget) whose probe is due
+    take_probe        stamp ``runs.probed_at`` of a run whose probe is due: one guarded UPDATE,
+                      so of N workers one probes per interval
 
 The decision to trip is ``app.runs.breaker``'s.
 """
@@ -21,17 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import cast
+from datetime import datetime, timedelta
+from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, func, insert, or_, select, update
 
 from app.store import dialects
 from app.store.models import Attempt, Decision, DecisionStatus, Run, RunPause, RunStatus
+from app.store.records import PauseKind, RunInfo
+from app.store.runs import run_info
 from app.store.types import Session
 
-__all__ = ["RecentOutcomes", "pause_kind", "pause_reason", "pause_run", "recent_outcomes",
-           "run_status_of", "unpause_run"]
+__all__ = ["RecentOutcomes", "pause_kind", "pause_reason", "pause_run", "probe_candidates",
+           "recent_outcomes", "run_status_of", "take_probe", "unpause_run"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ def unpause_run(session: Session, run_id: int) -> bool:
     last = session.scalar(select(func.max(Attempt.id)).where(Attempt.run_id == run_id))
     stmt = (update(Run).where(Run.id == run_id, Run.status == RunStatus.PAUSED)
             .values(status=RunStatus.ACTIVE, pause_kind=None, pause_reason=None,
-                    paused_at=None, breaker_after=last)
+                    paused_at=None, probed_at=None, breaker_after=last)
             .returning(Run.id).execution_options(synchronize_session=False))
     if session.execute(stmt).first() is None:
         return False
@@ -115,3 +120,33 @@ def unpause_run(session: Session, run_id: int) -> bool:
                     .values(status=DecisionStatus.PENDING, enqueued_at=None)
                     .execution_options(synchronize_session=False))
     return True
+
+
+def _probe_due(*, now: datetime, interval_s: float, give_up_s: float | None) -> list[Any]:
+    """The conditions of a run whose breaker probe is due at ``now``."""
+    due = [Run.status == RunStatus.PAUSED, Run.pause_kind == PauseKind.BREAKER,
+           or_(Run.probed_at.is_(None), Run.probed_at <= now - timedelta(seconds=interval_s))]
+    if give_up_s is not None:
+        due.append(Run.paused_at > now - timedelta(seconds=give_up_s))
+    return due
+
+
+def probe_candidates(session: Session, *, now: datetime, interval_s: float,
+                     give_up_s: float | None) -> list[tuple[RunInfo, datetime | None]]:
+    """Runs paused by the breaker whose probe is due: never probed since they paused, or
+    last probed ``interval_s`` ago, and (``give_up_s``) paused less than that long ago; each
+    with when it was last probed (None: never since it paused)."""
+    rows = session.scalars(select(Run).where(
+        *_probe_due(now=now, interval_s=interval_s, give_up_s=give_up_s)).order_by(Run.id))
+    return [(run_info(run), run.probed_at) for run in rows]
+
+
+def take_probe(session: Session, run_id: int, *, now: datetime, interval_s: float,
+               give_up_s: float | None) -> bool:
+    """Stamp the run's ``probed_at`` when its probe is due (see ``probe_candidates``): True
+    for the one caller that gets to probe it now."""
+    stmt = (update(Run).where(Run.id == run_id,
+                              *_probe_due(now=now, interval_s=interval_s, give_up_s=give_up_s))
+            .values(probed_at=now).returning(Run.id)
+            .execution_options(synchronize_session=False))
+    return session.execute(stmt).first() is not None

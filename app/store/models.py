@@ -87,6 +87,9 @@ class Run(Base):
     paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     #: the breaker counts only attempts with a greater id (set by ``resume`` of a paused run)
     breaker_after: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: when a paused run's server was last probed (the breaker's half-open read; one prober
+    #: per run takes it with a guarded UPDATE)
+    probed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     #: what the run's tokens cost, dollars per million (None: not priced); changed by resume
     price_input_per_mtok: Mapped[float | None] = mapped_column(Float, nullable=True)
     price_output_per_mtok: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -28,7 +28,8 @@ TRIPPING = "('server_error', 'upstream_unreachable', 'timeout', 'throttled')"
 def _env(**extra: str) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("DREADS_")}
     return {**base, "NO_COLOR": "1", "COLUMNS": "200", "DREADS_MODEL": "dgemma",
-            "DREADS_TOKENIZER": "standin", "DREADS_READ_RETRIES": "1", **extra}
+            "DREADS_TOKENIZER": "standin", "DREADS_READ_RETRIES": "1",
+            "DREADS_BREAKER_PROBE_S": "0", **extra}  # probes off: resumed by hand here
 
 
 def _count(db: Path, sql: str) -> int:
@@ -140,3 +141,63 @@ def test_scattered_errors_and_rejected_decisions_never_pause_a_run(
     counts = dict(sqlite_rows(db, "SELECT status, count(*) FROM decisions GROUP BY status"))
     assert counts == {"done": 600, "rejected": 60}
     assert _count(db, "SELECT count(*) FROM attempts WHERE outcome = 'server_error'") > 10
+
+
+def test_run_resumes_by_itself_once_its_server_answers_a_probe(
+        make_sim: Callable, tmp_path: Path) -> None:
+    """A 10 s outage of the simulator mid-run: the run pauses, says so, probes every second,
+    resumes by itself when the server is back (no `dreads resume`), and completes, every
+    decision answered once."""
+    n = 600
+    path = write_jobs(tmp_path / "h.jsonl", [job_line(f"h{i:03d}") for i in range(n)])
+    db = tmp_path / "h.db"
+    sim = make_sim(step_ms=40, max_batch=8)
+    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "b"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(DREADS_BREAKER_PROBE_S="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_done(db, 60, proc, timeout_s=120)
+        httpx.post(f"{sim.url}/sim/down", params={"seconds": 10}, timeout=5)
+        down_at = time.monotonic()
+        _, err = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, err[-3000:]
+    said = " ".join(err.split())
+    assert "run b paused: server unreachable since " in said, said[-3000:]
+    assert "probing every 1 s" in said
+    assert "run b resumed at " in said and "(its server answered a probe read)" in said
+    assert said.index("paused: server unreachable") < said.index("run b resumed at ")
+    assert time.monotonic() - down_at >= 10  # it did wait for the server
+    _assert_completed_once(db, n)
+    charged = _count(db, f"SELECT count(*) FROM attempts WHERE outcome IN {TRIPPING}")
+    assert 0 < charged < WINDOW
+
+
+def test_a_give_up_time_leaves_the_run_paused(make_sim: Callable, tmp_path: Path) -> None:
+    """DREADS_BREAKER_GIVE_UP_S: a server down for longer leaves the run paused (exit 1)."""
+    path = write_jobs(tmp_path / "g.jsonl", [job_line(f"g{i:03d}") for i in range(300)])
+    db = tmp_path / "g.db"
+    sim = make_sim(step_ms=40, max_batch=8)
+    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "g"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(DREADS_BREAKER_PROBE_S="1",
+                                                         DREADS_BREAKER_GIVE_UP_S="3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_done(db, 40, proc, timeout_s=120)
+        httpx.post(f"{sim.url}/sim/down", params={"seconds": 3600}, timeout=5)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+    assert proc.returncode == 1, err[-3000:]
+    said = " ".join(err.split())
+    assert "probing every 1 s, for at most 3 s" in said
+    assert "no answer from its server within 3 s (DREADS_BREAKER_GIVE_UP_S): it stays " \
+           "paused" in said
+    assert sqlite_rows(db, "SELECT status, pause_kind FROM runs") == [("paused", "breaker")]

@@ -63,7 +63,8 @@ def test_two_workers_pause_a_run_at_its_budget_and_a_higher_one_completes_it(
     with session_scope(stack.factory) as s:  # what submit --price-input --max-cost records
         set_prices(s, stack.run_id, {"price_input_per_mtok": PRICE_INPUT, "max_cost": BUDGET})
     for _ in range(WORKERS):
-        worker_factory(stack.env(), concurrency=CONCURRENCY)
+        # probes every second: a budget pause is never probed, so it stays paused
+        worker_factory(stack.env(breaker_probe_s=1), concurrency=CONCURRENCY)
     wait_until(lambda: _run_row(stack)[0] == "paused", timeout_s=180, what="the run to pause",
                interval_s=0.2)
     _, kind, reason = _run_row(stack)
