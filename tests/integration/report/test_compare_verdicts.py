@@ -1,4 +1,5 @@
-"""End to end with the simulator: `dreads run --upstream sim` three times on one file, then
+"""End to end with the simulator: `dreads run --upstream sim` three times on
+examples/tickets.jsonl, then
 `dreads report A --against B --json`. Another seed with the same settings is no difference
 beyond noise; joint reads with the simulator's joint interference
 (DREADS_SIM_JOINT_INTERFERENCE) lose recall and AUC, found per question."""
@@ -6,7 +7,7 @@ beyond noise; joint reads with the simulator's joint interference
 from __future__ import annotations
 
 import json
-import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,33 +15,16 @@ import pytest
 
 from tests.fixtures.cli_inprocess import dreads_in_process
 
-QUESTIONS = {"refund": "Does the customer ask for a refund?",
-             "churn": "Will the customer leave?"}
-
-
-def _job(path: Path, n: int, seed: int = 7) -> None:
-    """``n`` tickets in three cells, two yes/no questions, ~35% yes, with the answer key."""
-    rng = random.Random(seed)
-    jobs, key = [], []
-    for i in range(n):
-        state = f"Ticket {i}: order {rng.randint(1, 9999)} arrived {rng.randint(1, 30)} days late."
-        expected = {q: "yes" if rng.random() < 0.35 else "no" for q in QUESTIONS}
-        jobs.append({"id": f"t{i}", "cell": f"channel-{i % 3}", "state": state,
-                     "questions": {q: {"type": "noul", "instructions": text}
-                                   for q, text in QUESTIONS.items()},
-                     "expected": expected})
-        key += [{"state": state, "question": QUESTIONS[q], "label": expected[q]}
-                for q in QUESTIONS]
-    path.write_text("".join(json.dumps(j) + "\n" for j in jobs))
-    path.with_name(path.stem + ".key.jsonl").write_text(
-        "".join(json.dumps(k) + "\n" for k in key))
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+QUESTIONS = ("refund", "churn")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Runs ``iso``, ``iso-seed`` (another seed) and ``joint`` (joint reads, interference)."""
     where = tmp_path_factory.mktemp("compare")
-    _job(where / "tickets.jsonl", 300)
+    for name in ("tickets.jsonl", "tickets.key.jsonl"):  # 300 tickets, two yes/no questions
+        shutil.copy(EXAMPLES / name, where / name)
     for name, extra, env in (
         ("iso", [], {}),
         ("iso-seed", ["--seed", "11"], {}),
