@@ -40,6 +40,7 @@ from app.report.intervals import (
     ClusteredBootstrap,
     Interval,
     PairedTest,
+    bootstrap_reps,
     delong,
     delong_paired,
     ece_columns,
@@ -136,12 +137,20 @@ def _row_values(family: Family, r: QuestionRow) -> tuple[float, ...] | None:
     return (float(r.label == r.expected), abs(level - float(r.expected_level)))
 
 
-def _items(rows: Sequence[QuestionRow], kind: str, family: Family) -> _Items | None:
+def _by_kind(rows: Sequence[QuestionRow]) -> dict[str, list[QuestionRow]]:
+    """The answered, labelled rows of each question type."""
+    out: dict[str, list[QuestionRow]] = {}
+    for r in rows:
+        if r.answered and r.expected is not None:
+            out.setdefault(r.question_type, []).append(r)
+    return out
+
+
+def _items(rows: Sequence[QuestionRow], family: Family) -> _Items | None:
+    """One kind's answered labelled rows as items (replicates averaged)."""
     picked: list[QuestionRow] = []
     values: list[tuple[float, ...]] = []
     for r in rows:
-        if r.question_type != kind or r.expected is None or not r.answered:
-            continue
         v = _row_values(family, r)
         if v is not None:
             picked.append(r)
@@ -251,12 +260,12 @@ def _pair(c: Compared, y: Float, va: Float, vb: Float, p: Params,
 
 
 def _block(cs: Sequence[Compared], y: Float, va: Float, vb: Float, decisions: NDArray[np.str_],
-           p: Params) -> dict[str, Any]:
+           p: Params, reps: int | None = None) -> dict[str, Any]:
     made: list[ClusteredBootstrap] = []
 
     def boot() -> ClusteredBootstrap:  # one per item set, made when a figure needs it
         if not made:
-            made.append(ClusteredBootstrap(decisions, seed=getattr(p, "seed", 0)))
+            made.append(ClusteredBootstrap(decisions, reps=reps, seed=getattr(p, "seed", 0)))
         return made[0]
 
     return {c.key: _pair(c, y, va, vb, p, boot) for c in cs}
@@ -319,13 +328,16 @@ def _kind_questions(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params
     out: dict[str, dict[str, Any]] = {}
     for qid in np.unique(question):
         mask = question == qid
+        # a cell's bootstrap resamples as often as its question's (``bootstrap_reps`` of the
+        # question's decisions), so the cells of a large run cost what the question costs
+        reps = bootstrap_reps(len(np.unique(decision[mask])))
         cells = {}
         for name in np.unique(cell[mask]):
             m = mask & (cell == name)
-            cells[str(name)] = _block(cs, y[m], va[m], vb[m], decision[m], p)
+            cells[str(name)] = _block(cs, y[m], va[m], vb[m], decision[m], p, reps)
         out[str(qid)] = {
             "n": int(mask.sum()), "positives": int(y[mask].sum()),
-            "overall": _block(cs, y[mask], va[mask], vb[mask], decision[mask], p),
+            "overall": _block(cs, y[mask], va[mask], vb[mask], decision[mask], p, reps),
             "cells": cells,
         }
     return out
@@ -382,10 +394,11 @@ def compare_rows(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow], p
     keys_b = {(r.decision_key, r.question_id) for r in rows_b}
     questions: dict[str, dict[str, Any]] = {}
     noise: dict[str, dict[str, Any]] = {}
+    kinds_a, kinds_b = _by_kind(rows_a), _by_kind(rows_b)
     for kind in all_kinds():
         cs = COMPARED.get(kind.family)
-        ia = _items(rows_a, kind.name, kind.family) if cs else None
-        ib = _items(rows_b, kind.name, kind.family) if cs else None
+        ia = _items(kinds_a.get(kind.name, []), kind.family) if cs else None
+        ib = _items(kinds_b.get(kind.name, []), kind.family) if cs else None
         if cs is None or ia is None or ib is None:
             continue
         for qid, section in _kind_questions(ia, ib, cs, p).items():
@@ -442,6 +455,8 @@ def _key(r: QuestionRow) -> _Key:
 
 def _distance(a: QuestionRow, b: QuestionRow) -> float:
     pa, pb = a.probs or {}, b.probs or {}
+    if pa.keys() == pb.keys():  # the same labels: the usual case, and the fast one
+        return 0.5 * sum(abs(float(v) - float(pb[k])) for k, v in pa.items())
     return 0.5 * sum(abs(float(pa.get(k, 0.0)) - float(pb.get(k, 0.0)))
                      for k in set(pa) | set(pb))
 
