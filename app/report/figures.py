@@ -93,18 +93,22 @@ def noul_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     y, s, n_states = noul_arrays(rows)
     recall_hits, recall = m.recall_at(y, s, p.threshold_recall)
     top_hits, top = m.top_share(y, s, p.top_share)
+    labelled, unanswered = len(rows), sum(r.unanswered for r in rows)
+    band = m.referral_band(s, p.band_low, p.band_high)
     rank_median, rank_worst = m.rank_summary(y, s)
     fp, fp_1000, fp_states = m.false_positives(y, s, p.threshold_fp, n_states)
     return {
         "n": int(y.size), "positives": int(y.sum()), "negatives": int(y.size - y.sum()),
-        "unanswered": sum(r.unanswered for r in rows),
+        "labelled": labelled, "unanswered": unanswered,
+        "unanswered_share": unanswered / labelled if labelled else None,
         "distinct_states": n_states,
         "auc": m.auc(y, s),
         "recall": recall, "recall_hits": recall_hits,
         "top_share": top, "top_share_hits": top_hits,
+        "top_share_cap": m.top_share_cap(int(y.size), int(y.sum()), p.top_share),
         "rank_median_pct": rank_median, "rank_worst_pct": rank_worst,
         "fp_count": fp, "fp_per_1000_neg": fp_1000, "fp_per_100_states": fp_states,
-        "referral_band": m.referral_band(s, p.band_low, p.band_high),
+        "referral_band": band, "referral_band_share": band / y.size if y.size else None,
         "referral_band_pos": m.referral_band(s[y == 1], p.band_low, p.band_high),
         "ece": m.ece(y, s, p.n_bins), "brier": m.brier(y, s),
     }
@@ -114,13 +118,19 @@ def _answered(rows: Sequence[QuestionRow]) -> list[QuestionRow]:
     return [r for r in rows if r.answered and r.label is not None]
 
 
+def _unanswered(rows: Sequence[QuestionRow]) -> Figures:
+    labelled, unanswered = len(rows), sum(r.unanswered for r in rows)
+    return {"labelled": labelled, "unanswered": unanswered,
+            "unanswered_share": unanswered / labelled if labelled else None}
+
+
 def choice_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     """Accuracy and log loss of labelled choice questions."""
     done = _answered(rows)
     truth = [str(r.expected) for r in done]
     p_true = [float((r.probs or {}).get(str(r.expected), 0.0)) for r in done]
     return {
-        "n": len(done), "unanswered": sum(r.unanswered for r in rows),
+        "n": len(done), **_unanswered(rows),
         "accuracy": m.accuracy(truth, [str(r.label) for r in done]),
         "log_loss": m.log_loss_true(p_true),
     }
@@ -132,7 +142,7 @@ def score_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
     leveled = [(r, r.expected_level) for r in done if r.expected_level is not None]
     levels = [r.labels.index(str(r.expected)) for r, _ in leveled]
     return {
-        "n": len(done), "unanswered": sum(r.unanswered for r in rows),
+        "n": len(done), **_unanswered(rows),
         "mae_level": m.mae(levels, [level for _, level in leveled]),
         "accuracy": m.accuracy([str(r.expected) for r in done], [str(r.label) for r in done]),
     }

@@ -67,8 +67,7 @@ def headline(run: Mapping[str, Any], params: Mapping[str, Any],
     for kind in all_kinds():
         figures = overall.get(kind.name) or {}
         binary = kind.family is Family.BINARY
-        keys = (*view_of(kind).headline, "ece") if binary else view_of(kind).headline
-        out[kind.name] = _typed(figures, keys)
+        out[kind.name] = _typed(figures, view_of(kind).headline)
         if binary and raw_ece is None:
             raw_ece = figures.get("ece")
             out["ece"] = {"raw": raw_ece, "calibrated": calibrated_ece,

@@ -14,7 +14,6 @@ from typing import Any
 from app.engine import Family, all_kinds
 from app.report.families import has_binary, view_of
 from app.report.labels import (
-    NOUL_THRESHOLD_COLUMNS,
     column_titles,
     thresholds,
 )
@@ -134,7 +133,7 @@ def figure_tables(doc: Mapping[str, Any], flags: Mapping[str, list[str]]) -> lis
                 for _, cols in view_of(kind).parts]
         if kind.family is Family.BINARY and doc["calibrated"]:
             out.append(f"<h3>{title} per cell, calibrated</h3>")
-            out.append(_cell_table(doc["calibrated"][name], NOUL_THRESHOLD_COLUMNS, params,
+            out.append(_cell_table(doc["calibrated"][name], view_of(kind).parts[-1][1], params,
                                    flags))
         if kind.family is Family.BINARY:
             out += [f"<h3>calibration per question ({title})</h3>", _calibration_table(doc)]

@@ -14,7 +14,6 @@ from app.engine import SIMULATOR_NOTE, Family, QuestionKind, all_kinds
 from app.report.families import has_binary, view_of
 from app.report.headline import headline_items
 from app.report.labels import (
-    NOUL_THRESHOLD_COLUMNS,
     column_titles,
     run_identity,
     thresholds,
@@ -178,7 +177,7 @@ def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
             out.append(figure_table(f"{title} overall: raw and calibrated", blocks,
                                     view.columns, params))
             out.append(cell_table(f"{title} per cell, calibrated: thresholds",
-                                  doc["calibrated"][name], NOUL_THRESHOLD_COLUMNS, params,
+                                  doc["calibrated"][name], view_of(kind).parts[-1][1], params,
                                   flags))
         if view.confusion:
             out.append(_confusion(kind, doc["raw"][name]["confusion"]))
