@@ -1,0 +1,166 @@
+"""Intervals and paired tests against scipy, hand computations and a naive DeLong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+from scipy.stats import binomtest, false_discovery_control
+from sklearn.metrics import roc_auc_score
+
+from app.report import intervals as iv
+from app.report import scores
+
+
+def _binormal(rng: np.random.Generator, m: int, n: int, d: float) -> tuple[
+    NDArray[np.int64], NDArray[np.float64]
+]:
+    y = np.r_[np.ones(m, dtype=np.int64), np.zeros(n, dtype=np.int64)]
+    return y, np.r_[rng.normal(d, 1.0, m), rng.normal(0.0, 1.0, n)]
+
+
+def _naive_components(y: NDArray[np.int64], s: NDArray[np.float64]) -> tuple[
+    float, NDArray[np.float64], NDArray[np.float64]
+]:
+    """DeLong's structural components by their O(m n) definition: psi = 1, 1/2 on ties, 0."""
+    x, z = s[y == 1], s[y == 0]
+    psi = (x[:, None] > z[None, :]) + 0.5 * (x[:, None] == z[None, :])
+    return float(psi.mean()), psi.mean(axis=1), psi.mean(axis=0)
+
+
+def _naive_variance(y: NDArray[np.int64], s: NDArray[np.float64]) -> float:
+    _, v10, v01 = _naive_components(y, s)
+    return float(np.var(v10, ddof=1) / v10.size + np.var(v01, ddof=1) / v01.size)
+
+
+# --- k/n ---------------------------------------------------------------------------------
+
+
+def test_wilson_and_exact_match_scipy_and_empty_has_no_bounds() -> None:
+    w = iv.wilson(7, 20)
+    ci = binomtest(7, 20).proportion_ci(0.95, method="wilson")
+    assert (w.low, w.high, w.method) == (pytest.approx(ci.low), pytest.approx(ci.high), "Wilson")
+    e = iv.exact_binomial(0, 20)
+    assert e.low == 0.0 and e.high == pytest.approx(1 - 0.025 ** (1 / 20))
+    assert iv.wilson(0, 0).as_dict() == {"low": None, "high": None, "method": "Wilson",
+                                         "level": 0.95}
+    with pytest.raises(ValueError, match="k <= n"):
+        iv.wilson(5, 3)
+
+
+# --- DeLong ------------------------------------------------------------------------------
+
+
+def test_delong_equals_the_naive_structural_components_with_ties() -> None:
+    rng = np.random.default_rng(5)
+    y, s = _binormal(rng, 60, 90, 1.0)
+    s = np.round(s, 1)  # many ties
+    auc, var = iv.delong(y, s)
+    assert auc == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert var == pytest.approx(_naive_variance(y, s), abs=1e-12)
+
+
+def test_delong_without_both_classes_is_none() -> None:
+    assert iv.delong([1, 1, 1], [0.1, 0.2, 0.3]) == (None, None)
+    assert iv.auc_interval([0, 0], [0.1, 0.2]).low is None
+    with pytest.raises(ValueError, match="finite"):
+        iv.delong([0, 1], [0.1, float("nan")])
+
+
+def test_auc_interval_stays_in_unit_range_and_is_never_zero_width() -> None:
+    perfect = iv.auc_interval([0, 0, 0, 1, 1, 1], [0.1, 0.2, 0.3, 0.7, 0.8, 0.9])
+    assert perfect.high == 1.0 and perfect.low is not None and perfect.low < 0.6
+    rng = np.random.default_rng(1)
+    y, s = _binormal(rng, 20, 20, 3.0)
+    ci = iv.auc_interval(y, s)
+    assert ci.low is not None and ci.high is not None and 0.0 < ci.low < ci.high < 1.0
+
+
+def test_delong_paired_equals_naive_covariance() -> None:
+    rng = np.random.default_rng(2)
+    y, s_a = _binormal(rng, 50, 70, 1.0)
+    s_b = s_a + rng.normal(0, 0.8, s_a.size)
+    test = iv.delong_paired(y, s_a, s_b)
+    auc_a, v10a, v01a = _naive_components(y, s_a)
+    auc_b, v10b, v01b = _naive_components(y, s_b)
+    var = np.var(v10a - v10b, ddof=1) / 50 + np.var(v01a - v01b, ddof=1) / 70
+    assert test.diff == pytest.approx(auc_a - auc_b, abs=1e-12)
+    assert test.interval.high - test.interval.low == pytest.approx(
+        2 * 1.959963984540054 * np.sqrt(var), abs=1e-9)
+    assert test.method == "DeLong paired" and test.p_value is not None
+    assert iv.delong_paired(y, s_a, s_a).p_value == 1.0
+
+
+# --- McNemar -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("b", "c"), [(0, 0), (3, 10), (10, 3), (0, 7), (25, 25), (40, 61)])
+def test_mcnemar_exact_is_scipys_binomial_test_and_mid_p_its_formula(b: int, c: int) -> None:
+    n = b + c
+    exact = binomtest(b, n, 0.5).pvalue if n else 1.0
+    assert iv.mcnemar(b, c, mid_p=False) == pytest.approx(exact)
+    if n:
+        low = min(b, c)
+
+        from scipy.stats import binom
+        mid = min(1.0, 2 * (binom.cdf(low, n, 0.5) - 0.5 * binom.pmf(low, n, 0.5)))
+        assert iv.mcnemar(b, c) == pytest.approx(mid)
+        assert iv.mcnemar(b, c) <= iv.mcnemar(b, c, mid_p=False)
+
+
+def test_mcnemar_paired_difference_and_counts() -> None:
+    a = np.array([1] * 30 + [1] * 12 + [0] * 4 + [0] * 54, dtype=bool)
+    b = np.array([1] * 30 + [0] * 12 + [1] * 4 + [0] * 54, dtype=bool)
+    test = iv.mcnemar_paired(a, b)
+    assert test.diff == pytest.approx(0.08)
+    assert test.p_value == pytest.approx(iv.mcnemar(12, 4))
+    assert test.interval.low is not None and test.interval.high is not None
+    assert test.interval.low < 0.08 < test.interval.high
+    assert test.interval.method == "Newcombe"
+
+
+# --- corrections, power, median ----------------------------------------------------------
+
+
+def test_holm_by_hand_and_bh_against_scipy() -> None:
+    p = [0.01, None, 0.04, 0.03, 0.005]
+    # sorted: .005*4=.02, .01*3=.03, .03*2=.06, .04*1=.04 -> monotone .06
+    assert iv.holm(p) == [pytest.approx(0.03), None, pytest.approx(0.06), pytest.approx(0.06),
+                          pytest.approx(0.02)]
+    bh = iv.benjamini_hochberg(p)
+    expected = false_discovery_control([0.01, 0.04, 0.03, 0.005], method="bh")
+    assert [bh[0], bh[2], bh[3], bh[4]] == pytest.approx(list(expected))
+    assert bh[1] is None and iv.holm([]) == []
+
+
+def test_detectable_difference_is_z_sum_times_se() -> None:
+    assert iv.detectable_difference(0.01) == pytest.approx((1.959964 + 0.841621) * 0.01)
+    assert iv.detectable_difference(None) is None
+
+
+def test_median_interval_order_statistics() -> None:
+    values = np.arange(1.0, 11.0)  # n = 10: P(B <= 1) = 0.0107 <= .025 < P(B <= 2)
+    ci = iv.median_interval(values)
+    assert (ci.low, ci.high, ci.method) == (2.0, 9.0, "order statistic")
+    assert iv.median_interval([1.0, 2.0, 3.0]).low is None
+
+
+# --- clustered bootstrap -----------------------------------------------------------------
+
+
+def test_bootstrap_reproducible_with_seed_and_differs_with_another() -> None:
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=300)
+    clusters = np.repeat(np.arange(100), 3)
+    one = iv.ClusteredBootstrap(clusters, reps=200, seed=1).interval(*iv.mean_columns(v), 0.0)
+    two = iv.ClusteredBootstrap(clusters, reps=200, seed=1).interval(*iv.mean_columns(v), 0.0)
+    other = iv.ClusteredBootstrap(clusters, reps=200, seed=2).interval(*iv.mean_columns(v), 0.0)
+    assert one == two and one != other and one.method == "bootstrap"
+
+
+def test_ece_columns_reproduce_the_reports_ece() -> None:
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 2, 500)
+    s = np.clip(rng.random(500) * 1.02, 0, 1)
+    columns, statistic = iv.ece_columns(y, s, 10)
+    assert statistic(columns.sum(axis=0)[None, :])[0] == pytest.approx(scores.ece(y, s, 10))
