@@ -59,10 +59,12 @@ METHOD_HELP: Mapping[Method, str] = {
     Method.WILSON: "a share k of n: the range of true shares that could well have given k of n "
                    "(Wilson score interval); wide when n is small.",
     Method.DELONG: "AUC: the range the AUC would likely fall in on another set of items like "
-                   "these (DeLong's variance of the AUC).",
-    Method.BOOTSTRAP: "the figure recomputed on 1,000 resamples of the decisions (all questions "
-                      "and replicates of one decision kept together, fixed seed: the same "
-                      "report prints the same interval); the middle 95% of those values.",
+                   "these (DeLong's variance of the AUC); where the AUC is 0 or 1, or a class "
+                   "has one item, the exact binomial interval instead.",
+    Method.BOOTSTRAP: "the figure recomputed on 1,000 resamples of the decisions (fewer, at "
+                      "least 400, above 100,000 decisions), all questions and replicates of one "
+                      "decision kept together, with a fixed seed (--json's params.seed): the "
+                      "same report prints the same interval; the middle 95% of those values.",
     Method.ORDER_STATISTIC: "a median: the ranks between which the true median lies with 95% "
                             "confidence, read off the sorted values (no assumption on their "
                             "shape).",
