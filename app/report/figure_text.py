@@ -15,8 +15,8 @@ from app.engine import Family
 from app.report import specs
 from app.report.specs import FigureKind
 
-__all__ = ["cell_text", "interval_text", "num", "partial_line", "rate_text", "top_cap_text",
-           "value_text"]
+__all__ = ["cell_text", "interval_text", "noise_text", "num", "partial_line", "rate_text",
+           "top_cap_text", "value_text"]
 
 
 def num(value: Any, digits: int = 4) -> str:
@@ -70,11 +70,21 @@ def top_cap_text(figures: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     return f"cap {cap} at {share} of {n}"
 
 
-def _noise(block: Mapping[str, Any], key: str) -> str:
+def _sd(family: Family, block: Mapping[str, Any], key: str) -> str:
+    """The draw noise of ``key`` as text ("0.0031", "2.9%" for a share), "" when none."""
     sd = (block.get("draw_sd") or {}).get(key)
-    if not isinstance(sd, float) or sd == 0.0:
+    if not isinstance(sd, float) or abs(sd) < 1e-12:
         return ""
-    return f"draw noise ± {sd:.2g} over {block.get('replicates')} replicates"
+    s = specs.spec(family, key)
+    if s.kind is FigureKind.RATE and s.scale == 1.0:
+        return f"{sd * 100:.2g}%"
+    return f"{sd:.2g}"
+
+
+def noise_text(family: Family, block: Mapping[str, Any], key: str) -> str:
+    """``draw noise ± 0.0031 over 5 replicates``, "" without replicates."""
+    sd = _sd(family, block, key)
+    return f"draw noise ± {sd} over {block.get('replicates')} replicates" if sd else ""
 
 
 def value_text(family: Family, key: str, block: Mapping[str, Any],
@@ -90,12 +100,11 @@ def value_text(family: Family, key: str, block: Mapping[str, Any],
         text = num(value, digits)
         bounds = interval_text(interval)
         text += f" {bounds}" if bounds and value is not None else ""
-    notes = [n for n in (_noise(block, key),
-                         top_cap_text(figures, params) if key == "top_share" and params else "")
-             if n]
-    if notes:
-        text = f"{text}, {', '.join(notes)}" if key == "top_share" else f"{text} ({notes[0]})"
-    return text
+    if key == "top_share" and params:
+        cap = top_cap_text(figures, params)
+        text += f", {cap}" if cap else ""
+    noise = noise_text(family, block, key)
+    return f"{text} ({noise})" if noise else text
 
 
 def cell_text(family: Family, key: str, block: Mapping[str, Any],
@@ -118,10 +127,8 @@ def cell_text(family: Family, key: str, block: Mapping[str, Any],
         text = num(value)
         if value is not None and low is not None and high is not None:
             text += f" [{_bound(low, 3)}, {_bound(high, 3)}]"
-    sd = (block.get("draw_sd") or {}).get(key)
-    if isinstance(sd, float) and sd != 0.0:
-        text += f" ±{sd:.2g}"
-    return text
+    sd = _sd(family, block, key)
+    return f"{text} ±{sd}" if sd else text
 
 
 def partial_line(partial: Mapping[str, Any] | None) -> str:

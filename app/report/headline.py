@@ -14,7 +14,7 @@ from typing import Any
 
 from app.engine import Family, QuestionKind, all_kinds
 from app.report.families import binary_kinds, view_of
-from app.report.figure_text import interval_text, num, partial_line, value_text
+from app.report.figure_text import interval_text, noise_text, num, partial_line, value_text
 from app.report.labels import thresholds
 from app.report.shape import Partial
 
@@ -132,13 +132,24 @@ def _noul_items(b: Mapping[str, Any], t: Mapping[str, str], params: Mapping[str,
         HeadlineItem("recall", f"{prefix}recall >{t['r']}", text("recall")),
         HeadlineItem("top_share", f"{prefix}in top {t['t']}", text("top_share")),
         HeadlineItem("rank", f"{prefix}median rank, worst",
-                     f"{text('rank_median_pct')}%, {num(n['rank_worst_pct'], 3)}%"),
+                     f"{_pct_of(b, 'rank_median_pct')}, {num(n['rank_worst_pct'], 3)}%"),
         HeadlineItem("false_positives", f"{prefix}false positives >{t['f']}",
-                     f"{num(n['fp_count'])} ({text('fp_per_100_states')} per 100 states)"),
+                     f"{num(n['fp_count'])} "
+                     f"({_pct_of(b, 'fp_per_100_states', '', noisy=False)} per 100 states)"),
         HeadlineItem("referral_band", f"{prefix}referral band {t['r']}-{t['f']}",
                      f"{num(n['referral_band'])} of {num(n['n'])}"),
         HeadlineItem("ece", f"{prefix}ECE", ece, note),
     ]
+
+
+def _pct_of(b: Mapping[str, Any], key: str, unit: str = "%", *, noisy: bool = True) -> str:
+    """``10.5% [6, 15]`` with its draw noise: a figure whose unit follows the value."""
+    value = b["figures"].get(key)
+    bounds = interval_text((b.get("intervals") or {}).get(key))
+    text = f"{num(value, 3)}{unit if value is not None else ''}"
+    text += f" {bounds}" if bounds and value is not None else ""
+    noise = noise_text(Family.BINARY, b, key) if noisy else ""
+    return f"{text} ({noise})" if noise else text
 
 
 def _questions(h: Mapping[str, Any], kind: QuestionKind) -> Mapping[str, Mapping[str, Any]]:
