@@ -466,9 +466,7 @@ class ClusteredBootstrap:
             self._cache = np.concatenate(parts)
 
     def _cluster_sums(self, columns: ArrayLike) -> FloatArray:
-        cols = np.asarray(columns, dtype=np.float64)
-        if cols.ndim == 1:
-            cols = cols[:, None]
+        cols = _matrix(columns)
         if cols.ndim != 2 or cols.shape[0] != self.n_rows:
             raise ValueError(
                 f"columns must have one row per clustered row ({self.n_rows}), got {cols.shape}")
@@ -483,8 +481,14 @@ class ClusteredBootstrap:
         out = np.zeros((self.reps, per_cluster.shape[1]))
         if self.n_clusters == 0:
             return out
+        # sum_c w_c x_c = sum_c w_c (x_c - mean) + (sum_c w_c) mean: the product runs in
+        # float32 (twice as fast) on the centred sums, whose rounding is far below the
+        # resampling spread; the total weight is an exact integer.
+        centre = per_cluster.mean(axis=0)
+        centred = (per_cluster - centre).astype(np.float32)
         for start, stop, counts in self._weights():
-            out[start:stop] = counts.astype(np.float64) @ per_cluster
+            total = counts.sum(axis=1, dtype=np.int64).astype(np.float64)
+            out[start:stop] = (counts.astype(np.float32) @ centred) + total[:, None] * centre
         return out
 
     def interval(
@@ -492,11 +496,27 @@ class ClusteredBootstrap:
         level: float = LEVEL,
     ) -> Interval:
         """Percentile interval of ``statistic`` over the resamples; none when point is None."""
+        return self.intervals([(columns, statistic, point)], level)[0]
+
+    def intervals(
+        self, figures: Sequence[tuple[ArrayLike, Statistic, float | None]],
+        level: float = LEVEL,
+    ) -> list[Interval]:
+        """:meth:`interval` of several figures in one pass over the resamples (cheaper)."""
         _check_level(level)
-        if point is None or self.n_clusters == 0:
-            return Interval(None, None, "bootstrap", level)
-        values = np.asarray(statistic(self.sums(columns)), dtype=np.float64)
-        return _percentile(values, level)
+        blocks = [_matrix(columns) for columns, _, _ in figures]
+        out = [Interval(None, None, "bootstrap", level) for _ in figures]
+        wanted = [i for i, (_, _, point) in enumerate(figures) if point is not None]
+        if not wanted or self.n_clusters == 0:
+            return out
+        resampled = self.sums(np.hstack([blocks[i] for i in wanted]))
+        at = 0
+        for i in wanted:
+            width = blocks[i].shape[1]
+            values = np.asarray(figures[i][1](resampled[:, at:at + width]), dtype=np.float64)
+            out[i] = _percentile(values, level)
+            at += width
+        return out
 
     def paired(
         self, columns_a: ArrayLike, columns_b: ArrayLike, statistic: Statistic,
@@ -506,35 +526,59 @@ class ClusteredBootstrap:
 
         The rows of A and B must be matched (same row = same item, same cluster). The p-value
         is two-sided: twice the smaller share of resampled differences on either side of 0
-        (with the usual +1 so it is never 0).
+        (with the usual +1 so it is never 0), so p < 1 - level exactly when the interval
+        excludes 0. The detectable difference comes from the resampled differences' sd.
         """
+        return self.paired_many([(columns_a, columns_b, statistic)], level)[0]
+
+    def paired_many(
+        self, figures: Sequence[tuple[ArrayLike, ArrayLike, Statistic]], level: float = LEVEL,
+    ) -> list[PairedTest]:
+        """:meth:`paired` of several figures in one pass over the resamples (cheaper)."""
         _check_level(level)
-        a = np.asarray(columns_a, dtype=np.float64)
-        b = np.asarray(columns_b, dtype=np.float64)
-        a = a[:, None] if a.ndim == 1 else a
-        b = b[:, None] if b.ndim == 1 else b
-        if a.shape != b.shape:
-            raise ValueError(f"the two runs' columns differ in shape: {a.shape} vs {b.shape}")
-        none = PairedTest(None, Interval(None, None, "bootstrap", level), None,
-                          "paired bootstrap", None)
+        pairs = []
+        for columns_a, columns_b, _ in figures:
+            a, b = _matrix(columns_a), _matrix(columns_b)
+            if a.shape != b.shape:
+                raise ValueError(
+                    f"the two runs' columns differ in shape: {a.shape} vs {b.shape}")
+            pairs.append((a, b))
         if self.n_clusters == 0:
-            return none
-        k = a.shape[1]
-        full = np.concatenate([a.sum(axis=0), b.sum(axis=0)])[None, :]
-        point = statistic(full[:, :k]) - statistic(full[:, k:])
-        if not np.isfinite(point).all():
-            return none
-        resampled = self.sums(np.hstack([a, b]))
-        diffs = np.asarray(statistic(resampled[:, :k]) - statistic(resampled[:, k:]))
-        diffs = diffs[np.isfinite(diffs)]
-        if not diffs.size:
-            return PairedTest(float(point[0]), none.interval, None, "paired bootstrap", None)
-        below = (np.sum(diffs <= 0.0) + 1) / (diffs.size + 1)
-        above = (np.sum(diffs >= 0.0) + 1) / (diffs.size + 1)
-        p_value = float(min(1.0, 2.0 * min(below, above)))
-        se = float(np.std(diffs, ddof=1)) if diffs.size > 1 else None
-        return PairedTest(float(point[0]), _percentile(diffs, level), p_value,
-                          "paired bootstrap", detectable_difference(se))
+            return [_no_paired(level) for _ in figures]
+        resampled = self.sums(np.hstack([m for pair in pairs for m in pair]))
+        out, at = [], 0
+        for (a, b), (_, _, statistic) in zip(pairs, figures, strict=True):
+            k = a.shape[1]
+            full_a, full_b = a.sum(axis=0)[None, :], b.sum(axis=0)[None, :]
+            point = float((statistic(full_a) - statistic(full_b))[0])
+            diffs = statistic(resampled[:, at:at + k]) - statistic(resampled[:, at + k:at + 2 * k])
+            at += 2 * k
+            out.append(_paired_from(point, np.asarray(diffs, dtype=np.float64), level))
+        return out
+
+
+def _matrix(columns: ArrayLike) -> FloatArray:
+    m = np.asarray(columns, dtype=np.float64)
+    return m[:, None] if m.ndim == 1 else m
+
+
+def _no_paired(level: float) -> PairedTest:
+    return PairedTest(None, Interval(None, None, "bootstrap", level), None, "paired bootstrap",
+                      None)
+
+
+def _paired_from(point: float, diffs: FloatArray, level: float) -> PairedTest:
+    if not np.isfinite(point):
+        return _no_paired(level)
+    diffs = diffs[np.isfinite(diffs)]
+    if not diffs.size:
+        return PairedTest(point, _no_paired(level).interval, None, "paired bootstrap", None)
+    below = (np.sum(diffs <= 0.0) + 1) / (diffs.size + 1)
+    above = (np.sum(diffs >= 0.0) + 1) / (diffs.size + 1)
+    p_value = float(min(1.0, 2.0 * min(below, above)))
+    se = float(np.std(diffs, ddof=1)) if diffs.size > 1 else None
+    return PairedTest(point, _percentile(diffs, level), p_value, "paired bootstrap",
+                      detectable_difference(se))
 
 
 def _percentile(values: FloatArray, level: float) -> Interval:
