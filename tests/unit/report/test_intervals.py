@@ -164,3 +164,32 @@ def test_ece_columns_reproduce_the_reports_ece() -> None:
     s = np.clip(rng.random(500) * 1.02, 0, 1)
     columns, statistic = iv.ece_columns(y, s, 10)
     assert statistic(columns.sum(axis=0)[None, :])[0] == pytest.approx(scores.ece(y, s, 10))
+
+
+# --- against an independent DeLong (MLstatkit, installed for the tests only) ---------------
+
+
+@pytest.mark.parametrize("decimals", [None, 1])  # continuous scores, then many ties
+def test_delong_variance_and_paired_test_equal_mlstatkit(decimals: int | None) -> None:
+    from MLstatkit import Delong_test
+
+    rng = np.random.default_rng(11)
+    y, s_a = _binormal(rng, 80, 120, 1.0)
+    s_b = s_a + rng.normal(0.0, 0.7, s_a.size)
+    if decimals is not None:
+        s_a, s_b = np.round(s_a, decimals), np.round(s_b, decimals)
+    z_ba, p_value, ci_a, ci_b, auc_a, auc_b, info = Delong_test(y, s_a, s_b)
+    assert info["method"] == "delong"
+    z = 1.959963984540054
+    for run, auc, ci in ((s_a, auc_a, ci_a), (s_b, auc_b, ci_b)):
+        ours_auc, ours_var = iv.delong(y, run)
+        assert ours_auc == pytest.approx(auc, abs=1e-12)
+        assert ci[0] > 0.0 and ci[1] < 1.0  # not clipped, so its half width gives the variance
+        assert ours_var == pytest.approx(((ci[1] - ci[0]) / (2 * z)) ** 2, abs=1e-9)
+    paired = iv.delong_paired(y, s_a, s_b)
+    assert paired.diff == pytest.approx(auc_a - auc_b, abs=1e-12)
+    assert paired.p_value == pytest.approx(p_value, abs=1e-6)
+    assert paired.interval.high is not None and paired.interval.low is not None
+    assert ((paired.interval.high - paired.interval.low) / (2 * z)) ** 2 == pytest.approx(
+        info["var_diff"], abs=1e-9)
+    assert (paired.diff or 0.0) / np.sqrt(info["var_diff"]) == pytest.approx(-z_ba, abs=1e-6)
