@@ -425,11 +425,23 @@ class ClusteredBootstrap:
         self.codes: NDArray[np.intp] = codes.astype(np.intp).ravel()
         self.n_rows = int(ids.size)
         self.n_clusters = int(codes.max()) + 1 if ids.size else 0
+        self._given_reps = reps
         self.reps = bootstrap_reps(self.n_clusters) if reps is None else int(reps)
         if self.reps < 1:
             raise ValueError(f"reps must be at least 1, got {self.reps}")
         self.seed = int(seed)
         self._cache: NDArray[np.uint8] | None = None
+
+    def subset(self, rows: ArrayLike) -> ClusteredBootstrap:
+        """The bootstrap of some rows (a question, a cell): a boolean mask or row indices.
+
+        Same seed; the resample count follows :func:`bootstrap_reps` for its own size unless
+        this bootstrap was given ``reps``.
+        """
+        picked = np.asarray(rows)
+        if picked.dtype == bool and picked.shape != (self.n_rows,):
+            raise ValueError(f"a row mask needs {self.n_rows} entries, got {picked.shape}")
+        return ClusteredBootstrap(self.codes[picked], reps=self._given_reps, seed=self.seed)
 
     @property
     def method(self) -> str:
@@ -470,6 +482,8 @@ class ClusteredBootstrap:
         if cols.ndim != 2 or cols.shape[0] != self.n_rows:
             raise ValueError(
                 f"columns must have one row per clustered row ({self.n_rows}), got {cols.shape}")
+        if not np.isfinite(cols).all():
+            raise ValueError("columns must be finite numbers (drop unanswered rows first)")
         out = np.empty((self.n_clusters, cols.shape[1]))
         for j in range(cols.shape[1]):
             out[:, j] = np.bincount(self.codes, cols[:, j], minlength=self.n_clusters)
