@@ -44,6 +44,7 @@ __all__ = [
     "mcnemar_paired",
     "mean_columns",
     "median_interval",
+    "ratio_columns",
     "ratio_statistic",
     "wilson",
 ]
@@ -376,6 +377,8 @@ def median_interval(values: ArrayLike, level: float = LEVEL) -> Interval:
 
 #: the most weight-matrix cells (reps x clusters) multiplied at once: 16M float64 = 128 MB
 _CHUNK_CELLS = 16_000_000
+#: multinomial draws are made this many cells at a time (int64: 32 MB)
+_DRAW_CELLS = 4_000_000
 #: resample counts are kept (one byte each) for reuse by later figures up to this many cells
 _CACHE_CELLS = 128_000_000
 #: above this many clusters, counts are Poisson(1) draws rather than multinomial ones
@@ -453,9 +456,14 @@ class ClusteredBootstrap:
         if c > _POISSON_FROM:
             table = _poisson_table()
             return table[rng.integers(0, 65536, size=(reps, c), dtype=np.uint16)]
-        draws = rng.integers(0, c, size=(reps, c)) + (np.arange(reps) * c)[:, None]
-        counts = np.bincount(draws.ravel(), minlength=reps * c).reshape(reps, c)
-        return counts.astype(np.uint8) if c < 256 else np.minimum(counts, 255).astype(np.uint8)
+        out = np.empty((reps, c), dtype=np.uint8)
+        step = max(1, _DRAW_CELLS // c)
+        for start in range(0, reps, step):
+            block = min(step, reps - start)
+            draws = rng.integers(0, c, size=(block, c)) + (np.arange(block) * c)[:, None]
+            counts = np.bincount(draws.ravel(), minlength=block * c).reshape(block, c)
+            out[start:start + block] = np.minimum(counts, 255)  # >255 of c >= 256: never
+        return out
 
     def _weights(self) -> Iterator[tuple[int, int, NDArray[np.uint8]]]:
         """(start, stop, counts) chunks of the (reps, clusters) resample counts."""
@@ -616,6 +624,19 @@ def ratio_statistic(numerator: int = 0, denominator: int = 1) -> Statistic:
             return np.where(den > 0, sums[:, numerator] / np.where(den > 0, den, 1.0), np.nan)
 
     return statistic
+
+
+def ratio_columns(numerator: ArrayLike, denominator: ArrayLike) -> tuple[FloatArray, Statistic]:
+    """(columns, statistic) of sum(numerator) / sum(denominator) over the resampled rows.
+
+    For a share whose base varies by resample: false positives per 100 states
+    (``ratio_columns(100 * fp_per_state, ones)``), a rate among the rows that have a property.
+    """
+    num = np.asarray(numerator, dtype=np.float64).ravel()
+    den = np.asarray(denominator, dtype=np.float64).ravel()
+    if num.shape != den.shape:
+        raise ValueError(f"numerator and denominator differ in shape: {num.shape} vs {den.shape}")
+    return np.column_stack([num, den]), ratio_statistic(0, 1)
 
 
 def mean_columns(values: ArrayLike) -> tuple[FloatArray, Statistic]:

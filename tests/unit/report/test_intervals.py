@@ -268,3 +268,16 @@ def test_hostile_inputs_are_refused_with_a_message() -> None:
     with pytest.raises(ValueError, match="p-values"):
         iv.holm([0.5, 1.2])
     assert iv.ClusteredBootstrap([]).interval(*iv.mean_columns([]), 0.5).low is None
+
+
+def test_ratio_columns_resample_numerator_and_base_together() -> None:
+    rng = np.random.default_rng(9)
+    clusters = np.repeat(np.arange(200), 2)
+    positive = rng.random(400) < 0.4
+    hit = positive & (rng.random(400) < 0.7)
+    columns, statistic = iv.ratio_columns(hit, positive)
+    assert statistic(columns.sum(axis=0)[None, :])[0] == pytest.approx(hit.sum() / positive.sum())
+    ci = iv.ClusteredBootstrap(clusters, reps=500).interval(columns, statistic, 0.7)
+    assert ci.low is not None and ci.high is not None and ci.low < 0.7 < ci.high
+    with pytest.raises(ValueError, match="differ in shape"):
+        iv.ratio_columns([1.0], [1.0, 2.0])
