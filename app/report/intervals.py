@@ -434,17 +434,22 @@ class ClusteredBootstrap:
             raise ValueError(f"reps must be at least 1, got {self.reps}")
         self.seed = int(seed)
         self._cache: NDArray[np.uint8] | None = None
+        self._counts_of: ClusteredBootstrap | None = None  #: whose counts a subset shares
 
     def subset(self, rows: ArrayLike) -> ClusteredBootstrap:
         """The bootstrap of some rows (a question, a cell): a boolean mask or row indices.
 
         Same seed; the resample count follows :func:`bootstrap_reps` for its own size unless
-        this bootstrap was given ``reps``.
+        this bootstrap was given ``reps``. Rows that span every cluster (a question asked in
+        every decision) share this bootstrap's counts: no second draw, the same resamples.
         """
         picked = np.asarray(rows)
         if picked.dtype == bool and picked.shape != (self.n_rows,):
             raise ValueError(f"a row mask needs {self.n_rows} entries, got {picked.shape}")
-        return ClusteredBootstrap(self.codes[picked], reps=self._given_reps, seed=self.seed)
+        child = ClusteredBootstrap(self.codes[picked], reps=self._given_reps, seed=self.seed)
+        if child.n_clusters == self.n_clusters and child.reps == self.reps:
+            child._counts_of = self  # its codes are this one's: every cluster id is present
+        return child
 
     @property
     def method(self) -> str:
@@ -467,6 +472,9 @@ class ClusteredBootstrap:
 
     def _weights(self) -> Iterator[tuple[int, int, NDArray[np.uint8]]]:
         """(start, stop, counts) chunks of the (reps, clusters) resample counts."""
+        if self._counts_of is not None:
+            yield from self._counts_of._weights()
+            return
         c = self.n_clusters
         chunk = max(1, min(self.reps, _CHUNK_CELLS // c))
         if self._cache is not None:

@@ -281,3 +281,17 @@ def test_ratio_columns_resample_numerator_and_base_together() -> None:
     assert ci.low is not None and ci.high is not None and ci.low < 0.7 < ci.high
     with pytest.raises(ValueError, match="differ in shape"):
         iv.ratio_columns([1.0], [1.0, 2.0])
+
+
+def test_a_question_in_every_decision_shares_the_resamples_of_the_whole() -> None:
+    rng = np.random.default_rng(10)
+    clusters = np.repeat(np.arange(30_000), 2)  # two questions per decision
+    values = rng.normal(size=60_000)
+    first_question = np.arange(60_000) % 2 == 0
+    boot = iv.ClusteredBootstrap(clusters, reps=40, seed=2)
+    part = boot.subset(first_question)
+    only_first = np.where(first_question, values, 0.0)
+    assert part.reps == 40 and np.allclose(part.sums(values[first_question]),
+                                           boot.sums(only_first), rtol=1e-9)
+    cell = boot.subset(clusters < 100)  # fewer decisions: a draw of its own
+    assert cell.n_clusters == 100 and cell.method == "multinomial"
