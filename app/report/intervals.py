@@ -107,8 +107,12 @@ def wilson(k: int, n: int, level: float = LEVEL) -> Interval:
     _check_level(level)
     if n == 0:
         return Interval(None, None, "Wilson", level)
+    return Interval(*_wilson_bounds(k, n, level), "Wilson", level)
+
+
+def _wilson_bounds(k: int, n: int, level: float) -> tuple[float, float]:
     ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
-    return Interval(float(ci.low), float(ci.high), "Wilson", level)
+    return float(ci.low), float(ci.high)
 
 
 def exact_binomial(k: int, n: int, level: float = LEVEL) -> Interval:
@@ -283,16 +287,13 @@ def mcnemar_paired(hits_a: ArrayLike, hits_b: ArrayLike, level: float = LEVEL) -
     only_b = int(np.sum(~a & b_))
     neither = n - both - only_a - only_b
     p1, p2 = (both + only_a) / n, (both + only_b) / n
-    w1, w2 = wilson(both + only_a, n, level), wilson(both + only_b, n, level)
-    assert w1.low is not None and w1.high is not None and w2.low is not None
-    assert w2.high is not None
+    (l1, u1), (l2, u2) = _wilson_bounds(both + only_a, n, level), _wilson_bounds(
+        both + only_b, n, level)
     denom = float((both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither))
     phi = (both * neither - only_a * only_b) / np.sqrt(denom) if denom > 0 else 0.0
     diff = p1 - p2
-    d_low = np.sqrt(max((p1 - w1.low) ** 2 - 2 * phi * (p1 - w1.low) * (w2.high - p2)
-                        + (w2.high - p2) ** 2, 0.0))
-    d_high = np.sqrt(max((w1.high - p1) ** 2 - 2 * phi * (w1.high - p1) * (p2 - w2.low)
-                         + (p2 - w2.low) ** 2, 0.0))
+    d_low = np.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    d_high = np.sqrt(max((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))
     interval = Interval(float(max(diff - d_low, -1.0)), float(min(diff + d_high, 1.0)),
                         "Newcombe", level)
     se0 = np.sqrt(max(only_a + only_b, 1)) / n
