@@ -348,7 +348,7 @@ def _report_against(ws: Workspace) -> str:
     runs = [("dreads run examples/tickets.jsonl --upstream sim --run tickets", {}),
             ("dreads run examples/tickets.jsonl --upstream sim --run tickets-joint --mode joint",
              _INTERFERENCE),
-            ("dreads run examples/tickets.jsonl --upstream sim --run tickets-seed --seed 11", {})]
+            ("dreads run examples/tickets.jsonl --upstream sim --run tickets-seed --seed 13", {})]
     shown = []
     for command, env in runs:
         ws.dreads(*command.split()[1:], "--json", env=env)

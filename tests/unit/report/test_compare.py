@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from app.report.compare import compare_rows
+from app.report import specs
+from app.report.compare import COMPARED, compare_rows
 from app.report.compare_settings import settings_side_by_side
 from app.report.figures import Params
 from app.report.intervals import delong_paired, holm, mcnemar
@@ -140,3 +141,9 @@ def test_settings_side_by_side_name_the_confound() -> None:
     assert seed["differ"] == [] and "noise check" in seed["note"]
     one = settings_side_by_side(_run(), _run(read_mode="joint"))
     assert one["note"].startswith("one read setting differs (read_mode)")
+
+
+def test_compared_figures_are_the_spec_tables() -> None:
+    """``report --against`` compares the figures ``specs`` flags, each by its spec's key."""
+    for family, figures in COMPARED.items():
+        assert {c.key for c in figures} == set(specs.compared(family))
