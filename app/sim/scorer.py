@@ -12,7 +12,7 @@ At an answer slot the candidate labels are the request's ``logprob_token_ids``. 
 - ``miscalibration`` m: logits times (1 + m) and the first label (yes / A / 1) shifted by -m, so
   probabilities are miscalibrated while the ranking of that label stays;
 - ``joint_interference`` j: on a canvas whose slots ask more than one question (a joint read),
-  the true label's lead ``separation + latent`` is scaled by ``1 - j/2`` and the first label
+  the true label's lead ``separation + latent`` is scaled by ``1 - j`` and the first label
   (yes / A / 1) is pushed down by ``JOINT_PUSH * j`` logits: the questions of one canvas
   interfere, and joint reads rank worse and lean to "no", so their recall drops (the field
   report measured recall 0.49 joint against 0.84 isolated; j = 0.6 plants a drop of that kind).
@@ -37,7 +37,7 @@ __all__ = ["Row", "ScoreOptions", "Scorer", "SlotQuestion"]
 _STD = NormalDist()
 _FIRST_LABELS = frozenset({"yes", "a", "1"})
 #: logits the first label loses on a joint read per unit of ``joint_interference``
-JOINT_PUSH = 3.0
+JOINT_PUSH = 2.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class Scorer:
                 joint: bool = False) -> dict[int, float]:
         opts = self.options
         interference = opts.joint_interference if joint else 0.0
-        lead = 1.0 - interference / 2.0
+        lead = 1.0 - interference
         logits: dict[int, float] = {}
         for token_id in ids:
             if truth is None:
