@@ -343,6 +343,15 @@ def _kind_questions(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params
     return out
 
 
+def _pooled(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params) -> dict[str, Any]:
+    """The kind's figures over all its questions together (``--pooled``), labelled so."""
+    at_a, at_b = _matched(ia, ib)
+    y, decision = ia.y[at_a], ia.decision[at_a]
+    return {"pooled": True, "questions": sorted({str(q) for q in ia.question[at_a]}),
+            "n": int(y.size), "positives": int(y.sum()),
+            "overall": _block(cs, y, ia.values[at_a], ib.values[at_b], decision, p)}
+
+
 def _noise(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params
            ) -> dict[str, dict[str, Any]] | None:
     """Per question: each figure per replicate of each run (on the matched items), its sd,
@@ -385,14 +394,17 @@ def _spread(per_a: Sequence[float], per_b: Sequence[float]) -> dict[str, Any]:
 
 
 def compare_rows(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow], p: Params,
-                 *, a: str = "a", b: str = "b") -> dict[str, Any]:
+                 *, a: str = "a", b: str = "b", pooled: bool = False) -> dict[str, Any]:
     """The comparison of two runs' rows (``a``, ``b``: their names, as the verdicts say them):
-    ``{a, b, matched, only_a, only_b, correction, questions, verdicts, noise_floor,
+    ``{a, b, matched, only_a, only_b, correction, questions, pooled, verdicts, noise_floor,
     disagreement}``; ``questions`` maps each question id to ``{kind, n, positives, overall:
-    {figure: PAIR}, cells: {cell: {figure: PAIR}}}``."""
+    {figure: PAIR}, cells: {cell: {figure: PAIR}}}``; with ``pooled`` (the report's
+    ``--pooled``), ``pooled`` maps each kind with several questions to its figures over all
+    of them (``{pooled: true, questions, n, positives, overall}``), else it is None."""
     keys_a = {(r.decision_key, r.question_id) for r in rows_a}
     keys_b = {(r.decision_key, r.question_id) for r in rows_b}
     questions: dict[str, dict[str, Any]] = {}
+    pools: dict[str, dict[str, Any]] = {}
     noise: dict[str, dict[str, Any]] = {}
     kinds_a, kinds_b = _by_kind(rows_a), _by_kind(rows_b)
     for kind in all_kinds():
@@ -401,16 +413,19 @@ def compare_rows(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow], p
         ib = _items(kinds_b.get(kind.name, []), kind.family) if cs else None
         if cs is None or ia is None or ib is None:
             continue
-        for qid, section in _kind_questions(ia, ib, cs, p).items():
+        found = _kind_questions(ia, ib, cs, p)
+        for qid, section in found.items():
             questions[qid] = {"kind": kind.name, **section}
+        if pooled and len(found) > 1:
+            pools[kind.name] = _pooled(ia, ib, cs, p)
         noise.update(_noise(ia, ib, cs, p) or {})
-    verdicts = _judge(questions, a, b)
+    verdicts = _judge(questions, a, b) + _judge_pooled(pools, a, b)
     return {
         "a": a, "b": b, "matched": len(keys_a & keys_b), "only_a": len(keys_a - keys_b),
         "only_b": len(keys_b - keys_a),
         "correction": f"{CORRECTION}: over the questions for each figure overall, over the "
                       "cells of a question for each figure per cell",
-        "questions": questions, "verdicts": verdicts,
+        "questions": questions, "pooled": pools or None, "verdicts": verdicts,
         "noise_floor": noise or None,
         "disagreement": disagreement(rows_a, rows_b),
     }
@@ -441,6 +456,20 @@ def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[st
             for cell in cells.values():
                 cell[c.key]["verdict"] = verdict_text(c, cell[c.key], a, b,
                                                       adjusted_over=len(cells))
+    return lines
+
+
+def _judge_pooled(pools: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
+    """The pooled figures' verdicts (one test per kind and figure: no correction)."""
+    lines = []
+    for kind, section in pools.items():
+        for c in _compared_of(kind):
+            pair = section["overall"][c.key]
+            pair["p_adjusted"] = pair["p_value"]
+            pair["verdict"] = verdict_text(c, pair, a, b)
+            lines.append({"question": f"{kind} pooled over {len(section['questions'])} "
+                                      "questions", "figure": c.key, "pooled": True,
+                          **pair["verdict"]})
     return lines
 
 

@@ -66,6 +66,12 @@ def against_section(doc: Mapping[str, Any]) -> list[str]:
         out += [f"<h3>{escape(qid)} ({escape(section['kind'])}, {section['n']} answered by "
                 f"both): {escape(cmp['a'])} (a) against {escape(cmp['b'])} (b)</h3>",
                 _table(CELL_HEAD, rows, f"compare-{qid}")]
+    for kind, section in (cmp.get("pooled") or {}).items():
+        rows = [(cells, "flag" if real else "")
+                for cells, real in cell_rows({**section, "kind": kind, "cells": {}})]
+        out += [f"<h3>{escape(kind)} POOLED over {escape(', '.join(section['questions']))} "
+                f"({section['n']} answered by both)</h3>",
+                _table(CELL_HEAD, rows, f"compare-pooled-{kind}")]
     out += ["<h3>settings, differing first</h3>",
             _table(SETTINGS_HEAD, [(cells, "flag" if differs else "")
                                    for cells, differs in settings_rows(cmp)], "settings")]

@@ -82,6 +82,9 @@ def against_view(doc: Mapping[str, Any]) -> list[RenderableType]:
     parts += [Text(line) for line in noise_lines(cmp)]
     parts.append(_settings_table(cmp))
     parts += [_question_table(qid, section, cmp) for qid, section in cmp["questions"].items()]
+    parts += [_question_table(f"{kind} POOLED over {', '.join(section['questions'])}",
+                              {**section, "kind": kind, "cells": {}}, cmp)
+              for kind, section in (cmp.get("pooled") or {}).items()]
     if cmp.get("disagreement"):
         parts += _disagreement_tables(cmp["disagreement"])
     parts.append(Text(f"the report of {cmp['a']} (a) follows", style="bold"))

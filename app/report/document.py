@@ -229,7 +229,7 @@ def report_with_rows(
                                "ece": _ece(calibrated, p),
                                "questions": _question_ece(calibrated, p)}
     if against is not None:
-        doc["against"] = _against(session, data, against, p)
+        doc["against"] = _against(session, data, against, p, pooled=pooled)
     doc["headline"] = _headline_of(doc)
     doc["review"] = review(data.rows, p)
     return doc, calibrated
@@ -268,13 +268,15 @@ def _headline_of(doc: ReportDocument) -> dict[str, Any]:
                     calibrated, calibrated_by=by, partial=doc["partial"])
 
 
-def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
+def _against(session: Session, data: RunRows, ref: str, p: Params, *,
+             pooled: bool = False) -> dict[str, Any]:
     """The comparison of run ``data`` (a) with run ``ref`` (b): ``compare.compare_rows`` and
     both runs' settings side by side (``compare_settings``)."""
     other = load_run_rows(session, resolve_run(session, ref))
     if other.run.id == data.run.id:
         raise InputError("--against names the same run; give another run of the same decisions")
-    out = compare_rows(data.rows, other.rows, p, a=data.run.name, b=other.run.name)
+    out = compare_rows(data.rows, other.rows, p, a=data.run.name, b=other.run.name,
+                       pooled=pooled)
     if not out["matched"]:
         raise InputError(
             f"runs {data.run.name!r} and {other.run.name!r} share no decision (matched by "

@@ -147,3 +147,14 @@ def test_compared_figures_are_the_spec_tables() -> None:
     """``report --against`` compares the figures ``specs`` flags, each by its spec's key."""
     for family, figures in COMPARED.items():
         assert {c.key for c in figures} == set(specs.compared(family))
+
+
+def test_pooled_only_when_asked_and_labelled() -> None:
+    a, b = _runs(120, 1.5, 1.0, seed=9, qids=("refund", "churn"))
+    assert compare_rows(a, b, Params())["pooled"] is None
+    out = compare_rows(a, b, Params(), pooled=True)
+    pooled = out["pooled"]["noul"]
+    assert pooled["pooled"] is True and pooled["questions"] == ["churn", "refund"]
+    assert pooled["n"] == 240
+    lines = [v for v in out["verdicts"] if v.get("pooled")]
+    assert lines and all(v["question"] == "noul pooled over 2 questions" for v in lines)
