@@ -309,7 +309,9 @@ def verdict_text(c: Compared, pair: Mapping[str, Any], a: str, b: str, *,
     None without a real difference)."""
     diff, p_adj = pair["diff"], pair["p_adjusted"]
     if diff is None or p_adj is None:
-        why = "not enough items in both runs" if pair["n"] else "no item answered by both runs"
+        why = (f"not computable on the {pair['n']} question(s) both runs answered (too few, or "
+               "only yes or only no among them)" if pair["n"] else
+               "no question answered by both runs")
         return {"text": f"no comparison of {c.symbol}: {why}", "real": None, "better": None}
     interval = pair["interval"]
     width = (f" [{_num(interval['low'], c.digits)}, {_num(interval['high'], c.digits)}]"
