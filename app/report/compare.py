@@ -514,7 +514,10 @@ def _key(r: QuestionRow) -> _Key:
 
 def _distance(a: QuestionRow, b: QuestionRow) -> float:
     pa, pb = a.probs or {}, b.probs or {}
-    if pa.keys() == pb.keys():  # the same labels: the usual case, and the fast one
+    if len(pa) == 2 and pa.keys() == pb.keys():  # yes/no: the usual case, and the fast one
+        (k1, v1), (k2, v2) = pa.items()
+        return 0.5 * (abs(v1 - pb[k1]) + abs(v2 - pb[k2]))
+    if pa.keys() == pb.keys():
         return 0.5 * sum(abs(float(v) - float(pb[k])) for k, v in pa.items())
     return 0.5 * sum(abs(float(pa.get(k, 0.0)) - float(pb.get(k, 0.0)))
                      for k in set(pa) | set(pb))
