@@ -41,7 +41,6 @@ from app.report.intervals import (
     ClusteredBootstrap,
     Interval,
     PairedTest,
-    bootstrap_reps,
     delong,
     delong_paired,
     ece_columns,
@@ -349,20 +348,20 @@ def _kind_questions(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params
     y, decision = ia.y[at_a], ia.decision[at_a]
     va, vb = ia.values[at_a], ib.values[at_b]
     seed = getattr(p, "seed", 0)
-    # one bootstrap over the kind's decisions: a question asked in every decision shares its
-    # resamples (``ClusteredBootstrap.subset``)
+    # one bootstrap over the kind's decisions, one per cell: a question asked in every
+    # decision (of a cell) shares their resamples (``ClusteredBootstrap.subset``)
     kind_boot = _once(lambda: ClusteredBootstrap(decision, seed=seed))
+    cell_boots = {str(name): _once(partial(_subset, kind_boot, cell == name))
+                  for name in np.unique(cell)}
     out: dict[str, dict[str, Any]] = {}
     for qid in np.unique(question):
         mask = question == qid
-        # a cell's bootstrap resamples as often as its question's (``bootstrap_reps`` of the
-        # question's decisions), so the cells of a large run cost what the question costs
-        reps = bootstrap_reps(len(np.unique(decision[mask])))
         cells = {}
         for name in np.unique(cell[mask]):
-            m = mask & (cell == name)
+            in_cell = cell == name
+            m = mask & in_cell
             cells[str(name)] = _block(cs, y[m], va[m], vb[m], p, _once(
-                partial(ClusteredBootstrap, decision[m], reps=reps, seed=seed)))
+                partial(_subset, cell_boots[str(name)], mask[in_cell])))
         out[str(qid)] = {
             "n": int(mask.sum()), "positives": int(y[mask].sum()),
             "overall": _block(cs, y[mask], va[mask], vb[mask], p,
