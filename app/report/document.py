@@ -20,8 +20,11 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
                   cross-fitted isotonic map of the run itself; null with it, or too few labels
     diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
                   rate, others_rate, p_value}], flag_method} (the read's failures only)
-    against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
-                  cells: {cell: PAIR}}}; PAIR = {a: BLOCK, b: BLOCK, diff: {figure: a - b}}
+    against      with --against: {a, b, matched, only_a, only_b, correction, settings,
+                  questions: {qid: {kind, n, positives, overall: {figure: PAIR},
+                  cells: {cell: {figure: PAIR}}}}, verdicts: [{question, figure, text, real,
+                  better}], noise_floor, disagreement} (compare.py); PAIR = {a, b, diff
+                  (a - b), interval, p_value, p_adjusted, method, detectable, n, verdict}
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
     infrastructure  {attempts, unanswered, kinds: [{kind, attempts, decisions, recovered, open,
                  unanswered}], pauses: [{kind, reason, paused_at, resumed_at}], lines}: what
@@ -60,6 +63,7 @@ from app.engine import all_kinds, is_simulator, redacted_values
 from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
+from app.report.compare_settings import settings_side_by_side
 from app.report.diagnostics import diagnostics
 from app.report.families import binary_kinds, view_of
 from app.report.figures import (
@@ -67,16 +71,16 @@ from app.report.figures import (
     binary_rows,
     calibration_figures,
     confusion_table,
-    figure_block,
     figures_of,
     is_binary,
     is_positive,
-    section,
     typed_rows,
 )
 from app.report.headline import headline
-from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
+from app.report.load import IN_FLIGHT, QuestionRow, RunRows, load_run_rows, resolve_run
 from app.report.review import review
+from app.report.sections import kind_sections, question_blocks
+from app.report.shape import Partial, ReportDocument
 from app.report.spend import spend_section
 from app.store.report_rows import run_by_id
 from app.store.spend import spend_of
@@ -89,7 +93,7 @@ __all__ = ["FORMAT", "build_report", "calibrate_rows", "calibrated_rows", "cross
 #: How the calibrated figures of a report without --calibration are made.
 CROSS_FITTED = f"{CROSS_FOLDS}-fold cross-fitted isotonic"
 
-FORMAT = "dreads.report/1"
+FORMAT = "dreads.report/2"
 
 
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
@@ -141,15 +145,28 @@ def _run_info(data: RunRows) -> dict[str, Any]:
                                       settings=dict(run.settings or {}))}
 
 
-def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
+def _typed_sections(rows: Sequence[QuestionRow], p: Params, *, pooled: bool = False,
+                    partial: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in all_kinds():
         typed = typed_rows(rows, kind.name)
-        out[kind.name] = section(typed, figures_of(kind), p)
+        out[kind.name] = kind_sections(typed, figures_of(kind), p, pooled=pooled,
+                                       partial=partial)
         if view_of(kind).confusion:
-            out[kind.name]["confusion"] = confusion_table(typed)
-    out["calibration"] = calibration_figures(binary_rows(rows), p)
+            by_question: dict[str, list[QuestionRow]] = {}
+            for r in typed:
+                by_question.setdefault(r.question_id, []).append(r)
+            for qid, sec in out[kind.name]["questions"].items():
+                sec["confusion"] = confusion_table(by_question[qid])
+    out["calibration"] = calibration_figures(binary_rows(rows), p, pooled=pooled)
     return out
+
+
+def partial_of(data: RunRows) -> Partial | None:
+    """``{"settled": k, "decisions": n}`` while decisions are in flight, else None."""
+    total = sum(data.counts.values())
+    open_ = sum(v for k, v in data.counts.items() if k in IN_FLIGHT)
+    return Partial(settled=total - open_, decisions=total) if open_ else None
 
 
 def build_report(
@@ -159,14 +176,17 @@ def build_report(
     *,
     calibration: Calibration | None = None,
     against: str | None = None,
-) -> dict[str, Any]:
-    """The whole report of run ``run_ref`` (name or id).
+    pooled: bool = False,
+) -> ReportDocument:
+    """The whole report of run ``run_ref`` (name or id); ``pooled`` adds each kind's figures
+    over all its questions.
 
     Raises:
         InputError: the run (or the ``against`` run) does not exist.
     """
     data = load_run_rows(session, resolve_run(session, run_ref))
-    return report_from_rows(session, data, params, calibration=calibration, against=against)
+    return report_from_rows(session, data, params, calibration=calibration, against=against,
+                            pooled=pooled)
 
 
 def report_from_rows(
@@ -176,10 +196,11 @@ def report_from_rows(
     *,
     calibration: Calibration | None = None,
     against: str | None = None,
-) -> dict[str, Any]:
+    pooled: bool = False,
+) -> ReportDocument:
     """The report of already loaded rows (``session`` loads the ``against`` run)."""
     return report_with_rows(session, data, params, calibration=calibration,
-                            against=against)[0]
+                            against=against, pooled=pooled)[0]
 
 
 def report_with_rows(
@@ -189,15 +210,18 @@ def report_with_rows(
     *,
     calibration: Calibration | None = None,
     against: str | None = None,
-) -> tuple[dict[str, Any], list[QuestionRow] | None]:
+    pooled: bool = False,
+) -> tuple[ReportDocument, list[QuestionRow] | None]:
     """``report_from_rows``, and the calibrated rows its figures came from (``calibrated_rows``:
     the page plots them), made once."""
     p = params or Params()
     calibrated = calibrated_rows(data.rows, calibration)
-    doc: dict[str, Any] = {
-        "format": FORMAT, "run": _run_info(data), "params": asdict(p),
+    partial = partial_of(data)
+    sections = {"pooled": pooled, "partial": partial is not None}
+    doc: ReportDocument = {
+        "format": FORMAT, "partial": partial, "run": _run_info(data), "params": asdict(p),
         "labelled": _labelled_counts(data.rows), "headline": None, "review": None,
-        "raw": _typed_sections(data.rows, p),
+        "raw": _typed_sections(data.rows, p, **sections),
         "calibrated": None, "calibration_source": None, "cross_fitted": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
         "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
@@ -205,55 +229,68 @@ def report_with_rows(
         "spend": spend_section(spend_of(session, data.run.id)),
     }
     if calibration is not None and calibrated is not None:
-        doc["calibrated"] = _typed_sections(calibrated, p)
+        doc["calibrated"] = _typed_sections(calibrated, p, **sections)
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
     elif calibrated is not None:
         doc["cross_fitted"] = {"method": "isotonic", "folds": CROSS_FOLDS,
-                               "ece": _ece(calibrated, p)}
+                               "ece": _ece(calibrated, p),
+                               "questions": _question_ece(calibrated, p)}
     if against is not None:
-        doc["against"] = _against(session, data, against, p)
+        doc["against"] = _against(session, data, against, p, pooled=pooled)
     doc["headline"] = _headline_of(doc)
     doc["review"] = review(data.rows, p)
     return doc, calibrated
 
 
 def _ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
-    """The overall ECE of the yes/no answers of ``rows``."""
+    """The ECE of the yes/no answers of ``rows`` over all their questions (pooled)."""
     ece: float | None = calibration_figures(binary_rows(rows), p)["overall"]["ece"]
     return ece
 
 
-def _binary_ece(sections: dict[str, Any]) -> float | None:
-    """The overall ECE of the (first) yes/no kind's section."""
+def _question_ece(rows: Sequence[QuestionRow], p: Params) -> dict[str, float | None]:
+    """The ECE of each yes/no question of ``rows``."""
+    per = calibration_figures(binary_rows(rows), p)["questions"]
+    return {q: c["ece"] for q, c in per.items()}
+
+
+def _calibrated_ece(sections: dict[str, Any]) -> dict[str, float | None]:
+    """Each yes/no question's ECE of calibrated sections."""
+    out: dict[str, float | None] = {}
     for kind in binary_kinds():
-        ece: float | None = sections[kind.name]["overall"]["figures"]["ece"]
-        return ece
-    return None
+        for q, block in question_blocks(sections[kind.name]).items():
+            out[q] = block["figures"]["ece"]
+    return out
 
 
-def _headline_of(doc: dict[str, Any]) -> dict[str, Any]:
-    overall = {k.name: doc["raw"][k.name]["overall"]["figures"] for k in all_kinds()}
-    calibrated, by = None, None
+def _headline_of(doc: ReportDocument) -> dict[str, Any]:
+    blocks = {k.name: question_blocks(doc["raw"][k.name]) for k in all_kinds()}
+    calibrated: dict[str, float | None] = {}
+    by = None
     if doc["calibrated"]:
-        calibrated, by = _binary_ece(doc["calibrated"]), "--calibration"
-    elif doc.get("cross_fitted"):
-        calibrated, by = doc["cross_fitted"]["ece"], CROSS_FITTED
-    return headline(doc["run"], doc["params"], overall, doc["diagnostics"]["overall"],
-                    calibrated, calibrated_by=by)
+        calibrated, by = _calibrated_ece(doc["calibrated"]), "--calibration"
+    elif doc["cross_fitted"] is not None:
+        calibrated, by = doc["cross_fitted"]["questions"], CROSS_FITTED
+    return headline(doc["run"], doc["params"], blocks, doc["diagnostics"]["overall"],
+                    calibrated, calibrated_by=by, partial=doc["partial"])
 
 
-def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
+def _against(session: Session, data: RunRows, ref: str, p: Params, *,
+             pooled: bool = False) -> dict[str, Any]:
+    """The comparison of run ``data`` (a) with run ``ref`` (b): ``compare.compare_rows`` and
+    both runs' settings side by side (``compare_settings``)."""
     other = load_run_rows(session, resolve_run(session, ref))
     if other.run.id == data.run.id:
         raise InputError("--against names the same run; give another run of the same decisions")
-    out = compare_rows(data.rows, other.rows, p)
+    out = compare_rows(data.rows, other.rows, p, a=data.run.name, b=other.run.name,
+                       pooled=pooled)
     if not out["matched"]:
         raise InputError(
             f"runs {data.run.name!r} and {other.run.name!r} share no decision (matched by "
-            "decision id, replicate and question id); --against needs two runs of the same file"
+            "decision id and question id); --against needs two runs of the same file"
         )
-    return {"a": data.run.name, "b": other.run.name, **out}
+    return {**out, "settings": settings_side_by_side(_run_info(data), _run_info(other))}
 
 
 def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
@@ -264,27 +301,41 @@ def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
 
 
 def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
-    """Headline figures of a run: AUC / recall / false positives for yes/no questions,
-    accuracy for choice and score, counts and flagged cells, and ``headline`` (the same
-    headline as the report's, headline.py) for ``dreads run``'s summary."""
+    """Headline figures of a run for ``dreads run``'s summary: per question, each kind's
+    headline figures (``specs``: AUC, recall, ... for yes/no; accuracy for choice and score)
+    with their intervals, counts, flagged cells, whether the run is partial, and ``headline``
+    (the same headline as the report's, headline.py)."""
     run = run_by_id(session, run_id)
     if run is None:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
     data = load_run_rows(session, run)
     p = Params()
-    overall = {k.name: figure_block(typed_rows(data.rows, k.name), figures_of(k),
-                                    p)["figures"] for k in all_kinds()}
+    partial = partial_of(data)
+    blocks = {k.name: question_blocks(kind_sections(typed_rows(data.rows, k.name),
+                                                    figures_of(k), p,
+                                                    partial=partial is not None))
+              for k in all_kinds()}
     diag = diagnostics(data.rows, data.cells)
     fitted = cross_fitted_rows(data.rows)
+    kinds = {}
+    for k in all_kinds():
+        keys = view_of(k).headline
+        kinds[k.name] = {
+            "n": sum(int(b["figures"]["n"]) for b in blocks[k.name].values()),
+            "questions": {q: {"figures": {f: b["figures"][f] for f in keys},
+                              "intervals": {f: b["intervals"][f] for f in keys}}
+                          for q, b in blocks[k.name].items()},
+        }
     return {
         "run": run.name,
+        "partial": partial,
         "questions": len(data.rows),
         "answered": diag["overall"]["answered"],
         "unanswered": diag["overall"]["unanswered"],
-        **{k.name: {f: overall[k.name][f] for f in view_of(k).headline} for k in all_kinds()},
+        **kinds,
         "params": asdict(p),
         "flagged_cells": diag["flagged"],
-        "headline": headline(_run_info(data), asdict(p), overall,
-                             diag["overall"], None if fitted is None else _ece(fitted, p),
-                             calibrated_by=CROSS_FITTED),
+        "headline": headline(_run_info(data), asdict(p), blocks, diag["overall"],
+                             {} if fitted is None else _question_ece(fitted, p),
+                             calibrated_by=CROSS_FITTED, partial=partial),
     }

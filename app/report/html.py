@@ -1,10 +1,11 @@
 """One self-contained HTML report page, for the person who reads it: inline CSS, plots as PNG
 data URLs, nothing fetched, no script.
 
-In reading order: the headline (who answered, the field report's figures with their counts),
+In reading order: with ``--against`` the comparison (``compare_html``: verdicts, settings, per-cell
+tables per question), the headline (who answered, the field report's figures with their counts),
 the lists a reviewer opens the report for (missed positives, top false positives, with
 ``--against`` the most disagreeing questions), the plots on one grid, the tables per cell,
-the comparison, and a glossary of every figure and flag.
+and a glossary of every figure and flag.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 
 from app.engine import SIMULATOR_NOTE
 from app.images import ImagePolicy
+from app.report.compare_html import against_section
 from app.report.families import has_binary
+from app.report.figure_text import partial_line
 from app.report.glossary import glossary
 from app.report.headline import HeadlineItem, headline_items, identity_items
 from app.report.html_tables import (
-    against_tables,
     diagnostics_table,
     figure_tables,
     infrastructure_list,
@@ -58,7 +60,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 td:first-child{white-space:nowrap}.list td:last-child{overflow-wrap:anywhere}
 .list td,.list th{text-align:left}.list td:nth-child(4),.list td:nth-child(5){text-align:right}
 tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
-.flags{color:#b00;font-weight:bold}
+.flags{color:#b00;font-weight:bold}ul.verdicts li.real{font-weight:bold}
 .plots{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:14px}
 .plots figure{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:8px}
 .plots img{width:100%;height:auto;display:block}
@@ -93,8 +95,10 @@ def _headline(doc: Mapping[str, Any]) -> str:
     figures = "".join(_card(i) for i in headline_items(h))
     labelled = doc["labelled"]
     summary = (f"{labelled['questions']} question(s), {labelled['with_expected']} with an "
-               "expected label" + ("; figures are mean ± sd across replicates"
-                                   if doc["run"]["replicates"] > 1 else ""))
+               "expected label; [low, high]: 95% interval over items (the glossary names each "
+               "method)" + ("; with replicates, each question's answer is the mean over them "
+                            "and ±sd is the draw noise across replicates"
+                            if doc["run"]["replicates"] > 1 else ""))
     if not labelled["with_expected"]:
         summary += ("; no question has an expected label: add \"expected\" to the job lines "
                     "to get the evaluation figures")
@@ -118,9 +122,11 @@ def _glossary(params: Mapping[str, Any]) -> str:
 def _top(doc: Mapping[str, Any]) -> list[str]:
     run = doc["run"]
     out = [f"<h1>dreads report: {escape(run['name'])}</h1>"]
+    if doc.get("partial"):
+        out.append(f'<p class="sim partial">{escape(partial_line(doc["partial"]))}</p>')
     if run.get("simulator"):
         out.append(f'<p class="sim">{escape(SIMULATOR_NOTE)}.</p>')
-    return [*out, _headline(doc)]
+    return [*out, *against_section(doc), _headline(doc)]
 
 
 def _details(doc: Mapping[str, Any]) -> list[str]:
@@ -134,8 +140,6 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
     if doc.get("spend"):
         out += ['<h2 id="spend">spend</h2>', spend_table(doc["spend"]),
                 f'<p class="note">{escape(spend_note(doc["spend"]))}</p>']
-    if doc["against"]:
-        out += ['<h2 id="comparison">comparison with another run</h2>', *against_tables(doc)]
     lines = "<br>".join(escape(line) for line in run_identity(doc["run"]))
     return [*out, f'<h2>the run</h2><p class="note">{lines}</p>']
 
