@@ -72,4 +72,6 @@ class ReportDocument(TypedDict):
     diagnostics: dict[str, Any]
     against: dict[str, Any] | None
     reasons: list[dict[str, Any]]
+    #: what the infrastructure did to the run (app.store.infrastructure), never a cell's
+    infrastructure: dict[str, Any] | None
     spend: dict[str, Any] | None
