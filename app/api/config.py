@@ -7,7 +7,7 @@ not given): ``dreads serve`` passes its flags, ``create_app_from_env`` none.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.api.middleware import MIB
@@ -15,6 +15,7 @@ from app.connect.factory import UpstreamConfig
 from app.engine import ReadSettings
 from app.errors import ConfigError
 from app.images import ImagePolicy
+from app.images.guard import FetchGuard
 from app.runs.embedded import EmbeddedConfig
 from app.runs.sweep import SweepPolicy
 
@@ -62,8 +63,11 @@ class ServeConfig:
     #: the queue executor's Celery configuration (``app.broker.config.celery_config``)
     celery: Mapping[str, Any] | None = None
     #: what a ``/v1/systemone`` request's images may be (``DREADS_IMAGE_*``): no local file
-    #: unless ``DREADS_IMAGE_DIRS`` allows it
-    images: ImagePolicy = field(default_factory=ImagePolicy)
+    #: unless ``DREADS_IMAGE_DIRS`` allows it, no address but public ones and those
+    #: ``DREADS_FETCH_ALLOW`` opens
+    images: ImagePolicy = field(default_factory=lambda: ImagePolicy(guard=FetchGuard()))
+    #: threads that tokenize and decode images for requests (``DREADS_API_CPU_THREADS``)
+    cpu_threads: int = 4
 
     @property
     def sqlite(self) -> bool:
@@ -116,7 +120,8 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
         local=local, sweep=sweep_policy(frozen, chunk_size=chunk_size),
         celery=_celery(env, broker_url) if chosen == "queue" else None,
-        images=image_policy(frozen))
+        images=replace(image_policy(frozen), guard=FetchGuard.parse(env.fetch_allow)),
+        cpu_threads=env.api_cpu_threads)
 
 
 def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:

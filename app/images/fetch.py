@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+from concurrent.futures import Executor
 
 import httpx
 
@@ -34,14 +36,18 @@ def fetch_image(ref: str, *, policy: ImagePolicy, client: httpx.Client | None = 
         data = read_file(ref, policy)
     else:
         data, declared = get_image(ref, policy, client)
-    return check_image(ref, data, declared_type=declared)
+    return check_image(ref, data, declared_type=declared, max_pixels=policy.max_pixels)
 
 
 async def fetch_image_async(ref: str, *, policy: ImagePolicy,
-                            client: httpx.AsyncClient | None = None) -> ImageData:
-    """``fetch_image`` on an event loop: files are read and images decoded in a thread."""
+                            client: httpx.AsyncClient | None = None,
+                            pool: Executor | None = None) -> ImageData:
+    """``fetch_image`` on an event loop: files are read and images decoded in ``pool`` (a
+    bounded executor; None: the loop's default one)."""
+    loop = asyncio.get_running_loop()
     kind = ref_kind(ref)
     if kind == "http":
         data, declared = await get_image_async(ref, policy, client)
-        return await asyncio.to_thread(check_image, ref, data, declared_type=declared)
-    return await asyncio.to_thread(fetch_image, ref, policy=policy)
+        return await loop.run_in_executor(pool, functools.partial(
+            check_image, ref, data, declared_type=declared, max_pixels=policy.max_pixels))
+    return await loop.run_in_executor(pool, functools.partial(fetch_image, ref, policy=policy))

@@ -1,14 +1,45 @@
-"""http(s) images: one GET, following redirects, the body read up to the size limit."""
+"""http(s) images: one GET, following at most ``MAX_REDIRECTS`` redirects, the body read up to
+the size limit, the whole fetch cut at the policy's deadline (not a timeout per read: a server
+that drips a byte at a time is cut too).
+
+Under a guard (``dreads serve``) every connection, redirects included, goes only to an
+address the guard allows, and a fetch that fails for any reason below HTTP (refused by the
+guard, a closed port, a server that is not HTTP, a timeout) is told in the same one line."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import httpx
 
 from app.errors import ImageError, ImageUnreachable
+from app.images.guard import AsyncGuardedTransport, GuardedTransport
 from app.images.policy import ImagePolicy
 from app.images.refs import short_ref
 
-__all__ = ["get_image", "get_image_async"]
+__all__ = ["MAX_REDIRECTS", "get_image", "get_image_async", "image_async_client",
+           "image_client"]
+
+#: Redirects one image fetch follows at most (each one checked as the first request is).
+MAX_REDIRECTS = 5
+
+
+def image_client(policy: ImagePolicy) -> httpx.Client:
+    """The HTTP client of image fetches under ``policy`` (its guard, if any, on every
+    connection)."""
+    transport = GuardedTransport(policy.guard) if policy.guard is not None else None
+    return httpx.Client(timeout=policy.timeout_s, follow_redirects=True,
+                        max_redirects=MAX_REDIRECTS, transport=transport,
+                        trust_env=policy.guard is None)
+
+
+def image_async_client(policy: ImagePolicy) -> httpx.AsyncClient:
+    """``image_client`` on an event loop."""
+    transport = AsyncGuardedTransport(policy.guard) if policy.guard is not None else None
+    return httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=True,
+                             max_redirects=MAX_REDIRECTS, transport=transport,
+                             trust_env=policy.guard is None)
 
 
 def _status_error(ref: str, response: httpx.Response) -> ImageUnreachable:
@@ -17,10 +48,16 @@ def _status_error(ref: str, response: httpx.Response) -> ImageUnreachable:
                             status=response.status_code)
 
 
-def _transport_error(ref: str, exc: httpx.HTTPError, timeout_s: float) -> ImageUnreachable:
-    if isinstance(exc, httpx.TimeoutException):
-        return ImageUnreachable(f"image {short_ref(ref)}: no answer within {timeout_s:g} s; "
-                                "check the URL, or raise DREADS_IMAGE_TIMEOUT")
+def _transport_error(ref: str, exc: httpx.HTTPError | TimeoutError,
+                     policy: ImagePolicy) -> ImageUnreachable:
+    if policy.guard is not None:  # one line, whatever failed: no port scan through it
+        return ImageUnreachable(f"could not fetch image URL {short_ref(ref)}; give a URL this "
+                                "server can reach on the internet, or a data URL (an operator "
+                                "opens other hosts with DREADS_FETCH_ALLOW)")
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return ImageUnreachable(f"image {short_ref(ref)}: not fetched within "
+                                f"{policy.timeout_s:g} s; check the URL, or raise "
+                                "DREADS_IMAGE_TIMEOUT")
     return ImageUnreachable(f"image {short_ref(ref)}: unreachable ({type(exc).__name__}: "
                             f"{exc}); check the URL and that its server is up")
 
@@ -66,22 +103,27 @@ class _Body:
 
 def get_image(ref: str, policy: ImagePolicy, client: httpx.Client | None = None
               ) -> tuple[bytes, str | None]:
-    """The body of ``ref`` and its media type (``Content-Type``; None: none given).
+    """The body of ``ref`` and its media type (``Content-Type``; None: none given), fetched
+    within ``policy.timeout_s`` in all (checked at each piece of the body; a server silent
+    longer than that is cut by the read timeout).
 
     Raises:
         ImageUnreachable: refused, timed out, or an HTTP error status.
         ImageError: the body is over ``policy.max_bytes``.
     """
     own = client is None
-    client = client or httpx.Client(timeout=policy.timeout_s, follow_redirects=True)
+    client = client or image_client(policy)
+    deadline = time.monotonic() + policy.timeout_s
     try:
         with client.stream("GET", ref, timeout=policy.timeout_s) as response:
             body = _Body(ref, policy, response)
             for piece in response.iter_bytes():
                 body.add(piece)
+                if time.monotonic() > deadline:
+                    raise TimeoutError
             return body.result()
-    except httpx.HTTPError as exc:
-        raise _transport_error(ref, exc, policy.timeout_s) from None
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise _transport_error(ref, exc, policy) from None
     finally:
         if own:
             client.close()
@@ -89,17 +131,18 @@ def get_image(ref: str, policy: ImagePolicy, client: httpx.Client | None = None
 
 async def get_image_async(ref: str, policy: ImagePolicy,
                           client: httpx.AsyncClient | None = None) -> tuple[bytes, str | None]:
-    """``get_image`` on an event loop."""
+    """``get_image`` on an event loop, cut at ``policy.timeout_s`` exactly."""
     own = client is None
-    client = client or httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=True)
+    client = client or image_async_client(policy)
     try:
-        async with client.stream("GET", ref, timeout=policy.timeout_s) as response:
-            body = _Body(ref, policy, response)
-            async for piece in response.aiter_bytes():
-                body.add(piece)
-            return body.result()
-    except httpx.HTTPError as exc:
-        raise _transport_error(ref, exc, policy.timeout_s) from None
+        async with asyncio.timeout(policy.timeout_s):
+            async with client.stream("GET", ref, timeout=policy.timeout_s) as response:
+                body = _Body(ref, policy, response)
+                async for piece in response.aiter_bytes():
+                    body.add(piece)
+                return body.result()
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise _transport_error(ref, exc, policy) from None
     finally:
         if own:
             await client.aclose()

@@ -43,4 +43,7 @@ class RunEnv:
     image_dirs: str | None
     image_max_bytes: int
     image_timeout: float
+    image_max_pixels: int
+    image_max_count: int
+    image_max_total_bytes: int
     set: frozenset[str] = frozenset()  #: the fields given by a variable or a flag

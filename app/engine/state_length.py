@@ -1,0 +1,34 @@
+"""A state longer than the model can read, told from its length alone (no tokenizing).
+
+A tokenizer's token covers at most ``chars_per_token`` characters of text (its longest
+vocabulary piece), so a state of ``n`` characters takes at least ``n / chars_per_token``
+tokens. One of more than ``max_model_len * chars_per_token`` characters cannot fit the model's
+context whatever the tokenizer makes of it, and is refused before it is tokenized: tokenizing
+costs time and memory in proportion to the text (hundreds of bytes per character).
+"""
+
+from __future__ import annotations
+
+from app.engine.types import Decision
+from app.engine.values import serialize_state
+
+__all__ = ["state_chars", "state_too_long"]
+
+
+def state_chars(decision: Decision) -> int:
+    """The characters of ``decision``'s state as its prompt holds it (0: no state)."""
+    if decision.state is None:
+        return 0
+    return len(serialize_state(decision.state))
+
+
+def state_too_long(decision: Decision, max_model_len: int, chars_per_token: int) -> str | None:
+    """Why ``decision`` is refused for its state's length (None: it may fit)."""
+    chars = state_chars(decision)
+    limit = max_model_len * chars_per_token
+    if chars <= limit:
+        return None
+    return (f"its state is {chars:,} characters, more than the model can read: "
+            f"max_model_len {max_model_len:,} tokens of at most {chars_per_token} characters "
+            f"each is {limit:,} characters; shorten the state or split it into several "
+            "decisions")
