@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def drip() -> RawServer:
+def drip() -> Iterator[RawServer]:
     server = RawServer(dripping(100, 0.4))
-    yield server  # type: ignore[misc]
+    yield server
     server.stop()
 
 
