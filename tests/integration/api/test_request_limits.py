@@ -115,3 +115,18 @@ def test_a_run_upload_refuses_the_long_line_and_stores_the_rest(server: ServePro
     [bad] = report["bad_lines"]
     assert (bad["line"], bad["id"]) == (1, "long")
     assert bad["reason"].startswith("its state is 1,000,000 characters, more than the model")
+
+
+def test_a_run_uploads_image_url_on_this_machine_is_never_fetched(
+        server: ServeProcess, listener: RawServer) -> None:
+    url = f"{listener.url}/a.png"
+    line = orjson.dumps({"id": "local", "state": None, "images": [url],
+                         "questions": QUESTIONS})
+    response = httpx.post(f"{server.url}/v1/runs", params={"run": "local-image"},
+                          content=line + b"\n" + orjson.dumps(
+                              {"id": "text", "state": "hi", "questions": QUESTIONS}) + b"\n",
+                          headers={"content-type": "application/x-ndjson"}, timeout=60)
+    assert response.status_code == 201
+    [rejected] = response.json()["rejected"]
+    assert rejected["reason"].startswith(f"could not fetch image URL {url!r}")
+    assert listener.connections == 0
