@@ -7,9 +7,8 @@ from __future__ import annotations
 from app.api.errors import unaskable
 from app.api.state import ApiState
 from app.engine import Decision
-from app.engine.state_length import state_too_long
+from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
 from app.images.limits import too_many_images
-from app.runs.submit import DEFAULT_MAX_MODEL_LEN
 from app.tokenizer.limits import chars_per_token
 
 __all__ = ["refuse_oversized"]

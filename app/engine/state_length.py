@@ -12,7 +12,12 @@ from __future__ import annotations
 from app.engine.types import Decision
 from app.engine.values import serialize_state
 
-__all__ = ["state_chars", "state_too_long"]
+__all__ = ["DEFAULT_MAX_MODEL_LEN", "state_chars", "state_too_long"]
+
+#: The model's context, in tokens, where the server's ``max_model_len`` is not known (no
+#: fingerprint yet, a decision endpoint): a state longer than this many tokens could hold is
+#: refused from its length.
+DEFAULT_MAX_MODEL_LEN = 262_144
 
 
 def state_chars(decision: Decision) -> int:

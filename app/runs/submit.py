@@ -46,7 +46,7 @@ from app.engine import (
     settings_hash,
     settings_to_dict,
 )
-from app.engine.state_length import state_too_long
+from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
 from app.errors import DreadsError, TemplateError
 from app.images import ImagePolicy
 from app.runs.changed import sort_skipped
@@ -87,9 +87,6 @@ _FIRST_BATCH_SHARE = 16
 _PUBLISH_BACKLOG = 4
 #: Batches parsed but not yet written, at most (bounds memory when the database is slow).
 _WRITE_BACKLOG = 2
-#: The model's context, in tokens, when the server's ``max_model_len`` is not known (no
-#: fingerprint): a state longer than this many tokens could hold is refused from its length.
-DEFAULT_MAX_MODEL_LEN = 262_144
 
 
 class Publisher(Protocol):
