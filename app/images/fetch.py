@@ -11,6 +11,7 @@ import httpx
 from app.engine.types import ImageData
 from app.images.check import check_image
 from app.images.data_url import decode_data_url
+from app.images.fetcher import ImageFetcher
 from app.images.local import read_file
 from app.images.policy import ImagePolicy
 from app.images.refs import ref_kind
@@ -19,7 +20,7 @@ from app.images.remote import get_image, get_image_async
 __all__ = ["fetch_image", "fetch_image_async"]
 
 
-def fetch_image(ref: str, *, policy: ImagePolicy, client: httpx.Client | None = None
+def fetch_image(ref: str, *, policy: ImagePolicy, client: ImageFetcher | None = None
                 ) -> ImageData:
     """Read ``ref`` (data URL, allowed ``file://`` path, or http(s) URL) and check it.
 
@@ -35,7 +36,7 @@ def fetch_image(ref: str, *, policy: ImagePolicy, client: httpx.Client | None = 
     elif kind == "file":
         data = read_file(ref, policy)
     else:
-        data, declared = get_image(ref, policy, client)
+        data, declared = client.get(ref) if client is not None else get_image(ref, policy)
     return check_image(ref, data, declared_type=declared, max_pixels=policy.max_pixels)
 
 

@@ -24,7 +24,7 @@ import httpx
 
 from app.errors import ConfigError
 
-__all__ = ["AsyncGuardedTransport", "FetchGuard", "FetchRefused", "GuardedTransport"]
+__all__ = ["AsyncGuardedTransport", "FetchGuard", "FetchRefused"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -130,32 +130,9 @@ def _port(request: httpx.Request) -> int:
     return request.url.port or (443 if request.url.scheme == "https" else 80)
 
 
-class GuardedTransport(httpx.BaseTransport):
-    """An ``httpx.HTTPTransport`` that connects only to addresses ``guard`` allows."""
-
-    def __init__(self, guard: FetchGuard) -> None:
-        self.guard = guard
-        self.inner = httpx.HTTPTransport(trust_env=False)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
-        literal = _literal(host)
-        if literal is not None:
-            if not self.guard.address_allowed(literal):
-                raise FetchRefused(f"{host} is an address this server does not fetch")
-            return self.inner.handle_request(request)
-        try:
-            infos = socket.getaddrinfo(host, _port(request), type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as exc:
-            raise FetchRefused(f"cannot resolve {host}") from exc
-        return self.inner.handle_request(_pinned(request, self.guard.checked(host, infos)))
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 class AsyncGuardedTransport(httpx.AsyncBaseTransport):
-    """``GuardedTransport`` on an event loop (the host resolved by the loop's resolver)."""
+    """An ``httpx.AsyncHTTPTransport`` that connects only to addresses ``guard`` allows (the
+    host resolved by the loop's resolver)."""
 
     def __init__(self, guard: FetchGuard) -> None:
         self.guard = guard

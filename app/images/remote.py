@@ -9,33 +9,24 @@ guard, a closed port, a server that is not HTTP, a timeout) is told in the same 
 from __future__ import annotations
 
 import asyncio
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from app.errors import ImageError, ImageUnreachable
-from app.images.guard import AsyncGuardedTransport, GuardedTransport
+from app.images.guard import AsyncGuardedTransport
 from app.images.policy import ImagePolicy
 from app.images.refs import short_ref
 
-__all__ = ["MAX_REDIRECTS", "get_image", "get_image_async", "image_async_client",
-           "image_client"]
+__all__ = ["MAX_REDIRECTS", "get_image", "get_image_async", "image_async_client"]
 
 #: Redirects one image fetch follows at most (each one checked as the first request is).
 MAX_REDIRECTS = 5
 
 
-def image_client(policy: ImagePolicy) -> httpx.Client:
+def image_async_client(policy: ImagePolicy) -> httpx.AsyncClient:
     """The HTTP client of image fetches under ``policy`` (its guard, if any, on every
     connection)."""
-    transport = GuardedTransport(policy.guard) if policy.guard is not None else None
-    return httpx.Client(timeout=policy.timeout_s, follow_redirects=True,
-                        max_redirects=MAX_REDIRECTS, transport=transport,
-                        trust_env=policy.guard is None)
-
-
-def image_async_client(policy: ImagePolicy) -> httpx.AsyncClient:
-    """``image_client`` on an event loop."""
     transport = AsyncGuardedTransport(policy.guard) if policy.guard is not None else None
     return httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=True,
                              max_redirects=MAX_REDIRECTS, transport=transport,
@@ -101,37 +92,27 @@ class _Body:
         return bytes(self.data), _media_type(self.response)
 
 
-def get_image(ref: str, policy: ImagePolicy, client: httpx.Client | None = None
-              ) -> tuple[bytes, str | None]:
-    """The body of ``ref`` and its media type (``Content-Type``; None: none given), fetched
-    within ``policy.timeout_s`` in all (checked at each piece of the body; a server silent
-    longer than that is cut by the read timeout).
+def get_image(ref: str, policy: ImagePolicy) -> tuple[bytes, str | None]:
+    """``get_image_async`` from blocking code (a loop of its own for this one fetch, in a
+    thread of its own when this one runs a loop; threads that fetch many share an
+    ``app.images.fetcher.ImageFetcher``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(get_image_async(ref, policy))
+    with ThreadPoolExecutor(1, thread_name_prefix="dreads-image") as thread:
+        return thread.submit(asyncio.run, get_image_async(ref, policy)).result()
+
+
+async def get_image_async(ref: str, policy: ImagePolicy,
+                          client: httpx.AsyncClient | None = None) -> tuple[bytes, str | None]:
+    """The body of ``ref`` and its media type (``Content-Type``; None: none given), the whole
+    fetch cut at ``policy.timeout_s``.
 
     Raises:
         ImageUnreachable: refused, timed out, or an HTTP error status.
         ImageError: the body is over ``policy.max_bytes``.
     """
-    own = client is None
-    client = client or image_client(policy)
-    deadline = time.monotonic() + policy.timeout_s
-    try:
-        with client.stream("GET", ref, timeout=policy.timeout_s) as response:
-            body = _Body(ref, policy, response)
-            for piece in response.iter_bytes():
-                body.add(piece)
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-            return body.result()
-    except (httpx.HTTPError, TimeoutError) as exc:
-        raise _transport_error(ref, exc, policy) from None
-    finally:
-        if own:
-            client.close()
-
-
-async def get_image_async(ref: str, policy: ImagePolicy,
-                          client: httpx.AsyncClient | None = None) -> tuple[bytes, str | None]:
-    """``get_image`` on an event loop, cut at ``policy.timeout_s`` exactly."""
     own = client is None
     client = client or image_async_client(policy)
     try:

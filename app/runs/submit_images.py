@@ -15,13 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from app.engine import Decision, Endpoint, ReadSettings
 from app.errors import ImageError
 from app.images import ImagePolicy, StoredImage, fetch_image, stored_image
+from app.images.fetcher import ImageFetcher
 from app.images.limits import over_total, too_many_images
-from app.images.remote import image_client
 from app.runs.jobfile import LineProblem, bounded_memo
 
 __all__ = ["COMPLETIONS_REFUSED", "FETCHERS", "BatchImages", "SubmitImages"]
@@ -47,7 +45,7 @@ class SubmitImages:
     def __init__(self, policy: ImagePolicy) -> None:
         self.policy = policy
         self._checked: dict[str, StoredImage | str] = {}  #: ref -> record or why not
-        self._client: httpx.Client | None = None
+        self._client: ImageFetcher | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def check(self, decisions: Sequence[tuple[int, Decision]],
@@ -86,7 +84,7 @@ class SubmitImages:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="dreads-image")
-            self._client = image_client(self.policy)
+            self._client = ImageFetcher(self.policy)
         for ref, outcome in zip(missing, self._pool.map(self._one, missing), strict=True):
             self._checked[ref] = outcome
 

@@ -45,7 +45,7 @@ def test_a_dripping_server_is_cut_at_the_deadline_at_submit(drip: RawServer) -> 
     t0 = time.monotonic()
     with pytest.raises(ImageUnreachable, match=r"not fetched within 1.5 s"):
         fetch_image(f"{drip.url}/a.png", policy=ImagePolicy(timeout_s=1.5))
-    assert time.monotonic() - t0 < 1.5 + 1.0  # the deadline and at most one byte's wait
+    assert 1.4 < time.monotonic() - t0 < 2.5
 
 
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
