@@ -105,10 +105,12 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     chosen = executor if executor is not None and executor != "auto" else env.api_executor
     if chosen == "auto":
         chosen = "local" if database_url.startswith("sqlite") else "queue"
+    #: a client's images, at submit and when this server's executor reads them again
+    images = replace(image_policy(frozen), guard=FetchGuard.parse(env.fetch_allow))
     local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
                            max_in_flight=env.max_in_flight, engine=engine,
                            endpoints=endpoint_options(frozen), breaker=breaker_policy(frozen),
-                           gpu_price_hour=env.gpu_price_hour)
+                           gpu_price_hour=env.gpu_price_hour, images=images)
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
         broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,
@@ -120,8 +122,7 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
         local=local, sweep=sweep_policy(frozen, chunk_size=chunk_size),
         celery=_celery(env, broker_url) if chosen == "queue" else None,
-        images=replace(image_policy(frozen), guard=FetchGuard.parse(env.fetch_allow)),
-        cpu_threads=env.api_cpu_threads)
+        images=images, cpu_threads=env.api_cpu_threads)
 
 
 def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.api import ServeProcess
 from tests.fixtures.images import data_url, png
-from tests.fixtures.raw_server import RawServer, http_response
+from tests.fixtures.raw_server import RawServer, dripping, http_response
 
 QUESTIONS = {"spam": {"type": "noul", "instructions": "Is this text spam?"}}
 
@@ -130,3 +130,23 @@ def test_a_run_uploads_image_url_on_this_machine_is_never_fetched(
     [rejected] = response.json()["rejected"]
     assert rejected["reason"].startswith(f"could not fetch image URL {url!r}")
     assert listener.connections == 0
+
+
+def test_a_client_that_hangs_up_during_a_slow_fetch_frees_its_slot(
+        serve_factory: Callable[..., ServeProcess]) -> None:
+    slow = RawServer(dripping(200, 0.25))  # 50 s of image, a byte at a time
+    try:
+        server = serve_factory("--upstream", "sim", "--draws", "1",
+                               env={"DREADS_FETCH_ALLOW": "127.0.0.0/8"})
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.url}/v1/systemone", timeout=1.5, content=orjson.dumps(
+                {"model": "jev-latest", "questions": QUESTIONS, "state": None,
+                 "images": [f"{slow.url}/slow.png"]}),
+                headers={"content-type": "application/json"})
+        assert slow.connections == 1  # the allow-list opened loopback: it was fetched
+        deadline = time.monotonic() + 5
+        while httpx.get(f"{server.url}/health", timeout=5).json()["in_flight"] != 0:
+            assert time.monotonic() < deadline, "the slot stayed taken"
+            time.sleep(0.1)
+    finally:
+        slow.stop()
