@@ -33,12 +33,19 @@ def error_field(raw: bytes, name: str) -> Any:
 
 
 def error_message(raw: bytes) -> str:
-    """The server's message, else the start of the body."""
+    """The server's message (a JSON error's), else what the body is, not what it says: a
+    server that is not the one expected (a page, another service) is not quoted into an error
+    a client may read."""
     message = error_field(raw, "message")
     if message is None:
-        detail = raw[:300].decode("utf-8", "replace").strip()
-        return detail or "(empty body)"
+        return "(empty body)" if not raw.strip() else f"no error message: {_what(raw)}"
     return str(message)
+
+
+def _what(raw: bytes) -> str:
+    """What a body that is not the JSON expected is, without quoting it."""
+    kind = "an HTML page" if raw.lstrip()[:1] == b"<" else "a body"
+    return f"{kind} of {len(raw):,} bytes, not the JSON expected"
 
 
 def json_object(raw: bytes, who: str) -> dict[str, Any]:
@@ -48,9 +55,9 @@ def json_object(raw: bytes, who: str) -> dict[str, Any]:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise MalformedResponse(f"{who} answered no JSON: {raw[:200]!r}") from exc
+        raise MalformedResponse(f"{who} answered no JSON: {_what(raw)}") from exc
     if not isinstance(obj, dict):
-        raise MalformedResponse(f"{who} answered no JSON object: {raw[:200]!r}")
+        raise MalformedResponse(f"{who} answered no JSON object: {_what(raw)}")
     return obj
 
 
