@@ -28,12 +28,16 @@ def state_chars(decision: Decision) -> int:
 
 
 def state_too_long(decision: Decision, max_model_len: int, chars_per_token: int) -> str | None:
-    """Why ``decision`` is refused for its state's length (None: it may fit)."""
-    chars = state_chars(decision)
+    """Why ``decision`` is refused for its length (None: it may fit): its state and the
+    longest instructions of one question (every read's prompt holds both) against what
+    ``max_model_len`` tokens can hold."""
+    state = state_chars(decision)
+    asked = max((len(q.instructions) for q in decision.questions), default=0)
     limit = max_model_len * chars_per_token
-    if chars <= limit:
+    if state + asked <= limit:
         return None
-    return (f"its state is {chars:,} characters, more than the model can read: "
-            f"max_model_len {max_model_len:,} tokens of at most {chars_per_token} characters "
-            f"each is {limit:,} characters; shorten the state or split it into several "
-            "decisions")
+    what = f"its state is {state:,} characters" + (
+        f" and its longest instructions {asked:,}" if asked else "")
+    return (f"{what}, more than the model can read: max_model_len {max_model_len:,} tokens "
+            f"of at most {chars_per_token} characters each is {limit:,} characters; shorten "
+            "it or split it into several decisions")

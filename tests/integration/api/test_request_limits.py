@@ -114,7 +114,8 @@ def test_a_run_upload_refuses_the_long_line_and_stores_the_rest(server: ServePro
     assert (report["valid"], report["inserted"]) == (1, 1)
     [bad] = report["bad_lines"]
     assert (bad["line"], bad["id"]) == (1, "long")
-    assert bad["reason"].startswith("its state is 1,000,000 characters, more than the model")
+    assert bad["reason"].startswith("its state is 1,000,000 characters and its longest "
+                                    "instructions 18, more than the model can read")
 
 
 def test_a_run_uploads_image_url_on_this_machine_is_never_fetched(
