@@ -35,8 +35,8 @@ from app.engine import Decision, ReadMode
 from app.engine.template import PromptTooLong
 from app.engine.types import ImageData
 from app.errors import DreadsError, ImageError, InputError, RunSettingsMismatch, StoreError
-from app.images import fetch_image_async, stored_image
-from app.images.limits import over_total
+from app.images import fetch_image_async
+from app.images.limits import ByteBudget
 from app.runs.answer import Answered, answer_decision
 from app.runs.setting_names import api_words
 from app.store.queue import utcnow
@@ -125,16 +125,13 @@ async def _images(api: ApiState, decision: Decision) -> tuple[ImageData, ...]:
     if not decision.images:
         return ()
     policy = api.config.images
+    budget = ByteBudget(policy)  #: the request's images together
     try:
-        images = tuple(await asyncio.gather(*(fetch_image_async(ref, policy=policy,
-                                                                pool=api.pool)
-                                              for ref in decision.images)))
+        return tuple(await asyncio.gather(*(fetch_image_async(ref, policy=policy,
+                                                              pool=api.pool, budget=budget)
+                                            for ref in decision.images)))
     except ImageError as exc:
         raise unaskable(exc.message) from exc
-    total = over_total(sum(stored_image(image).size or 0 for image in images), policy)
-    if total is not None:
-        raise unaskable(f"decision {decision.id!r}: {total}")
-    return images
 
 
 async def _answer(api: ApiState, decision: Decision,

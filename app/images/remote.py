@@ -15,6 +15,7 @@ import httpx
 
 from app.errors import ImageError, ImageUnreachable
 from app.images.guard import AsyncGuardedTransport
+from app.images.limits import ByteBudget
 from app.images.policy import ImagePolicy
 from app.images.refs import short_ref
 
@@ -74,16 +75,21 @@ class _Body:
     """A response's body read up to the policy's limit: the status and the declared length
     checked first, then each piece as it comes (the sync and async reads share it)."""
 
-    def __init__(self, ref: str, policy: ImagePolicy, response: httpx.Response) -> None:
+    def __init__(self, ref: str, policy: ImagePolicy, response: httpx.Response,
+                 budget: ByteBudget | None) -> None:
         if response.is_error:
             raise _status_error(ref, response)
         declared = _declared_length(response)
         if declared is not None and declared > policy.max_bytes:
             raise _too_large(ref, policy)
-        self.ref, self.policy, self.response = ref, policy, response
+        if declared is not None and budget is not None:
+            budget.check(declared)
+        self.ref, self.policy, self.response, self.budget = ref, policy, response, budget
         self.data = bytearray()
 
     def add(self, piece: bytes) -> None:
+        if self.budget is not None:
+            self.budget.take(len(piece))
         self.data += piece
         if len(self.data) > self.policy.max_bytes:
             raise _too_large(self.ref, self.policy)
@@ -105,20 +111,22 @@ def get_image(ref: str, policy: ImagePolicy) -> tuple[bytes, str | None]:
 
 
 async def get_image_async(ref: str, policy: ImagePolicy,
-                          client: httpx.AsyncClient | None = None) -> tuple[bytes, str | None]:
+                          client: httpx.AsyncClient | None = None,
+                          budget: ByteBudget | None = None) -> tuple[bytes, str | None]:
     """The body of ``ref`` and its media type (``Content-Type``; None: none given), the whole
     fetch cut at ``policy.timeout_s``.
 
     Raises:
         ImageUnreachable: refused, timed out, or an HTTP error status.
-        ImageError: the body is over ``policy.max_bytes``.
+        ImageError: the body is over ``policy.max_bytes``, or over what ``budget`` (the
+            decision's images together) has left.
     """
     own = client is None
     client = client or image_async_client(policy)
     try:
         async with asyncio.timeout(policy.timeout_s):
             async with client.stream("GET", ref, timeout=policy.timeout_s) as response:
-                body = _Body(ref, policy, response)
+                body = _Body(ref, policy, response, budget)
                 async for piece in response.aiter_bytes():
                     body.add(piece)
                 return body.result()

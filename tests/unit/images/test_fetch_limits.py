@@ -19,8 +19,8 @@ from PIL import Image
 
 from app.errors import ImageError, ImageUnreachable
 from app.images import ImagePolicy, fetch_image, fetch_image_async
-from app.images.limits import over_total, too_many_images
-from tests.fixtures.images import data_url, png
+from app.images.limits import ByteBudget, over_total, too_many_images
+from tests.fixtures.images import ImageServer, data_url, png
 from tests.fixtures.raw_server import RawServer, dripping
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -111,3 +111,18 @@ def test_too_many_images_and_too_many_bytes_are_named() -> None:
                                           "fewer or raise DREADS_IMAGE_MAX_COUNT")
     assert over_total(1000, policy) is None
     assert "DREADS_IMAGE_MAX_TOTAL_BYTES" in (over_total(1001, policy) or "")
+
+
+async def test_a_decisions_images_share_one_byte_budget(image_server: ImageServer,
+                                                       tmp_path: Path) -> None:
+    body = png(4)
+    (tmp_path / "a.png").write_bytes(body)
+    policy = ImagePolicy(allowed_dirs=(tmp_path.resolve(),), max_total_bytes=2 * len(body) - 1)
+    budget = ByteBudget(policy)
+    await fetch_image_async(image_server.add("/a.png", body), policy=policy, budget=budget)
+    assert budget.used == len(body)
+    with pytest.raises(ImageError, match=r"over the limit of .* per decision; .*"
+                                         r"DREADS_IMAGE_MAX_TOTAL_BYTES"):
+        await fetch_image_async((tmp_path / "a.png").as_uri(), policy=policy, budget=budget)
+    with pytest.raises(ImageError, match=r"DREADS_IMAGE_MAX_TOTAL_BYTES"):
+        await fetch_image_async(image_server.add("/b.png", body), policy=policy, budget=budget)
