@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     #: ``dreads serve``: threads that tokenize and decode images for requests (off the event
     #: loop, so ``/health`` and other requests answer while a large one is prepared).
     api_cpu_threads: Annotated[int, Field(ge=1)] = 4
+    #: ``dreads serve``: image fetches in flight at once over every request (the bytes held
+    #: while fetching stay under this many times DREADS_IMAGE_MAX_BYTES); the next ones wait.
+    api_image_fetches: Annotated[int, Field(ge=1)] = 32
     #: Pool processes of this worker (set by the worker itself): an answers worker splits each
     #: run's endpoint budget among them.
     worker_processes: int = 1

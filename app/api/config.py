@@ -68,6 +68,8 @@ class ServeConfig:
     images: ImagePolicy = field(default_factory=lambda: ImagePolicy(guard=FetchGuard()))
     #: threads that tokenize and decode images for requests (``DREADS_API_CPU_THREADS``)
     cpu_threads: int = 4
+    #: image fetches in flight at once, over every request (``DREADS_API_IMAGE_FETCHES``)
+    image_fetches: int = 32
 
     @property
     def sqlite(self) -> bool:
@@ -122,7 +124,7 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
         local=local, sweep=sweep_policy(frozen, chunk_size=chunk_size),
         celery=_celery(env, broker_url) if chosen == "queue" else None,
-        images=images, cpu_threads=env.api_cpu_threads)
+        images=images, cpu_threads=env.api_cpu_threads, image_fetches=env.api_image_fetches)
 
 
 def _celery(env: Settings, broker_url: str | None) -> dict[str, Any]:

@@ -71,6 +71,8 @@ class ApiState:
     _asking: asyncio.Task[ServerFingerprint | None] | None = None
     #: threads that tokenize and decode images for requests, off the event loop
     pool: Executor | None = None
+    #: image fetches in flight at once over every request (``DREADS_API_IMAGE_FETCHES``)
+    fetches: asyncio.Semaphore | None = None
 
     @property
     def model(self) -> str:
@@ -161,6 +163,7 @@ async def build_state(config: ServeConfig, stack: AsyncExitStack) -> ApiState:
     pool = ThreadPoolExecutor(config.cpu_threads, thread_name_prefix="dreads-api-cpu")
     stack.callback(pool.shutdown, wait=False, cancel_futures=True)
     state = ApiState(config, settings, factory, upstream, url, tokenizer, executor, recorder,
-                     Limiter(config.max_concurrent), datetime.now(UTC).date(), pool=pool)
+                     Limiter(config.max_concurrent), datetime.now(UTC).date(), pool=pool,
+                     fetches=asyncio.Semaphore(config.image_fetches))
     await state.fingerprint()
     return state

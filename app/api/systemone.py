@@ -10,6 +10,7 @@ and every read of the decision carries them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -126,12 +127,20 @@ async def _images(api: ApiState, decision: Decision) -> tuple[ImageData, ...]:
         return ()
     policy = api.config.images
     budget = ByteBudget(policy)  #: the request's images together
-    try:
-        return tuple(await asyncio.gather(*(fetch_image_async(ref, policy=policy,
-                                                              pool=api.pool, budget=budget)
-                                            for ref in decision.images)))
-    except ImageError as exc:
-        raise unaskable(exc.message) from exc
+
+    async def one(ref: str) -> ImageData:
+        async with api.fetches or contextlib.nullcontext():
+            return await fetch_image_async(ref, policy=policy, pool=api.pool, budget=budget)
+
+    try:  # the first image refused stops the others' fetches
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(ref)) for ref in decision.images]
+    except BaseExceptionGroup as failed:
+        refused = next((e for e in failed.exceptions if isinstance(e, ImageError)), None)
+        if refused is None:
+            raise failed.exceptions[0] from failed
+        raise unaskable(refused.message) from None
+    return tuple(task.result() for task in tasks)
 
 
 async def _answer(api: ApiState, decision: Decision,
