@@ -132,6 +132,8 @@ async def get_image_async(ref: str, policy: ImagePolicy,
                 return body.result()
     except (httpx.HTTPError, TimeoutError) as exc:
         raise _transport_error(ref, exc, policy) from None
+    except httpx.InvalidURL as exc:
+        raise ImageError(f"image {short_ref(ref)}: not a valid URL ({exc}); check it") from None
     finally:
         if own:
             await client.aclose()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.errors import ConfigError, ImageUnreachable
+from app.errors import ConfigError, ImageError, ImageUnreachable
 from app.images import ImagePolicy, fetch_image, fetch_image_async
 from app.images.guard import FetchGuard
 from tests.fixtures.images import png
@@ -140,3 +140,8 @@ def test_an_allow_list_opens_networks_and_names_but_not_the_metadata_address() -
 def test_a_bad_allow_list_entry_says_what_is_expected() -> None:
     with pytest.raises(ConfigError, match=r"DREADS_FETCH_ALLOW: 'http://x/' is neither"):
         FetchGuard.parse("10.0.0.0/8,http://x/")
+
+
+def test_a_malformed_url_is_an_image_error_not_a_crash() -> None:
+    with pytest.raises(ImageError, match=r"not a valid URL \(Invalid port"):
+        fetch_image("http://[::1/a.png", policy=GUARDED)
