@@ -82,7 +82,8 @@ class FetchGuard:
         return cls(tuple(networks), tuple(hosts))
 
     def host_allowed(self, host: str) -> bool:
-        """Whether the operator opened ``host`` by name (its addresses are then not checked)."""
+        """Whether the operator opened ``host`` by name (its addresses are then not checked,
+        but for the metadata ones)."""
         host = host.lower().rstrip(".")
         return any(host == entry or (entry.startswith("*.") and host.endswith(entry[1:]))
                    for entry in self.hosts)
@@ -103,7 +104,9 @@ class FetchGuard:
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
         if not addresses:
             raise FetchRefused(f"no address for {host}")
-        if not self.host_allowed(host) and not all(map(self.address_allowed, addresses)):
+        named = self.host_allowed(host)  # any address but the metadata ones
+        if not all(self.address_allowed(a) or (named and a not in METADATA)
+                   for a in addresses):
             raise FetchRefused(f"{host} resolves to an address this server does not fetch")
         return str(addresses[0])
 

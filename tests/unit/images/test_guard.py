@@ -14,7 +14,7 @@ import pytest
 
 from app.errors import ConfigError, ImageError, ImageUnreachable
 from app.images import ImagePolicy, fetch_image, fetch_image_async
-from app.images.guard import FetchGuard
+from app.images.guard import FetchGuard, FetchRefused
 from tests.fixtures.images import png
 from tests.fixtures.raw_server import RawServer, http_response
 
@@ -145,3 +145,16 @@ def test_a_bad_allow_list_entry_says_what_is_expected() -> None:
 def test_a_malformed_url_is_an_image_error_not_a_crash() -> None:
     with pytest.raises(ImageError, match=r"not a valid URL \(Invalid port"):
         fetch_image("http://[::1/a.png", policy=GUARDED)
+
+
+def test_a_host_opened_by_name_still_cannot_reach_the_metadata_address() -> None:
+    guard = FetchGuard.parse("*.corp.example")
+
+    def infos(address: str) -> list[tuple[Any, ...]]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, 80))]
+
+    assert guard.checked("imgs.corp.example", infos("10.1.1.1")) == "10.1.1.1"
+    with pytest.raises(FetchRefused):
+        guard.checked("imgs.corp.example", infos("169.254.169.254"))
+    with pytest.raises(FetchRefused):
+        FetchGuard().checked("imgs.corp.example", infos("10.1.1.1"))
