@@ -96,8 +96,25 @@ class Settings(BaseSettings):
     sim_joint_interference: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     #: The largest image a decision may carry, in bytes (20 MiB).
     image_max_bytes: Annotated[int, Field(ge=1)] = 20 * 1024 * 1024
-    #: Seconds one image's fetch (an http(s) URL) may take.
+    #: Seconds one image's fetch (an http(s) URL) may take in all (connection, redirects and
+    #: body together; not a timeout per read).
     image_timeout: Annotated[float, Field(gt=0)] = 30.0
+    #: The most pixels an image may have (read from its header before it is decoded).
+    image_max_pixels: Annotated[int, Field(ge=1)] = 25_000_000
+    #: The most images one decision (a job line, one request) may carry.
+    image_max_count: Annotated[int, Field(ge=0)] = 16
+    #: The most image bytes one decision's images hold together.
+    image_max_total_bytes: Annotated[int, Field(ge=1)] = 64 * 1024 * 1024
+    #: ``dreads serve``: hosts and networks a client's image URLs may be fetched from besides
+    #: public addresses, separated by commas ("10.0.0.0/8,images.internal,*.corp"); unset:
+    #: public addresses only (no loopback, private, link-local or metadata address).
+    fetch_allow: str | None = None
+    #: ``dreads serve``: threads that tokenize and decode images for requests (off the event
+    #: loop, so ``/health`` and other requests answer while a large one is prepared).
+    api_cpu_threads: Annotated[int, Field(ge=1)] = 4
+    #: ``dreads serve``: image fetches in flight at once over every request (the bytes held
+    #: while fetching stay under this many times DREADS_IMAGE_MAX_BYTES); the next ones wait.
+    api_image_fetches: Annotated[int, Field(ge=1)] = 32
     #: Pool processes of this worker (set by the worker itself): an answers worker splits each
     #: run's endpoint budget among them.
     worker_processes: int = 1

@@ -16,6 +16,7 @@ from app.connect.factory import UpstreamConfig
 from app.engine import ReadSettings
 from app.errors import ConfigError
 from app.images import ImagePolicy
+from app.images.guard import FetchGuard
 from app.runs.embedded import EmbeddedConfig
 from app.runs.sweep import SweepPolicy
 
@@ -63,8 +64,13 @@ class ServeConfig:
     #: the queue executor's Celery configuration (``app.broker.config.celery_config``)
     celery: Mapping[str, Any] | None = None
     #: what a ``/v1/systemone`` request's images may be (``DREADS_IMAGE_*``): no local file
-    #: unless ``DREADS_IMAGE_DIRS`` allows it
-    images: ImagePolicy = field(default_factory=ImagePolicy)
+    #: unless ``DREADS_IMAGE_DIRS`` allows it, no address but public ones and those
+    #: ``DREADS_FETCH_ALLOW`` opens
+    images: ImagePolicy = field(default_factory=lambda: ImagePolicy(guard=FetchGuard()))
+    #: threads that tokenize and decode images for requests (``DREADS_API_CPU_THREADS``)
+    cpu_threads: int = 4
+    #: image fetches in flight at once, over every request (``DREADS_API_IMAGE_FETCHES``)
+    image_fetches: int = 32
     #: Host header patterns this server answers for (``app.api.site_guard``): loopback names,
     #: the bound address, ``DREADS_ALLOWED_HOSTS``
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
@@ -114,10 +120,12 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
     if chosen == "auto":
         chosen = "local" if database_url.startswith("sqlite") else "queue"
     endpoints = replace(endpoint_options(frozen), key_url=env.answer_url or upstream)
+    #: a client's images, at submit and when this server's executor reads them again
+    images = replace(image_policy(frozen), guard=FetchGuard.parse(env.fetch_allow))
     local = EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts,
                            max_in_flight=env.max_in_flight, engine=engine,
                            endpoints=endpoints, breaker=breaker_policy(frozen),
-                           gpu_price_hour=env.gpu_price_hour)
+                           gpu_price_hour=env.gpu_price_hour, images=images)
     return ServeConfig(
         upstream=upstream, settings=settings, database_url=database_url, executor=chosen,
         broker_url=broker_url or env.broker_url, engine=engine, api_key=env.api_key,
@@ -129,7 +137,7 @@ def serve_config(env: Settings, *, upstream: str, settings: ReadSettings, databa
         metrics_cache_s=env.metrics_cache_s, metrics_max_runs=env.metrics_max_runs,
         local=local, sweep=sweep_policy(frozen, chunk_size=chunk_size),
         celery=_celery(env, broker_url) if chosen == "queue" else None,
-        images=image_policy(frozen),
+        images=images, cpu_threads=env.api_cpu_threads, image_fetches=env.api_image_fetches,
         allowed_hosts=host_patterns([*bound_names(host or env.api_host),
                                      *listed(env.allowed_hosts)]),
         allowed_origins=listed(env.allowed_origins), answer_url=env.answer_url,

@@ -22,9 +22,10 @@ from pydantic import ValidationError
 from app.api.auth import require_key
 from app.api.jev import diagnostics, input_tokens
 from app.api.openai_shapes import DecisionOut, OpenAIRoute, openai_error_body
+from app.api.request_limits import refuse_oversized
 from app.api.schemas import RecordIn
 from app.api.state import ApiState
-from app.api.systemone import Api, _answer_while_connected, _check_record, _images, _record
+from app.api.systemone import Api, _answer_while_connected, _check_record, _record
 from app.engine import Decision, DrawRecord
 from app.engine.openai.answers import openai_answers
 from app.engine.openai.errors import DecisionsRequestError
@@ -141,12 +142,12 @@ async def create_decision(request: Request, api: Api) -> dict[str, Any]:
         _check_model(body, api)
         record = _record_in(body)
         decision = _decision(request_id, body, record)
+        refuse_oversized(api, decision)
         run = record.run if record else api.config.record_run
         if run:
             await _check_record(api, run, record.id if record else None)
         started, t0 = utcnow(), time.perf_counter()
-        images = await _images(api, decision)
-        decided = await _answer_while_connected(request, api, decision, images)
+        decided = await _answer_while_connected(request, api, decision)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         recorded = (await _record(api, run, decision, decided, started, latency_ms,
                                   source="POST /v1/decisions") if run else None)

@@ -142,4 +142,4 @@ def _report(api: ApiState, name: str) -> str:
     with session_scope(api.factory) as session:
         data = load_run_rows(session, resolve_run(session, name))
         doc = report_from_rows(session, data)
-    return render_html(doc, data.rows)
+    return render_html(doc, data.rows, images=api.config.images)

@@ -231,7 +231,8 @@ def _require_lines(raw: IO[bytes], source: str) -> None:
 def _submit(api: ApiState, params: RunParams, raw: IO[bytes], source: str,
             fingerprint: ServerFingerprint | None) -> SubmitReport:
     submission = Submission(Path(source), params.run, params.replicates, params.strict,
-                            params.replace_changed, prices=params.prices())
+                            params.replace_changed, images=api.config.images,
+                            prices=params.prices())
 
     def resolve(existing: RunInfo | None) -> Resolved:
         base = _same_model(api, existing) if existing else api.settings

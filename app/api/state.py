@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -68,6 +69,10 @@ class ApiState:
     started: date
     _fingerprint: ServerFingerprint | None = None
     _asking: asyncio.Task[ServerFingerprint | None] | None = None
+    #: threads that tokenize and decode images for requests, off the event loop
+    pool: Executor | None = None
+    #: image fetches in flight at once over every request (``DREADS_API_IMAGE_FETCHES``)
+    fetches: asyncio.Semaphore | None = None
 
     @property
     def model(self) -> str:
@@ -155,7 +160,10 @@ async def build_state(config: ServeConfig, stack: AsyncExitStack) -> ApiState:
     executor = _executor(config, factory, upstream, url)
     stack.push_async_callback(executor.aclose)
     recorder = Recorder(factory, settings, config.upstream, config.engine.engine)
+    pool = ThreadPoolExecutor(config.cpu_threads, thread_name_prefix="dreads-api-cpu")
+    stack.callback(pool.shutdown, wait=False, cancel_futures=True)
     state = ApiState(config, settings, factory, upstream, url, tokenizer, executor, recorder,
-                     Limiter(config.max_concurrent), datetime.now(UTC).date())
+                     Limiter(config.max_concurrent), datetime.now(UTC).date(), pool=pool,
+                     fetches=asyncio.Semaphore(config.image_fetches))
     await state.fingerprint()
     return state

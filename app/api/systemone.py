@@ -10,6 +10,7 @@ and every read of the decision carries them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from app.api.jev import (
     input_tokens,
     to_decision,
 )
+from app.api.request_limits import refuse_oversized
 from app.api.schemas import ModelsOut, SystemOneIn, SystemOneOut
 from app.api.state import ApiState
 from app.api.systemone_body import Parts, read_systemone_body
@@ -35,6 +37,7 @@ from app.engine.template import PromptTooLong
 from app.engine.types import ImageData
 from app.errors import DreadsError, ImageError, InputError, RunSettingsMismatch, StoreError
 from app.images import fetch_image_async
+from app.images.limits import ByteBudget
 from app.runs.answer import Answered, answer_decision
 from app.runs.setting_names import api_words
 from app.store.queue import utcnow
@@ -118,21 +121,36 @@ def _check_joint(body: SystemOneIn, api: ApiState) -> None:
 
 
 async def _images(api: ApiState, decision: Decision) -> tuple[ImageData, ...]:
-    """The decision's images, each fetched and checked once (a 400 naming the image, else)."""
+    """The decision's images, each fetched and checked once, decoded in the server's pool (a
+    400 naming the image, else)."""
     if not decision.images:
         return ()
-    try:
-        return tuple(await asyncio.gather(*(fetch_image_async(ref, policy=api.config.images)
-                                             for ref in decision.images)))
-    except ImageError as exc:
-        raise unaskable(exc.message) from exc
+    policy = api.config.images
+    budget = ByteBudget(policy)  #: the request's images together
+
+    async def one(ref: str) -> ImageData:
+        async with api.fetches or contextlib.nullcontext():
+            return await fetch_image_async(ref, policy=policy, pool=api.pool, budget=budget)
+
+    try:  # the first image refused stops the others' fetches
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(ref)) for ref in decision.images]
+    except BaseExceptionGroup as failed:
+        refused = next((e for e in failed.exceptions if isinstance(e, ImageError)), None)
+        if refused is None:
+            raise failed.exceptions[0] from failed
+        raise unaskable(refused.message) from None
+    return tuple(task.result() for task in tasks)
 
 
 async def _answer(api: ApiState, decision: Decision,
-                  images: tuple[ImageData, ...] = ()) -> Answered:
+                  images: tuple[ImageData, ...] | None = None) -> Answered:
+    """The decision answered; its images (None: not fetched yet) fetched first."""
+    if images is None:
+        images = await _images(api, decision)
     try:
         return await answer_decision(decision, api.settings, api.tokenizer, api.upstream,
-                                     images=images)
+                                     images=images, plan_pool=api.pool)
     except PromptTooLong as exc:  # refused before any read: the model server would refuse it
         raise_for(exc)
     except InputError as exc:  # the template cannot be read: unaskable as written
@@ -148,10 +166,10 @@ async def _until_disconnected(request: Request) -> None:
 
 
 async def _answer_while_connected(request: Request, api: ApiState, decision: Decision,
-                                  images: tuple[ImageData, ...] = ()) -> Answered:
-    """``_answer``, cancelled (its reads with it, up to vLLM, which aborts them) as soon as
-    the client hangs up: an abandoned request, a client timeout before a retry, frees its slot
-    and its GPU work at once."""
+                                  images: tuple[ImageData, ...] | None = None) -> Answered:
+    """``_answer`` (its images fetched first when not given), cancelled (its fetches and
+    reads with it, up to vLLM, which aborts them) as soon as the client hangs up: an abandoned
+    request, a client timeout before a retry, frees its slot and its work at once."""
     answer = asyncio.ensure_future(_answer(api, decision, images))
     gone = asyncio.ensure_future(_until_disconnected(request))
     try:
@@ -210,12 +228,12 @@ async def system_one(request: Request, api: Api) -> dict[str, Any]:
         _check_model(body.model, api)
         _check_joint(body, api)
         decision = _decision(request, body, parts)
+        refuse_oversized(api, decision)
         run = body.dreads.run if body.dreads else api.config.record_run
         if run:
             await _check_record(api, run, body.dreads.id if body.dreads else None)
         started, t0 = utcnow(), time.perf_counter()
-        images = await _images(api, decision)
-        decided = await _answer_while_connected(request, api, decision, images)
+        decided = await _answer_while_connected(request, api, decision)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         recorded = (await _record(api, run, decision, decided, started, latency_ms)
                     if run else None)

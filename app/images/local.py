@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -41,19 +43,37 @@ def file_path(ref: str, policy: ImagePolicy) -> Path:
 
 
 def read_file(ref: str, policy: ImagePolicy) -> bytes:
-    """The bytes of an allowed ``file://`` image, at most ``policy.max_bytes``.
+    """The bytes of an allowed ``file://`` image, at most ``policy.max_bytes``. Only a regular
+    file is read: a FIFO, a device or a directory is refused without being waited on (checked
+    before it is opened, opened without blocking, and checked again once open).
 
     Raises:
-        ImageError: outside the allowed directories, unreadable, or too large.
+        ImageError: outside the allowed directories, not a regular file, unreadable, or too
+            large.
     """
     path = file_path(ref, policy)
     try:
-        size = path.stat().st_size
-        if size > policy.max_bytes:
-            raise ImageError(f"image {short_ref(ref)}: {size:,} bytes, over the limit of "
-                             f"{policy.max_bytes:,}; shrink it or raise DREADS_IMAGE_MAX_BYTES")
-        with path.open("rb") as handle:
-            return handle.read(policy.max_bytes + 1)
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise _not_regular(ref)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):  # replaced between the check and the open
+                raise _not_regular(ref)
+            if info.st_size > policy.max_bytes:
+                raise ImageError(f"image {short_ref(ref)}: {info.st_size:,} bytes, over the "
+                                 f"limit of {policy.max_bytes:,}; shrink it or raise "
+                                 "DREADS_IMAGE_MAX_BYTES")
+            data = handle.read(policy.max_bytes + 1)
     except OSError as exc:
         raise ImageError(f"image {short_ref(ref)}: cannot be read ({exc.strerror or exc}); "
                          "check that the file exists and is readable") from None
+    if len(data) > policy.max_bytes:  # grew since it was measured
+        raise ImageError(f"image {short_ref(ref)}: over the limit of {policy.max_bytes:,} "
+                         "bytes; shrink it or raise DREADS_IMAGE_MAX_BYTES")
+    return data
+
+
+def _not_regular(ref: str) -> ImageError:
+    return ImageError(f"image {short_ref(ref)}: not a regular file (a pipe, a device or a "
+                      "directory); give the path of an image file")

@@ -29,7 +29,9 @@ a source.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -122,8 +124,10 @@ class ReadsSource:
     reads no local file)."""
 
     def __init__(self, read: Read, tokenizer: TextTokenizer, settings: ReadSettings, *,
-                 max_model_len: int | None, images: ImageCache | None = None) -> None:
+                 max_model_len: int | None, images: ImageCache | None = None,
+                 plan_pool: Executor | None = None) -> None:
         self._read = read
+        self.plan_pool = plan_pool  #: where decisions are planned (None: on the loop)
         self.tokenizer = tokenizer
         self.settings = settings
         self.max_model_len = max_model_len
@@ -148,8 +152,10 @@ class ReadsSource:
     async def answer_fetched(self, decision: Decision, images: Sequence[ImageData], *,
                              replicate: int) -> Answered:
         """Plan and read ``decision`` with its images already fetched: every draw uses them."""
-        plan = plan_decision(decision, self.settings, self.tokenizer, images=images,
-                                max_model_len=self.max_model_len)
+        plan_one = functools.partial(plan_decision, decision, self.settings, self.tokenizer,
+                                     images=images, max_model_len=self.max_model_len)
+        plan = (plan_one() if self.plan_pool is None else
+                await asyncio.get_running_loop().run_in_executor(self.plan_pool, plan_one))
         flow = DecisionFlow(plan, self.settings, vocab_size=self.tokenizer.info.vocab_size,
                             replicate=replicate)
         tokens = _TokenCount()
@@ -182,13 +188,14 @@ class _TokenCount:
 
 async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer: TextTokenizer,
                           upstream: Upstream, *, images: Sequence[ImageData] = (),
-                          image_policy: ImagePolicy | None = None) -> Answered:
+                          image_policy: ImagePolicy | None = None,
+                          plan_pool: Executor | None = None) -> Answered:
     """One decision straight through ``upstream``: planned (a prompt longer than the
     upstream's ``max_model_len``, once it knows it, is refused), read draw by draw until every
     question's draw policy stops, and folded. ``images``: the decision's images, fetched and
     checked by the caller (``app.images.fetch_image_async``), in the order of its references;
     when none are given, a decision's images are fetched here once, under ``image_policy``
-    (by default: no local file).
+    (by default: no local file). ``plan_pool``: the executor that tokenizes (None: the loop).
 
     Raises:
         ImageError: an image cannot be fetched or used (the message names it).
@@ -196,7 +203,7 @@ async def answer_decision(decision: Decision, settings: ReadSettings, tokenizer:
         UpstreamError: the upstream failed after its retries, or answered malformed rows.
     """
     source = ReadsSource(upstream.read, tokenizer, settings, max_model_len=upstream.max_model_len,
-                         images=ImageCache(image_policy or ImagePolicy()))
+                         images=ImageCache(image_policy or ImagePolicy()), plan_pool=plan_pool)
     if decision.images and not images:
         images = await source.fetch_images(decision)
     return await source.answer_fetched(decision, images, replicate=0)

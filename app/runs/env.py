@@ -46,5 +46,8 @@ class RunEnv:
     image_dirs: str | None
     image_max_bytes: int
     image_timeout: float
+    image_max_pixels: int
+    image_max_count: int
+    image_max_total_bytes: int
     sim_joint_interference: float = 0.0  #: the in-process simulator's (``--upstream sim``)
     set: frozenset[str] = frozenset()  #: the fields given by a variable or a flag

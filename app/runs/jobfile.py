@@ -20,6 +20,7 @@ import orjson
 from app.engine import Decision, QuestionsMemo, line_id, parse_decision
 from app.engine.limits import MAX_JSON_DEPTH
 from app.errors import BadLine, InputError
+from app.runs.line_limit import MAX_LINE_BYTES, Overlong, bounded_lines
 
 __all__ = ["LineProblem", "NumberedLine", "ParsedJob", "bounded_memo", "check_job_file",
            "decode_lines", "duplicate_reason", "has_content", "iter_job_lines",
@@ -44,11 +45,21 @@ def bounded_memo(memo: dict[Any, Any]) -> dict[Any, Any]:
 
 
 
-def decode_lines(raw: Iterable[bytes]) -> Iterator[NumberedLine]:
+def decode_lines(raw: Iterable[bytes], *, max_line_bytes: int = MAX_LINE_BYTES
+                 ) -> Iterator[NumberedLine]:
     """Every non-blank line of ``raw`` (a binary file, or any iterable of lines), numbered from
-    1; an undecodable line comes as a ``BadLine`` saying where and why."""
+    1; an undecodable line, or one of a file over ``MAX_LINE_BYTES``, comes as a ``BadLine``
+    saying where and why."""
     offset = 0
-    for line_no, data in enumerate(raw, start=1):
+    lines = (bounded_lines(raw, max_line_bytes)  # type: ignore[arg-type]
+             if hasattr(raw, "readline") else raw)
+    for line_no, data in enumerate(lines, start=1):
+        if isinstance(data, Overlong):
+            yield line_no, BadLine(f"{data:,} bytes, over the limit of {max_line_bytes:,} "
+                                   "per line; split the decision or send its images as URLs",
+                                   line_no=line_no)
+            offset += data
+            continue
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:

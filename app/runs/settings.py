@@ -320,9 +320,11 @@ def answer_key_url(env: RunEnv) -> str:
 
 
 def image_policy(env: RunEnv) -> ImagePolicy:
-    """What this process may fetch as images: ``DREADS_IMAGE_DIRS``,
-    ``DREADS_IMAGE_MAX_BYTES``, ``DREADS_IMAGE_TIMEOUT``."""
+    """What this process may fetch as images: ``DREADS_IMAGE_DIRS`` and the
+    ``DREADS_IMAGE_*`` limits (any address: ``dreads serve`` adds its guard)."""
     from app.images import ImagePolicy, parse_image_dirs
 
     return ImagePolicy(allowed_dirs=parse_image_dirs(env.image_dirs),
-                       max_bytes=env.image_max_bytes, timeout_s=env.image_timeout)
+                       max_bytes=env.image_max_bytes, timeout_s=env.image_timeout,
+                       max_pixels=env.image_max_pixels, max_count=env.image_max_count,
+                       max_total_bytes=env.image_max_total_bytes)

@@ -46,6 +46,7 @@ from app.engine import (
     settings_hash,
     settings_to_dict,
 )
+from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
 from app.errors import DreadsError, TemplateError
 from app.images import ImagePolicy
 from app.runs.changed import sort_skipped
@@ -70,6 +71,7 @@ from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
 from app.store.sources import record_sources
 from app.store.spend import set_prices
 from app.store.types import Session, SessionFactory
+from app.tokenizer.limits import chars_per_token
 
 __all__ = ["PublishOutcome", "Publisher", "SubmitReport", "SubmitRequest", "check_templates",
            "submit_job"]
@@ -252,11 +254,31 @@ class _Writer:
         self.images = SubmitImages(request.images)
         self.ids = array("q")  #: --strict: the readable ids, published after the commit
 
+    def refuse_long_states(self, batch: ParsedJob) -> ParsedJob:
+        """``batch`` with the lines whose state is longer than the model can read moved to
+        its bad lines, told from their length before anything tokenizes them."""
+        fingerprint = self.request.fingerprint
+        context = (fingerprint.max_model_len if fingerprint and fingerprint.max_model_len
+                   else DEFAULT_MAX_MODEL_LEN)
+        per_token = chars_per_token(self.tokenizer)
+        kept: list[tuple[int, Decision]] = []
+        bad = list(batch.bad)
+        for line_no, decision in batch.decisions:
+            reason = state_too_long(decision, context, per_token)
+            if reason is None:
+                kept.append((line_no, decision))
+            else:
+                bad.append(LineProblem(line_no, decision.id, reason))
+        if len(kept) == len(batch.decisions):
+            return batch
+        return ParsedJob(kept, sorted(bad, key=lambda p: p.line_no), batch.lines)
+
     def prepare(self, batch: ParsedJob) -> _Prepared:
         """Plan, lay out and (for a run this submission created, on PostgreSQL) draw the ids
         of one parsed batch: the parsing thread's share of the work."""
         run = self.report.run
         assert run is not None
+        batch = self.refuse_long_states(batch)
         rejected, images = self.problems(batch)
         status = DecisionStatus.QUEUED if self._queue_now() else DecisionStatus.PENDING
         rows = list(_rows(batch.decisions, rejected, self.request.replicates, self.specs,
@@ -390,7 +412,8 @@ def _write_strict(writer: _Writer, source: Iterable[NumberedLine]) -> float:
 def _count_rest(writer: _Writer, source: Iterable[NumberedLine]) -> None:
     """After a --strict refusal, read the rest of the file for its problems (nothing written)."""
     report = writer.report
-    for batch in _batches(source, SUBMIT_BATCH):
+    for parsed in _batches(source, SUBMIT_BATCH):
+        batch = writer.refuse_long_states(parsed)
         report.lines += batch.lines
         report.bad += batch.bad
         report.valid += len(batch.decisions)

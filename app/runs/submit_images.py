@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from app.engine import Decision, Endpoint, ReadSettings
 from app.errors import ImageError
 from app.images import ImagePolicy, StoredImage, fetch_image, stored_image
+from app.images.fetcher import ImageFetcher
+from app.images.limits import over_total, too_many_images
 from app.runs.jobfile import LineProblem, bounded_memo
 
 __all__ = ["COMPLETIONS_REFUSED", "FETCHERS", "BatchImages", "SubmitImages"]
@@ -45,7 +45,7 @@ class SubmitImages:
     def __init__(self, policy: ImagePolicy) -> None:
         self.policy = policy
         self._checked: dict[str, StoredImage | str] = {}  #: ref -> record or why not
-        self._client: httpx.Client | None = None
+        self._client: ImageFetcher | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def check(self, decisions: Sequence[tuple[int, Decision]],
@@ -59,10 +59,17 @@ class SubmitImages:
             out.rejected = {d.id: LineProblem(n, d.id, COMPLETIONS_REFUSED)
                             for n, d in with_images}
             return out
+        too_many = {d.id: LineProblem(n, d.id, reason) for n, d in with_images
+                    if (reason := too_many_images(len(d.images), self.policy)) is not None}
+        out.rejected.update(too_many)
+        with_images = [(n, d) for n, d in with_images if d.id not in too_many]
         self._fetch({ref for _, d in with_images for ref in d.images})
         for line_no, decision in with_images:
             checked = [self._checked[ref] for ref in decision.images]
             problem = next((c for c in checked if isinstance(c, str)), None)
+            if problem is None:
+                problem = over_total(sum(c.size or 0 for c in checked
+                                         if isinstance(c, StoredImage)), self.policy)
             if problem is not None:
                 out.rejected[decision.id] = LineProblem(line_no, decision.id, problem)
             else:
@@ -77,7 +84,7 @@ class SubmitImages:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="dreads-image")
-            self._client = httpx.Client(timeout=self.policy.timeout_s, follow_redirects=True)
+            self._client = ImageFetcher(self.policy)
         for ref, outcome in zip(missing, self._pool.map(self._one, missing), strict=True):
             self._checked[ref] = outcome
 

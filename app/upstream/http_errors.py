@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MESSAGE_CHARS", "UNAUTHORIZED", "body_said", "error_field", "error_message",
+__all__ = ["MESSAGE_CHARS", "UNAUTHORIZED", "error_field", "error_message",
            "json_object", "names_missing_model", "retry_after_s", "shown"]
 
 #: The statuses of a server that refuses the client's API key.
@@ -47,24 +47,19 @@ def shown(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 
 def error_message(raw: bytes) -> str:
-    """The server's message (its error object's, bounded by ``shown``); a body that is not a
-    JSON error is described, never shown: a URL a run or a client names must not read another
-    server's pages back through a failure reason."""
+    """The server's message (a JSON error's, bounded by ``shown``), else what the body is, not
+    what it says: a server that is not the one expected (a page, another service at a URL a run
+    or a client names) is not quoted into an error a client may read."""
     message = error_field(raw, "message")
     if message is None:
-        return body_said(raw)
+        return "(empty body)" if not raw.strip() else f"no error message: {_what(raw)}"
     return shown(str(message))
 
 
-def body_said(raw: bytes) -> str:
-    """What dreads says of a body it does not show: its size and whether it is JSON."""
-    if not raw.strip():
-        return "(empty body)"
-    try:
-        orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return f"(a body of {len(raw)} bytes that is not JSON)"
-    return f"(a JSON body of {len(raw)} bytes without an error message)"
+def _what(raw: bytes) -> str:
+    """What a body that is not the JSON expected is, without quoting it."""
+    kind = "an HTML page" if raw.lstrip()[:1] == b"<" else "a body"
+    return f"{kind} of {len(raw):,} bytes, not the JSON expected"
 
 
 def json_object(raw: bytes, who: str) -> dict[str, Any]:
@@ -74,10 +69,9 @@ def json_object(raw: bytes, who: str) -> dict[str, Any]:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise MalformedResponse(f"{who} answered no JSON {body_said(raw)}") from exc
+        raise MalformedResponse(f"{who} answered no JSON: {_what(raw)}") from exc
     if not isinstance(obj, dict):
-        raise MalformedResponse(f"{who} answered no JSON object "
-                                f"(a JSON {type(obj).__name__} of {len(raw)} bytes)")
+        raise MalformedResponse(f"{who} answered no JSON object: {_what(raw)}")
     return obj
 
 

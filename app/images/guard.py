@@ -1,0 +1,160 @@
+"""Which addresses a server may fetch an image from for a client (``DREADS_FETCH_ALLOW``).
+
+``dreads serve`` fetches the image URLs a client sends. Unless the operator allows them, it
+fetches none from a loopback, private, link-local (cloud metadata), multicast, reserved or
+unspecified address: the host is resolved, **every** address it resolves to is checked, and
+the connection goes to the checked address itself (the URL's host kept for ``Host`` and TLS),
+so a second DNS answer between the check and the connection cannot point elsewhere. A redirect
+is a new request through the same check.
+
+``FetchGuard.parse("10.0.0.0/8,images.internal")``: networks (CIDR or one address) and host
+names (``images.internal``; ``*.internal`` for its subdomains) the operator opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from app.errors import ConfigError
+
+__all__ = ["AsyncGuardedTransport", "FetchGuard", "FetchRefused"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Cloud metadata addresses, refused even where a network holding them is allowed.
+METADATA = (ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254"))
+
+
+class FetchRefused(httpx.ConnectError):
+    """The guard refused the address (reported as a connection that failed, by design: the
+    client is told nothing it could tell from a closed port)."""
+
+
+def _public(address: IPAddress) -> bool:
+    """A globally reachable unicast address (not loopback, private, link-local, shared,
+    multicast, reserved, documentation or unspecified; an IPv4-mapped IPv6 address as its
+    IPv4 address)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return _public(address.ipv4_mapped)
+    return address.is_global and not address.is_multicast
+
+
+@dataclass(frozen=True)
+class FetchGuard:
+    """Public addresses, plus the networks and host names the operator opened."""
+
+    networks: tuple[IPNetwork, ...] = ()
+    hosts: tuple[str, ...] = ()  #: lower case; "*.example" also opens its subdomains
+
+    @classmethod
+    def parse(cls, text: str | None) -> FetchGuard:
+        """``DREADS_FETCH_ALLOW``: networks and host names separated by commas.
+
+        Raises:
+            ConfigError: an entry that is neither a network nor a host name.
+        """
+        networks: list[IPNetwork] = []
+        hosts: list[str] = []
+        for raw in (text or "").split(","):
+            entry = raw.strip().lower()
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+                continue
+            except ValueError:
+                pass
+            name = entry.removeprefix("*.")
+            if not name or not all(part.replace("-", "").isalnum()
+                                   for part in name.split(".")):
+                raise ConfigError(f"DREADS_FETCH_ALLOW: {raw.strip()!r} is neither a network "
+                                  "(10.0.0.0/8, 192.168.1.7) nor a host name "
+                                  "(images.internal, *.internal)")
+            hosts.append(entry)
+        return cls(tuple(networks), tuple(hosts))
+
+    def host_allowed(self, host: str) -> bool:
+        """Whether the operator opened ``host`` by name (its addresses are then not checked,
+        but for the metadata ones)."""
+        host = host.lower().rstrip(".")
+        return any(host == entry or (entry.startswith("*.") and host.endswith(entry[1:]))
+                   for entry in self.hosts)
+
+    def address_allowed(self, address: IPAddress) -> bool:
+        if address in METADATA:
+            return any(address in net and net.prefixlen == net.max_prefixlen
+                       for net in self.networks)
+        return _public(address) or any(address in net for net in self.networks)
+
+    def checked(self, host: str, infos: Sequence[tuple[Any, ...]]) -> str:
+        """The address to connect to: the first of ``infos`` (``getaddrinfo``'s answer for
+        ``host``), once every one of them is allowed.
+
+        Raises:
+            FetchRefused: an address is not allowed, or there is none.
+        """
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+        if not addresses:
+            raise FetchRefused(f"no address for {host}")
+        named = self.host_allowed(host)  # any address but the metadata ones
+        if not all(self.address_allowed(a) or (named and a not in METADATA)
+                   for a in addresses):
+            raise FetchRefused(f"{host} resolves to an address this server does not fetch")
+        return str(addresses[0])
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _pinned(request: httpx.Request, address: str) -> httpx.Request:
+    """``request`` sent to ``address``: its Host header and TLS name stay the URL's host."""
+    host = request.url.host
+    if address == host:
+        return request
+    request.url = request.url.copy_with(host=address)
+    if request.url.scheme == "https":
+        request.extensions = {**request.extensions, "sni_hostname": host}
+    return request
+
+
+def _port(request: httpx.Request) -> int:
+    return request.url.port or (443 if request.url.scheme == "https" else 80)
+
+
+class AsyncGuardedTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncHTTPTransport`` that connects only to addresses ``guard`` allows (the
+    host resolved by the loop's resolver)."""
+
+    def __init__(self, guard: FetchGuard) -> None:
+        self.guard = guard
+        self.inner = httpx.AsyncHTTPTransport(trust_env=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        literal = _literal(host)
+        if literal is not None:
+            if not self.guard.address_allowed(literal):
+                raise FetchRefused(f"{host} is an address this server does not fetch")
+            return await self.inner.handle_async_request(request)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, _port(request), type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise FetchRefused(f"cannot resolve {host}") from exc
+        pinned = _pinned(request, self.guard.checked(host, infos))
+        return await self.inner.handle_async_request(pinned)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
