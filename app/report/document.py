@@ -221,20 +221,16 @@ def report_with_rows(
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
     elif calibrated is not None:
+        fitted = calibration_figures(binary_rows(calibrated), p)
         doc["cross_fitted"] = {"method": "isotonic", "folds": CROSS_FOLDS,
-                               "ece": _ece(calibrated, p),
-                               "questions": _question_ece(calibrated, p)}
+                               "ece": fitted["overall"]["ece"],
+                               "questions": {q: c["ece"]
+                                             for q, c in fitted["questions"].items()}}
     if against is not None:
         doc["against"] = _against(session, data, against, p)
     doc["headline"] = _headline_of(doc)
     doc["review"] = review(data.rows, p)
     return doc, calibrated
-
-
-def _ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
-    """The ECE of the yes/no answers of ``rows`` over all their questions (pooled)."""
-    ece: float | None = calibration_figures(binary_rows(rows), p)["overall"]["ece"]
-    return ece
 
 
 def _question_ece(rows: Sequence[QuestionRow], p: Params) -> dict[str, float | None]:

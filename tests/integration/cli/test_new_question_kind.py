@@ -92,4 +92,4 @@ def test_a_kind_installed_as_a_plugin_runs_end_to_end(tmp_path: Path) -> None:
                          env=env, timeout=300)
     assert ran.code == 0, ran.stderr
     said = " ".join(ran.stdout.split())
-    assert f"a/b accuracy 1 of {N}" in said, said  # answered, and reported, as its kind
+    assert f"a/b accuracy 1 [1, 1] of {N}" in said, said  # answered, and reported, as its kind
