@@ -4,20 +4,22 @@
 the HTML page are renderings of it. ``summarize_run`` gives the headline figures for the
 embedded ``dreads run`` summary.
 
-The document (``"format": "dreads.report/1"``; keys are always present, absent parts null)::
+The document (``"format": "dreads.report/2"``; keys are always present, absent parts null)::
 
+    partial      {settled, decisions} while decisions are in flight, else null
     run          {id, name, upstream, engine, replicates, status, settings_hash, settings,
                   fingerprint, created, simulator (answers came from ``dreads sim``)}
     params       thresholds: threshold_recall, threshold_fp, top_share, band_low/high, n_bins
     labelled     {questions, with_expected, noul, choice, score, ...}: counts of questions,
                   one key per registered question kind (``app.engine.kinds``)
-    raw          {noul, choice, score, ...: {overall: BLOCK, cells: {cell: BLOCK}},
-                  choice.confusion: {labels, matrix}, calibration: CALIBRATION}; each kind's
-                  figures by its family (``families.py``), a confusion table for options
+    raw          {noul, choice, score, ...: {questions: {qid: SECTION}, pooled: SECTION or
+                  null (--pooled)}, calibration: CALIBRATION}; each kind's figures by its
+                  family (``families.py``, ``specs.py``), per question, never pooled unasked
     calibrated   like raw, P(yes) through --calibration; null without it
     calibration_source  {method, scope, run, n, positives} of calib.json; or null
-    cross_fitted {method, folds, ece}: without --calibration, the yes/no ECE of a 5-fold
-                  cross-fitted isotonic map of the run itself; null with it, or too few labels
+    cross_fitted {method, folds, ece, questions: {qid: ece}}: without --calibration, the
+                  yes/no ECE of a 5-fold cross-fitted isotonic map of the run itself (all
+                  questions, and each); null with it, or too few labels
     diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
                   rate, others_rate, p_value}]}
     against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
@@ -25,15 +27,21 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
     headline     the figures every rendering leads with (headline.py): identity {run, model,
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
-                 noul {n, positives, auc, recall, recall_hits, top_share, ...} or null,
-                 ece {raw, calibrated, calibrated_by}, choice, score, questions, answered,
+                 partial, noul|choice|score: {questions: {qid: {replicates, partial, figures,
+                 intervals, draw_sd (the headline's figures, ``specs``), calibrated_ece}}} or
+                 null, ece {calibrated_by}, questions, answered,
                  unanswered, in_flight, attempts, failed_attempts, decisions_failed, draw_rows,
                  low_mass_draws
     review       {missed_positives, false_positives}: {total, items: [{decision, replicate,
                  question, cell, p_yes, label_mass, state}]} (review.py), raw P(yes)
 
-    BLOCK        {replicates, figures: {name: value}, std: {name: sd}} (figures.py)
-    CALIBRATION  {overall, questions: {qid: {n, positives, auc, ece, brier, reliability}}}
+    SECTION      {overall: BLOCK, cells: {cell: BLOCK}}, and confusion {labels, matrix} for
+                 options (per question)
+    BLOCK        {replicates, figures: {key: value}, intervals: {key: {low, high, method,
+                 level}}, draw_sd: {key: sd across replicates}, partial, pooled}
+                 (sections.py; typed in shape.py)
+    CALIBRATION  {overall (null over several questions without --pooled; "pooled"),
+                 questions: {qid: {n, positives, auc, ece, brier, reliability}}}
     DIAG         questions, answered, unanswered(_rate) (finished without an answer),
                  in_flight (pending / queued / leased), decision_statuses,
                  draw_rows (a draw: one question read once; a read is a request sent to the
