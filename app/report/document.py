@@ -53,7 +53,7 @@ The document (``"format": "dreads.report/2"``; keys are always present, absent p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -102,9 +102,22 @@ def with_p_yes(row: QuestionRow, p_yes: float) -> QuestionRow:
     return new
 
 
+def _binary_lookup() -> Callable[[str], bool]:
+    """``is_binary``, each kind looked up once (a report asks it of every row)."""
+    known: dict[str, bool] = {}
+
+    def binary(qtype: str) -> bool:
+        if qtype not in known:
+            known[qtype] = is_binary(qtype)
+        return known[qtype]
+
+    return binary
+
+
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
     """The rows with every answered yes/no P(yes) passed through ``calibration``."""
-    index = [i for i, r in enumerate(rows) if r.p_yes is not None and is_binary(r.question_type)]
+    binary = _binary_lookup()
+    index = [i for i, r in enumerate(rows) if r.p_yes is not None and binary(r.question_type)]
     out = list(rows)
     if not index:
         return out
@@ -118,8 +131,9 @@ def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> lis
 def cross_fitted_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow] | None:
     """The rows with every answered, labelled yes/no P(yes) cross-fitted (``cross_fitted``: a
     map fitted on the other folds); None when either class has too few answers."""
+    binary = _binary_lookup()
     index = [i for i, r in enumerate(rows) if r.answered and r.p_yes is not None
-             and r.expected is not None and is_binary(r.question_type)]
+             and r.expected is not None and binary(r.question_type)]
     scores = cross_fitted([1 if is_positive(rows[i]) else 0 for i in index],
                           [float(rows[i].p_yes or 0.0) for i in index])
     if scores is None:
