@@ -80,7 +80,14 @@ def is_binary(qtype: str) -> bool:
 
 def binary_rows(rows: Iterable[QuestionRow]) -> list[QuestionRow]:
     """Rows of the yes/no kinds that carry an expected label."""
-    return [r for r in rows if r.expected is not None and is_binary(r.question_type)]
+    binary: dict[str, bool] = {}  # the kinds looked up once per call, not once per row
+
+    def known(qtype: str) -> bool:
+        if qtype not in binary:
+            binary[qtype] = is_binary(qtype)
+        return binary[qtype]
+
+    return [r for r in rows if r.expected is not None and known(r.question_type)]
 
 
 def is_positive(row: QuestionRow) -> bool:
