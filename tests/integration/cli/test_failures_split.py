@@ -34,7 +34,9 @@ MARKER = "murky wording"  #: planted in cell c3's states: its reads have low lab
 def _env() -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("DREADS_")}
     return {**base, "NO_COLOR": "1", "COLUMNS": "200", "DREADS_MODEL": "dgemma",
-            "DREADS_TOKENIZER": "standin", "DREADS_READ_RETRIES": "1"}
+            "DREADS_TOKENIZER": "standin", "DREADS_READ_RETRIES": "1",
+            # the pause waits for the hand resume below, as it does with probes off
+            "DREADS_BREAKER_PROBE_S": "0"}
 
 
 def _done(db: Path) -> int:
