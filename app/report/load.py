@@ -8,11 +8,12 @@ by ``app.engine.decision_from_payload`` as at submit (canvas labels: ``yes``/``n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from app.engine import Question, decision_from_payload, kind_named
 from app.engine.questions import answer_label
@@ -43,9 +44,13 @@ NO_CELL = "(none)"
 IN_FLIGHT = frozenset(OPEN)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class QuestionRow:
-    """One question of one decision (one replicate), with its answer if there is one."""
+    """One question of one decision (one replicate), with its answer if there is one.
+
+    Treated as immutable (``dataclasses.replace`` makes a changed copy); not frozen, because a
+    report makes a million of them and a frozen dataclass's ``__init__`` costs four times as
+    much."""
 
     decision_key: str
     replicate: int
@@ -144,7 +149,7 @@ def _decision_rows(decision: Any, answers: Mapping[str, Any],
     common = {
         "decision_key": decision.key, "replicate": decision.replicate,
         "cell": decision.cell if decision.cell is not None else NO_CELL,
-        "state_key": json.dumps(payload.get("state"), sort_keys=True, default=str),
+        "state_key": _state_key(payload.get("state")),
         "status": shown, "images": _images(payload),
     }
     questions, expected = _parsed(payload)
@@ -159,6 +164,11 @@ def _decision_rows(decision: Any, answers: Mapping[str, Any],
         if qid not in known:
             label = _expected_label(_answered_question(qid, answer), answer.expected)
             yield _row(common, qid, answer.question_type, tuple(answer.probs), label, answer)
+
+
+def _state_key(state: Any) -> str:
+    """The state as canonical JSON (sorted keys): equal states, equal keys."""
+    return orjson.dumps(state, option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 
 def _images(payload: Mapping[str, Any]) -> tuple[StoredImage, ...]:
@@ -183,24 +193,28 @@ def _row(common: Mapping[str, Any], qid: str, qtype: str, labels: tuple[str, ...
     )
 
 
-def _parsed(payload: Mapping[str, Any]) -> tuple[tuple[Question, ...], Mapping[str, str]]:
-    """Questions and expected labels as the engine reads the stored payload (cached: most
-    decisions of a run ask the same questions)."""
-    spec = {"questions": payload.get("questions"), "expected": payload.get("expected")}
+def _parsed(payload: Mapping[str, Any]) -> tuple[tuple[Question, ...], Mapping[str, Any]]:
+    """The questions as the engine reads the stored payload (parsed once per distinct set of
+    questions: most decisions of a run ask the same ones), and the expected values by question
+    id (read per question by ``_expected_label``)."""
+    expected = payload.get("expected")
+    if expected is not None and not isinstance(expected, Mapping):  # written by hand
+        return (), {}
     # Key order matters: options are labelled A, B, ... in the order given.
-    return _parse_spec(json.dumps(spec, default=str))
+    questions = _parse_questions(orjson.dumps(payload.get("questions"), default=str))
+    return questions, expected or {}
 
 
 @lru_cache(maxsize=4096)
-def _parse_spec(spec_json: str) -> tuple[tuple[Question, ...], Mapping[str, str]]:
+def _parse_questions(questions_json: bytes) -> tuple[Question, ...]:
     # The engine's parser, as at submit; a payload it refuses (written by hand) lists no
     # question, and its answers are reported from the answers alone.
-    spec = json.loads(spec_json)
     try:
-        decision = decision_from_payload("report", None, {"state": "", **spec})
+        decision = decision_from_payload(
+            "report", None, {"state": "", "questions": orjson.loads(questions_json)})
     except InputError:
-        return (), {}
-    return decision.questions, dict(decision.expected)
+        return ()
+    return decision.questions
 
 
 def _answered_question(qid: str, answer: Any) -> Question | None:
