@@ -80,6 +80,9 @@ def export(
             with atomic_output(output, newline="") as out:
                 n = _write_export(out, session, info, fmt, with_state=with_state)
             spend_line = _spend_line(session, info)
+            partial = _partial_line(session, info)
+    if partial:
+        err_console.print(partial, style="bold yellow", highlight=False, markup=False)
     if output is not None and str(output) != "-":
         err_console.print(f"exported {n} decision(s) of run {run!r} to {output}",
                           highlight=False, markup=False)
@@ -96,6 +99,22 @@ def _spend_line(session: Session, info: RunInfo) -> str:
 
     counts = status_counts(session, info.id)
     return spend_of(session, info.id).line(counts.get("done", 0), sum(counts.values()))
+
+
+def _partial_line(session: Session, info: RunInfo) -> str:
+    """``partial: 64 of 313 decisions settled ...`` while decisions are in flight, else ""."""
+    from app.report.figure_text import partial_line
+    from app.store.states import OPEN
+    from app.store.views import status_counts
+
+    counts = status_counts(session, info.id)
+    total = sum(counts.values())
+    in_flight = sum(counts.get(str(s.value), 0) for s in OPEN)
+    if not in_flight:
+        return ""
+    line = partial_line({"settled": total - in_flight, "decisions": total})
+    return line.replace("figures will change as the rest are answered",
+                        "the export has the answers so far")
 
 
 def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat, *,

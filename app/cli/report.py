@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -72,13 +73,18 @@ def report(
     against: Annotated[str | None, typer.Option(
         "--against", help="Another run of the same decisions: side by side, with the "
         "difference.")] = None,
+    pooled: Annotated[bool, typer.Option(
+        "--pooled", help="Also show each kind's figures over all its questions together "
+        "(marked pooled); by default every figure is per question.", rich_help_panel=_FIG)
+    ] = False,
     database: DatabaseOpt = None,
 ) -> None:
     """Evaluation figures of a run: the field report's figures, per cell, with diagnostics.
 
     Questions with expected labels get AUC, recall, top share, ranks, false positives and
-    the referral band (yes/no), accuracy (choice, score); every run gets per-cell diagnostics
-    and the reasons decisions failed.
+    the referral band (yes/no), accuracy (choice, score), per question and per cell, each
+    with its 95% interval; every run gets per-cell diagnostics and the reasons decisions
+    failed.
     """
     from app.report.calibration import load_calibration
     from app.report.document import report_with_rows
@@ -98,7 +104,7 @@ def report(
                 check_not_run_file(session, html, option="--html", instead="report.html")
             data = load_run_rows(session, resolve_run(session, run))
             doc, cal_rows = report_with_rows(session, data, params, calibration=calib,
-                                             against=against)
+                                             against=against, pooled=pooled)
         if html is not None:
             from app.config import run_env
             from app.report.html import render_html
@@ -118,7 +124,7 @@ def report(
         _print_written(html, doc, to_stderr=json_out)
 
 
-def _print_written(path: Path, doc: dict[str, Any], *, to_stderr: bool) -> None:
+def _print_written(path: Path, doc: Mapping[str, Any], *, to_stderr: bool) -> None:
     """One line: where the page is and the headline figures (stderr when stdout is JSON)."""
     from app.report.headline import headline_line
 

@@ -18,9 +18,10 @@ from dataclasses import replace
 from typing import Any
 
 from app.engine import all_kinds
-from app.report.figures import Params, by_cell, figure_block, figures_of, typed_rows
+from app.report.figures import Params, by_cell, figures_of, typed_rows
 from app.report.load import QuestionRow
 from app.report.review import state_words
+from app.report.sections import figure_block
 
 __all__ = ["compare_rows", "diff_figures", "disagreement"]
 

@@ -60,16 +60,16 @@ from app.report.figures import (
     binary_rows,
     calibration_figures,
     confusion_table,
-    figure_block,
     figures_of,
     is_binary,
     is_positive,
-    section,
     typed_rows,
 )
 from app.report.headline import headline
-from app.report.load import QuestionRow, RunRows, load_run_rows, resolve_run
+from app.report.load import IN_FLIGHT, QuestionRow, RunRows, load_run_rows, resolve_run
 from app.report.review import review
+from app.report.sections import kind_sections, question_blocks
+from app.report.shape import Partial, ReportDocument
 from app.report.spend import spend_section
 from app.store.report_rows import run_by_id
 from app.store.spend import spend_of
@@ -82,7 +82,7 @@ __all__ = ["FORMAT", "build_report", "calibrate_rows", "calibrated_rows", "cross
 #: How the calibrated figures of a report without --calibration are made.
 CROSS_FITTED = f"{CROSS_FOLDS}-fold cross-fitted isotonic"
 
-FORMAT = "dreads.report/1"
+FORMAT = "dreads.report/2"
 
 
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
@@ -134,15 +134,28 @@ def _run_info(data: RunRows) -> dict[str, Any]:
                                       settings=dict(run.settings or {}))}
 
 
-def _typed_sections(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
+def _typed_sections(rows: Sequence[QuestionRow], p: Params, *, pooled: bool = False,
+                    partial: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in all_kinds():
         typed = typed_rows(rows, kind.name)
-        out[kind.name] = section(typed, figures_of(kind), p)
+        out[kind.name] = kind_sections(typed, figures_of(kind), p, pooled=pooled,
+                                       partial=partial)
         if view_of(kind).confusion:
-            out[kind.name]["confusion"] = confusion_table(typed)
-    out["calibration"] = calibration_figures(binary_rows(rows), p)
+            by_question: dict[str, list[QuestionRow]] = {}
+            for r in typed:
+                by_question.setdefault(r.question_id, []).append(r)
+            for qid, sec in out[kind.name]["questions"].items():
+                sec["confusion"] = confusion_table(by_question[qid])
+    out["calibration"] = calibration_figures(binary_rows(rows), p, pooled=pooled)
     return out
+
+
+def partial_of(data: RunRows) -> Partial | None:
+    """``{"settled": k, "decisions": n}`` while decisions are in flight, else None."""
+    total = sum(data.counts.values())
+    open_ = sum(v for k, v in data.counts.items() if k in IN_FLIGHT)
+    return Partial(settled=total - open_, decisions=total) if open_ else None
 
 
 def build_report(
@@ -152,14 +165,17 @@ def build_report(
     *,
     calibration: Calibration | None = None,
     against: str | None = None,
-) -> dict[str, Any]:
-    """The whole report of run ``run_ref`` (name or id).
+    pooled: bool = False,
+) -> ReportDocument:
+    """The whole report of run ``run_ref`` (name or id); ``pooled`` adds each kind's figures
+    over all its questions.
 
     Raises:
         InputError: the run (or the ``against`` run) does not exist.
     """
     data = load_run_rows(session, resolve_run(session, run_ref))
-    return report_from_rows(session, data, params, calibration=calibration, against=against)
+    return report_from_rows(session, data, params, calibration=calibration, against=against,
+                            pooled=pooled)
 
 
 def report_from_rows(
@@ -169,10 +185,11 @@ def report_from_rows(
     *,
     calibration: Calibration | None = None,
     against: str | None = None,
-) -> dict[str, Any]:
+    pooled: bool = False,
+) -> ReportDocument:
     """The report of already loaded rows (``session`` loads the ``against`` run)."""
     return report_with_rows(session, data, params, calibration=calibration,
-                            against=against)[0]
+                            against=against, pooled=pooled)[0]
 
 
 def report_with_rows(
@@ -182,27 +199,31 @@ def report_with_rows(
     *,
     calibration: Calibration | None = None,
     against: str | None = None,
-) -> tuple[dict[str, Any], list[QuestionRow] | None]:
+    pooled: bool = False,
+) -> tuple[ReportDocument, list[QuestionRow] | None]:
     """``report_from_rows``, and the calibrated rows its figures came from (``calibrated_rows``:
     the page plots them), made once."""
     p = params or Params()
     calibrated = calibrated_rows(data.rows, calibration)
-    doc: dict[str, Any] = {
-        "format": FORMAT, "run": _run_info(data), "params": asdict(p),
+    partial = partial_of(data)
+    sections = {"pooled": pooled, "partial": partial is not None}
+    doc: ReportDocument = {
+        "format": FORMAT, "partial": partial, "run": _run_info(data), "params": asdict(p),
         "labelled": _labelled_counts(data.rows), "headline": None, "review": None,
-        "raw": _typed_sections(data.rows, p),
+        "raw": _typed_sections(data.rows, p, **sections),
         "calibrated": None, "calibration_source": None, "cross_fitted": None,
         "diagnostics": diagnostics(data.rows, data.cells), "against": None,
         "reasons": [r.as_dict() for r in failure_reasons(session, data.run.id)],
         "spend": spend_section(spend_of(session, data.run.id)),
     }
     if calibration is not None and calibrated is not None:
-        doc["calibrated"] = _typed_sections(calibrated, p)
+        doc["calibrated"] = _typed_sections(calibrated, p, **sections)
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
     elif calibrated is not None:
         doc["cross_fitted"] = {"method": "isotonic", "folds": CROSS_FOLDS,
-                               "ece": _ece(calibrated, p)}
+                               "ece": _ece(calibrated, p),
+                               "questions": _question_ece(calibrated, p)}
     if against is not None:
         doc["against"] = _against(session, data, against, p)
     doc["headline"] = _headline_of(doc)
@@ -211,28 +232,36 @@ def report_with_rows(
 
 
 def _ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
-    """The overall ECE of the yes/no answers of ``rows``."""
+    """The ECE of the yes/no answers of ``rows`` over all their questions (pooled)."""
     ece: float | None = calibration_figures(binary_rows(rows), p)["overall"]["ece"]
     return ece
 
 
-def _binary_ece(sections: dict[str, Any]) -> float | None:
-    """The overall ECE of the (first) yes/no kind's section."""
+def _question_ece(rows: Sequence[QuestionRow], p: Params) -> dict[str, float | None]:
+    """The ECE of each yes/no question of ``rows``."""
+    per = calibration_figures(binary_rows(rows), p)["questions"]
+    return {q: c["ece"] for q, c in per.items()}
+
+
+def _calibrated_ece(sections: dict[str, Any]) -> dict[str, float | None]:
+    """Each yes/no question's ECE of calibrated sections."""
+    out: dict[str, float | None] = {}
     for kind in binary_kinds():
-        ece: float | None = sections[kind.name]["overall"]["figures"]["ece"]
-        return ece
-    return None
+        for q, block in question_blocks(sections[kind.name]).items():
+            out[q] = block["figures"]["ece"]
+    return out
 
 
-def _headline_of(doc: dict[str, Any]) -> dict[str, Any]:
-    overall = {k.name: doc["raw"][k.name]["overall"]["figures"] for k in all_kinds()}
-    calibrated, by = None, None
+def _headline_of(doc: ReportDocument) -> dict[str, Any]:
+    blocks = {k.name: question_blocks(doc["raw"][k.name]) for k in all_kinds()}
+    calibrated: dict[str, float | None] = {}
+    by = None
     if doc["calibrated"]:
-        calibrated, by = _binary_ece(doc["calibrated"]), "--calibration"
-    elif doc.get("cross_fitted"):
-        calibrated, by = doc["cross_fitted"]["ece"], CROSS_FITTED
-    return headline(doc["run"], doc["params"], overall, doc["diagnostics"]["overall"],
-                    calibrated, calibrated_by=by)
+        calibrated, by = _calibrated_ece(doc["calibrated"]), "--calibration"
+    elif doc["cross_fitted"] is not None:
+        calibrated, by = doc["cross_fitted"]["questions"], CROSS_FITTED
+    return headline(doc["run"], doc["params"], blocks, doc["diagnostics"]["overall"],
+                    calibrated, calibrated_by=by, partial=doc["partial"])
 
 
 def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
@@ -256,27 +285,41 @@ def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:
 
 
 def summarize_run(session: Session, run_id: int) -> dict[str, Any]:
-    """Headline figures of a run: AUC / recall / false positives for yes/no questions,
-    accuracy for choice and score, counts and flagged cells, and ``headline`` (the same
-    headline as the report's, headline.py) for ``dreads run``'s summary."""
+    """Headline figures of a run for ``dreads run``'s summary: per question, each kind's
+    headline figures (``specs``: AUC, recall, ... for yes/no; accuracy for choice and score)
+    with their intervals, counts, flagged cells, whether the run is partial, and ``headline``
+    (the same headline as the report's, headline.py)."""
     run = run_by_id(session, run_id)
     if run is None:
         raise InputError(f"no run with id {run_id}; list runs with `dreads runs`")
     data = load_run_rows(session, run)
     p = Params()
-    overall = {k.name: figure_block(typed_rows(data.rows, k.name), figures_of(k),
-                                    p)["figures"] for k in all_kinds()}
+    partial = partial_of(data)
+    blocks = {k.name: question_blocks(kind_sections(typed_rows(data.rows, k.name),
+                                                    figures_of(k), p,
+                                                    partial=partial is not None))
+              for k in all_kinds()}
     diag = diagnostics(data.rows, data.cells)
     fitted = cross_fitted_rows(data.rows)
+    kinds = {}
+    for k in all_kinds():
+        keys = view_of(k).headline
+        kinds[k.name] = {
+            "n": sum(int(b["figures"]["n"]) for b in blocks[k.name].values()),
+            "questions": {q: {"figures": {f: b["figures"][f] for f in keys},
+                              "intervals": {f: b["intervals"][f] for f in keys}}
+                          for q, b in blocks[k.name].items()},
+        }
     return {
         "run": run.name,
+        "partial": partial,
         "questions": len(data.rows),
         "answered": diag["overall"]["answered"],
         "unanswered": diag["overall"]["unanswered"],
-        **{k.name: {f: overall[k.name][f] for f in view_of(k).headline} for k in all_kinds()},
+        **kinds,
         "params": asdict(p),
         "flagged_cells": diag["flagged"],
-        "headline": headline(_run_info(data), asdict(p), overall,
-                             diag["overall"], None if fitted is None else _ece(fitted, p),
-                             calibrated_by=CROSS_FITTED),
+        "headline": headline(_run_info(data), asdict(p), blocks, diag["overall"],
+                             {} if fitted is None else _question_ece(fitted, p),
+                             calibrated_by=CROSS_FITTED, partial=partial),
     }

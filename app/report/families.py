@@ -11,42 +11,43 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine import Family, QuestionKind, all_kinds
-from app.report.labels import (
-    CHOICE_COLUMNS,
-    NOUL_COLUMNS,
-    NOUL_RANK_COLUMNS,
-    NOUL_THRESHOLD_COLUMNS,
-    SCORE_COLUMNS,
-)
+from app.report import specs
 
 __all__ = ["FAMILIES", "FamilyView", "binary_kinds", "has_binary", "view_of"]
 
 
 @dataclass(frozen=True)
 class FamilyView:
-    """How a family's questions are reported."""
+    """How a family's questions are reported (every part read from ``specs.SPECS``)."""
 
-    columns: Mapping[str, str]  #: every column of its figures (overall tables, comparisons)
-    #: its per-cell tables: (title suffix, columns), one table each
-    parts: tuple[tuple[str, Mapping[str, str]], ...]
-    compared: tuple[str, ...]  #: figures of the compact a-vs-b table per cell
-    headline: tuple[str, ...]  #: figures the headline (and ``dreads run``'s summary) keeps
+    family: Family
     confusion: bool = False  #: a confusion table of labels
 
+    @property
+    def columns(self) -> dict[str, str]:
+        """Every column of its figures (overall tables, comparisons): {key: title}."""
+        return specs.columns(self.family)
 
-_BINARY_HEADLINE = ("n", "positives", "negatives", "auc", "recall", "recall_hits", "top_share",
-                    "top_share_hits", "rank_median_pct", "rank_worst_pct", "fp_count",
-                    "fp_per_1000_neg", "fp_per_100_states", "referral_band")
+    @property
+    def parts(self) -> tuple[tuple[str, dict[str, str]], ...]:
+        """Its per-cell tables: (title suffix, columns), one table each."""
+        return specs.part_columns(self.family)
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """Figures ``report --against`` compares."""
+        return specs.compared(self.family)
+
+    @property
+    def headline(self) -> tuple[str, ...]:
+        """Figures the headline (and ``dreads run``'s summary) keeps."""
+        return specs.headline_keys(self.family)
+
 
 FAMILIES: Mapping[Family, FamilyView] = {
-    Family.BINARY: FamilyView(
-        NOUL_COLUMNS,
-        ((": ranking", NOUL_RANK_COLUMNS), (": thresholds", NOUL_THRESHOLD_COLUMNS)),
-        ("auc", "recall", "fp_count", "ece"), _BINARY_HEADLINE),
-    Family.NOMINAL: FamilyView(CHOICE_COLUMNS, (("", CHOICE_COLUMNS),),
-                               ("accuracy", "log_loss"), ("n", "accuracy"), confusion=True),
-    Family.ORDINAL: FamilyView(SCORE_COLUMNS, (("", SCORE_COLUMNS),),
-                               ("mae_level", "accuracy"), ("n", "accuracy", "mae_level")),
+    Family.BINARY: FamilyView(Family.BINARY),
+    Family.NOMINAL: FamilyView(Family.NOMINAL, confusion=True),
+    Family.ORDINAL: FamilyView(Family.ORDINAL),
 }
 
 

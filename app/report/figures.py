@@ -1,9 +1,7 @@
-"""Every figure of a report, overall and per cell, from report rows (no SQL here).
+"""The figures of each family of questions and their intervals, from report rows (no SQL).
 
-A figure block is ``{"replicates": k, "figures": {name: value}, "std": {name: value}}``:
-with one replicate ``figures`` are the run's figures and ``std`` is empty; with several, each
-figure is computed per replicate and ``figures`` holds the mean, ``std`` the sample standard
-deviation across replicates.
+Every key a figure function returns has its row in ``specs.SPECS`` (checked by
+``sections.figure_block``); blocks, sections and replicates are ``sections.py``'s.
 """
 
 from __future__ import annotations
@@ -14,13 +12,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from app.engine import Family, QuestionKind, kind_named
 from app.errors import InputError
 from app.report import scores as m
+from app.report.columns import Columns, columns_of
+from app.report.intervals import (
+    ClusteredBootstrap,
+    Interval,
+    auc_interval,
+    ece_columns,
+    mean_columns,
+    median_interval,
+    ratio_statistic,
+)
 from app.report.load import QuestionRow
 
 __all__ = [
+    "FamilyFigures",
     "Params",
     "binary_rows",
     "by_cell",
@@ -28,7 +38,6 @@ __all__ = [
     "choice_figures",
     "confusion_table",
     "count_values",
-    "figure_block",
     "figures_of",
     "is_binary",
     "is_positive",
@@ -36,12 +45,10 @@ __all__ = [
     "noul_figures",
     "quantiles",
     "score_figures",
-    "section",
     "typed_rows",
 ]
 
 Figures = dict[str, Any]
-FigureFn = Callable[[Sequence["QuestionRow"], "Params"], Figures]
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Params:
     band_low: float = 0.30
     band_high: float = 0.70
     n_bins: int = 10
+    seed: int = 0  #: the bootstrap's seed: the same report prints the same intervals
 
 
 def typed_rows(rows: Iterable[QuestionRow], qtype: str) -> list[QuestionRow]:
@@ -88,100 +96,141 @@ def noul_arrays(rows: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray, in
     return y, s, len({r.state_key for r in done})
 
 
-def noul_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
-    """The field report's figures for labelled yes/no questions."""
-    y, s, n_states = noul_arrays(rows)
+class FamilyFigures:
+    """The figures of one family's questions and their intervals over items.
+
+    Called on rows or ``Columns``: the figures of those entries as they are (one replicate;
+    ``sections.figure_block`` averages replicates first). ``intervals`` gives the interval of
+    every figure whose method is not a Wilson rate (those come from the counts, ``specs``).
+    """
+
+    def __init__(self, family: Family,
+                 figures: Callable[[Columns, Params], Figures],
+                 intervals: Callable[[Columns, Params, Figures], dict[str, Interval]]) -> None:
+        self.family = family
+        self._figures = figures
+        self._intervals = intervals
+
+    def __call__(self, rows: Sequence[QuestionRow] | Columns, p: Params) -> Figures:
+        cols = rows if isinstance(rows, Columns) else columns_of(rows)
+        return self._figures(cols, p)
+
+    def intervals(self, cols: Columns, p: Params, figures: Figures) -> dict[str, Interval]:
+        """Intervals of the figures the counts do not give (AUC, bootstrap, median)."""
+        return self._intervals(cols, p, figures)
+
+
+def _labelled(c: Columns) -> Figures:
+    labelled, unanswered = len(c), int(c.unanswered.sum())
+    return {"labelled": labelled, "unanswered": unanswered,
+            "unanswered_share": unanswered / labelled if labelled else None}
+
+
+def _noul(c: Columns, p: Params) -> Figures:
+    done = np.isfinite(c.s)
+    y, s = c.y[done], c.s[done]
+    n_states = int(np.unique(c.state[done]).size)
     recall_hits, recall = m.recall_at(y, s, p.threshold_recall)
     top_hits, top = m.top_share(y, s, p.top_share)
+    band = m.referral_band(s, p.band_low, p.band_high)
     rank_median, rank_worst = m.rank_summary(y, s)
     fp, fp_1000, fp_states = m.false_positives(y, s, p.threshold_fp, n_states)
     return {
         "n": int(y.size), "positives": int(y.sum()), "negatives": int(y.size - y.sum()),
-        "unanswered": sum(r.unanswered for r in rows),
-        "distinct_states": n_states,
+        **_labelled(c), "distinct_states": n_states,
         "auc": m.auc(y, s),
         "recall": recall, "recall_hits": recall_hits,
         "top_share": top, "top_share_hits": top_hits,
+        "top_share_cap": m.top_share_cap(int(y.size), int(y.sum()), p.top_share),
         "rank_median_pct": rank_median, "rank_worst_pct": rank_worst,
         "fp_count": fp, "fp_per_1000_neg": fp_1000, "fp_per_100_states": fp_states,
-        "referral_band": m.referral_band(s, p.band_low, p.band_high),
+        "referral_band": band, "referral_band_share": band / y.size if y.size else None,
         "referral_band_pos": m.referral_band(s[y == 1], p.band_low, p.band_high),
         "ece": m.ece(y, s, p.n_bins), "brier": m.brier(y, s),
     }
 
 
-def _answered(rows: Sequence[QuestionRow]) -> list[QuestionRow]:
-    return [r for r in rows if r.answered and r.label is not None]
-
-
-def choice_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
-    """Accuracy and log loss of labelled choice questions."""
-    done = _answered(rows)
-    truth = [str(r.expected) for r in done]
-    p_true = [float((r.probs or {}).get(str(r.expected), 0.0)) for r in done]
+def _noul_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
+    done = np.isfinite(c.s)
+    y, s = c.y[done], c.s[done]
+    boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
     return {
-        "n": len(done), "unanswered": sum(r.unanswered for r in rows),
-        "accuracy": m.accuracy(truth, [str(r.label) for r in done]),
-        "log_loss": m.log_loss_true(p_true),
+        "auc": auc_interval(y, s),
+        "rank_median_pct": median_interval(m.positive_rank_percentiles(y, s)),
+        "ece": boot.interval(*ece_columns(y, s, p.n_bins), f["ece"]),
+        "brier": boot.interval(*mean_columns((s - y) ** 2), f["brier"]),
     }
 
 
-def score_figures(rows: Sequence[QuestionRow], p: Params) -> Figures:
-    """MAE of the expected level and accuracy of the top level, labelled score questions."""
-    done = [r for r in _answered(rows) if str(r.expected) in r.labels]
-    leveled = [(r, r.expected_level) for r in done if r.expected_level is not None]
-    levels = [r.labels.index(str(r.expected)) for r, _ in leveled]
+def _choice(c: Columns, p: Params) -> Figures:
+    done = c.has_label
+    correct = c.correct[done]
     return {
-        "n": len(done), "unanswered": sum(r.unanswered for r in rows),
-        "mae_level": m.mae(levels, [level for _, level in leveled]),
-        "accuracy": m.accuracy([str(r.expected) for r in done], [str(r.label) for r in done]),
+        "n": int(done.sum()), **_labelled(c),
+        "accuracy": float(correct.mean()) if correct.size else None,
+        "log_loss": m.log_loss_true(c.p_true[done]),
     }
 
+
+def _choice_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
+    done = c.has_label
+    boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
+    loss = -np.log(np.clip(c.p_true[done], 1e-15, 1.0))
+    return {"accuracy": boot.interval(*mean_columns(c.correct[done]), f["accuracy"]),
+            "log_loss": boot.interval(*mean_columns(loss), f["log_loss"])}
+
+
+def _score_rows(c: Columns) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """(answered with the expected label a level, of those: with an expected level)."""
+    done = c.has_label & c.in_labels
+    return done, done & np.isfinite(c.level_pred)
+
+
+def _score(c: Columns, p: Params) -> Figures:
+    done, leveled = _score_rows(c)
+    correct = c.correct[done]
+    return {
+        "n": int(done.sum()), **_labelled(c),
+        "mae_level": m.mae(c.level_true[leveled], c.level_pred[leveled]),
+        "accuracy": float(correct.mean()) if correct.size else None,
+    }
+
+
+def _score_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
+    done, leveled = _score_rows(c)
+    boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
+    lev = leveled[done]
+    error = np.where(lev, np.abs(np.nan_to_num(c.level_true[done] - c.level_pred[done])), 0.0)
+    mae_columns = np.column_stack([error, lev.astype(np.float64)])
+    return {"mae_level": boot.interval(mae_columns, ratio_statistic(0, 1), f["mae_level"]),
+            "accuracy": boot.interval(*mean_columns(c.correct[done]), f["accuracy"])}
+
+
+#: the figures of labelled yes/no questions (the field report's)
+noul_figures = FamilyFigures(Family.BINARY, _noul, _noul_intervals)
+#: accuracy and log loss of labelled choice questions
+choice_figures = FamilyFigures(Family.NOMINAL, _choice, _choice_intervals)
+#: MAE of the expected level and accuracy of the top level, labelled score questions
+score_figures = FamilyFigures(Family.ORDINAL, _score, _score_intervals)
 
 #: The figures of each family's questions.
-_FIGURES: Mapping[Family, FigureFn] = {
+_FIGURES: Mapping[Family, FamilyFigures] = {
     Family.BINARY: noul_figures, Family.NOMINAL: choice_figures, Family.ORDINAL: score_figures,
 }
 
 
-def figures_of(kind: QuestionKind) -> FigureFn:
-    """The figure function of ``kind``'s questions (by its family)."""
+def figures_of(kind: QuestionKind) -> FamilyFigures:
+    """The figures of ``kind``'s questions (by its family)."""
     return _FIGURES[kind.family]
 
 
 def confusion_table(rows: Sequence[QuestionRow]) -> dict[str, Any]:
-    """Pooled confusion table (rows expected, columns answered) over the union of labels."""
-    done = _answered(rows)
+    """Confusion table (rows expected, columns answered) over the union of labels of ``rows``
+    (one question's: the report makes one per question; each replicate counted)."""
+    done = [r for r in rows if r.answered and r.label is not None]
     labels = sorted({str(r.expected) for r in done} | {str(r.label) for r in done})
     truth = [str(r.expected) for r in done]
     return {"labels": labels, "matrix": m.confusion(truth, [str(r.label) for r in done], labels)}
-
-
-def figure_block(
-    rows: Sequence[QuestionRow], fn: Callable[[Sequence[QuestionRow], Params], Figures], p: Params
-) -> dict[str, Any]:
-    """Figures of ``rows``; mean and standard deviation across replicates when several."""
-    groups = _grouped(rows, lambda r: r.replicate)
-    if len(groups) <= 1:
-        return {"replicates": len(groups), "figures": fn(rows, p), "std": {}}
-    per_rep = [fn(groups[k], p) for k in sorted(groups)]
-    mean, std = _mean_std(per_rep)
-    return {"replicates": len(groups), "figures": mean, "std": std}
-
-
-def _mean_std(per_rep: Sequence[Figures]) -> tuple[Figures, Figures]:
-    mean: Figures = {}
-    std: Figures = {}
-    for name in per_rep[0]:
-        values = [f[name] for f in per_rep if f[name] is not None]
-        if not values:
-            mean[name], std[name] = None, None
-            continue
-        arr = np.asarray(values, dtype=np.float64)
-        same_int = all(isinstance(v, int) for v in values) and len(set(values)) == 1
-        mean[name] = values[0] if same_int else float(arr.mean())
-        std[name] = float(arr.std(ddof=1)) if arr.size > 1 else None
-    return mean, std
 
 
 def _grouped(rows: Iterable[QuestionRow], key: Callable[[QuestionRow], Any]
@@ -198,21 +247,15 @@ def by_cell(rows: Sequence[QuestionRow]) -> dict[str, list[QuestionRow]]:
     return {cell: groups[cell] for cell in sorted(groups)}
 
 
-def section(
-    rows: Sequence[QuestionRow], fn: Callable[[Sequence[QuestionRow], Params], Figures], p: Params
-) -> dict[str, Any]:
-    """``{"overall": block, "cells": {cell: block}}`` for one question type's rows."""
-    return {
-        "overall": figure_block(rows, fn, p),
-        "cells": {cell: figure_block(group, fn, p) for cell, group in by_cell(rows).items()},
-    }
-
-
-def calibration_figures(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
-    """Reliability bins, ECE and Brier score overall and per question id (all replicates)."""
+def calibration_figures(rows: Sequence[QuestionRow], p: Params, *,
+                        pooled: bool = True) -> dict[str, Any]:
+    """Reliability bins, ECE and Brier score per question id and over all of them (all
+    replicates); over several questions ``"pooled": true``, and only with ``pooled``."""
     by_question = _grouped(rows, lambda r: r.question_id)
+    many = len(by_question) > 1
     return {
-        "overall": _calibration_of(rows, p),
+        "overall": {**_calibration_of(rows, p), "pooled": many} if pooled or not many
+        else None,
         "questions": {q: _calibration_of(by_question[q], p) for q in sorted(by_question)},
     }
 

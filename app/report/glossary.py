@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.report.labels import thresholds
+from app.report.specs import METHOD_HELP
 
 __all__ = ["GLOSSARY", "glossary"]
 
@@ -61,8 +62,20 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("accuracy, log loss, MAE of level", "choice and score questions: the share answered "
      "with the expected label, the mean -log of its probability, and the mean absolute error "
      "of a score's expected level."),
-    ("mean ± sd", "with several replicates, a figure's mean and standard deviation across "
-     "them."),
+    ("per question", "every figure is computed for each question on its own, overall and "
+     "per cell; figures over all questions together appear only with --pooled, marked "
+     "\"pooled\"."),
+    ("[low, high]", "the 95% interval over items: the range the figure would likely fall in "
+     "on another set of decisions like these. Each figure names its method below."),
+    *((f"interval: {method.value}", text) for method, text in METHOD_HELP.items()),
+    ("draw noise (±sd)", "with several replicates, each question's answer is the mean over "
+     "them, and ±sd is the figure's standard deviation across replicates, each computed "
+     "alone: the noise of drawing, much smaller than the interval over items; do not read "
+     "it as the figure's uncertainty."),
+    ("in top {t}: cap", "the most positives the top {t} can hold ({t} of the answered "
+     "questions): a count equal to the cap is the best possible."),
+    ("partial", "the run still has decisions in flight: figures are of the settled ones and "
+     "will change."),
 )
 
 

@@ -12,15 +12,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine import Family, all_kinds
+from app.engine import Family, QuestionKind, all_kinds
 from app.report.families import binary_kinds, view_of
+from app.report.figure_text import interval_text, noise_text, num, partial_line, value_text
 from app.report.labels import thresholds
+from app.report.shape import Partial
 
 __all__ = ["LINE_KEYS", "HeadlineItem", "headline", "headline_items", "headline_line",
            "identity_items"]
 
 #: the items of the one line ``dreads report --html`` prints
-LINE_KEYS = ("auc", "recall", "top_share", "false_positives", "ece", "unanswered", "failed")
+LINE_KEYS = ("partial", "auc", "recall", "top_share", "false_positives", "ece", "unanswered",
+             "failed")
 
 
 @dataclass(frozen=True)
@@ -53,28 +56,31 @@ def _identity(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def headline(run: Mapping[str, Any], params: Mapping[str, Any],
-             overall: Mapping[str, Mapping[str, Any]], diag: Mapping[str, Any],
-             calibrated_ece: float | None = None, *,
-             calibrated_by: str | None = None) -> dict[str, Any]:
-    """The headline as data: ``overall`` maps each kind's name (noul, choice, score, ...) to
-    its overall figures; ``calibrated_by`` says where the calibrated ECE comes from (the
-    yes/no kind's)."""
+             blocks: Mapping[str, Mapping[str, Mapping[str, Any]]], diag: Mapping[str, Any],
+             calibrated_ece: Mapping[str, float | None] | None = None, *,
+             calibrated_by: str | None = None,
+             partial: Partial | None = None) -> dict[str, Any]:
+    """The headline as data: ``blocks`` maps each kind's name (noul, choice, score, ...) to
+    its questions' overall BLOCKs (``sections.question_blocks``); each question keeps its
+    headline figures (``specs``) with their intervals and draw noise. ``calibrated_ece`` is
+    each yes/no question's calibrated ECE, made as ``calibrated_by`` says."""
     out: dict[str, Any] = {
-        "identity": _identity(run),
+        "identity": _identity(run), "partial": dict(partial) if partial else None,
         "params": {k: params[k] for k in ("threshold_recall", "threshold_fp", "top_share")},
     }
-    raw_ece = None
+    calibrated = calibrated_ece or {}
     for kind in all_kinds():
-        figures = overall.get(kind.name) or {}
-        binary = kind.family is Family.BINARY
-        keys = (*view_of(kind).headline, "ece") if binary else view_of(kind).headline
-        out[kind.name] = _typed(figures, keys)
-        if binary and raw_ece is None:
-            raw_ece = figures.get("ece")
-            out["ece"] = {"raw": raw_ece, "calibrated": calibrated_ece,
-                          "calibrated_by": calibrated_by if calibrated_ece is not None else None}
+        keys = view_of(kind).headline
+        questions = {q: _kept(b, keys) for q, b in (blocks.get(kind.name) or {}).items()
+                     if b["figures"].get("n")}
+        if kind.family is Family.BINARY:
+            for q, kept in questions.items():
+                kept["calibrated_ece"] = calibrated.get(q)
+        out[kind.name] = {"questions": questions} if questions else None
     return {
         **out,
+        "ece": {"calibrated_by": calibrated_by if any(
+            v is not None for v in calibrated.values()) else None},
         "questions": diag["questions"], "answered": diag["answered"],
         "unanswered": diag["unanswered"], "in_flight": diag["in_flight"],
         "attempts": diag["attempts"], "failed_attempts": diag["failed_attempts"],
@@ -83,24 +89,13 @@ def headline(run: Mapping[str, Any], params: Mapping[str, Any],
     }
 
 
-def _typed(figures: Mapping[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
-    if not figures or not figures.get("n"):
-        return None
-    return {k: figures.get(k) for k in keys}
-
-
-def _num(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:.{digits}g}"
-    return str(int(value)) if isinstance(value, float) else str(value)
-
-
-def _of(hits: Any, total: Any, share: Any) -> str:
-    """``k/n`` first, then the rate: "20/24 (83.3%)"."""
-    rate = "-" if share is None else f"{share * 100:.3g}%"
-    return f"{_num(hits)}/{_num(total)} ({rate})"
+def _kept(block: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A BLOCK cut to the headline's figures."""
+    intervals, sd = block.get("intervals") or {}, block.get("draw_sd") or {}
+    return {"replicates": block.get("replicates"), "partial": block.get("partial", False),
+            "figures": {k: block["figures"].get(k) for k in keys},
+            "intervals": {k: intervals[k] for k in keys if k in intervals},
+            "draw_sd": {k: sd[k] for k in keys if k in sd}}
 
 
 def identity_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
@@ -119,52 +114,70 @@ def identity_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
     ]
 
 
-def _noul_items(n: Mapping[str, Any], t: Mapping[str, str]) -> list[HeadlineItem]:
+def _noul_items(b: Mapping[str, Any], t: Mapping[str, str], params: Mapping[str, Any],
+                prefix: str, by: str | None) -> list[HeadlineItem]:
+    n = b["figures"]
+
+    def text(key: str) -> str:
+        return value_text(Family.BINARY, key, b, params)
+
+    bounds = interval_text((b.get("intervals") or {}).get("ece"))
+    ece = f"{num(n['ece'], 3)} raw" + (f" {bounds}" if bounds and n["ece"] is not None else "")
+    note = ""
+    if b.get("calibrated_ece") is not None:
+        ece += f", {num(b['calibrated_ece'], 3)} calibrated"
+        note = by if by and by != "--calibration" else ""
     return [
-        HeadlineItem("auc", "AUC", _num(n["auc"])),
-        HeadlineItem("recall", f"recall >{t['r']}",
-                     _of(n["recall_hits"], n["positives"], n["recall"])),
-        HeadlineItem("top_share", f"in top {t['t']}",
-                     _of(n["top_share_hits"], n["positives"], n["top_share"])),
-        HeadlineItem("rank", "median rank, worst",
-                     f"{_num(n['rank_median_pct'], 3)}%, {_num(n['rank_worst_pct'], 3)}%"),
-        HeadlineItem("false_positives", f"false positives >{t['f']}",
-                     f"{_num(n['fp_count'])} ({_num(n['fp_per_100_states'], 3)} per 100 "
-                     "states)"),
-        HeadlineItem("referral_band", f"referral band {t['r']}-{t['f']}",
-                     f"{_num(n['referral_band'])} of {_num(n['n'])}"),
+        HeadlineItem("auc", f"{prefix}AUC", text("auc")),
+        HeadlineItem("recall", f"{prefix}recall >{t['r']}", text("recall")),
+        HeadlineItem("top_share", f"{prefix}in top {t['t']}", text("top_share")),
+        HeadlineItem("rank", f"{prefix}median rank, worst",
+                     f"{_pct_of(b, 'rank_median_pct')}, {num(n['rank_worst_pct'], 3)}%"),
+        HeadlineItem("false_positives", f"{prefix}false positives >{t['f']}",
+                     f"{num(n['fp_count'])} "
+                     f"({_pct_of(b, 'fp_per_100_states', '', noisy=False)} per 100 states)"),
+        HeadlineItem("referral_band", f"{prefix}referral band {t['r']}-{t['f']}",
+                     f"{num(n['referral_band'])} of {num(n['n'])}"),
+        HeadlineItem("ece", f"{prefix}ECE", ece, note),
     ]
 
 
-def _ece_item(ece: Mapping[str, Any]) -> HeadlineItem:
-    value, note = f"{_num(ece['raw'], 3)} raw", ""
-    if ece.get("calibrated") is not None:
-        value += f", {_num(ece['calibrated'], 3)} calibrated"
-        if ece.get("calibrated_by") and ece["calibrated_by"] != "--calibration":
-            note = ece["calibrated_by"]
-    return HeadlineItem("ece", "ECE", value, note)
+def _pct_of(b: Mapping[str, Any], key: str, unit: str = "%", *, noisy: bool = True) -> str:
+    """``10.5% [6, 15]`` with its draw noise: a figure whose unit follows the value."""
+    value = b["figures"].get(key)
+    bounds = interval_text((b.get("intervals") or {}).get(key))
+    text = f"{num(value, 3)}{unit if value is not None else ''}"
+    text += f" {bounds}" if bounds and value is not None else ""
+    noise = noise_text(Family.BINARY, b, key) if noisy else ""
+    return f"{text} ({noise})" if noise else text
+
+
+def _questions(h: Mapping[str, Any], kind: QuestionKind) -> Mapping[str, Mapping[str, Any]]:
+    return (h.get(kind.name) or {}).get("questions") or {}
+
+
+def _prefix(kind: QuestionKind, qid: str, many: bool) -> str:
+    return f"{qid}: " if many else ""
 
 
 def _typed_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
     out = []
     for kind in all_kinds():
-        f = h.get(kind.name)
-        if not f or kind.family is Family.BINARY:
+        questions = _questions(h, kind)
+        if kind.family is Family.BINARY:
             continue
-        if kind.family is Family.ORDINAL:
-            out.append(HeadlineItem(kind.name, f"{kind.title}: MAE of level, accuracy",
-                                    f"{_num(f['mae_level'], 3)}, {_num(f['accuracy'], 3)} of "
-                                    f"{f['n']}"))
-        else:
-            out.append(HeadlineItem(kind.name, f"{kind.title} accuracy",
-                                    f"{_num(f['accuracy'], 3)} of {f['n']}"))
+        for qid, b in questions.items():
+            pre = _prefix(kind, qid, len(questions) > 1)
+            f = b["figures"]
+            if kind.family is Family.ORDINAL:
+                out.append(HeadlineItem(kind.name, f"{pre}{kind.title}: MAE of level, accuracy",
+                                        f"{value_text(kind.family, 'mae_level', b)}, "
+                                        f"{value_text(kind.family, 'accuracy', b)} of {f['n']}"))
+            else:
+                out.append(HeadlineItem(kind.name, f"{pre}{kind.title} accuracy",
+                                        f"{value_text(kind.family, 'accuracy', b)} of "
+                                        f"{f['n']}"))
     return out
-
-
-def _binary(h: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The (first) yes/no kind's headline figures, None when it has none."""
-    found = [h.get(k.name) for k in binary_kinds()]
-    return next((f for f in found if f), None)
 
 
 def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
@@ -177,15 +190,23 @@ def _run_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
 
 
 def headline_items(h: Mapping[str, Any]) -> list[HeadlineItem]:
-    """The headline's figures, worded with their counts (identity excluded)."""
+    """The headline's figures, worded with their counts and intervals (identity excluded);
+    each yes/no question's own figures, titled with its id when there are several."""
     t = thresholds(h["params"])
-    binary = _binary(h)
-    items = [*_noul_items(binary, t), _ece_item(h["ece"])] if binary else []
+    items: list[HeadlineItem] = []
+    if h.get("partial"):
+        items.append(HeadlineItem("partial", "partial",
+                                  partial_line(h["partial"]).removeprefix("partial: ")))
+    by = (h.get("ece") or {}).get("calibrated_by")
+    for kind in binary_kinds():
+        questions = _questions(h, kind)
+        for qid, b in questions.items():
+            items += _noul_items(b, t, h["params"], _prefix(kind, qid, len(questions) > 1), by)
     return [*items, *_typed_items(h), *_run_items(h)]
 
 
 def headline_line(h: Mapping[str, Any]) -> str:
-    """The headline in one line: "AUC 0.9832; recall >0.30 24/24 (1); ..."."""
+    """The headline in one line: "AUC 0.9832 [0.95, 0.99]; recall >0.30 24/24 (...); ..."."""
     typed = {k.name for k in all_kinds()} - {k.name for k in binary_kinds()}
     items = [i for i in headline_items(h) if i.key in LINE_KEYS or i.key in typed]
     return "; ".join(f"{i.title} {i.text}" for i in items)

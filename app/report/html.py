@@ -16,6 +16,7 @@ from typing import Any
 from app.engine import SIMULATOR_NOTE
 from app.images import ImagePolicy
 from app.report.families import has_binary
+from app.report.figure_text import partial_line
 from app.report.glossary import glossary
 from app.report.headline import HeadlineItem, headline_items, identity_items
 from app.report.html_tables import (
@@ -90,8 +91,10 @@ def _headline(doc: Mapping[str, Any]) -> str:
     figures = "".join(_card(i) for i in headline_items(h))
     labelled = doc["labelled"]
     summary = (f"{labelled['questions']} question(s), {labelled['with_expected']} with an "
-               "expected label" + ("; figures are mean ± sd across replicates"
-                                   if doc["run"]["replicates"] > 1 else ""))
+               "expected label; [low, high]: 95% interval over items (the glossary names each "
+               "method)" + ("; with replicates, each question's answer is the mean over them "
+                            "and ±sd is the draw noise across replicates"
+                            if doc["run"]["replicates"] > 1 else ""))
     if not labelled["with_expected"]:
         summary += ("; no question has an expected label: add \"expected\" to the job lines "
                     "to get the evaluation figures")
@@ -115,6 +118,8 @@ def _glossary(params: Mapping[str, Any]) -> str:
 def _top(doc: Mapping[str, Any]) -> list[str]:
     run = doc["run"]
     out = [f"<h1>dreads report: {escape(run['name'])}</h1>"]
+    if doc.get("partial"):
+        out.append(f'<p class="sim partial">{escape(partial_line(doc["partial"]))}</p>')
     if run.get("simulator"):
         out.append(f'<p class="sim">{escape(SIMULATOR_NOTE)}.</p>')
     return [*out, _headline(doc)]

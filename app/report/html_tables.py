@@ -13,8 +13,8 @@ from typing import Any
 
 from app.engine import Family, all_kinds
 from app.report.families import has_binary, view_of
+from app.report.figure_text import partial_line
 from app.report.labels import (
-    NOUL_THRESHOLD_COLUMNS,
     column_titles,
     thresholds,
 )
@@ -109,34 +109,59 @@ def _disagreeing(cmp: Mapping[str, Any]) -> str:
 
 
 def _cell_table(section: Mapping[str, Any], columns: Mapping[str, str],
-                params: Mapping[str, Any], flags: Mapping[str, list[str]]) -> str:
+                params: Mapping[str, Any], flags: Mapping[str, list[str]],
+                family: Family) -> str:
     names = list(columns)
     rows = []
     for cell, block in section["cells"].items():
         cell_flags = flags.get(cell) or []
         label = cell + (" ⚑ " + ", ".join(cell_flags) if cell_flags else "")
-        rows.append(_row([label, *block_cells(block, names)], "flag" if cell_flags else ""))
-    rows.append(_row(["overall", *block_cells(section["overall"], names)], "overall"))
+        rows.append(_row([label, *block_cells(block, names, family, params)],
+                         "flag" if cell_flags else ""))
+    rows.append(_row(["overall", *block_cells(section["overall"], names, family, params)],
+                     "overall"))
     return _table(["cell", *column_titles(columns, params)], rows)
 
 
+def _question_table(kind_section: Mapping[str, Any], columns: Mapping[str, str],
+                    params: Mapping[str, Any], family: Family) -> str:
+    names = list(columns)
+    rows = [_row([qid, *block_cells(sec["overall"], names, family, params)])
+            for qid, sec in kind_section["questions"].items()]
+    if kind_section.get("pooled"):
+        rows.append(_row(["all questions (pooled)",
+                          *block_cells(kind_section["pooled"]["overall"], names, family,
+                                       params)], "overall"))
+    return _table(["question", *column_titles(columns, params)], rows)
+
+
+def _partial_note(doc: Mapping[str, Any]) -> str:
+    line = partial_line(doc.get("partial"))
+    return f'<p class="note partial">{escape(line)}</p>' if line else ""
+
+
 def figure_tables(doc: Mapping[str, Any], flags: Mapping[str, list[str]]) -> list[str]:
-    """Figures per cell of each question type (raw, then calibrated), calibration per
-    question."""
-    out: list[str] = []
+    """Figures per question, then per cell of each question, of each question type (raw, then
+    calibrated); calibration per question. Every figure with its 95% interval."""
+    out: list[str] = [_partial_note(doc)] if doc.get("partial") else []
     params = doc["params"]
     for kind in all_kinds():
         if not doc["labelled"].get(kind.name):
             continue
-        name, title = kind.name, escape(kind.title)
-        out.append(f"<h3>{title} per cell</h3>")
-        out += [_cell_table(doc["raw"][name], cols, params, flags)
-                for _, cols in view_of(kind).parts]
-        if kind.family is Family.BINARY and doc["calibrated"]:
-            out.append(f"<h3>{title} per cell, calibrated</h3>")
-            out.append(_cell_table(doc["calibrated"][name], NOUL_THRESHOLD_COLUMNS, params,
-                                   flags))
-        if kind.family is Family.BINARY:
+        name, title, fam = kind.name, escape(kind.title), kind.family
+        raw, parts = doc["raw"][name], view_of(kind).parts
+        out.append(f"<h3>{title} per question</h3>")
+        out += [_question_table(raw, cols, params, fam) for _, cols in parts]
+        sections = [*raw["questions"].items(),
+                    *([("all questions (pooled)", raw["pooled"])] if raw.get("pooled") else [])]
+        for qid, sec in sections:
+            out.append(f"<h3>{title} {escape(qid)} per cell</h3>")
+            out += [_cell_table(sec, cols, params, flags, fam) for _, cols in parts]
+        if fam is Family.BINARY and doc["calibrated"]:
+            for qid, sec in doc["calibrated"][name]["questions"].items():
+                out.append(f"<h3>{title} {escape(qid)} per cell, calibrated</h3>")
+                out.append(_cell_table(sec, parts[-1][1], params, flags, fam))
+        if fam is Family.BINARY:
             out += [f"<h3>calibration per question ({title})</h3>", _calibration_table(doc)]
     return out
 
@@ -147,13 +172,15 @@ def _calibration_table(doc: Mapping[str, Any]) -> str:
     head = ["question", "n", "yes", "AUC", "ECE", "Brier",
             *(["ECE calibrated", "Brier calibrated"] if cal else [])]
     rows = []
-    for qid, c in [*raw["questions"].items(), ("overall", raw["overall"])]:
+    overall = "all (pooled)" if (raw["overall"] or {}).get("pooled") else "overall"
+    pool = [(overall, raw["overall"])] if raw["overall"] else []
+    for qid, c in [*raw["questions"].items(), *pool]:
         extra = []
         if cal:
-            cq = cal["overall"] if qid == "overall" else cal["questions"][qid]
+            cq = cal["overall"] if qid == overall else cal["questions"][qid]
             extra = [fmt(cq["ece"]), fmt(cq["brier"])]
         rows.append(_row([qid, fmt(c["n"]), fmt(c["positives"]), fmt(c["auc"]), fmt(c["ece"]),
-                          fmt(c["brier"]), *extra], "overall" if qid == "overall" else ""))
+                          fmt(c["brier"]), *extra], "overall" if qid == overall else ""))
     return _table(head, rows)
 
 
@@ -188,10 +215,10 @@ def diagnostics_table(diag: Mapping[str, Any]) -> str:
 
 
 def _side_by_side(pair: Mapping[str, Any], columns: Mapping[str, str],
-                  params: Mapping[str, Any]) -> str:
+                  params: Mapping[str, Any], family: Family) -> str:
     rows = []
     for name, title in zip(columns, column_titles(columns, params), strict=True):
-        a, b = (block_cells(pair[k], [name])[0] for k in ("a", "b"))
+        a, b = (block_cells(pair[k], [name], family, params)[0] for k in ("a", "b"))
         rows.append(_row([title, a, b, fmt(pair["diff"].get(name))]))
     return _table(["figure", "a", "b", "Δ (a-b)"], rows)
 
@@ -206,7 +233,7 @@ def against_tables(doc: Mapping[str, Any]) -> list[str]:
         if section and section["cells"]:
             columns = {k: v for _, cols in view_of(kind).parts for k, v in cols.items()}
             out += [f"<h3>{escape(kind.title)} overall: a and b</h3>",
-                    _side_by_side(section["overall"], columns, doc["params"])]
+                    _side_by_side(section["overall"], columns, doc["params"], kind.family)]
     dis = cmp.get("disagreement")
     if dis:
         rows = [_row([c, fmt(t["both_answered"]), _count_rate(t["differ"], t["differ_rate"]),

@@ -1,7 +1,7 @@
 """How figures are named on screen and on the page: the field report's words, with thresholds.
 
-The report document keys (``auc``, ``recall``, ``fp_count``, ...) stay machine names; every
-rendering (the Rich tables, the HTML page, the ``dreads run`` summary) titles them from here:
+The report document keys (``auc``, ``recall``, ``fp_count``, ...) stay machine names; their
+titles live in the figure table (``specs.py``), with threshold slots this module fills in:
 "recall >0.30", "in top 5%", "false positives >0.70", "referral band 0.30-0.70".
 """
 
@@ -11,32 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
-    "CHOICE_COLUMNS",
-    "NOUL_COLUMNS",
-    "NOUL_RANK_COLUMNS",
-    "NOUL_THRESHOLD_COLUMNS",
-    "SCORE_COLUMNS",
     "column_titles",
     "run_identity",
     "thresholds",
 ]
-
-#: figure name -> column title, in display order; the yes/no figures print as two tables
-NOUL_RANK_COLUMNS: dict[str, str] = {
-    "n": "n", "positives": "yes", "negatives": "no", "auc": "AUC",
-    "top_share": "in top {t}", "rank_median_pct": "median rank %",
-    "rank_worst_pct": "worst rank %",
-}
-NOUL_THRESHOLD_COLUMNS: dict[str, str] = {
-    "recall": "recall >{r}", "fp_count": "false pos. >{f}", "fp_per_1000_neg": "FP per 1,000 no",
-    "fp_per_100_states": "FP per 100 states", "referral_band": "referral band {r}-{f}",
-    "ece": "ECE", "brier": "Brier",
-}
-NOUL_COLUMNS = {**NOUL_RANK_COLUMNS, **NOUL_THRESHOLD_COLUMNS, "unanswered": "unanswered"}
-CHOICE_COLUMNS = {"n": "n", "accuracy": "accuracy", "log_loss": "log loss",
-                  "unanswered": "unanswered"}
-SCORE_COLUMNS = {"n": "n", "mae_level": "MAE of level", "accuracy": "top-level accuracy",
-                 "unanswered": "unanswered"}
 
 
 def thresholds(params: Mapping[str, Any]) -> dict[str, str]:

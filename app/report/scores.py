@@ -32,6 +32,7 @@ __all__ = [
     "referral_band",
     "reliability_bins",
     "top_share",
+    "top_share_cap",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -89,6 +90,11 @@ def top_share(y: ArrayLike, s: ArrayLike, share: float) -> tuple[int, float | No
     ranks = rankdata(-sa, method="average")
     hits = int(np.sum(ranks[ya == 1] <= share * sa.size))
     return hits, hits / n_pos
+
+
+def top_share_cap(n: int, positives: int, share: float) -> int:
+    """The most positives the top ``share`` of ``n`` scores can hold (``top_share``'s best)."""
+    return min(positives, int(np.floor(share * n + 1e-9)))
 
 
 def false_positives(

@@ -12,9 +12,9 @@ from rich.text import Text
 
 from app.engine import SIMULATOR_NOTE, Family, QuestionKind, all_kinds
 from app.report.families import has_binary, view_of
+from app.report.figure_text import cell_text, partial_line
 from app.report.headline import headline_items
 from app.report.labels import (
-    NOUL_THRESHOLD_COLUMNS,
     column_titles,
     run_identity,
     thresholds,
@@ -32,6 +32,12 @@ __all__ = [
     "review_tables",
 ]
 
+#: how every table's intervals read
+INTERVALS_NOTE = ("[low, high]: 95% interval over items (AUC: DeLong; k/n rates: Wilson; ECE, "
+                  "Brier, accuracy, MAE, log loss: bootstrap over decisions; median rank: order "
+                  "statistic); counts and the worst rank have none")
+
+
 def fmt(value: Any, std: Any = None) -> str:
     """A figure as text: ints plain, floats to 4 significant digits, ``± std`` when given."""
     if value is None:
@@ -46,41 +52,54 @@ def fmt(value: Any, std: Any = None) -> str:
     return f"{text} ± {std:.2g}" if isinstance(std, float) and std != 0.0 else text
 
 
-#: shares shown with their counts, as the field report does ("0.842 (64/76)")
-_WITH_HITS = {"recall": "recall_hits", "top_share": "top_share_hits"}
+def block_cells(block: Mapping[str, Any], names: Sequence[str], family: Family,
+                params: Mapping[str, Any] | None = None) -> list[str]:
+    """The figures ``names`` of a block as table text: ``value [low, high]``, rates with their
+    counts (``figure_text.cell_text``)."""
+    return [cell_text(family, n, block, params) for n in names]
 
 
-def block_cells(block: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    """The figures `names` of a block as text, shares with their counts ("1 (24/24)")."""
-    figures, std = block["figures"], block.get("std") or {}
-    out = []
-    for n in names:
-        text = fmt(figures.get(n), std.get(n))
-        hits = figures.get(_WITH_HITS.get(n, ""))
-        if isinstance(hits, int) and figures.get(n) is not None and not std.get(n):
-            text += f" ({hits}/{figures.get('positives')})"
-        out.append(text)
-    return out
+def _pooled(title: str, block: Mapping[str, Any]) -> str:
+    return f"{title} (pooled over questions)" if block.get("pooled") else title
 
 
 def cell_table(title: str, section: Mapping[str, Any], columns: Mapping[str, str],
-               params: Mapping[str, Any], flags: Mapping[str, list[str]] | None = None) -> Table:
+               params: Mapping[str, Any], flags: Mapping[str, list[str]] | None = None,
+               family: Family = Family.BINARY) -> Table:
     """Rows = cells then ``overall``; columns = figures."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_pooled(title, section["overall"]), title_justify="left")
     table.add_column("cell", no_wrap=True)
     for t in column_titles(columns, params):
         table.add_column(t, justify="right")
     names = list(columns)
     for cell, block in section["cells"].items():
         mark = " [red]⚑[/red]" if flags and flags.get(cell) else ""
-        table.add_row(escape(cell) + mark, *block_cells(block, names))
-    table.add_row(Text("overall", style="bold"), *block_cells(section["overall"], names))
+        table.add_row(escape(cell) + mark, *block_cells(block, names, family, params))
+    table.add_row(Text("overall", style="bold"),
+                  *block_cells(section["overall"], names, family, params))
+    return table
+
+
+def question_table(title: str, kind_section: Mapping[str, Any], columns: Mapping[str, str],
+                   params: Mapping[str, Any], family: Family) -> Table:
+    """Rows = questions (then all questions pooled, when asked for); columns = figures."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("question", no_wrap=True)
+    for t in column_titles(columns, params):
+        table.add_column(t, justify="right")
+    names = list(columns)
+    for qid, sec in kind_section["questions"].items():
+        table.add_row(escape(qid), *block_cells(sec["overall"], names, family, params))
+    if kind_section.get("pooled"):
+        table.add_row(Text("all (pooled)", style="bold"),
+                      *block_cells(kind_section["pooled"]["overall"], names, family, params))
     return table
 
 
 def figure_table(title: str, blocks: Mapping[str, Mapping[str, Any]],
                  columns: Mapping[str, str], params: Mapping[str, Any],
-                 diff: Mapping[str, Any] | None = None) -> Table:
+                 diff: Mapping[str, Any] | None = None,
+                 family: Family = Family.BINARY) -> Table:
     """Rows = figures; one column per block (raw, calibrated / run A, run B), then Δ."""
     table = Table(title=title, title_justify="left")
     table.add_column("figure")
@@ -89,8 +108,7 @@ def figure_table(title: str, blocks: Mapping[str, Mapping[str, Any]],
     if diff is not None:
         table.add_column("Δ (a-b)", justify="right")
     for name, t in zip(columns, column_titles(columns, params), strict=True):
-        row = [fmt(b["figures"].get(name), (b.get("std") or {}).get(name))
-               for b in blocks.values()]
+        row = [cell_text(family, name, b, params) for b in blocks.values()]
         table.add_row(t, *row, *([fmt(diff.get(name))] if diff is not None else []))
     return table
 
@@ -102,11 +120,12 @@ def _calibration_table(doc: Mapping[str, Any]) -> Table:
     names = ["question", "n", "yes", "ECE", "Brier", *(["ECE cal", "Brier cal"] if cal else [])]
     for name in names:
         table.add_column(name, justify="left" if name == "question" else "right")
-    items = [*raw["questions"].items(), ("overall", raw["overall"])]
+    overall = "all (pooled)" if (raw["overall"] or {}).get("pooled") else "overall"
+    items = [*raw["questions"].items(), *([(overall, raw["overall"])] if raw["overall"] else [])]
     for q, c in items:
         extra = []
         if cal:
-            cq = cal["overall"] if q == "overall" else cal["questions"][q]
+            cq = cal["overall"] if q == overall else cal["questions"][q]
             extra = [fmt(cq["ece"]), fmt(cq["brier"])]
         table.add_row(escape(q), fmt(c["n"]), fmt(c["positives"]), fmt(c["ece"]),
                       fmt(c["brier"]),
@@ -144,8 +163,8 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
     return [lost, reads]
 
 
-def _confusion(kind: QuestionKind, conf: Mapping[str, Any]) -> Table:
-    table = Table(title=f"{kind.title} confusion", title_justify="left",
+def _confusion(kind: QuestionKind, conf: Mapping[str, Any], qid: str = "") -> Table:
+    table = Table(title=f"{kind.title} {qid} confusion".replace("  ", " "), title_justify="left",
                   caption="rows expected, columns answered", caption_justify="left")
     table.add_column("")
     for label in conf["labels"]:
@@ -163,25 +182,33 @@ def _flag_lines(diag: Mapping[str, Any]) -> list[RenderableType]:
 
 def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
                   flags: Mapping[str, list[str]]) -> list[RenderableType]:
+    """Per kind: its figures per question (one row each), then per cell of each question."""
     out: list[RenderableType] = []
     labelled = doc["labelled"]
     for kind in all_kinds():
         if not labelled.get(kind.name):
             continue
-        view, name, title = view_of(kind), kind.name, kind.title
+        view, name, title, fam = view_of(kind), kind.name, kind.title, kind.family
+        raw = doc["raw"][name]
         for part, cols in view.parts:
-            out.append(cell_table(f"{title} per cell{part}", doc["raw"][name], cols, params,
-                                  flags))
-        if doc["calibrated"] and kind.family is Family.BINARY:
-            blocks = {"raw": doc["raw"][name]["overall"],
-                      "calibrated": doc["calibrated"][name]["overall"]}
-            out.append(figure_table(f"{title} overall: raw and calibrated", blocks,
-                                    view.columns, params))
-            out.append(cell_table(f"{title} per cell, calibrated: thresholds",
-                                  doc["calibrated"][name], NOUL_THRESHOLD_COLUMNS, params,
-                                  flags))
-        if view.confusion:
-            out.append(_confusion(kind, doc["raw"][name]["confusion"]))
+            out.append(question_table(f"{title} per question{part}", raw, cols, params, fam))
+        sections = [*raw["questions"].items(),
+                    *([("all questions", raw["pooled"])] if raw.get("pooled") else [])]
+        for qid, sec in sections:
+            for part, cols in view.parts:
+                out.append(cell_table(f"{title} {qid} per cell{part}", sec, cols, params,
+                                      flags, fam))
+            if view.confusion and sec.get("confusion"):
+                out.append(_confusion(kind, sec["confusion"], qid))
+        if doc["calibrated"] and fam is Family.BINARY:
+            cal = doc["calibrated"][name]
+            for qid, sec in raw["questions"].items():
+                blocks = {"raw": sec["overall"], "calibrated": cal["questions"][qid]["overall"]}
+                out.append(figure_table(f"{title} {qid} overall: raw and calibrated", blocks,
+                                        view.columns, params, family=fam))
+                out.append(cell_table(f"{title} {qid} per cell, calibrated: thresholds",
+                                      cal["questions"][qid], view.parts[-1][1], params,
+                                      flags, fam))
     if has_binary(doc):
         out.append(_calibration_table(doc))
     return out
@@ -199,7 +226,7 @@ def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[R
         pair, columns = section["overall"], view_of(kind).columns
         out.append(figure_table(f"{kind.name} overall: a vs b",
                                 {"a": pair["a"], "b": pair["b"]}, columns, params,
-                                diff=pair["diff"]))
+                                diff=pair["diff"], family=kind.family))
         out.append(_compare_cells(kind, section, params))
     if cmp.get("disagreement"):
         out += _disagreement_tables(cmp["disagreement"])
@@ -327,9 +354,15 @@ def spend_tables(section: Mapping[str, Any]) -> list[RenderableType]:
 def report_view(doc: Mapping[str, Any]) -> Group:
     """Everything ``dreads report`` prints without ``--json``."""
     run, params = doc["run"], doc["params"]
-    parts = _identity(doc)
+    parts: list[RenderableType] = []
+    if doc.get("partial"):
+        parts.append(Text(partial_line(doc["partial"]), style="bold yellow"))
+    parts += _identity(doc)
+    parts.append(Text(INTERVALS_NOTE))
     if run["replicates"] > 1:
-        parts.append(Text("figures are mean ± standard deviation across replicates"))
+        parts.append(Text(f"figures are of each question's answer averaged over the "
+                          f"{run['replicates']} replicates; ±sd: draw noise (the figure's "
+                          "standard deviation across replicates, each computed alone)"))
     if not doc["labelled"]["with_expected"]:
         parts.append(Text("no question has an expected label: add \"expected\" to the job lines "
                           "to get accuracy figures; diagnostics follow", style="yellow"))

@@ -20,6 +20,8 @@ DB = tuple[str, sessionmaker[Session]]
 runner = CliRunner()
 
 
+
+
 def _squashed_run(session: Session, name: str, seed: int, n: int = 400,
                   outlier: int = 0) -> None:
     """Scores that rank well but are squashed (true P(yes) = sqrt(score)); two questions."""
@@ -55,14 +57,17 @@ def test_calibrate_then_report_another_run(report_db: DB, tmp_path: Path) -> Non
     assert code == 0, out
     doc = json.loads(out)
     assert doc["calibration_source"]["run"] == "fit"
-    for block in ("overall", "cells"):
-        raw, cal = doc["raw"]["noul"][block], doc["calibrated"]["noul"][block]
+    questions = doc["raw"]["noul"]["questions"]
+    assert set(questions) == {"conflict", "gap"} and doc["raw"]["noul"]["pooled"] is None
+    for qid, block in [(q, b) for q in questions for b in ("overall", "cells")]:
+        raw = questions[qid][block]
+        cal = doc["calibrated"]["noul"]["questions"][qid][block]
         pairs = [(raw, cal)] if block == "overall" else [
             (raw[c], cal[c]) for c in ("wording-a", "wording-b")]
         for r, c in pairs:
             for name in ("auc", "rank_median_pct", "rank_worst_pct", "top_share"):
                 assert c["figures"][name] == r["figures"][name], name
-            assert c["figures"]["ece"] < r["figures"]["ece"] / 2
+            assert c["figures"]["ece"] < r["figures"]["ece"] * 0.75
             assert c["figures"]["brier"] < r["figures"]["brier"]
 
 
@@ -104,12 +109,16 @@ def test_rich_output_shows_figures_cells_and_flags(report_db: DB) -> None:
         _squashed_run(session, "flagged", seed=4, n=600, outlier=25)
     code, out = _cli(url, "report", "flagged")
     assert code == 0, out
-    for text in ("yes/no per cell", "wording-a", "wording-b", "AUC", "recall >0.30",
+    for text in ("yes/no per question", "yes/no conflict per cell", "yes/no gap per cell",
+                 "wording-a", "wording-b", "AUC", "recall >0.30", "conflict: AUC", "gap: AUC",
                  "unanswered and failures per cell", "calibration per question",
                  "false pos. >0.70"):
         assert text in out, text
     assert re.search(r"⚑ cell 'wording-b': unanswered 25/300", out)
     assert "wording-a'" not in out  # the cell doing better than the rest is not flagged
+    assert "pooled" not in out  # two questions, never pooled unasked
+    code, out = _cli(url, "report", "flagged", "--pooled")
+    assert code == 0 and "all (pooled)" in out and "(pooled over questions)" in out
 
 
 def test_against_puts_runs_side_by_side(report_db: DB) -> None:
@@ -171,10 +180,11 @@ def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
     assert code == 0, out
     # one line: where the page is and the headline figures, not the terminal report
     doc = json.loads(_cli(url, "report", "page", "--calibration", str(calib), "--json")[1])
-    h = doc["headline"]["noul"]
-    assert out.count("\n") == 1 and out.startswith(f"wrote {page}: AUC ")
-    assert f"recall >0.30 {h['recall_hits']}/{h['positives']} (" in out
+    h = doc["headline"]["noul"]["questions"]["conflict"]["figures"]
+    assert out.count("\n") == 1 and out.startswith(f"wrote {page}: conflict: AUC ")
+    assert f"conflict: recall >0.30 {h['recall_hits']}/{h['positives']} (" in out
     assert f"false positives >0.70 {h['fp_count']} (" in out and " calibrated" in out
+    assert "; gap: AUC " in out  # each question's own figures
     html = page.read_text()
     assert 'id="headline"' in html and 'data-figure="recall"' in html
     missed = doc["review"]["missed_positives"]
@@ -220,7 +230,7 @@ def test_run_without_expected_labels_still_reports_diagnostics(report_db: DB) ->
     doc = json.loads(_cli(url, "report", "unlabelled", "--json")[1])
     x = doc["diagnostics"]["cells"]["x"]
     assert (x["low_mass_share"], x["argmax_not_label_share"]) == (1.0, 1.0)
-    assert doc["raw"]["noul"]["overall"]["figures"]["auc"] is None
+    assert doc["raw"]["noul"] == {"questions": {}, "pooled": None}
 
 
 def test_unreachable_database_says_what_to_check(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix, log_loss, roc_auc_score
@@ -10,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.errors import InputError
 from app.report.document import build_report, summarize_run
 from app.report.figures import Params
+from app.report.headline import headline_items
 from app.store.db import make_engine, make_sessionmaker, session_scope
 from app.store.models import Decision, Run
 from tests.fixtures.report_db import RunBuilder
@@ -19,6 +22,12 @@ DB = tuple[str, sessionmaker[Session]]
 Y = [1, 0, 1, 0, 0, 1, 0, 0, 1, 0]
 S = [0.95, 0.80, 0.60, 0.40, 0.35, 0.25, 0.20, 0.10, 0.05, 0.01]
 
+
+
+def _one(kind: dict[str, Any]) -> dict[str, Any]:
+    """The one question's section (or summary entry) of a kind."""
+    (section,) = kind["questions"].values()
+    return section
 
 def _hand_run(session: Session) -> None:
     b = RunBuilder(session, "hand")
@@ -35,9 +44,12 @@ def test_yes_no_figures_overall_and_per_cell(report_db: DB) -> None:
         _hand_run(session)
     with session_scope(factory) as session:
         doc = build_report(session, "hand")
-    block = doc["raw"]["noul"]["overall"]
+    block = _one(doc["raw"]["noul"])["overall"]
     f = block["figures"]
-    assert block["replicates"] == 1 and block["std"] == {}
+    assert block["replicates"] == 1 and block["draw_sd"] == {}
+    assert f["labelled"] == 11 and f["unanswered_share"] == pytest.approx(1 / 11)
+    assert block["intervals"]["recall"]["method"] == "Wilson"
+    assert block["intervals"]["auc"]["low"] < f["auc"] < block["intervals"]["auc"]["high"]
     assert (f["n"], f["positives"], f["negatives"], f["unanswered"]) == (10, 4, 6, 1)
     assert f["auc"] == pytest.approx(roc_auc_score(Y, S))
     assert (f["recall"], f["recall_hits"]) == (0.5, 2)
@@ -46,10 +58,10 @@ def test_yes_no_figures_overall_and_per_cell(report_db: DB) -> None:
     assert (f["fp_count"], f["fp_per_1000_neg"]) == (1, pytest.approx(1000 / 6))
     assert f["distinct_states"] == 5 and f["fp_per_100_states"] == pytest.approx(20.0)
     assert (f["referral_band"], f["referral_band_pos"]) == (3, 1)
-    c2 = doc["raw"]["noul"]["cells"]["c2"]["figures"]
+    c2 = _one(doc["raw"]["noul"])["cells"]["c2"]["figures"]
     assert c2["auc"] == pytest.approx(roc_auc_score(Y[5:], S[5:]))
     assert (c2["n"], c2["positives"], c2["unanswered"]) == (5, 2, 1)
-    assert set(doc["raw"]["noul"]["cells"]) == {"c1", "c2"}
+    assert set(_one(doc["raw"]["noul"])["cells"]) == {"c1", "c2"}
 
 
 def test_thresholds_are_parameters(report_db: DB) -> None:
@@ -58,7 +70,7 @@ def test_thresholds_are_parameters(report_db: DB) -> None:
         _hand_run(session)
         doc = build_report(session, "hand", Params(threshold_recall=0.2, threshold_fp=0.5,
                                                    top_share=0.3, band_low=0.2, band_high=0.5))
-    f = doc["raw"]["noul"]["overall"]["figures"]
+    f = _one(doc["raw"]["noul"])["overall"]["figures"]
     assert (f["recall_hits"], f["fp_count"], f["top_share_hits"]) == (3, 1, 2)
     assert f["referral_band"] == 4  # 0.40, 0.35, 0.25 and 0.20 (inclusive)
 
@@ -79,13 +91,13 @@ def test_choice_and_score_figures(report_db: DB) -> None:
         doc = build_report(session, "typed")
     truth = ["A", "B", "C", "A"]
     matrix = np.array([list(p.values()) for p, _ in rows])
-    choice = doc["raw"]["choice"]["overall"]["figures"]
+    choice = _one(doc["raw"]["choice"])["overall"]["figures"]
     assert choice["n"] == 4 and choice["accuracy"] == 0.75
     assert choice["log_loss"] == pytest.approx(log_loss(truth, matrix, labels=["A", "B", "C"]))
-    conf = doc["raw"]["choice"]["confusion"]
+    conf = _one(doc["raw"]["choice"])["confusion"]
     assert conf["labels"] == ["A", "B", "C"]
     assert conf["matrix"] == confusion_matrix(truth, ["A", "B", "A", "A"]).tolist()
-    score = doc["raw"]["score"]["overall"]["figures"]
+    score = _one(doc["raw"]["score"])["overall"]["figures"]
     # Expected levels: 1.0 (true 1) and 0.5 (true 2): MAE = (0 + 1.5) / 2.
     assert score["mae_level"] == pytest.approx(0.75)
     assert score["accuracy"] == 0.5
@@ -171,14 +183,17 @@ def test_replicates_give_mean_and_sd(report_db: DB, noise: float) -> None:
     with session_scope(factory) as session:
         _replicated(session, "reps", noise)
         doc = build_report(session, "reps")
-    block = doc["raw"]["noul"]["overall"]
+    block = _one(doc["raw"]["noul"])["overall"]
     assert block["replicates"] == 3
-    assert block["figures"]["n"] == 120  # per replicate
+    assert block["figures"]["n"] == 120  # one averaged answer per decision
+    auc = block["intervals"]["auc"]
     if noise:
-        assert block["std"]["auc"] > 0
-        assert doc["raw"]["noul"]["cells"]["odd"]["std"]["auc"] > 0
+        assert block["draw_sd"]["auc"] > 0
+        assert _one(doc["raw"]["noul"])["cells"]["odd"]["draw_sd"]["auc"] > 0
+        # the draw noise is far narrower than the interval over items
+        assert block["draw_sd"]["auc"] < (auc["high"] - auc["low"]) / 2
     else:
-        assert block["std"]["auc"] == 0.0
+        assert block["draw_sd"]["auc"] == 0.0
 
 
 def test_summary_and_unknown_run(report_db: DB) -> None:
@@ -190,9 +205,12 @@ def test_summary_and_unknown_run(report_db: DB) -> None:
         with pytest.raises(InputError, match="dreads runs"):
             build_report(session, "nope")
     assert summary["run"] == "hand"
-    assert summary["noul"]["auc"] == pytest.approx(roc_auc_score(Y, S))
+    noul = _one(summary["noul"])
+    assert noul["figures"]["auc"] == pytest.approx(roc_auc_score(Y, S))
+    assert noul["intervals"]["auc"]["method"] == "DeLong"
     assert (summary["questions"], summary["unanswered"]) == (11, 1)
-    assert summary["noul"]["fp_count"] == 1 and summary["choice"]["n"] == 0
+    assert noul["figures"]["fp_count"] == 1 and summary["choice"]["n"] == 0
+    assert summary["partial"] is None
 
 
 def test_postgres_gives_the_same_report(report_db: DB, pg_url: str) -> None:
@@ -224,4 +242,10 @@ def test_decisions_still_in_flight_are_not_unanswered(report_db: DB) -> None:
     overall = doc["diagnostics"]["overall"]
     assert (overall["answered"], overall["unanswered"], overall["in_flight"]) == (1, 1, 1)
     assert overall["decision_statuses"] == {"done": 1, "failed": 1, "pending": 1}
-    assert doc["raw"]["noul"]["overall"]["figures"]["unanswered"] == 1
+    assert _one(doc["raw"]["noul"])["overall"]["figures"]["unanswered"] == 1
+    # the run is not settled: it says so at the top, in every block and in the headline
+    assert doc["partial"] == {"settled": 2, "decisions": 3}
+    section = _one(doc["raw"]["noul"])
+    assert all(b["partial"] for b in [section["overall"], *section["cells"].values()])
+    assert headline_items(doc["headline"])[0].text == (
+        "2 of 3 decisions settled; figures will change as the rest are answered")

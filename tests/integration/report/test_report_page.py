@@ -87,7 +87,8 @@ def _listed(browser: Any, list_id: str) -> list[list[str]]:
 def test_report_page_shows_headline_and_lists(make_sim: MakeSim, tmp_path: Path,
                                               browser: Any) -> None:
     doc, page = _report(make_sim, tmp_path)
-    h, lists = doc["headline"]["noul"], doc["review"]
+    (one,) = doc["headline"]["noul"]["questions"].values()
+    h, lists = one["figures"], doc["review"]
     assert lists["missed_positives"]["total"] >= 1
     assert lists["false_positives"]["total"] > len(lists["false_positives"]["items"]) == 20
     browser.set_window_size(1280, 1000)
@@ -97,7 +98,8 @@ def test_report_page_shows_headline_and_lists(make_sim: MakeSim, tmp_path: Path,
     assert f"{h['recall_hits']}/{h['positives']}" in _card(browser, "recall")
     assert f"{h['top_share_hits']}/{h['positives']}" in _card(browser, "top_share")
     assert _card(browser, "false_positives").split("\n")[1].startswith(f"{h['fp_count']} (")
-    assert f"{doc['headline']['ece']['raw']:.3g} raw" in _card(browser, "ece")
+    assert f"{h['ece']:.3g} raw [" in _card(browser, "ece")
+    assert f"{h['auc']:.4g} [" in _card(browser, "auc")  # every figure with its interval
     questions = doc["headline"]["questions"]
     assert f"{doc['headline']['unanswered']}/{questions}" in _card(browser, "unanswered")
     assert "dgemma" in _card(browser, "model") and "yes" in _card(browser, "simulator")

@@ -58,14 +58,15 @@ def test_calibration_from_a_simulated_run_fixes_another(make_sim: MakeSim,
                                  "--html", str(page), "--database-url", url])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    raw = doc["raw"]["noul"]["overall"]["figures"]
-    cal = doc["calibrated"]["noul"]["overall"]["figures"]
+    (raw_section,) = doc["raw"]["noul"]["questions"].values()
+    (cal_section,) = doc["calibrated"]["noul"]["questions"].values()
+    raw, cal = raw_section["overall"]["figures"], cal_section["overall"]["figures"]
     assert raw["n"] == 180 and raw["unanswered"] == 0
     assert raw["auc"] > 0.85  # the simulator ranks well ...
     assert raw["ece"] > 0.05  # ... but is miscalibrated (overconfident, biased to "no")
     assert cal["auc"] == raw["auc"]
     assert cal["rank_median_pct"] == raw["rank_median_pct"]
     assert cal["ece"] < raw["ece"] and cal["brier"] < raw["brier"]
-    assert set(doc["raw"]["noul"]["cells"]) == {"wording-0", "wording-1", "wording-2"}
+    assert set(raw_section["cells"]) == {"wording-0", "wording-1", "wording-2"}
     assert doc["diagnostics"]["flagged"] == []
     assert page.read_text().count("data:image/png;base64,") == 5

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from app.report.figures import Params, figure_block, noul_figures
+from app.report.figures import Params, noul_figures
 from app.report.headline import headline, headline_items, headline_line
 from app.report.load import QuestionRow
 from app.report.review import FALSE_POSITIVES_SHOWN, review, state_words
+from app.report.sections import figure_block
 
 PARAMS = {"threshold_recall": 0.30, "threshold_fp": 0.70, "top_share": 0.05}
 DIAG = {"questions": 8, "answered": 7, "unanswered": 1, "in_flight": 0, "attempts": 9,
@@ -56,15 +57,30 @@ def test_state_words_are_the_first_twelve(state: object, words: str) -> None:
 
 def test_headline_gives_counts_beside_rates() -> None:
     rows = [_row("p1", 0.9, 1), _row("p2", 0.2, 1), _row("n1", 0.8, 0), _row("n2", 0.1, 0)]
-    figures = figure_block(rows, noul_figures, Params())["figures"]
+    block = figure_block(rows, noul_figures, Params())
     run = {"name": "r", "settings": {"model": "m", "layout": "vllm", "read_mode": "isolated",
                                      "policy": "agree", "max_draws": 4},
            "engine": "vllm", "upstream": "http://gpu:8000", "simulator": False, "replicates": 1}
-    h = headline(run, PARAMS, {"noul": figures}, DIAG, calibrated_ece=0.01)
+    h = headline(run, PARAMS, {"noul": {"q": block}}, DIAG, calibrated_ece={"q": 0.01})
     items = {i.key: i.value for i in headline_items(h)}
-    assert items["recall"] == "1/2 (50%)"
+    assert items["recall"] == "1/2 (50%, 95% CI 9.45-90.5%)"
     assert items["false_positives"].startswith("1 (")
     assert items["ece"].endswith("0.01 calibrated")
     assert (items["unanswered"], items["failed"], items["low_mass"]) == (
         "1/8", "2/9", "3/20 draws")
-    assert headline_line(h).startswith("AUC 0.75; recall >0.30 1/2 (50%); in top 5% ")
+    assert headline_line(h).startswith("AUC 0.75 [")
+    assert "; recall >0.30 1/2 (50%, 95% CI 9.45-90.5%); in top 5% " in headline_line(h)
+
+
+def test_headline_shows_each_question_and_says_partial() -> None:
+    rows = [_row("p1", 0.9, 1), _row("p2", 0.2, 1), _row("n1", 0.8, 0), _row("n2", 0.1, 0)]
+    other = [QuestionRow(**{**r.__dict__, "question_id": "r"}) for r in rows]
+    blocks = {"q": figure_block(rows, noul_figures, Params()),
+              "r": figure_block(other, noul_figures, Params())}
+    run = {"name": "r", "settings": {}, "engine": "vllm", "upstream": "u", "simulator": False,
+           "replicates": 1}
+    h = headline(run, PARAMS, {"noul": blocks}, DIAG, partial={"settled": 64, "decisions": 313})
+    titles = [i.title for i in headline_items(h)]
+    assert titles[0] == "partial" and "q: AUC" in titles and "r: AUC" in titles
+    assert "AUC" not in titles  # nothing pooled over the two questions
+    assert headline_line(h).startswith("partial 64 of 313 decisions settled")
