@@ -46,7 +46,7 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from app.engine import all_kinds, is_simulator
@@ -58,10 +58,10 @@ from app.report.families import binary_kinds, view_of
 from app.report.figures import (
     Params,
     binary_rows,
+    binary_types,
     calibration_figures,
     confusion_table,
     figures_of,
-    is_binary,
     is_positive,
     typed_rows,
 )
@@ -87,29 +87,31 @@ FORMAT = "dreads.report/2"
 
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
     """The rows with every answered yes/no P(yes) passed through ``calibration``."""
-    index = [i for i, r in enumerate(rows) if r.p_yes is not None and is_binary(r.question_type)]
+    binary = binary_types(rows)
+    index = [i for i, r in enumerate(rows) if r.p_yes is not None and r.question_type in binary]
     out = list(rows)
     if not index:
         return out
     scores = calibration.apply([rows[i].question_id for i in index],
                                [float(rows[i].p_yes or 0.0) for i in index])
-    for i, value in zip(index, scores, strict=True):
-        out[i] = replace(rows[i], p_yes=float(value))
+    for i, value in zip(index, scores.tolist(), strict=True):
+        out[i] = rows[i].with_p_yes(float(value))
     return out
 
 
 def cross_fitted_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow] | None:
     """The rows with every answered, labelled yes/no P(yes) cross-fitted (``cross_fitted``: a
     map fitted on the other folds); None when either class has too few answers."""
+    binary = binary_types(rows)
     index = [i for i, r in enumerate(rows) if r.answered and r.p_yes is not None
-             and r.expected is not None and is_binary(r.question_type)]
+             and r.expected is not None and r.question_type in binary]
     scores = cross_fitted([1 if is_positive(rows[i]) else 0 for i in index],
                           [float(rows[i].p_yes or 0.0) for i in index])
     if scores is None:
         return None
     out = list(rows)
-    for i, value in zip(index, scores, strict=True):
-        out[i] = replace(rows[i], p_yes=float(value))
+    for i, value in zip(index, scores.tolist(), strict=True):
+        out[i] = rows[i].with_p_yes(float(value))
     return out
 
 

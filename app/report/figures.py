@@ -77,9 +77,15 @@ def is_binary(qtype: str) -> bool:
         return False
 
 
-def binary_rows(rows: Iterable[QuestionRow]) -> list[QuestionRow]:
+def binary_types(rows: Iterable[QuestionRow]) -> frozenset[str]:
+    """The question types of ``rows`` that are yes/no kinds (each type looked up once)."""
+    return frozenset(t for t in {r.question_type for r in rows} if is_binary(t))
+
+
+def binary_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow]:
     """Rows of the yes/no kinds that carry an expected label."""
-    return [r for r in rows if r.expected is not None and is_binary(r.question_type)]
+    binary = binary_types(rows)
+    return [r for r in rows if r.expected is not None and r.question_type in binary]
 
 
 def is_positive(row: QuestionRow) -> bool:
@@ -154,11 +160,12 @@ def _noul_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
     done = np.isfinite(c.s)
     y, s = c.y[done], c.s[done]
     boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
+    ece, brier = boot.intervals([(*ece_columns(y, s, p.n_bins), f["ece"]),
+                                 (*mean_columns((s - y) ** 2), f["brier"])])
     return {
         "auc": auc_interval(y, s),
         "rank_median_pct": median_interval(m.positive_rank_percentiles(y, s)),
-        "ece": boot.interval(*ece_columns(y, s, p.n_bins), f["ece"]),
-        "brier": boot.interval(*mean_columns((s - y) ** 2), f["brier"]),
+        "ece": ece, "brier": brier,
     }
 
 
@@ -176,8 +183,9 @@ def _choice_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
     done = c.has_label
     boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
     loss = -np.log(np.clip(c.p_true[done], 1e-15, 1.0))
-    return {"accuracy": boot.interval(*mean_columns(c.correct[done]), f["accuracy"]),
-            "log_loss": boot.interval(*mean_columns(loss), f["log_loss"])}
+    accuracy, log_loss = boot.intervals([(*mean_columns(c.correct[done]), f["accuracy"]),
+                                         (*mean_columns(loss), f["log_loss"])])
+    return {"accuracy": accuracy, "log_loss": log_loss}
 
 
 def _score_rows(c: Columns) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
@@ -202,8 +210,10 @@ def _score_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
     lev = leveled[done]
     error = np.where(lev, np.abs(np.nan_to_num(c.level_true[done] - c.level_pred[done])), 0.0)
     mae_columns = np.column_stack([error, lev.astype(np.float64)])
-    return {"mae_level": boot.interval(mae_columns, ratio_statistic(0, 1), f["mae_level"]),
-            "accuracy": boot.interval(*mean_columns(c.correct[done]), f["accuracy"])}
+    mae_level, accuracy = boot.intervals([
+        (mae_columns, ratio_statistic(0, 1), f["mae_level"]),
+        (*mean_columns(c.correct[done]), f["accuracy"])])
+    return {"mae_level": mae_level, "accuracy": accuracy}
 
 
 #: the figures of labelled yes/no questions (the field report's)

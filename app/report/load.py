@@ -74,6 +74,15 @@ class QuestionRow:
     #: the decision's images as stored at submit (reference, sha256); () for text
     images: tuple[StoredImage, ...] = ()
 
+    def with_p_yes(self, p_yes: float) -> QuestionRow:
+        """A copy with another P(yes) (a calibrated one): ``dataclasses.replace``'s result,
+        made a few times faster (a report calibrates a million rows)."""
+        return QuestionRow(
+            self.decision_key, self.replicate, self.cell, self.state_key, self.status,
+            self.question_id, self.question_type, self.labels, self.expected, self.answered,
+            self.label, p_yes, self.probs, self.expected_level, self.label_mass,
+            self.argmax_is_label, self.stderr, self.draws, self.stop_reason, self.images)
+
     @property
     def unanswered(self) -> bool:
         """No answer and none coming: the decision is settled (``states.is_unanswered``)."""
