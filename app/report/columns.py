@@ -9,7 +9,7 @@ a score's level the mean level), so that a figure and its interval come from the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -50,9 +50,9 @@ class Columns:
     unanswered: BoolArray  #: settled without an answer
     question_names: tuple[str, ...]
     cell_names: tuple[str, ...]
-    #: the row each entry came from (its probabilities: ``averaged`` takes the argmax); None
-    #: once averaged
-    rows: tuple[QuestionRow, ...] | None = None
+    #: the row each entry came from (an object array; its probabilities: ``averaged`` takes
+    #: the argmax); None once averaged
+    rows: NDArray[np.object_] | None = None
 
     def __len__(self) -> int:
         return int(self.decision.size)
@@ -65,8 +65,6 @@ class Columns:
             value = getattr(self, f.name)
             if isinstance(value, np.ndarray):
                 out[f.name] = value[idx]
-            elif f.name == "rows" and value is not None:
-                out[f.name] = tuple(value[i] for i in idx.tolist())
             else:
                 out[f.name] = value
         return Columns(**out)
@@ -76,43 +74,60 @@ class Columns:
         return int(np.unique(self.replicate).size)
 
 
-def _codes(values: Sequence[str]) -> tuple[IntArray, tuple[str, ...]]:
-    names, codes = np.unique(np.asarray(values, dtype=object).astype(str), return_inverse=True)
-    return codes.astype(np.int64).ravel(), tuple(str(n) for n in names)
+def _codes(values: Iterable[str]) -> tuple[IntArray, tuple[str, ...]]:
+    """Codes of ``values`` in the sorted order of their distinct values (a dict: O(n))."""
+    seen: dict[str, int] = {}
+    first = np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64)
+    names = sorted(seen)
+    order = np.empty(len(names), dtype=np.int64)
+    order[[seen[n] for n in names]] = np.arange(len(names))
+    return order[first] if first.size else first, tuple(names)
 
 
-def columns_of(rows: Sequence[QuestionRow]) -> Columns:
-    """The columns of ``rows`` (any kind; the fields a family does not use stay unused)."""
+def columns_of(rows: Sequence[QuestionRow], *, typed: bool = True) -> Columns:
+    """The columns of ``rows``; without ``typed`` the choice/score fields (label, level) are
+    left empty (NaN): the yes/no figures do not read them."""
     n = len(rows)
     nan = float("nan")
-    decision, _ = _codes([r.decision_key for r in rows]) if n else (np.zeros(0, np.int64), ())
-    question, qnames = _codes([r.question_id for r in rows]) if n else (np.zeros(0, np.int64), ())
-    cell, cnames = _codes([r.cell for r in rows]) if n else (np.zeros(0, np.int64), ())
-    state, _ = _codes([r.state_key for r in rows]) if n else (np.zeros(0, np.int64), ())
+    decision, _ = _codes(r.decision_key for r in rows)
+    question, qnames = _codes(r.question_id for r in rows)
+    cell, cnames = _codes(r.cell for r in rows)
+    state, _ = _codes(r.state_key for r in rows)
     y = np.fromiter((bool(r.labels) and r.expected == r.labels[0] for r in rows), bool, n)
     s = np.fromiter((float(r.p_yes) if r.answered and r.p_yes is not None else nan
                      for r in rows), np.float64, n)
     has_label = np.fromiter((r.answered and r.label is not None for r in rows), bool, n)
-    correct = np.fromiter((nan if not (r.answered and r.label is not None)
-                           else float(str(r.label) == str(r.expected)) for r in rows),
-                          np.float64, n)
-    p_true = np.fromiter((nan if not (r.answered and r.label is not None)
-                          else float((r.probs or {}).get(str(r.expected), 0.0)) for r in rows),
-                         np.float64, n)
-    in_labels = np.fromiter((str(r.expected) in r.labels for r in rows), bool, n)
-    level_true = np.fromiter((r.labels.index(str(r.expected)) if str(r.expected) in r.labels
-                              else nan for r in rows), np.float64, n)
-    level_pred = np.fromiter((float(r.expected_level) if r.answered and r.label is not None
-                              and r.expected_level is not None else nan for r in rows),
-                             np.float64, n)
+    empty = np.full(n, nan)
+    correct, p_true, level_true, level_pred = empty, empty, empty, empty
+    in_labels = np.zeros(n, dtype=bool)
+    if typed:
+        correct = np.fromiter((nan if not (r.answered and r.label is not None)
+                               else float(str(r.label) == str(r.expected)) for r in rows),
+                              np.float64, n)
+        p_true = np.fromiter((nan if not (r.answered and r.label is not None)
+                              else float((r.probs or {}).get(str(r.expected), 0.0))
+                              for r in rows), np.float64, n)
+        in_labels = np.fromiter((str(r.expected) in r.labels for r in rows), bool, n)
+        level_true = np.fromiter((r.labels.index(str(r.expected))
+                                  if str(r.expected) in r.labels else nan for r in rows),
+                                 np.float64, n)
+        level_pred = np.fromiter((float(r.expected_level) if r.answered and r.label is not None
+                                  and r.expected_level is not None else nan for r in rows),
+                                 np.float64, n)
     return Columns(
         decision=decision, replicate=np.fromiter((r.replicate for r in rows), np.int64, n),
         question=question, cell=cell, state=state, y=y.astype(np.int64), s=s,
         has_label=has_label, correct=correct, p_true=p_true, in_labels=in_labels,
         level_true=level_true, level_pred=level_pred,
         unanswered=np.fromiter((r.unanswered for r in rows), bool, n),
-        question_names=qnames, cell_names=cnames, rows=tuple(rows),
+        question_names=qnames, cell_names=cnames, rows=_objects(rows),
     )
+
+
+def _objects(rows: Sequence[QuestionRow]) -> NDArray[np.object_]:
+    out = np.empty(len(rows), dtype=object)
+    out[:] = list(rows)
+    return out
 
 
 def grouped(codes: IntArray, names: Sequence[str]) -> dict[str, NDArray[np.intp]]:

@@ -21,6 +21,7 @@ from app.report.columns import Columns, columns_of
 from app.report.intervals import (
     ClusteredBootstrap,
     Interval,
+    Statistic,
     auc_interval,
     ece_columns,
     mean_columns,
@@ -107,23 +108,50 @@ class FamilyFigures:
 
     Called on rows or ``Columns``: the figures of those entries as they are (one replicate;
     ``sections.figure_block`` averages replicates first). ``intervals`` gives the interval of
-    every figure whose method is not a Wilson rate (those come from the counts, ``specs``).
+    every figure whose method is not a Wilson rate (those come from the counts, ``specs``);
+    its bootstrap resamples the decisions of the entries ``done`` marks (the answered ones the
+    figures are computed on).
     """
 
     def __init__(self, family: Family,
                  figures: Callable[[Columns, Params], Figures],
-                 intervals: Callable[[Columns, Params, Figures], dict[str, Interval]]) -> None:
+                 intervals: Callable[[Columns, Params, Figures, ClusteredBootstrap],
+                                     dict[str, Interval]],
+                 done: Callable[[Columns], NDArray[np.bool_]]) -> None:
         self.family = family
         self._figures = figures
         self._intervals = intervals
+        self.done = done
 
     def __call__(self, rows: Sequence[QuestionRow] | Columns, p: Params) -> Figures:
-        cols = rows if isinstance(rows, Columns) else columns_of(rows)
+        cols = rows if isinstance(rows, Columns) else columns_of(
+            rows, typed=self.family is not Family.BINARY)
         return self._figures(cols, p)
 
-    def intervals(self, cols: Columns, p: Params, figures: Figures) -> dict[str, Interval]:
-        """Intervals of the figures the counts do not give (AUC, bootstrap, median)."""
-        return self._intervals(cols, p, figures)
+    def intervals(self, cols: Columns, p: Params, figures: Figures,
+                  boot: ClusteredBootstrap | None = None) -> dict[str, Interval]:
+        """Intervals of the figures the counts do not give (AUC, bootstrap, median); ``boot``
+        over the decisions of ``cols``' ``done`` entries, in their order (made when None)."""
+        if boot is None:
+            boot = ClusteredBootstrap(cols.decision[self.done(cols)], seed=p.seed)
+        return self._intervals(cols, p, figures, boot)
+
+
+def _answered_p(c: Columns) -> NDArray[np.bool_]:
+    return np.isfinite(c.s)
+
+
+def _with_label(c: Columns) -> NDArray[np.bool_]:
+    return c.has_label
+
+
+def _bootstrapped(boot: ClusteredBootstrap,
+                  figures: dict[str, tuple[tuple[np.ndarray, Statistic], Any]]
+                  ) -> dict[str, Interval]:
+    """The bootstrap intervals of several figures in one pass over the resamples."""
+    keys = list(figures)
+    found = boot.intervals([(*figures[k][0], figures[k][1]) for k in keys])
+    return dict(zip(keys, found, strict=True))
 
 
 def _labelled(c: Columns) -> Figures:
@@ -137,18 +165,17 @@ def _noul(c: Columns, p: Params) -> Figures:
     y, s = c.y[done], c.s[done]
     n_states = int(np.unique(c.state[done]).size)
     recall_hits, recall = m.recall_at(y, s, p.threshold_recall)
-    top_hits, top = m.top_share(y, s, p.top_share)
+    ranks = m.ranking(y, s, p.top_share)
     band = m.referral_band(s, p.band_low, p.band_high)
-    rank_median, rank_worst = m.rank_summary(y, s)
     fp, fp_1000, fp_states = m.false_positives(y, s, p.threshold_fp, n_states)
     return {
         "n": int(y.size), "positives": int(y.sum()), "negatives": int(y.size - y.sum()),
         **_labelled(c), "distinct_states": n_states,
-        "auc": m.auc(y, s),
+        "auc": ranks.auc,
         "recall": recall, "recall_hits": recall_hits,
-        "top_share": top, "top_share_hits": top_hits,
+        "top_share": ranks.top_share, "top_share_hits": ranks.top_hits,
         "top_share_cap": m.top_share_cap(int(y.size), int(y.sum()), p.top_share),
-        "rank_median_pct": rank_median, "rank_worst_pct": rank_worst,
+        "rank_median_pct": ranks.rank_median, "rank_worst_pct": ranks.rank_worst,
         "fp_count": fp, "fp_per_1000_neg": fp_1000, "fp_per_100_states": fp_states,
         "referral_band": band, "referral_band_share": band / y.size if y.size else None,
         "referral_band_pos": m.referral_band(s[y == 1], p.band_low, p.band_high),
@@ -156,16 +183,15 @@ def _noul(c: Columns, p: Params) -> Figures:
     }
 
 
-def _noul_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
+def _noul_intervals(c: Columns, p: Params, f: Figures,
+                    boot: ClusteredBootstrap) -> dict[str, Interval]:
     done = np.isfinite(c.s)
     y, s = c.y[done], c.s[done]
-    boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
-    ece, brier = boot.intervals([(*ece_columns(y, s, p.n_bins), f["ece"]),
-                                 (*mean_columns((s - y) ** 2), f["brier"])])
     return {
         "auc": auc_interval(y, s),
         "rank_median_pct": median_interval(m.positive_rank_percentiles(y, s)),
-        "ece": ece, "brier": brier,
+        **_bootstrapped(boot, {"ece": (ece_columns(y, s, p.n_bins), f["ece"]),
+                               "brier": (mean_columns((s - y) ** 2), f["brier"])}),
     }
 
 
@@ -179,13 +205,12 @@ def _choice(c: Columns, p: Params) -> Figures:
     }
 
 
-def _choice_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
+def _choice_intervals(c: Columns, p: Params, f: Figures,
+                      boot: ClusteredBootstrap) -> dict[str, Interval]:
     done = c.has_label
-    boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
     loss = -np.log(np.clip(c.p_true[done], 1e-15, 1.0))
-    accuracy, log_loss = boot.intervals([(*mean_columns(c.correct[done]), f["accuracy"]),
-                                         (*mean_columns(loss), f["log_loss"])])
-    return {"accuracy": accuracy, "log_loss": log_loss}
+    return _bootstrapped(boot, {"accuracy": (mean_columns(c.correct[done]), f["accuracy"]),
+                                "log_loss": (mean_columns(loss), f["log_loss"])})
 
 
 def _score_rows(c: Columns) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
@@ -204,24 +229,26 @@ def _score(c: Columns, p: Params) -> Figures:
     }
 
 
-def _score_intervals(c: Columns, p: Params, f: Figures) -> dict[str, Interval]:
+def _score_done(c: Columns) -> NDArray[np.bool_]:
+    return _score_rows(c)[0]
+
+
+def _score_intervals(c: Columns, p: Params, f: Figures,
+                     boot: ClusteredBootstrap) -> dict[str, Interval]:
     done, leveled = _score_rows(c)
-    boot = ClusteredBootstrap(c.decision[done], seed=p.seed)
     lev = leveled[done]
     error = np.where(lev, np.abs(np.nan_to_num(c.level_true[done] - c.level_pred[done])), 0.0)
-    mae_columns = np.column_stack([error, lev.astype(np.float64)])
-    mae_level, accuracy = boot.intervals([
-        (mae_columns, ratio_statistic(0, 1), f["mae_level"]),
-        (*mean_columns(c.correct[done]), f["accuracy"])])
-    return {"mae_level": mae_level, "accuracy": accuracy}
+    mae = (np.column_stack([error, lev.astype(np.float64)]), ratio_statistic(0, 1))
+    return _bootstrapped(boot, {"mae_level": (mae, f["mae_level"]),
+                                "accuracy": (mean_columns(c.correct[done]), f["accuracy"])})
 
 
 #: the figures of labelled yes/no questions (the field report's)
-noul_figures = FamilyFigures(Family.BINARY, _noul, _noul_intervals)
+noul_figures = FamilyFigures(Family.BINARY, _noul, _noul_intervals, _answered_p)
 #: accuracy and log loss of labelled choice questions
-choice_figures = FamilyFigures(Family.NOMINAL, _choice, _choice_intervals)
+choice_figures = FamilyFigures(Family.NOMINAL, _choice, _choice_intervals, _with_label)
 #: MAE of the expected level and accuracy of the top level, labelled score questions
-score_figures = FamilyFigures(Family.ORDINAL, _score, _score_intervals)
+score_figures = FamilyFigures(Family.ORDINAL, _score, _score_intervals, _score_done)
 
 #: The figures of each family's questions.
 _FIGURES: Mapping[Family, FamilyFigures] = {

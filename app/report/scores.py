@@ -16,6 +16,7 @@ from scipy.stats import binomtest, rankdata
 from sklearn.metrics import brier_score_loss, confusion_matrix, roc_auc_score
 
 __all__ = [
+    "Ranking",
     "ReliabilityBin",
     "accuracy",
     "auc",
@@ -28,6 +29,7 @@ __all__ = [
     "mae",
     "positive_rank_percentiles",
     "rank_summary",
+    "ranking",
     "recall_at",
     "referral_band",
     "reliability_bins",
@@ -95,6 +97,37 @@ def top_share(y: ArrayLike, s: ArrayLike, share: float) -> tuple[int, float | No
 def top_share_cap(n: int, positives: int, share: float) -> int:
     """The most positives the top ``share`` of ``n`` scores can hold (``top_share``'s best)."""
     return min(positives, int(np.floor(share * n + 1e-9)))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The ranking figures of one set of answers from one ranking (``ranking``)."""
+
+    auc: float | None
+    top_hits: int
+    top_share: float | None
+    rank_median: float | None
+    rank_worst: float | None
+    positive_ranks: FloatArray  #: ``positive_rank_percentiles``
+
+
+def ranking(y: ArrayLike, s: ArrayLike, share: float) -> Ranking:
+    """``auc``, ``top_share``, ``rank_summary`` and ``positive_rank_percentiles`` from one
+    sort of the scores (the same values; the AUC by the rank-sum formula)."""
+    ya, sa = _arrays(y, s)
+    n, pos = sa.size, ya == 1
+    m = int(pos.sum())
+    if not n:
+        return Ranking(None, 0, None, None, None, np.empty(0))
+    ranks = rankdata(-sa, method="average")  # 1 = the highest score
+    pct = np.asarray(ranks[pos] / n * 100.0, dtype=np.float64)
+    auc_value = None
+    if 0 < m < n:
+        ascending = (n + 1.0) - ranks[pos]
+        auc_value = float((ascending.sum() - m * (m + 1) / 2.0) / (m * (n - m)))
+    hits = int(np.sum(ranks[pos] <= share * n))
+    return Ranking(auc_value, hits, hits / m if m else None,
+                   float(np.median(pct)) if m else None, float(pct.max()) if m else None, pct)
 
 
 def false_positives(

@@ -187,3 +187,16 @@ def test_expected_values_become_canvas_labels(given: object, qtype: str,
     except InputError:
         label = None
     assert label == expected
+
+
+def test_one_ranking_gives_the_figures_of_the_separate_functions() -> None:
+    from app.report import scores as m
+
+    rng = np.random.default_rng(5)
+    y = (rng.random(500) < 0.2).astype(int)
+    s = np.round(rng.random(500) * 0.5 + 0.4 * y, 2)  # rounded: many ties
+    r = m.ranking(y, s, 0.05)
+    assert r.auc == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert (r.top_hits, r.top_share) == m.top_share(y, s, 0.05)
+    assert (r.rank_median, r.rank_worst) == m.rank_summary(y, s)
+    np.testing.assert_array_equal(r.positive_ranks, m.positive_rank_percentiles(y, s))
