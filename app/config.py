@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     #: Directories ``file://`` images of job lines may be read from, separated by ``:`` (as
     #: ``PATH``); unset: none (a job file cannot make dreads read a local file).
     image_dirs: str | None = None
+    #: ``--upstream sim`` (the in-process simulator) and ``dreads sim``: on a joint read (several
+    #: questions on one canvas) the answers separate worse and lean to "no" (``SimOptions``),
+    #: so joint reads rank and recall worse (0 to 1; 0: no effect). A test knob, never a run
+    #: setting.
+    sim_joint_interference: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     #: The largest image a decision may carry, in bytes (20 MiB).
     image_max_bytes: Annotated[int, Field(ge=1)] = 20 * 1024 * 1024
     #: Seconds one image's fetch (an http(s) URL) may take.

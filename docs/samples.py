@@ -105,9 +105,11 @@ class Workspace:
         self.env = sample_env()
         self._server: tuple[subprocess.Popen[bytes], str] | None = None
 
-    def dreads(self, *args: str) -> str:
-        """What ``dreads ARGS`` prints (stdout and stderr together, in order)."""
-        out = subprocess.run([*dreads_command(), *args], cwd=self.path, env=self.env,
+    def dreads(self, *args: str, env: dict[str, str] | None = None) -> str:
+        """What ``dreads ARGS`` prints (stdout and stderr together, in order), with ``env``
+        over the workspace's environment."""
+        out = subprocess.run([*dreads_command(), *args], cwd=self.path,
+                             env={**self.env, **(env or {})},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              timeout=300, check=False)
         if out.returncode != 0:
@@ -325,6 +327,37 @@ def _report(ws: Workspace) -> str:
     return _shell(ws, "dreads report contracts")
 
 
+#: where ``report --against``'s comparison ends and run A's report begins
+_A_FOLLOWS = re.compile(r"^the report of .* \(a\) follows$", re.MULTILINE)
+#: how the simulator reads joint canvases in the comparison sample (``dreads sim``)
+_INTERFERENCE = {"DREADS_SIM_JOINT_INTERFERENCE": "0.6"}
+
+
+def _comparison(ws: Workspace, command: str) -> str:
+    """A ``terminal`` block of ``dreads report A --against B`` up to where A's report begins."""
+    import shlex
+
+    output = ws.dreads(*shlex.split(command)[1:])
+    end = _A_FOLLOWS.search(output)
+    return terminal(command, output[:end.end()] if end else output, keep=8)
+
+
+def _report_against(ws: Workspace) -> str:
+    """Joint (with the simulator's joint interference) against isolated reads of the tickets,
+    then the same settings with another seed: the noise check."""
+    runs = [("dreads run examples/tickets.jsonl --upstream sim --run tickets", {}),
+            ("dreads run examples/tickets.jsonl --upstream sim --run tickets-joint --mode joint",
+             _INTERFERENCE),
+            ("dreads run examples/tickets.jsonl --upstream sim --run tickets-seed --seed 13", {})]
+    shown = []
+    for command, env in runs:
+        ws.dreads(*command.split()[1:], "--json", env=env)
+        shown.append("".join(f"{k}={v} " for k, v in env.items()) + command)
+    head = fence("text", "".join(f"$ {line}\n" for line in shown))
+    return (head + "\n" + _comparison(ws, "dreads report tickets --against tickets-joint")
+            + "\n" + _comparison(ws, "dreads report tickets --against tickets-seed"))
+
+
 def _report_html(ws: Workspace) -> str:
     return _shell(ws, "dreads report contracts --html report.html")
 
@@ -383,6 +416,7 @@ SAMPLES = (
     Sample("run", "README.md", _run),
     Sample("report", "docs/commands.md", _report),
     Sample("report-html", "README.md", _report_html),
+    Sample("report-against", "docs/commands.md", _report_against),
     Sample("submit-dry-run", "README.md", _submit_dry_run),
     Sample("status", "docs/commands.md", _status),
     Sample("runs", "docs/commands.md", _runs),

@@ -250,7 +250,7 @@ def embedded_config(env: RunEnv, choice: UpstreamConfig, **given: Any) -> Embedd
     return EmbeddedConfig(lease_s=env.lease_s, max_attempts=env.max_attempts, engine=choice,
                           endpoints=endpoint_options(env), breaker=breaker_policy(env),
                           images=image_policy(env), gpu_price_hour=env.gpu_price_hour,
-                          **given)
+                          sim_joint_interference=env.sim_joint_interference, **given)
 
 
 def resume_embedded(factory: SessionFactory, url: str, run: RunInfo, given: ReadGiven,
@@ -310,7 +310,7 @@ def _execute(job: _Job) -> ExecutorStats:
         url, sim = start_upstream(settings.answer_url, settings, key)
     else:
         url, sim = (job.upstream, None) if job.in_process else start_upstream(
-            job.upstream, settings, key)
+            job.upstream, settings, key, joint_interference=job.config.sim_joint_interference)
     try:
         tokenizer = load_tokenizer(settings.tokenizer)
         note = None

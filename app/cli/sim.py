@@ -73,6 +73,12 @@ def sim(
     miscalibration: Annotated[float, typer.Option(
         min=0.0, help="Logits x (1+m), first label -m: miscalibrated, same ranking.",
         rich_help_panel=_ANSWERS)] = 0.0,
+    joint_interference: Annotated[float, typer.Option(
+        min=0.0, max=1.0, envvar="DREADS_SIM_JOINT_INTERFERENCE",
+        help="With --key: on a joint read (several questions on one canvas) the answers "
+             "separate worse and lean to the second label, so joint reads rank and recall "
+             "worse (0.6: a drop like the field report's recall 0.49 joint, 0.84 isolated).",
+        rich_help_panel=_ANSWERS)] = 0.0,
     step_ms: Annotated[float, typer.Option(
         min=0.0, help="GPU step length; 0 answers at once.", rich_help_panel=_GPU)] = 0.0,
     max_batch: Annotated[int, typer.Option(
@@ -141,7 +147,8 @@ def sim(
         options = SimOptions(
             host=host, port=port, model=model, canvas_length=canvas, max_model_len=max_model_len,
             tokenizer=tokenizer, vocab=vocab, noise=noise, separation=separation,
-            miscalibration=miscalibration, key_path=key, step_ms=step_ms, max_batch=max_batch,
+            miscalibration=miscalibration, joint_interference=joint_interference,
+            key_path=key, step_ms=step_ms, max_batch=max_batch,
             fail_rate=fail_rate, hang_rate=hang_rate, malformed_rate=malformed_rate,
             low_mass_rate=low_mass_rate, down_for_s=down_for, seed=seed,
             engine_model=_engine_model(engine, model), engine_device=device,

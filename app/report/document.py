@@ -20,8 +20,11 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
                   cross-fitted isotonic map of the run itself; null with it, or too few labels
     diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
                   rate, others_rate, p_value}]}
-    against      {a, b, matched, only_a, only_b, noul|choice|score: {overall: PAIR,
-                  cells: {cell: PAIR}}}; PAIR = {a: BLOCK, b: BLOCK, diff: {figure: a - b}}
+    against      with --against: {a, b, matched, only_a, only_b, correction, settings,
+                  questions: {qid: {kind, n, positives, overall: {figure: PAIR},
+                  cells: {cell: {figure: PAIR}}}}, verdicts: [{question, figure, text, real,
+                  better}], noise_floor, disagreement} (compare.py); PAIR = {a, b, diff
+                  (a - b), interval, p_value, p_adjusted, method, detectable, n, verdict}
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
     headline     the figures every rendering leads with (headline.py): identity {run, model,
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
@@ -53,6 +56,7 @@ from app.engine import all_kinds, is_simulator
 from app.errors import InputError
 from app.report.calibration import CROSS_FOLDS, Calibration, cross_fitted
 from app.report.compare import compare_rows
+from app.report.compare_settings import settings_side_by_side
 from app.report.diagnostics import diagnostics
 from app.report.families import binary_kinds, view_of
 from app.report.figures import (
@@ -227,7 +231,7 @@ def report_with_rows(
                                "ece": _ece(calibrated, p),
                                "questions": _question_ece(calibrated, p)}
     if against is not None:
-        doc["against"] = _against(session, data, against, p)
+        doc["against"] = _against(session, data, against, p, pooled=pooled)
     doc["headline"] = _headline_of(doc)
     doc["review"] = review(data.rows, p)
     return doc, calibrated
@@ -266,17 +270,21 @@ def _headline_of(doc: ReportDocument) -> dict[str, Any]:
                     calibrated, calibrated_by=by, partial=doc["partial"])
 
 
-def _against(session: Session, data: RunRows, ref: str, p: Params) -> dict[str, Any]:
+def _against(session: Session, data: RunRows, ref: str, p: Params, *,
+             pooled: bool = False) -> dict[str, Any]:
+    """The comparison of run ``data`` (a) with run ``ref`` (b): ``compare.compare_rows`` and
+    both runs' settings side by side (``compare_settings``)."""
     other = load_run_rows(session, resolve_run(session, ref))
     if other.run.id == data.run.id:
         raise InputError("--against names the same run; give another run of the same decisions")
-    out = compare_rows(data.rows, other.rows, p)
+    out = compare_rows(data.rows, other.rows, p, a=data.run.name, b=other.run.name,
+                       pooled=pooled)
     if not out["matched"]:
         raise InputError(
             f"runs {data.run.name!r} and {other.run.name!r} share no decision (matched by "
-            "decision id, replicate and question id); --against needs two runs of the same file"
+            "decision id and question id); --against needs two runs of the same file"
         )
-    return {"a": data.run.name, "b": other.run.name, **out}
+    return {**out, "settings": settings_side_by_side(_run_info(data), _run_info(other))}
 
 
 def _labelled_counts(rows: Sequence[QuestionRow]) -> dict[str, int]:

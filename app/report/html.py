@@ -1,10 +1,11 @@
 """One self-contained HTML report page, for the person who reads it: inline CSS, plots as PNG
 data URLs, nothing fetched, no script.
 
-In reading order: the headline (who answered, the field report's figures with their counts),
+In reading order: with ``--against`` the comparison (``compare_html``: verdicts, settings, per-cell
+tables per question), the headline (who answered, the field report's figures with their counts),
 the lists a reviewer opens the report for (missed positives, top false positives, with
 ``--against`` the most disagreeing questions), the plots on one grid, the tables per cell,
-the comparison, and a glossary of every figure and flag.
+and a glossary of every figure and flag.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any
 
 from app.engine import SIMULATOR_NOTE
 from app.images import ImagePolicy
+from app.report.compare_html import against_section
 from app.report.families import has_binary
 from app.report.figure_text import partial_line
 from app.report.glossary import glossary
 from app.report.headline import HeadlineItem, headline_items, identity_items
 from app.report.html_tables import (
-    against_tables,
     diagnostics_table,
     figure_tables,
     reasons_table,
@@ -58,7 +59,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 td:first-child{white-space:nowrap}.list td:last-child{overflow-wrap:anywhere}
 .list td,.list th{text-align:left}.list td:nth-child(4),.list td:nth-child(5){text-align:right}
 tr.flag td{background:#fde8e8}tr.overall td{font-weight:bold}
-.flags{color:#b00;font-weight:bold}
+.flags{color:#b00;font-weight:bold}ul.verdicts li.real{font-weight:bold}
 .plots{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:14px}
 .plots figure{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:8px}
 .plots img{width:100%;height:auto;display:block}
@@ -122,7 +123,7 @@ def _top(doc: Mapping[str, Any]) -> list[str]:
         out.append(f'<p class="sim partial">{escape(partial_line(doc["partial"]))}</p>')
     if run.get("simulator"):
         out.append(f'<p class="sim">{escape(SIMULATOR_NOTE)}.</p>')
-    return [*out, _headline(doc)]
+    return [*out, *against_section(doc), _headline(doc)]
 
 
 def _details(doc: Mapping[str, Any]) -> list[str]:
@@ -134,8 +135,6 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
     if doc.get("spend"):
         out += ['<h2 id="spend">spend</h2>', spend_table(doc["spend"]),
                 f'<p class="note">{escape(spend_note(doc["spend"]))}</p>']
-    if doc["against"]:
-        out += ['<h2 id="comparison">comparison with another run</h2>', *against_tables(doc)]
     lines = "<br>".join(escape(line) for line in run_identity(doc["run"]))
     return [*out, f'<h2>the run</h2><p class="note">{lines}</p>']
 

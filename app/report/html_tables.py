@@ -1,5 +1,5 @@
 """The HTML tables of a report page: the reviewer's lists, figures per cell, diagnostics,
-calibration per question, the comparison with another run, the failure reasons.
+calibration per question, the failure reasons (the comparison's: ``compare_html``).
 
 Every table fits the page: cells wrap, and the yes/no figures come as two tables (ranking,
 thresholds) as in the terminal. Rates carry their counts ("1 (24/24)", "0 (0.00%)").
@@ -21,7 +21,7 @@ from app.report.labels import (
 from app.report.spend import SPEND_COLUMNS, spend_rows
 from app.report.tables import block_cells, fmt, pct
 
-__all__ = ["against_tables", "diagnostics_table", "figure_tables", "reasons_table",
+__all__ = ["diagnostics_table", "figure_tables", "reasons_table",
            "review_lists", "spend_table"]
 
 
@@ -212,38 +212,6 @@ def diagnostics_table(diag: Mapping[str, Any]) -> str:
     return _table(["cell", "questions", "unanswered", "in flight", "failed attempts",
                    "label mass <0.5", "argmax≠label", "draws mean", "stop reasons",
                    "stderr p50, p90"], rows)
-
-
-def _side_by_side(pair: Mapping[str, Any], columns: Mapping[str, str],
-                  params: Mapping[str, Any], family: Family) -> str:
-    rows = []
-    for name, title in zip(columns, column_titles(columns, params), strict=True):
-        a, b = (block_cells(pair[k], [name], family, params)[0] for k in ("a", "b"))
-        rows.append(_row([title, a, b, fmt(pair["diff"].get(name))]))
-    return _table(["figure", "a", "b", "Δ (a-b)"], rows)
-
-
-def against_tables(doc: Mapping[str, Any]) -> list[str]:
-    """Two runs side by side, overall per question type, and where they disagree per cell."""
-    cmp = doc["against"]
-    out = [f'<p class="note">a = {escape(cmp["a"])}, b = {escape(cmp["b"])}: {cmp["matched"]} '
-           f"matched question(s); {cmp['only_a']} only in a, {cmp['only_b']} only in b.</p>"]
-    for kind in all_kinds():
-        section = cmp.get(kind.name)
-        if section and section["cells"]:
-            columns = {k: v for _, cols in view_of(kind).parts for k, v in cols.items()}
-            out += [f"<h3>{escape(kind.title)} overall: a and b</h3>",
-                    _side_by_side(section["overall"], columns, doc["params"], kind.family)]
-    dis = cmp.get("disagreement")
-    if dis:
-        rows = [_row([c, fmt(t["both_answered"]), _count_rate(t["differ"], t["differ_rate"]),
-                      fmt(t["mean_distance"]), fmt(t["max_distance"])],
-                     "overall" if c == "overall" else "")
-                for c, t in [*dis["cells"].items(), ("overall", dis["overall"])]]
-        out += ["<h3>where a and b disagree, per cell</h3>",
-                _table(["cell", "both answered", "other answer", "mean |ΔP|", "max |ΔP|"],
-                       rows)]
-    return out
 
 
 def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> str:

@@ -214,60 +214,6 @@ def _typed_tables(doc: Mapping[str, Any], params: Mapping[str, Any],
     return out
 
 
-def _against_tables(doc: Mapping[str, Any], params: Mapping[str, Any]) -> list[RenderableType]:
-    cmp = doc["against"]
-    out: list[RenderableType] = [Text(
-        f"comparison: a = {cmp['a']}, b = {cmp['b']}: {cmp['matched']} matched question(s), "
-        f"{cmp['only_a']} only in a, {cmp['only_b']} only in b", style="bold")]
-    for kind in all_kinds():
-        section = cmp.get(kind.name)
-        if not section or not section["cells"]:
-            continue
-        pair, columns = section["overall"], view_of(kind).columns
-        out.append(figure_table(f"{kind.name} overall: a vs b",
-                                {"a": pair["a"], "b": pair["b"]}, columns, params,
-                                diff=pair["diff"], family=kind.family))
-        out.append(_compare_cells(kind, section, params))
-    if cmp.get("disagreement"):
-        out += _disagreement_tables(cmp["disagreement"])
-    return out
-
-
-def _disagreement_tables(dis: Mapping[str, Any]) -> list[RenderableType]:
-    table = Table(title="where a and b disagree (questions both answered)",
-                  title_justify="left")
-    for title in ("cell", "both answered", "other answer", "mean |Δp|", "max |Δp|"):
-        table.add_column(title, justify="left" if title == "cell" else "right", no_wrap=True)
-    for cell, t in [*dis["cells"].items(), ("overall", dis["overall"])]:
-        table.add_row(cell, fmt(t["both_answered"]),
-                      f"{t['differ']} ({pct(t['differ_rate'])})",
-                      fmt(t["mean_distance"]), fmt(t["max_distance"]))
-    largest = Table(title="furthest apart (|Δp|: total variation distance of the answers' "
-                          "probabilities)", title_justify="left")
-    for title in ("decision", "question", "cell", "a", "b", "|Δp|"):
-        largest.add_column(title, overflow="fold")
-    for row in dis["largest"]:
-        largest.add_row(str(row["decision"]), str(row["question"]), str(row["cell"]),
-                        str(row["a"]), str(row["b"]), fmt(row["distance"]))
-    return [table, largest] if dis["largest"] else [table]
-
-
-def _compare_cells(kind: QuestionKind, section: Mapping[str, Any],
-                   params: Mapping[str, Any]) -> Table:
-    """The figures ``families`` compares, per cell: a | b | a - b."""
-    view = view_of(kind)
-    names, columns = view.compared, view.columns
-    table = Table(title=f"{kind.name} per cell: a | b | Δ (a-b)", title_justify="left")
-    table.add_column("cell", no_wrap=True)
-    for title in column_titles({n: columns[n] for n in names}, params):
-        table.add_column(title, justify="right")
-    for cell, pair in [*section["cells"].items(), ("overall", section["overall"])]:
-        table.add_row(escape(cell), *(
-            f"{fmt(pair['a']['figures'].get(n))} | {fmt(pair['b']['figures'].get(n))} | "
-            f"{fmt(pair['diff'].get(n))}" for n in names))
-    return table
-
-
 def _identity(doc: Mapping[str, Any]) -> list[RenderableType]:
     run = doc["run"]
     head = Text(f"run {run['name']}: {doc['labelled']['questions']} question(s), "
@@ -357,6 +303,10 @@ def report_view(doc: Mapping[str, Any]) -> Group:
     parts: list[RenderableType] = []
     if doc.get("partial"):
         parts.append(Text(partial_line(doc["partial"]), style="bold yellow"))
+    if doc["against"]:  # the comparison first, then run A's report
+        from app.report.compare_tables import against_view
+
+        parts += against_view(doc)
     parts += _identity(doc)
     parts.append(Text(INTERVALS_NOTE))
     if run["replicates"] > 1:
@@ -376,6 +326,4 @@ def report_view(doc: Mapping[str, Any]) -> Group:
     if doc.get("spend"):
         parts += spend_tables(doc["spend"])
     parts += _flag_lines(doc["diagnostics"])
-    if doc["against"]:
-        parts += _against_tables(doc, params)
     return Group(*parts)

@@ -119,6 +119,8 @@ class EmbeddedConfig:
     images: ImagePolicy = field(default_factory=ImagePolicy)
     #: this machine's GPU price per hour (``DREADS_GPU_PRICE_HOUR``): its read time's cost
     gpu_price_hour: float | None = None
+    #: ``--upstream sim``: the simulator's joint-read interference (``SimOptions``)
+    sim_joint_interference: float = 0.0
 
     def policy(self) -> ChunkPolicy:
         return ChunkPolicy(lease_s=self.lease_s, max_in_flight=self.max_in_flight,
@@ -189,16 +191,19 @@ def sim_key_path(job_file: Path) -> Path | None:
     return key if key.is_file() else None
 
 
-def start_upstream(upstream: str, settings: ReadSettings, key: Path | None) -> tuple[str, Any]:
+def start_upstream(upstream: str, settings: ReadSettings, key: Path | None, *,
+                   joint_interference: float = 0.0) -> tuple[str, Any]:
     """(base URL, simulator handle or None). ``sim`` serves the simulator in a thread,
-    answering with the answer key ``key`` when one is given (``sim_key_path``)."""
+    answering with the answer key ``key`` when one is given (``sim_key_path``), with
+    ``joint_interference`` (``SimOptions``; ``DREADS_SIM_JOINT_INTERFERENCE``)."""
     if upstream != SIM:
         return upstream, None
     from app.sim.options import SimOptions
     from app.sim.server import start_sim_thread
 
     options = SimOptions(model=settings.model, canvas_length=settings.canvas_length,
-                         tokenizer=settings.tokenizer, key_path=str(key) if key else None)
+                         tokenizer=settings.tokenizer, key_path=str(key) if key else None,
+                         joint_interference=joint_interference)
     handle = start_sim_thread(options)
     return handle.url, handle
 

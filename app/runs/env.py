@@ -43,4 +43,5 @@ class RunEnv:
     image_dirs: str | None
     image_max_bytes: int
     image_timeout: float
+    sim_joint_interference: float = 0.0  #: the in-process simulator's (``--upstream sim``)
     set: frozenset[str] = frozenset()  #: the fields given by a variable or a flag

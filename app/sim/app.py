@@ -100,7 +100,7 @@ class SimApp:
         self.vocab_size = options.vocab or tokenizer.vocab_size
         self.answer_key = AnswerKey.load(options.key_path) if options.key_path else None
         score = ScoreOptions(options.noise, options.separation, options.miscalibration,
-                             options.seed)
+                             options.seed, options.joint_interference)
         self.scorer = Scorer(score, vocab_size=self.vocab_size, piece=tokenizer.piece,
                              key=self.answer_key)
         rates = FaultRates(options.fail_rate, options.hang_rate, options.malformed_rate,

@@ -21,6 +21,10 @@ class SimOptions:
     noise: float = 0.5  #: how much the slot's noise token moves the logits
     separation: float = 1.5  #: with a key: the true label's mean logit lead (ranking quality)
     miscalibration: float = 0.0  #: logits x (1 + m), first label -m: miscalibrated, same ranking
+    #: with a key: on a canvas that asks several questions (a joint read), the true label's
+    #: lead is scaled by 1 - j and the first label pushed down (``scorer.JOINT_PUSH``), so
+    #: joint reads rank worse and recall less than isolated ones (0: no effect)
+    joint_interference: float = 0.0
     key_path: str | None = None  #: JSONL answer key
     step_ms: float = 0.0  #: GPU step; 0 answers at once
     max_batch: int = 256  #: reads per step

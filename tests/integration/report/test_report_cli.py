@@ -138,15 +138,21 @@ def test_against_puts_runs_side_by_side(report_db: DB) -> None:
     cmp = json.loads(out)["against"]
     assert (cmp["a"], cmp["b"], cmp["matched"], cmp["only_a"], cmp["only_b"]) == (
         "a", "b", 36, 4, 1)
-    overall = cmp["noul"]["overall"]
-    assert overall["a"]["figures"]["n"] == overall["b"]["figures"]["n"] == 36
-    assert overall["a"]["figures"]["auc"] == 1.0
-    assert overall["diff"]["auc"] == pytest.approx(1.0 - overall["b"]["figures"]["auc"])
-    assert overall["diff"]["fp_count"] == 0  # b's false positives are at 0.6, below 0.7
-    assert set(cmp["noul"]["cells"]) == {"c0", "c1", "c2", "c3"}
+    q = cmp["questions"]["q"]
+    auc = q["overall"]["auc"]
+    assert q["n"] == 36 and auc["n"] == 36 and auc["a"] == 1.0
+    assert auc["diff"] == pytest.approx(1.0 - auc["b"])
+    assert auc["method"] == "DeLong paired" and auc["interval"]["low"] is not None
+    assert set(q["cells"]) == {"c0", "c1", "c2", "c3"}
+    assert q["overall"]["fp_per_1000_neg"]["diff"] == 0  # b's false positives sit below 0.7
+    assert cmp["settings"]["note"].startswith("the read settings are the same")
+    assert [v["figure"] for v in cmp["verdicts"]][:2] == ["auc", "recall"]
     code, out = _cli(url, "report", "a", "--against", "b")
-    assert code == 0 and "noul overall: a vs b" in out and "Δ (a-b)" in out
-    assert re.search(r"c0 +│ +1 \| [0-9.]+ \| ", out)  # per cell: AUC a | b | a - b
+    assert code == 0
+    # the comparison comes first, with its verdicts, then run a's report
+    assert out.index("comparison: a (a) against b (b)") < out.index("run a:")
+    assert re.search(r"q: a ranks better: ΔAUC \+0\.\d+ \[", out)
+    assert re.search(r"c0 +│ AUC +│ +1\.000 │", out)  # per cell: a | b | Δ ...
 
 
 def test_against_page_lists_the_most_disagreeing_questions(report_db: DB,

@@ -13,7 +13,6 @@ from app.engine import Family, parse_question
 from app.engine.questions import answer_label
 from app.errors import InputError
 from app.report import specs
-from app.report.compare import compare_rows, diff_figures
 from app.report.figures import Params, choice_figures, noul_figures, score_figures
 from app.report.load import QuestionRow
 from app.report.sections import figure_block, kind_sections
@@ -155,19 +154,6 @@ def test_score_figures_have_intervals() -> None:
     assert block["figures"]["accuracy"] == pytest.approx(1 / 3)
     iv = block["intervals"]["mae_level"]
     assert iv["low"] <= block["figures"]["mae_level"] <= iv["high"]
-
-
-def test_comparison_matches_rows_and_subtracts() -> None:
-    a = [_row(f"d{i}", p, i % 2) for i, p in enumerate([0.1, 0.9, 0.2, 0.8, 0.3])]
-    b = [_row(f"d{i}", p, i % 2, cell="other") for i, p in enumerate([0.6, 0.5, 0.7, 0.4])]
-    out = compare_rows(a, b, Params())
-    assert (out["matched"], out["only_a"], out["only_b"]) == (4, 1, 0)
-    noul = out["noul"]["overall"]
-    assert noul["a"]["figures"]["auc"] == 1.0 and noul["b"]["figures"]["auc"] == 0.0
-    assert noul["diff"]["auc"] == 1.0
-    assert list(out["noul"]["cells"]) == ["c"]  # b's rows are grouped under a's cells
-    assert diff_figures({"x": 3, "y": None, "z": 1.5}, {"x": 1, "y": 2}) == {
-        "x": 2.0, "y": None, "z": None}
 
 
 @pytest.mark.parametrize(("given", "qtype", "expected"), [

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from app.engine import Endpoint, ReadSettings, parse_decision, plan_decision
+from app.engine import Endpoint, Layout, ReadMode, ReadSettings, parse_decision, plan_decision
 from app.engine.wire import build_request, parse_response
 from app.tokenizer.hf import HFTextTokenizer
 from tests.unit.sim.conftest import DECISION, AsgiClient, read_body
@@ -204,3 +204,39 @@ async def test_down_answers_503_until_up(asgi_client: AsgiClient, body: dict[str
     assert (await client.post(CHAT, json=body)).status_code == 503
     await client.post("/sim/up")
     assert (await client.post(CHAT, json=body)).status_code == 200
+
+
+async def test_joint_interference_weakens_joint_reads_only(
+        asgi_client: AsgiClient, standin_tokenizer: HFTextTokenizer, tmp_path: Path) -> None:
+    """Two yes questions on one canvas (a joint read) answer less yes with the knob; the same
+    question read alone answers as without it."""
+    questions = {"a": {"type": "noul", "instructions": "Is the rent due monthly?"},
+                 "b": {"type": "noul", "instructions": "Is there a deposit?"}}
+    decision = {**DECISION, "questions": questions}
+    key = tmp_path / "key.jsonl"
+    key.write_bytes(b"".join(orjson.dumps({"state": DECISION["state"], "question":
+                                           q["instructions"], "label": "yes"}) + b"\n"
+                             for q in questions.values()))
+    settings = ReadSettings(read_mode=ReadMode.JOINT, layout=Layout.DOCUMENT_FIRST)
+    plan = plan_decision(parse_decision(decision), settings, standin_tokenizer)
+    request = build_request(plan.units[0], settings, draw=0, seed=1,
+                            vocab_size=standin_tokenizer.info.vocab_size)
+    slots = request.slots
+    assert len(slots) == 2  # one canvas asks both questions
+    alone = read_body(standin_tokenizer, decision={**DECISION, "questions": {"a": questions["a"]}})
+    plain = asgi_client(key_path=str(key), separation=3.0, noise=0.1)
+    knob = asgi_client(key_path=str(key), separation=3.0, noise=0.1, joint_interference=0.6)
+    for position in slots:
+        p_plain = _p_yes_at((await plain.post(CHAT, json=dict(request.body))).json(),
+                            standin_tokenizer, position)
+        p_knob = _p_yes_at((await knob.post(CHAT, json=dict(request.body))).json(),
+                           standin_tokenizer, position)
+        assert p_plain > 0.8 and p_knob < p_plain - 0.3
+    assert (_p_yes((await plain.post(CHAT, json=alone)).json(), standin_tokenizer)
+            == _p_yes((await knob.post(CHAT, json=alone)).json(), standin_tokenizer))
+
+
+def _p_yes_at(answer: dict[str, Any], tokenizer: HFTextTokenizer, position: int) -> float:
+    lp = _slot_logprobs(answer, position)
+    yes, no = (f"token_id:{tokenizer.encode(w)[0]}" for w in (" yes", " no"))
+    return 1.0 / (1.0 + math.exp(lp[no] - lp[yes]))
