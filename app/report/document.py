@@ -227,9 +227,9 @@ def report_with_rows(
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
     elif calibrated is not None:
+        ece, per_question = _eces(calibrated, p)
         doc["cross_fitted"] = {"method": "isotonic", "folds": CROSS_FOLDS,
-                               "ece": _ece(calibrated, p),
-                               "questions": _question_ece(calibrated, p)}
+                               "ece": ece, "questions": per_question}
     if against is not None:
         doc["against"] = _against(session, data, against, p, pooled=pooled)
     doc["headline"] = _headline_of(doc)
@@ -237,16 +237,18 @@ def report_with_rows(
     return doc, calibrated
 
 
-def _ece(rows: Sequence[QuestionRow], p: Params) -> float | None:
-    """The ECE of the yes/no answers of ``rows`` over all their questions (pooled)."""
-    ece: float | None = calibration_figures(binary_rows(rows), p)["overall"]["ece"]
-    return ece
+def _eces(rows: Sequence[QuestionRow], p: Params
+          ) -> tuple[float | None, dict[str, float | None]]:
+    """The ECE of the yes/no answers of ``rows`` over all their questions (pooled), and of
+    each question."""
+    figures = calibration_figures(binary_rows(rows), p)
+    return (figures["overall"]["ece"],
+            {q: c["ece"] for q, c in figures["questions"].items()})
 
 
 def _question_ece(rows: Sequence[QuestionRow], p: Params) -> dict[str, float | None]:
     """The ECE of each yes/no question of ``rows``."""
-    per = calibration_figures(binary_rows(rows), p)["questions"]
-    return {q: c["ece"] for q, c in per.items()}
+    return _eces(rows, p)[1]
 
 
 def _calibrated_ece(sections: dict[str, Any]) -> dict[str, float | None]:

@@ -313,7 +313,9 @@ def _calibration_of(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
 
 def count_values(values: Iterable[Any]) -> dict[str, int]:
     """Counts of each value, keys as strings in sorted order."""
-    counts = Counter(str(v) for v in values)
+    counts: dict[str, int] = {}
+    for v, n in Counter(values).items():  # counted as they are (no str per value), then named
+        counts[str(v)] = counts.get(str(v), 0) + n
     return {k: counts[k] for k in sorted(counts)}
 
 
