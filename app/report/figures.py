@@ -98,9 +98,16 @@ def noul_arrays(rows: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray, in
     """(y, P(yes), distinct states) of the answered labelled yes/no rows (positive: the first
     label)."""
     done = [r for r in rows if r.answered and r.p_yes is not None]
-    y = np.array([1 if is_positive(r) else 0 for r in done], dtype=np.int64)
-    s = np.array([float(r.p_yes) for r in done if r.p_yes is not None], dtype=np.float64)
+    y, s = _scored(done)
     return y, s, len({r.state_key for r in done})
+
+
+def _scored(done: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray]:
+    """(y, P(yes)) of answered yes/no rows."""
+    y = np.fromiter((bool(r.labels) and r.expected == r.labels[0] for r in done), bool,
+                    len(done)).astype(np.int64)
+    s = np.fromiter((float(r.p_yes or 0.0) for r in done), np.float64, len(done))
+    return y, s
 
 
 class FamilyFigures:
@@ -298,7 +305,7 @@ def calibration_figures(rows: Sequence[QuestionRow], p: Params, *,
 
 
 def _calibration_of(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
-    y, s, _ = noul_arrays(rows)
+    y, s = _scored([r for r in rows if r.answered and r.p_yes is not None])
     bins = m.reliability_bins(y, s, p.n_bins)
     return {
         "n": int(y.size), "positives": int(y.sum()), "auc": m.auc(y, s),

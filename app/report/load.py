@@ -86,7 +86,7 @@ class QuestionRow:
     @property
     def unanswered(self) -> bool:
         """No answer and none coming: the decision is settled (``states.is_unanswered``)."""
-        return is_unanswered(answered=self.answered, shown=self.status)
+        return not self.answered and is_unanswered(answered=False, shown=self.status)
 
     @property
     def in_flight(self) -> bool:
