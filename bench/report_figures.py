@@ -5,7 +5,9 @@
 Builds ``rows`` answered yes/no report rows (``questions`` question ids asked of every
 decision, ``cells`` cells), then times ``columns_of`` (one pass over the rows) and
 ``kind_sections`` (every question overall and per cell, pooled too: figures and every
-interval). Loading the rows from SQL is not included (``bench/`` has the store's benchmarks).
+interval), then the rest of the report made from rows (the raw sections as the report makes
+them, the cross-fitted calibration and its ECE, the reviewer's lists). Loading the rows from
+SQL, the diagnostics and spend are not included.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import time
 import numpy as np
 
 from app.report.columns import columns_of
-from app.report.figures import Params, noul_figures
+from app.report.document import _typed_sections, cross_fitted_rows
+from app.report.figures import Params, binary_rows, calibration_figures, noul_figures
 from app.report.load import QuestionRow
+from app.report.review import review
 from app.report.sections import kind_sections
 
 
@@ -49,7 +53,19 @@ def main() -> None:
     done = time.perf_counter()
     print(f"{len(rows):,} rows, {questions} questions, {cells} cells, {replicates} replicate(s): "
           f"columns {built - start:.1f} s, figures and intervals {done - built:.1f} s, "
-          f"total {done - start:.1f} s")
+          f"total {done - start:.1f} s", flush=True)
+    p = Params()
+    start = time.perf_counter()
+    _typed_sections(rows, p)
+    sections = time.perf_counter()
+    fitted = cross_fitted_rows(rows)
+    calibration_figures(binary_rows(fitted or rows), p)
+    calibrated = time.perf_counter()
+    review(rows, p)
+    end = time.perf_counter()
+    print(f"report from rows: sections {sections - start:.1f} s, cross-fitted calibration "
+          f"{calibrated - sections:.1f} s, review {end - calibrated:.1f} s, total "
+          f"{end - start:.1f} s")
 
 
 if __name__ == "__main__":

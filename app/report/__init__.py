@@ -2,8 +2,14 @@
 
     load.py         SQL -> one row per (decision, question), per-cell read / attempt counts
     scores.py       pure numpy / scikit-learn / scipy figures over arrays (AUC, recall@k, ECE)
-    figures.py      figure blocks overall and per cell, mean ± sd across replicates
-    labels.py       the figures' and columns' titles, as the field report names them
+    specs.py        the one table of figures: key, title, kind, interval method, where shown
+    columns.py      report rows as numpy columns; replicates averaged per (decision, question)
+    figures.py      each family's figures and their intervals (intervals.py's methods)
+    sections.py     blocks per question and per cell, pooled only when asked; draw noise
+    intervals.py    Wilson, DeLong, clustered bootstrap, order statistic; paired tests
+    shape.py        the report document's types (TypedDicts)
+    figure_text.py  a figure with its interval as text, for every rendering
+    labels.py       threshold slots of the titles, the run's identity
     diagnostics.py  unanswered, failures by kind, label mass, draws; outlier cells flagged
     calibration.py  isotonic / Platt maps fitted with scikit-learn, calib.json; methods.py
                     their names

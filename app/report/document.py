@@ -4,20 +4,22 @@
 the HTML page are renderings of it. ``summarize_run`` gives the headline figures for the
 embedded ``dreads run`` summary.
 
-The document (``"format": "dreads.report/1"``; keys are always present, absent parts null)::
+The document (``"format": "dreads.report/2"``; keys are always present, absent parts null)::
 
+    partial      {settled, decisions} while decisions are in flight, else null
     run          {id, name, upstream, engine, replicates, status, settings_hash, settings,
                   fingerprint, created, simulator (answers came from ``dreads sim``)}
     params       thresholds: threshold_recall, threshold_fp, top_share, band_low/high, n_bins
     labelled     {questions, with_expected, noul, choice, score, ...}: counts of questions,
                   one key per registered question kind (``app.engine.kinds``)
-    raw          {noul, choice, score, ...: {overall: BLOCK, cells: {cell: BLOCK}},
-                  choice.confusion: {labels, matrix}, calibration: CALIBRATION}; each kind's
-                  figures by its family (``families.py``), a confusion table for options
+    raw          {noul, choice, score, ...: {questions: {qid: SECTION}, pooled: SECTION or
+                  null (--pooled)}, calibration: CALIBRATION}; each kind's figures by its
+                  family (``families.py``, ``specs.py``), per question, never pooled unasked
     calibrated   like raw, P(yes) through --calibration; null without it
     calibration_source  {method, scope, run, n, positives} of calib.json; or null
-    cross_fitted {method, folds, ece}: without --calibration, the yes/no ECE of a 5-fold
-                  cross-fitted isotonic map of the run itself; null with it, or too few labels
+    cross_fitted {method, folds, ece, questions: {qid: ece}}: without --calibration, the
+                  yes/no ECE of a 5-fold cross-fitted isotonic map of the run itself (all
+                  questions, and each); null with it, or too few labels
     diagnostics  {overall: DIAG, cells: {cell: DIAG}, flagged: [{cell, flag, count, total,
                   rate, others_rate, p_value}]}
     against      with --against: {a, b, matched, only_a, only_b, correction, settings,
@@ -28,15 +30,21 @@ The document (``"format": "dreads.report/1"``; keys are always present, absent p
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
     headline     the figures every rendering leads with (headline.py): identity {run, model,
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
-                 noul {n, positives, auc, recall, recall_hits, top_share, ...} or null,
-                 ece {raw, calibrated, calibrated_by}, choice, score, questions, answered,
+                 partial, noul|choice|score: {questions: {qid: {replicates, partial, figures,
+                 intervals, draw_sd (the headline's figures, ``specs``), calibrated_ece}}} or
+                 null, ece {calibrated_by}, questions, answered,
                  unanswered, in_flight, attempts, failed_attempts, decisions_failed, draw_rows,
                  low_mass_draws
     review       {missed_positives, false_positives}: {total, items: [{decision, replicate,
                  question, cell, p_yes, label_mass, state}]} (review.py), raw P(yes)
 
-    BLOCK        {replicates, figures: {name: value}, std: {name: sd}} (figures.py)
-    CALIBRATION  {overall, questions: {qid: {n, positives, auc, ece, brier, reliability}}}
+    SECTION      {overall: BLOCK, cells: {cell: BLOCK}}, and confusion {labels, matrix} for
+                 options (per question)
+    BLOCK        {replicates, figures: {key: value}, intervals: {key: {low, high, method,
+                 level}}, draw_sd: {key: sd across replicates}, partial, pooled}
+                 (sections.py; typed in shape.py)
+    CALIBRATION  {overall (null over several questions without --pooled; "pooled"),
+                 questions: {qid: {n, positives, auc, ece, brier, reliability}}}
     DIAG         questions, answered, unanswered(_rate) (finished without an answer),
                  in_flight (pending / queued / leased), decision_statuses,
                  draw_rows (a draw: one question read once; a read is a request sent to the
@@ -227,9 +235,11 @@ def report_with_rows(
         doc["calibration_source"] = {"method": calibration.method.value,
                                      "scope": calibration.scope, **calibration.source}
     elif calibrated is not None:
-        ece, per_question = _eces(calibrated, p)
+        fitted = calibration_figures(binary_rows(calibrated), p)
         doc["cross_fitted"] = {"method": "isotonic", "folds": CROSS_FOLDS,
-                               "ece": ece, "questions": per_question}
+                               "ece": fitted["overall"]["ece"],
+                               "questions": {q: c["ece"]
+                                             for q, c in fitted["questions"].items()}}
     if against is not None:
         doc["against"] = _against(session, data, against, p, pooled=pooled)
     doc["headline"] = _headline_of(doc)
@@ -237,18 +247,10 @@ def report_with_rows(
     return doc, calibrated
 
 
-def _eces(rows: Sequence[QuestionRow], p: Params
-          ) -> tuple[float | None, dict[str, float | None]]:
-    """The ECE of the yes/no answers of ``rows`` over all their questions (pooled), and of
-    each question."""
-    figures = calibration_figures(binary_rows(rows), p)
-    return (figures["overall"]["ece"],
-            {q: c["ece"] for q, c in figures["questions"].items()})
-
-
 def _question_ece(rows: Sequence[QuestionRow], p: Params) -> dict[str, float | None]:
     """The ECE of each yes/no question of ``rows``."""
-    return _eces(rows, p)[1]
+    per = calibration_figures(binary_rows(rows), p)["questions"]
+    return {q: c["ece"] for q, c in per.items()}
 
 
 def _calibrated_ece(sections: dict[str, Any]) -> dict[str, float | None]:

@@ -7,7 +7,7 @@ spend) are typed where they are made and held here as mappings.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 __all__ = ["Block", "IntervalDict", "KindSections", "Partial", "ReportDocument", "Section"]
 
@@ -72,4 +72,6 @@ class ReportDocument(TypedDict):
     diagnostics: dict[str, Any]
     against: dict[str, Any] | None
     reasons: list[dict[str, Any]]
+    #: what the infrastructure did to the run (diagnostics' part, where present)
+    infrastructure: NotRequired[dict[str, Any]]
     spend: dict[str, Any] | None

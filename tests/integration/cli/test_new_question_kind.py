@@ -75,9 +75,11 @@ def test_a_kind_registered_in_a_test_runs_end_to_end(dreads: Dreads, tmp_path: P
     assert report.code == 0, report.stderr
     doc = report.json()
     assert doc["labelled"]["ab"] == N
-    assert doc["raw"]["ab"]["overall"]["figures"]["accuracy"] == 1.0
-    assert doc["raw"]["ab"]["confusion"]["labels"] == ["a", "b"]
-    assert doc["headline"]["ab"] == {"n": N, "accuracy": 1.0}
+    (section,) = doc["raw"]["ab"]["questions"].values()
+    assert section["overall"]["figures"]["accuracy"] == 1.0
+    assert section["confusion"]["labels"] == ["a", "b"]
+    (head,) = doc["headline"]["ab"]["questions"].values()
+    assert head["figures"] == {"n": N, "accuracy": 1.0}
 
 
 def test_a_kind_installed_as_a_plugin_runs_end_to_end(tmp_path: Path) -> None:
@@ -90,4 +92,4 @@ def test_a_kind_installed_as_a_plugin_runs_end_to_end(tmp_path: Path) -> None:
                          env=env, timeout=300)
     assert ran.code == 0, ran.stderr
     said = " ".join(ran.stdout.split())
-    assert f"a/b accuracy 1 of {N}" in said, said  # answered, and reported, as its kind
+    assert f"a/b accuracy 1 [1, 1] of {N}" in said, said  # answered, and reported, as its kind

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from app.cli import app
 from app.store.db import session_scope
+from app.store.models import Decision
 from tests.fixtures.report_db import RunBuilder
 
 DB = tuple[str, sessionmaker[Session]]
@@ -244,3 +245,23 @@ def test_unreachable_database_says_what_to_check(tmp_path: Path) -> None:
     code, out = _cli(url, "report", "r")
     assert code == 2  # a database that is not there is the user's to fix
     assert "check --database-url / DREADS_DATABASE_URL" in " ".join(out.split())
+
+
+def test_a_run_still_running_says_partial_everywhere(report_db: DB, tmp_path: Path) -> None:
+    url, factory = report_db
+    with session_scope(factory) as session:
+        b = RunBuilder(session, "running")
+        for i in range(6):
+            b.noul(f"d{i}", 0.9 if i % 2 else 0.1, "yes" if i % 2 else "no")
+        b.noul("waiting", None, "no")
+        session.query(Decision).filter(Decision.key == "waiting").update({"status": "queued"})
+    code, out = _cli(url, "report", "running")
+    assert code == 0, out
+    assert out.startswith("partial: 6 of 7 decisions settled")
+    doc = json.loads(_cli(url, "report", "running", "--json")[1])
+    assert doc["partial"] == {"settled": 6, "decisions": 7}
+    page = tmp_path / "running.html"
+    assert _cli(url, "report", "running", "--html", str(page))[0] == 0
+    assert "partial: 6 of 7 decisions settled" in page.read_text()
+    code, out = _cli(url, "export", "running", "-o", str(tmp_path / "a.jsonl"))
+    assert code == 0 and "partial: 6 of 7 decisions settled" in out, out

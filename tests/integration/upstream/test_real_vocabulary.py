@@ -25,7 +25,7 @@ def _run_and_report(db: Path, run: str, tokenizer: str) -> dict[str, float]:
     assert result.exit_code == 0, result.output
     report = runner.invoke(app, ["report", run, "--json", "--database-url", f"sqlite:///{db}"])
     assert report.exit_code == 0, report.output
-    return json.loads(report.stdout)["raw"]["score"]["overall"]["figures"]
+    return json.loads(report.stdout)["raw"]["score"]["questions"]["risk"]["overall"]["figures"]
 
 
 def test_score_reads_with_the_real_vocabulary_match_the_standin(
