@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import combinations
 from typing import Any
 
@@ -40,7 +41,6 @@ from app.report.intervals import (
     ClusteredBootstrap,
     Interval,
     PairedTest,
-    bootstrap_reps,
     delong,
     delong_paired,
     ece_columns,
@@ -222,17 +222,13 @@ def _point(c: Compared, y: Float, v: Float, p: Params) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def _paired(c: Compared, y: Float, va: Float, vb: Float, p: Params,
-            boot: Callable[[], ClusteredBootstrap]) -> PairedTest:
+def _paired(c: Compared, y: Float, va: Float, vb: Float, p: Params) -> PairedTest:
+    """DeLong or McNemar (the bootstrap's figures go together: ``_block``)."""
     if c.test == "delong":
         return delong_paired(y.astype(np.int64), va[:, 0], vb[:, 0])
-    if c.test == "mcnemar":
-        counted, hits_a = _hits(c, y, va, p)
-        _, hits_b = _hits(c, y, vb, p)
-        return _scaled(mcnemar_paired(hits_a[counted], hits_b[counted]), c.scale)
-    cols_a, statistic = _columns(c, y, va, p)
-    cols_b, _ = _columns(c, y, vb, p)
-    return boot().paired(cols_a, cols_b, statistic)
+    counted, hits_a = _hits(c, y, va, p)
+    _, hits_b = _hits(c, y, vb, p)
+    return _scaled(mcnemar_paired(hits_a[counted], hits_b[counted]), c.scale)
 
 
 def _scaled(t: PairedTest, scale: float) -> PairedTest:
@@ -246,29 +242,53 @@ def _scaled(t: PairedTest, scale: float) -> PairedTest:
         t.p_value, t.method, None if t.detectable is None else t.detectable * scale)
 
 
-def _pair(c: Compared, y: Float, va: Float, vb: Float, p: Params,
-          boot: Callable[[], ClusteredBootstrap]) -> dict[str, Any]:
-    a, b = _point(c, y, va, p), _point(c, y, vb, p)
-    if a is None or b is None:
+def _pair(c: Compared, a: float | None, b: float | None, test: PairedTest | None,
+          n: int) -> dict[str, Any]:
+    if test is None:
         test = PairedTest(None, Interval(None, None, _METHOD[c.test]), None, _METHOD[c.test],
                           None)
-    else:
-        test = _paired(c, y, va, vb, p, boot)
     return {"a": a, "b": b, "diff": test.diff, "interval": test.interval.as_dict(),
             "p_value": test.p_value, "p_adjusted": None, "method": test.method,
-            "detectable": test.detectable, "n": int(y.size), "verdict": None}
+            "detectable": test.detectable, "n": n, "verdict": None}
 
 
-def _block(cs: Sequence[Compared], y: Float, va: Float, vb: Float, decisions: NDArray[np.str_],
-           p: Params, reps: int | None = None) -> dict[str, Any]:
+def _once(make: Callable[[], ClusteredBootstrap]) -> Callable[[], ClusteredBootstrap]:
+    """``make`` called on first use only (no bootstrap where no figure needs one)."""
     made: list[ClusteredBootstrap] = []
 
-    def boot() -> ClusteredBootstrap:  # one per item set, made when a figure needs it
+    def boot() -> ClusteredBootstrap:
         if not made:
-            made.append(ClusteredBootstrap(decisions, reps=reps, seed=getattr(p, "seed", 0)))
+            made.append(make())
         return made[0]
 
-    return {c.key: _pair(c, y, va, vb, p, boot) for c in cs}
+    return boot
+
+
+def _subset(parent: Callable[[], ClusteredBootstrap], rows: Bool) -> ClusteredBootstrap:
+    return parent().subset(rows)
+
+
+def _block(cs: Sequence[Compared], y: Float, va: Float, vb: Float, p: Params,
+           boot: Callable[[], ClusteredBootstrap]) -> dict[str, Any]:
+    """Every compared figure of one item set; the bootstrapped ones in one pass."""
+    points = {c.key: (_point(c, y, va, p), _point(c, y, vb, p)) for c in cs}
+    tests: dict[str, PairedTest | None] = {}
+    resampled = []
+    for c in cs:
+        a, b = points[c.key]
+        if a is None or b is None:
+            tests[c.key] = None
+        elif c.test == "bootstrap":
+            resampled.append(c)
+        else:
+            tests[c.key] = _paired(c, y, va, vb, p)
+    if resampled:
+        figures = []
+        for c in resampled:
+            cols_a, statistic = _columns(c, y, va, p)
+            figures.append((cols_a, _columns(c, y, vb, p)[0], statistic))
+        tests.update(zip((c.key for c in resampled), boot().paired_many(figures), strict=True))
+    return {c.key: _pair(c, *points[c.key], tests[c.key], int(y.size)) for c in cs}
 
 
 # --- verdicts -----------------------------------------------------------------------------
@@ -288,7 +308,9 @@ def verdict_text(c: Compared, pair: Mapping[str, Any], a: str, b: str, *,
     None without a real difference)."""
     diff, p_adj = pair["diff"], pair["p_adjusted"]
     if diff is None or p_adj is None:
-        why = "not enough items in both runs" if pair["n"] else "no item answered by both runs"
+        why = (f"not computable on the {pair['n']} question(s) both runs answered (too few, or "
+               "only yes or only no among them)" if pair["n"] else
+               "no question answered by both runs")
         return {"text": f"no comparison of {c.symbol}: {why}", "real": None, "better": None}
     interval = pair["interval"]
     width = (f" [{_num(interval['low'], c.digits)}, {_num(interval['high'], c.digits)}]"
@@ -325,19 +347,25 @@ def _kind_questions(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params
     question, cell = ia.question[at_a], ia.cell[at_a]
     y, decision = ia.y[at_a], ia.decision[at_a]
     va, vb = ia.values[at_a], ib.values[at_b]
+    seed = getattr(p, "seed", 0)
+    # one bootstrap over the kind's decisions, one per cell: a question asked in every
+    # decision (of a cell) shares their resamples (``ClusteredBootstrap.subset``)
+    kind_boot = _once(lambda: ClusteredBootstrap(decision, seed=seed))
+    cell_boots = {str(name): _once(partial(_subset, kind_boot, cell == name))
+                  for name in np.unique(cell)}
     out: dict[str, dict[str, Any]] = {}
     for qid in np.unique(question):
         mask = question == qid
-        # a cell's bootstrap resamples as often as its question's (``bootstrap_reps`` of the
-        # question's decisions), so the cells of a large run cost what the question costs
-        reps = bootstrap_reps(len(np.unique(decision[mask])))
         cells = {}
         for name in np.unique(cell[mask]):
-            m = mask & (cell == name)
-            cells[str(name)] = _block(cs, y[m], va[m], vb[m], decision[m], p, reps)
+            in_cell = cell == name
+            m = mask & in_cell
+            cells[str(name)] = _block(cs, y[m], va[m], vb[m], p, _once(
+                partial(_subset, cell_boots[str(name)], mask[in_cell])))
         out[str(qid)] = {
             "n": int(mask.sum()), "positives": int(y[mask].sum()),
-            "overall": _block(cs, y[mask], va[mask], vb[mask], decision[mask], p, reps),
+            "overall": _block(cs, y[mask], va[mask], vb[mask], p,
+                              _once(partial(_subset, kind_boot, mask))),
             "cells": cells,
         }
     return out
@@ -349,7 +377,8 @@ def _pooled(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params) -> dict[s
     y, decision = ia.y[at_a], ia.decision[at_a]
     return {"pooled": True, "questions": sorted({str(q) for q in ia.question[at_a]}),
             "n": int(y.size), "positives": int(y.sum()),
-            "overall": _block(cs, y, ia.values[at_a], ib.values[at_b], decision, p)}
+            "overall": _block(cs, y, ia.values[at_a], ib.values[at_b], p, _once(
+                lambda: ClusteredBootstrap(decision, seed=getattr(p, "seed", 0))))}
 
 
 def _noise(ia: _Items, ib: _Items, cs: Sequence[Compared], p: Params
@@ -484,7 +513,10 @@ def _key(r: QuestionRow) -> _Key:
 
 def _distance(a: QuestionRow, b: QuestionRow) -> float:
     pa, pb = a.probs or {}, b.probs or {}
-    if pa.keys() == pb.keys():  # the same labels: the usual case, and the fast one
+    if len(pa) == 2 and pa.keys() == pb.keys():  # yes/no: the usual case, and the fast one
+        (k1, v1), (k2, v2) = pa.items()
+        return 0.5 * (abs(v1 - pb[k1]) + abs(v2 - pb[k2]))
+    if pa.keys() == pb.keys():
         return 0.5 * sum(abs(float(v) - float(pb[k])) for k, v in pa.items())
     return 0.5 * sum(abs(float(pa.get(k, 0.0)) - float(pb.get(k, 0.0)))
                      for k in set(pa) | set(pb))

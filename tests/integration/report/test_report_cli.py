@@ -173,6 +173,10 @@ def test_against_page_lists_the_most_disagreeing_questions(report_db: DB,
     shown = re.findall(r"<tr><td>(d\d+)</td>", section)
     assert shown == [f"d{i}" for i in range(11, 1, -1)]  # largest |ΔP| first, ten of them
     assert "State &lt;11&gt; of the decision" in section  # the state's words, escaped
+    # the comparison sits at the top of the page: verdicts, per-cell tables, both settings
+    assert html.index('id="comparison"') < html.index('id="headline"')
+    assert 'id="compare-q"' in html and 'id="settings"' in html
+    assert "q: no comparison of AUC: not computable on the 12 question(s)" in html  # all yes
 
 
 def test_html_report_is_self_contained(report_db: DB, tmp_path: Path) -> None:
