@@ -138,9 +138,11 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
     rows: list[QuestionRow] = []
     counts: dict[str, int] = {}
     for decision in decision_rows(session, run.id):
-        shown = shown_status(decision.status, run.status)
+        decision_id, key, replicate, cell, payload, status = decision  # decision_rows' order
+        shown = shown_status(status, run.status)
         counts[shown] = counts.get(shown, 0) + 1
-        rows.extend(_decision_rows(decision, answers.get(decision.id, {}), shown))
+        rows.extend(_decision_rows(key, replicate, cell, payload, answers.get(decision_id, {}),
+                                   shown))
     return RunRows(run=run, rows=tuple(rows), cells=_cell_counts(session, run.id),
                    counts=counts)
 
@@ -148,22 +150,21 @@ def load_run_rows(session: Session, run: Run) -> RunRows:
 def _answers_by_decision(session: Session, run_id: int) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for answer in answer_rows(session, run_id):
-        out.setdefault(answer.decision_id, {})[answer.question_id] = answer
+        out.setdefault(answer[0], {})[answer[1]] = answer  # decision_id, question_id
     return out
 
 
-def _decision_rows(decision: Any, answers: Mapping[str, Any],
-                   shown: str) -> Iterator[QuestionRow]:
-    payload = decision.payload or {}
+def _decision_rows(key: str, replicate: int, cell: str | None, payload: Any,
+                   answers: Mapping[str, Any], shown: str) -> Iterator[QuestionRow]:
+    payload = payload or {}
     # the decision's columns, positional (a million rows: keyword arguments cost)
-    common = (decision.key, decision.replicate,
-              decision.cell if decision.cell is not None else NO_CELL,
+    common = (key, replicate, cell if cell is not None else NO_CELL,
               _state_key(payload.get("state")), shown)
     images = _images(payload)
     questions, expected = _parsed(payload)
     for question in questions:
         answer = answers.get(question.id)
-        given = expected.get(question.id, answer.expected if answer is not None else None)
+        given = expected.get(question.id, answer[-1] if answer is not None else None)  # expected
         label = _expected_label(question, given)
         yield _row(common, images, question.id, question.type, question.labels, label, answer)
     # Answers for questions the payload does not list still count (defensive: no row lost).
@@ -192,13 +193,14 @@ def _row(common: tuple[str, int, str, str, str], images: tuple[StoredImage, ...]
          answer: Any | None) -> QuestionRow:
     if answer is None:
         return QuestionRow(*common, qid, qtype, labels, expected, False, images=images)
-    probs = answer.probs
+    # answer_rows' columns in their order, unpacked (a million rows: a name lookup per
+    # column of a SQL row costs ten times more)
+    (_, _, _, label, p_yes, probs, expected_level, label_mass, argmax_is_label, stderr, draws,
+     stop_reason, _) = answer
     return QuestionRow(
-        *common, qid, qtype, labels, expected, True, answer.label, answer.p_yes,
-        dict(zip(probs, map(float, probs.values()), strict=True)),
-        answer.expected_level,
-        answer.label_mass, answer.argmax_is_label, answer.stderr, answer.draws,
-        answer.stop_reason, images)
+        *common, qid, qtype, labels, expected, True, label, p_yes,
+        dict(zip(probs, map(float, probs.values()), strict=True)), expected_level,
+        label_mass, argmax_is_label, stderr, draws, stop_reason, images)
 
 
 def _parsed(payload: Mapping[str, Any]) -> tuple[tuple[Question, ...], Mapping[str, Any]]:
