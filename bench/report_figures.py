@@ -47,13 +47,15 @@ def main() -> None:
     n, questions, cells, replicates = (args + [1_000_000, 4, 8, 1][len(args):])[:4]
     rows = _rows(n, questions, cells, replicates)
     start = time.perf_counter()
-    cols = columns_of(rows)
+    cols = columns_of(rows, typed=False)
     built = time.perf_counter()
-    kind_sections(cols, noul_figures, Params(), pooled=True)
+    kind_sections(cols, noul_figures, Params())
     done = time.perf_counter()
+    kind_sections(cols, noul_figures, Params(), pooled=True)
+    pooled = time.perf_counter()
     print(f"{len(rows):,} rows, {questions} questions, {cells} cells, {replicates} replicate(s): "
-          f"columns {built - start:.1f} s, figures and intervals {done - built:.1f} s, "
-          f"total {done - start:.1f} s", flush=True)
+          f"columns {built - start:.1f} s, figures and intervals {done - built:.1f} s "
+          f"({pooled - done:.1f} s with --pooled)", flush=True)
     p = Params()
     start = time.perf_counter()
     _typed_sections(rows, p)

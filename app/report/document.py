@@ -97,6 +97,12 @@ CROSS_FITTED = f"{CROSS_FOLDS}-fold cross-fitted isotonic"
 FORMAT = "dreads.report/2"
 
 
+def with_p_yes(row: QuestionRow, p_yes: float) -> QuestionRow:
+    """``dataclasses.replace(row, p_yes=p_yes)``, a few times cheaper (a report maps a million
+    answers): ``QuestionRow.with_p_yes``."""
+    return row.with_p_yes(p_yes)
+
+
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
     """The rows with every answered yes/no P(yes) passed through ``calibration``."""
     binary = binary_types(rows)

@@ -186,3 +186,12 @@ def test_one_ranking_gives_the_figures_of_the_separate_functions() -> None:
     assert (r.top_hits, r.top_share) == m.top_share(y, s, 0.05)
     assert (r.rank_median, r.rank_worst) == m.rank_summary(y, s)
     np.testing.assert_array_equal(r.positive_ranks, m.positive_rank_percentiles(y, s))
+
+
+def test_a_calibrated_row_is_the_row_with_another_p_yes() -> None:
+    from dataclasses import replace
+
+    from app.report.document import with_p_yes
+
+    row = _row("d", 0.2, 1)
+    assert with_p_yes(row, 0.7) == replace(row, p_yes=0.7) and row.p_yes == 0.2
