@@ -14,6 +14,7 @@ is the single-run report's cost (``bench/report_intervals.py``) and is not count
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,12 +54,13 @@ def main() -> None:
     a = _rows(args.n, args.questions, 2.0, 1)
     b = _rows(args.n, args.questions, 1.9, 2)
     built = time.perf_counter() - start
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = compare_rows(a, b, Params(), a="A", b="B")
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"{args.n:,} answered questions per run ({args.n // args.questions:,} decisions, "
           f"{args.questions} questions each, 8 cells): rows built in {built:.1f} s; "
-          f"compare_rows {took:.1f} s")
+          f"compare_rows {took:.1f} s wall, {cpu:.1f} s CPU (all threads; load average "
+          f"{os.getloadavg()[0]:.1f})")
     for v in out["verdicts"][:6]:
         print(f"  {v['question']}: {v['text']}")
 

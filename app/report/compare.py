@@ -536,8 +536,8 @@ def disagreement(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow],
     """Where two runs' answers to the same questions differ, and by how much: overall, per
     cell (of run A), and the ``largest`` questions furthest apart (replicate by replicate)."""
     by_key = {_key(r): r for r in rows_b if r.answered}
-    pairs = [(a, by_key[_key(a)], _distance(a, by_key[_key(a)]))
-             for a in rows_a if a.answered and _key(a) in by_key]
+    pairs = [(a, b, _distance(a, b)) for a in rows_a
+             if a.answered and (b := by_key.get(_key(a))) is not None]
     cells: dict[str, list[tuple[QuestionRow, QuestionRow, float]]] = {}
     for pair in pairs:
         cells.setdefault(pair[0].cell, []).append(pair)
