@@ -11,6 +11,7 @@ import typer
 
 from app.cli._app import INSPECT, app
 from app.cli._files import atomic_output, check_output_path
+from app.cli._gc import no_cyclic_gc
 from app.cli.options import (
     DatabaseOpt,
     JsonOpt,
@@ -93,7 +94,7 @@ def report(
     from app.runs.sources import check_not_run_file
     from app.store.db import session_scope
 
-    with cli_errors():
+    with cli_errors(), no_cyclic_gc():
         params = _params(threshold_recall, threshold_fp, top_share)
         if html is not None:
             check_output_path(html, option="--html")

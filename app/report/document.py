@@ -63,7 +63,7 @@ The document (``"format": "dreads.report/2"``; keys are always present, absent p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -77,10 +77,10 @@ from app.report.families import binary_kinds, view_of
 from app.report.figures import (
     Params,
     binary_rows,
+    binary_types,
     calibration_figures,
     confusion_table,
     figures_of,
-    is_binary,
     is_positive,
     typed_rows,
 )
@@ -105,53 +105,38 @@ FORMAT = "dreads.report/2"
 
 
 def with_p_yes(row: QuestionRow, p_yes: float) -> QuestionRow:
-    """``dataclasses.replace(row, p_yes=p_yes)``, at a tenth of its cost (a report maps a
-    million answers): the same fields, copied, with the new P(yes)."""
-    new = object.__new__(QuestionRow)
-    new.__dict__.update(row.__dict__)
-    object.__setattr__(new, "p_yes", p_yes)
-    return new
-
-
-def _binary_lookup() -> Callable[[str], bool]:
-    """``is_binary``, each kind looked up once (a report asks it of every row)."""
-    known: dict[str, bool] = {}
-
-    def binary(qtype: str) -> bool:
-        if qtype not in known:
-            known[qtype] = is_binary(qtype)
-        return known[qtype]
-
-    return binary
+    """``dataclasses.replace(row, p_yes=p_yes)``, a few times cheaper (a report maps a million
+    answers): ``QuestionRow.with_p_yes``."""
+    return row.with_p_yes(p_yes)
 
 
 def calibrate_rows(rows: Sequence[QuestionRow], calibration: Calibration) -> list[QuestionRow]:
     """The rows with every answered yes/no P(yes) passed through ``calibration``."""
-    binary = _binary_lookup()
-    index = [i for i, r in enumerate(rows) if r.p_yes is not None and binary(r.question_type)]
+    binary = binary_types(rows)
+    index = [i for i, r in enumerate(rows) if r.p_yes is not None and r.question_type in binary]
     out = list(rows)
     if not index:
         return out
     scores = calibration.apply([rows[i].question_id for i in index],
                                [float(rows[i].p_yes or 0.0) for i in index])
-    for i, value in zip(index, scores, strict=True):
-        out[i] = with_p_yes(rows[i], float(value))
+    for i, value in zip(index, scores.tolist(), strict=True):
+        out[i] = rows[i].with_p_yes(float(value))
     return out
 
 
 def cross_fitted_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow] | None:
     """The rows with every answered, labelled yes/no P(yes) cross-fitted (``cross_fitted``: a
     map fitted on the other folds); None when either class has too few answers."""
-    binary = _binary_lookup()
+    binary = binary_types(rows)
     index = [i for i, r in enumerate(rows) if r.answered and r.p_yes is not None
-             and r.expected is not None and binary(r.question_type)]
+             and r.expected is not None and r.question_type in binary]
     scores = cross_fitted([1 if is_positive(rows[i]) else 0 for i in index],
                           [float(rows[i].p_yes or 0.0) for i in index])
     if scores is None:
         return None
     out = list(rows)
-    for i, value in zip(index, scores, strict=True):
-        out[i] = with_p_yes(rows[i], float(value))
+    for i, value in zip(index, scores.tolist(), strict=True):
+        out[i] = rows[i].with_p_yes(float(value))
     return out
 
 

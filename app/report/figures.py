@@ -78,16 +78,15 @@ def is_binary(qtype: str) -> bool:
         return False
 
 
-def binary_rows(rows: Iterable[QuestionRow]) -> list[QuestionRow]:
+def binary_types(rows: Iterable[QuestionRow]) -> frozenset[str]:
+    """The question types of ``rows`` that are yes/no kinds (each type looked up once)."""
+    return frozenset(t for t in {r.question_type for r in rows} if is_binary(t))
+
+
+def binary_rows(rows: Sequence[QuestionRow]) -> list[QuestionRow]:
     """Rows of the yes/no kinds that carry an expected label."""
-    binary: dict[str, bool] = {}  # the kinds looked up once per call, not once per row
-
-    def known(qtype: str) -> bool:
-        if qtype not in binary:
-            binary[qtype] = is_binary(qtype)
-        return binary[qtype]
-
-    return [r for r in rows if r.expected is not None and known(r.question_type)]
+    binary = binary_types(rows)
+    return [r for r in rows if r.expected is not None and r.question_type in binary]
 
 
 def is_positive(row: QuestionRow) -> bool:
@@ -99,9 +98,16 @@ def noul_arrays(rows: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray, in
     """(y, P(yes), distinct states) of the answered labelled yes/no rows (positive: the first
     label)."""
     done = [r for r in rows if r.answered and r.p_yes is not None]
-    y = np.array([1 if is_positive(r) else 0 for r in done], dtype=np.int64)
-    s = np.array([float(r.p_yes) for r in done if r.p_yes is not None], dtype=np.float64)
+    y, s = _scored(done)
     return y, s, len({r.state_key for r in done})
+
+
+def _scored(done: Sequence[QuestionRow]) -> tuple[np.ndarray, np.ndarray]:
+    """(y, P(yes)) of answered yes/no rows."""
+    y = np.fromiter((bool(r.labels) and r.expected == r.labels[0] for r in done), bool,
+                    len(done)).astype(np.int64)
+    s = np.fromiter((float(r.p_yes or 0.0) for r in done), np.float64, len(done))
+    return y, s
 
 
 class FamilyFigures:
@@ -299,7 +305,7 @@ def calibration_figures(rows: Sequence[QuestionRow], p: Params, *,
 
 
 def _calibration_of(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
-    y, s, _ = noul_arrays(rows)
+    y, s = _scored([r for r in rows if r.answered and r.p_yes is not None])
     bins = m.reliability_bins(y, s, p.n_bins)
     return {
         "n": int(y.size), "positives": int(y.sum()), "auc": m.auc(y, s),
@@ -314,7 +320,9 @@ def _calibration_of(rows: Sequence[QuestionRow], p: Params) -> dict[str, Any]:
 
 def count_values(values: Iterable[Any]) -> dict[str, int]:
     """Counts of each value, keys as strings in sorted order."""
-    counts = Counter(str(v) for v in values)
+    counts: dict[str, int] = {}
+    for v, n in Counter(values).items():  # counted as they are (no str per value), then named
+        counts[str(v)] = counts.get(str(v), 0) + n
     return {k: counts[k] for k in sorted(counts)}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -398,12 +399,41 @@ def bootstrap_reps(n_clusters: int) -> int:
     return max(400, int(1e8 // n_clusters))
 
 
+@lru_cache(maxsize=1)
 def _poisson_table() -> NDArray[np.uint8]:
     """Inverse CDF of Poisson(1) on a 65,536-step grid: uniform uint16 -> count."""
     from scipy.stats import poisson
 
     grid = (np.arange(65536) + 0.5) / 65536.0
     return np.searchsorted(poisson.cdf(np.arange(32), 1.0), grid).astype(np.uint8)
+
+
+def _draw_counts(rng: np.random.Generator, c: int, reps: int) -> NDArray[np.uint8]:
+    """(reps, c) resample counts of c clusters: Poisson(1) above ``_POISSON_FROM`` clusters,
+    else multinomial (each resample draws c clusters with replacement)."""
+    if c > _POISSON_FROM:
+        table = _poisson_table()
+        return table[rng.integers(0, 65536, size=(reps, c), dtype=np.uint16)]
+    out = np.empty((reps, c), dtype=np.uint8)
+    step = max(1, _DRAW_CELLS // c)
+    for start in range(0, reps, step):
+        block = min(step, reps - start)
+        draws = rng.integers(0, c, size=(block, c)) + (np.arange(block) * c)[:, None]
+        counts = np.bincount(draws.ravel(), minlength=block * c).reshape(block, c)
+        out[start:start + block] = np.minimum(counts, 255)  # >255 of c >= 256: never
+    return out
+
+
+@lru_cache(maxsize=4)
+def _resample_counts(seed: int, c: int, reps: int, chunk: int) -> NDArray[np.uint8]:
+    """The (reps, c) counts of a seed, drawn ``chunk`` resamples at a time (as a streamed
+    bootstrap draws them: the same numbers). Memoized: every figure, question and cell with
+    as many clusters shares one draw (the counts depend on nothing else), read-only."""
+    rng = np.random.default_rng(seed)
+    counts = np.concatenate([_draw_counts(rng, c, min(chunk, reps - start))
+                             for start in range(0, reps, chunk)])
+    counts.setflags(write=False)
+    return counts
 
 
 class ClusteredBootstrap:
@@ -434,7 +464,6 @@ class ClusteredBootstrap:
         if self.reps < 1:
             raise ValueError(f"reps must be at least 1, got {self.reps}")
         self.seed = int(seed)
-        self._cache: NDArray[np.uint8] | None = None
         self._counts_of: ClusteredBootstrap | None = None  #: whose counts a subset shares
 
     def subset(self, rows: ArrayLike) -> ClusteredBootstrap:
@@ -457,20 +486,6 @@ class ClusteredBootstrap:
         """How the resample counts are drawn."""
         return "Poisson" if self.n_clusters > _POISSON_FROM else "multinomial"
 
-    def _draw(self, rng: np.random.Generator, reps: int) -> NDArray[np.uint8]:
-        c = self.n_clusters
-        if c > _POISSON_FROM:
-            table = _poisson_table()
-            return table[rng.integers(0, 65536, size=(reps, c), dtype=np.uint16)]
-        out = np.empty((reps, c), dtype=np.uint8)
-        step = max(1, _DRAW_CELLS // c)
-        for start in range(0, reps, step):
-            block = min(step, reps - start)
-            draws = rng.integers(0, c, size=(block, c)) + (np.arange(block) * c)[:, None]
-            counts = np.bincount(draws.ravel(), minlength=block * c).reshape(block, c)
-            out[start:start + block] = np.minimum(counts, 255)  # >255 of c >= 256: never
-        return out
-
     def _weights(self) -> Iterator[tuple[int, int, NDArray[np.uint8]]]:
         """(start, stop, counts) chunks of the (reps, clusters) resample counts."""
         if self._counts_of is not None:
@@ -478,21 +493,15 @@ class ClusteredBootstrap:
             return
         c = self.n_clusters
         chunk = max(1, min(self.reps, _CHUNK_CELLS // c))
-        if self._cache is not None:
+        if self.reps * c <= _CACHE_CELLS:
+            counts = _resample_counts(self.seed, c, self.reps, chunk)
             for start in range(0, self.reps, chunk):
-                yield start, min(start + chunk, self.reps), self._cache[start:start + chunk]
+                yield start, min(start + chunk, self.reps), counts[start:start + chunk]
             return
-        keep = self.reps * c <= _CACHE_CELLS
-        parts = []
         rng = np.random.default_rng(self.seed)
         for start in range(0, self.reps, chunk):
             stop = min(start + chunk, self.reps)
-            counts = self._draw(rng, stop - start)
-            if keep:
-                parts.append(counts)
-            yield start, stop, counts
-        if keep:
-            self._cache = np.concatenate(parts)
+            yield start, stop, _draw_counts(rng, c, stop - start)
 
     def _cluster_sums(self, columns: ArrayLike) -> FloatArray:
         cols = _matrix(columns)

@@ -1,6 +1,7 @@
 """Where PostgreSQL and SQLite differ: the one place the store asks which database it has.
 
-- the engine: SQLite's busy timeout, thread sharing and pragmas (WAL); PostgreSQL's pool;
+- the engine: SQLite's busy timeout, thread sharing and pragmas (WAL); PostgreSQL's pool; JSON
+  columns read with orjson on both (``read_json``);
 - clock: PostgreSQL's ``clock_timestamp()``; SQLite has none, this process's clock stands in;
 - advisory locks (one sweeper at a time): PostgreSQL session locks; SQLite has one writer;
 - holding a row for the transaction (``hold_row``): PostgreSQL ``FOR NO KEY UPDATE``; SQLite's
@@ -13,31 +14,46 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import orjson
 from sqlalchemy import ColumnElement, Table, create_engine, event, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 __all__ = ["POSTGRESQL", "SQLITE", "advisory_lock", "clock_now", "create_engine_for", "greatest",
-           "hold_row", "insert_ignoring", "is_postgresql", "name", "ping", "upsert_adding"]
+           "hold_row", "insert_ignoring", "is_postgresql", "name", "ping", "read_json",
+           "upsert_adding"]
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
 
 
+def read_json(value: str | bytes) -> Any:
+    """A JSON column's value: orjson (several times faster than ``json``: a report reads a
+    million answers' probabilities); ``json`` for what orjson refuses (NaN written to SQLite
+    before, integers beyond 64 bits)."""
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return json.loads(value)
+
+
 def create_engine_for(url: str, *, pool_size: int) -> Engine:
     """A SQLAlchemy engine for ``url`` with its database's options."""
     if url.startswith(SQLITE):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
+                               json_deserializer=read_json)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size,
+                         json_deserializer=read_json)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

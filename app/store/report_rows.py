@@ -14,7 +14,7 @@ from app.store.models import Answer, Attempt, Decision, DecisionPayload, Draw, R
 __all__ = ["answer_rows", "attempt_counts_by_cell", "decision_rows", "find_run_by_ref",
            "read_counts_by_cell", "run_by_id"]
 
-# Plain column rows, not ORM objects.
+# Plain column rows, not ORM objects; ``app.report.load`` unpacks them in this order.
 _ANSWER_COLUMNS = (
     Answer.decision_id, Answer.question_id, Answer.question_type, Answer.label, Answer.p_yes,
     Answer.probs, Answer.expected_level, Answer.label_mass, Answer.argmax_is_label,
@@ -39,7 +39,7 @@ def run_by_id(session: Session, run_id: int) -> Run | None:
 
 def decision_rows(session: Session, run_id: int) -> Iterator[Any]:
     """(id, key, replicate, cell, payload, status, last_error_kind) of every decision of the
-    run, by id."""
+    run, by id (in this order: ``app.report.load`` unpacks them)."""
     query = (
         select(Decision.id, Decision.key, Decision.replicate, Decision.cell,
                DecisionPayload.payload, Decision.status, Decision.last_error_kind)

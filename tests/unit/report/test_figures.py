@@ -3,6 +3,8 @@ top-share cap, comparison, expected labels."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -65,7 +67,7 @@ def _every_block(section: dict) -> list[dict]:
 
 @pytest.mark.parametrize("replicates", [1, 3])
 def test_every_figure_of_every_block_has_an_interval(replicates: int) -> None:
-    rows = [r if replicates == 1 else QuestionRow(**{**r.__dict__, "replicate": k})
+    rows = [r if replicates == 1 else replace(r, replicate=k)
             for r in _two_questions(80) for k in range(replicates)]
     sections = kind_sections(rows, noul_figures, Params(), pooled=True)
     blocks = [b for sec in [*sections["questions"].values(), sections["pooled"]]

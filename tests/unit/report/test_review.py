@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_headline_gives_counts_beside_rates() -> None:
 
 def test_headline_shows_each_question_and_says_partial() -> None:
     rows = [_row("p1", 0.9, 1), _row("p2", 0.2, 1), _row("n1", 0.8, 0), _row("n2", 0.1, 0)]
-    other = [QuestionRow(**{**r.__dict__, "question_id": "r"}) for r in rows]
+    other = [replace(r, question_id="r") for r in rows]
     blocks = {"q": figure_block(rows, noul_figures, Params()),
               "r": figure_block(other, noul_figures, Params())}
     run = {"name": "r", "settings": {}, "engine": "vllm", "upstream": "u", "simulator": False,
