@@ -38,8 +38,8 @@ FLAG_RATES: dict[str, tuple[str, str]] = {
     "argmax_not_label": ("argmax_not_label_decisions", "decisions_with_argmax"),
 }
 #: How a cell is flagged, as the report names it.
-FLAG_METHOD = ("one-sided exact binomial test of each cell's rate against the other cells' "
-               "pooled rate, over decisions, Holm-corrected over the cells")
+FLAG_METHOD = ("one-sided exact binomial test of each cell's rate against the rate of the "
+               "other cells together, over decisions, Holm-corrected over the cells")
 _STDERR_Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 
 
