@@ -4,7 +4,7 @@
     python bench/report_scale.py -n 20000 --keep     # smaller; keep the database and print its URL
 
 Writes two runs of the same decisions straight into a new PostgreSQL database on ``--pg`` (SQL
-``generate_series``: no model, no simulator; writing takes about a minute): each decision asks two
+``generate_series``: no model, no simulator; writing takes a few minutes): each decision asks two
 yes/no questions, a choice of three and a score of three levels, in four cells, with an expected
 answer for each. Run ``a`` and run ``b`` answer with scores that separate the classes a little
 differently. Then it times, as a user runs them, in a fresh process each:
