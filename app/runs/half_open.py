@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from app.engine import ReadRequest
 from app.errors import BudgetReached, DreadsError
 from app.runs.breaker import BreakerPolicy
 from app.runs.budget import check_budget
+from app.runs.periodic import PeriodicThread
 from app.store.breaker import pause_kind, probe_candidates, take_probe, unpause_run
 from app.store.db import session_scope
 from app.store.queue import database_now, utcnow
@@ -153,29 +153,13 @@ def probe_due_runs(factory: SessionFactory, policy: BreakerPolicy,
     return ProbeRound(probed=tuple(probed), resumed=tuple(resumed))
 
 
-class ProberThread(threading.Thread):
+class ProberThread(PeriodicThread):
     """Calls ``probe_round`` every ``interval_s`` until ``stop()``; errors are logged, never
     fatal (a database that is down is tried again next round)."""
 
     def __init__(self, probe_round: Callable[[], ProbeRound], *, interval_s: float) -> None:
-        super().__init__(name="dreads-breaker-prober", daemon=True)
-        self._round = probe_round
-        self._interval_s = interval_s
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopped.wait(self._interval_s):
-            try:
-                self._round()
-            except DreadsError as exc:
-                log.warning("breaker probe round failed: %s", exc.message)
-            except Exception:  # keep probing: one bad round must not end recovery
-                log.exception("breaker probe round failed")
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stopped.set()
-        if self.is_alive():
-            self.join(timeout_s)
+        super().__init__(probe_round, interval_s=interval_s, name="dreads-breaker-prober",
+                         what="breaker probe round", log=log)
 
 
 async def wait_half_open(factory: SessionFactory, run: RunInfo, upstream: Upstream,

@@ -27,7 +27,6 @@ embedded executor, which has no broker, expires leases with the same ``expire_de
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,7 +42,8 @@ from app.broker.epoch import (
 )
 from app.broker.names import SWEEP_LOCK_ID, queue_of_run
 from app.broker.publish import Sender, publish_chunks, queue_backlog
-from app.errors import DreadsError, PublishError
+from app.errors import PublishError
+from app.runs.periodic import PeriodicThread
 from app.runs.reports import SweepReport
 from app.runs.unpublish import unpublish
 from app.store.admin import settle_cancelled
@@ -289,26 +289,12 @@ def _send_page(publisher: Sender, run: RunInfo, queue: str, rows: list[tuple[int
             tally.published += len(ids)
 
 
-class SweeperThread(threading.Thread):
+class SweeperThread(PeriodicThread):
     """Calls ``sweep`` every ``interval_s`` until ``stop()``; errors are logged, never fatal."""
 
     def __init__(self, sweep: Callable[[], SweepReport], *, interval_s: float) -> None:
-        super().__init__(name="dreads-sweeper", daemon=True)
-        self._sweep = sweep
-        self._interval_s = interval_s
-        self._stopped = threading.Event()
+        super().__init__(sweep, interval_s=interval_s, name="dreads-sweeper", what="sweep",
+                         log=log)
 
-    def run(self) -> None:
+    def started(self) -> None:
         log.info("sweeper running every %.1f s", self._interval_s)
-        while not self._stopped.wait(self._interval_s):
-            try:
-                self._sweep()
-            except DreadsError as exc:
-                log.warning("sweep failed: %s", exc.message)
-            except Exception:  # keep sweeping: one bad sweep must not end recovery
-                log.exception("sweep failed")
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stopped.set()
-        if self.is_alive():
-            self.join(timeout_s)
