@@ -35,6 +35,11 @@ def file_path(ref: str, policy: ImagePolicy) -> Path:
         raise ImageError(f"image {short_ref(ref)}: a file:// URL needs an absolute path "
                          "(file:///path/to/image.png)")
     path = raw.resolve()
+    if not policy.allows(path) and policy.guard is not None:
+        # a server's client learns neither where a link leads nor which directories are open
+        raise ImageError(f"image {short_ref(ref)}: outside the directories images may be read "
+                         "from on this server; send the image as a data URL or over https, or "
+                         "ask its operator (DREADS_IMAGE_DIRS)")
     if not policy.allows(path):
         raise ImageError(f"image {short_ref(ref)}: {path} is outside the directories images "
                          f"may be read from ({policy.dirs_text()}); add its directory to "
