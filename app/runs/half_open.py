@@ -12,7 +12,8 @@ Workers probe from a thread of their main process (``ProberThread``): each takes
 with a guarded UPDATE of ``runs.probed_at`` (``take_probe``), so N workers probe a run once an
 interval, not N times; a worker probes only the runs its upstream serves (their queue is the
 one it consumes). ``dreads run`` (and ``dreads serve``'s local executor) probes with the
-upstream it reads from, waiting in place (``wait_half_open``).
+upstream it reads from, waiting in place (``wait_half_open``), and takes each probe the same
+way.
 
 What each says, one line per change: ``run R paused: server unreachable since 12:03:10,
 probing every 10 s`` ... ``run R resumed at 12:03:41 after 31 s``.
@@ -186,6 +187,8 @@ async def wait_half_open(factory: SessionFactory, run: RunInfo, upstream: Upstre
             say(f"run {run.name}: no answer from its server within {policy.give_up_s:g} s "
                 "(DREADS_BREAKER_GIVE_UP_S): it stays paused")
             return False
+        if not await asyncio.to_thread(_take_probe, factory, run.id, policy):
+            continue  # a worker's prober probed it this interval: it resumes it if answered
         why = await probe_read(upstream, probe, timeout_s)
         if why is not None:
             log.info("run %s: probe read failed (%s); still paused", run.name, why)
@@ -196,6 +199,15 @@ async def wait_half_open(factory: SessionFactory, run: RunInfo, upstream: Upstre
             return False
         say(resumed_line(run.name, paused_at, utcnow()))
         return True
+
+
+def _take_probe(factory: SessionFactory, run_id: int, policy: BreakerPolicy) -> bool:
+    """Whether this wait probes now: the guarded UPDATE the workers' probers take too, so a
+    run probed by ``dreads run`` and by workers is probed once an interval. A tenth of the
+    interval is slack: this wait's own stamp of the last round never makes it skip one."""
+    with session_scope(factory) as session:
+        return take_probe(session, run_id, now=database_now(session),
+                          interval_s=policy.probe_s * 0.9, give_up_s=policy.give_up_s)
 
 
 def _pause_of(factory: SessionFactory, name: str) -> tuple[str | None, datetime | None] | None:
