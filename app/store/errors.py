@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from app.errors import BadDatabaseUrl, StoreConflict, StoreError
 from app.store.urls import redacted, sqlite_path
@@ -79,7 +79,7 @@ def database_errors(engine: Engine | None, what: str = "") -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
-        if isinstance(exc, IntegrityError) or _conflicting(_said(exc)):
+        if _conflicting(_said(exc)):
             raise _conflict(what, _said(exc)) from exc
         raise _failed(what, _said(exc)) from exc
     except Exception as exc:
@@ -90,15 +90,17 @@ def database_errors(engine: Engine | None, what: str = "") -> Iterator[None]:
         raise _failed(what, exc) from exc
 
 
-#: SQLSTATEs of a write that met a concurrent one: integrity (a row deleted meanwhile, a
-#: unique key taken), serialization failure, deadlock.
-_CONFLICT_CLASS, _CONFLICT_STATES = "23", frozenset({"40001", "40P01"})
+#: A write that met a concurrent one: a row it references deleted meanwhile, a unique key
+#: taken, a serialization failure, a deadlock (PostgreSQL's SQLSTATEs; SQLite's error names).
+#: Other integrity errors (NOT NULL, CHECK) are no race, and "try again" would not help.
+_CONFLICT_STATES = frozenset({"23503", "23505", "40001", "40P01"})
+_CONFLICT_SQLITE = frozenset({"SQLITE_CONSTRAINT_FOREIGNKEY", "SQLITE_CONSTRAINT_UNIQUE",
+                              "SQLITE_CONSTRAINT_PRIMARYKEY"})
 
 
 def _conflicting(orig: BaseException) -> bool:
-    state = getattr(orig, "sqlstate", None)
-    return isinstance(state, str) and (state.startswith(_CONFLICT_CLASS)
-                                       or state in _CONFLICT_STATES)
+    return (getattr(orig, "sqlstate", None) in _CONFLICT_STATES
+            or getattr(orig, "sqlite_errorname", None) in _CONFLICT_SQLITE)
 
 
 def _conflict(what: str, orig: BaseException) -> StoreConflict:

@@ -53,6 +53,16 @@ def test_a_commit_that_meets_a_concurrent_write_is_a_conflict_to_retry(
     assert _runs(factory) == 1
 
 
+def test_a_write_no_retry_can_mend_is_a_failure_not_a_conflict(factory: Factory) -> None:
+    """A NOT NULL column left empty is no race: "try again" would not help."""
+    with pytest.raises(StoreError) as caught, session_scope(factory) as session:
+        session.add(Run(name="r", status="active", settings={}, settings_hash=None,
+                        upstream="sim"))
+    assert not isinstance(caught.value, StoreConflict)
+    assert "try again" not in caught.value.message
+    assert _runs(factory) == 0
+
+
 def test_dreads_own_errors_pass_through_untouched_and_roll_back(factory: Factory) -> None:
     refused = InputError("no such run")
     with pytest.raises(InputError) as caught, session_scope(factory) as session:
