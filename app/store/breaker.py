@@ -12,7 +12,8 @@
     unpause_run       paused -> active, the reason cleared, the breaker's count started over
                       after the run's last attempt, and its queued decisions back to pending
                       (their messages were consumed while it was paused) for the next sweep;
-                      its ``run_pauses`` row marked resumed
+                      its ``run_pauses`` row marked resumed (on the clock ``paused_at``
+                      was stamped on: SQLite's CURRENT_TIMESTAMP has whole seconds only)
     probe_candidates  the runs paused by the breaker (not by a budget) whose probe is due
     take_probe        stamp ``runs.probed_at`` of a run whose probe is due: one guarded UPDATE,
                       so of N workers one probes per interval
@@ -113,7 +114,7 @@ def unpause_run(session: Session, run_id: int) -> bool:
         return False
     session.execute(update(RunPause)
                     .where(RunPause.run_id == run_id, RunPause.resumed_at.is_(None))
-                    .values(resumed_at=func.now())
+                    .values(resumed_at=dialects.clock_now(session))
                     .execution_options(synchronize_session=False))
     session.execute(update(Decision)
                     .where(Decision.run_id == run_id, Decision.status == DecisionStatus.QUEUED)
