@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from app.errors import INFRASTRUCTURE_KINDS, OutcomeKind
-from app.store.records import DecisionStatus, PauseKind
+from app.store.records import DecisionStatus, PauseKind, RunStatus
 from app.store.states import OPEN
 
 if TYPE_CHECKING:
@@ -41,8 +41,12 @@ SELECT a.outcome, count(*), count(DISTINCT a.decision_id),
 FROM attempts AS a JOIN decisions AS d ON d.id = a.decision_id
 WHERE a.run_id = :run AND a.outcome IN ({_quoted(INFRASTRUCTURE_KINDS)})
 GROUP BY a.outcome"""
+#: Every pause of the run, and the run's status (a pause never resumed ended with the run
+#: cancelled unless the run is paused still).
 PAUSES = """
-SELECT kind, reason, paused_at, resumed_at FROM run_pauses WHERE run_id = :run ORDER BY id"""
+SELECT p.kind, p.reason, p.paused_at, p.resumed_at, r.status
+FROM run_pauses AS p JOIN runs AS r ON r.id = p.run_id
+WHERE p.run_id = :run ORDER BY p.id"""
 
 #: What an attempt of each kind was ended by, in words.
 _WORDS: dict[str, str] = {
@@ -103,11 +107,13 @@ class PauseEvent:
     kind: str  #: PauseKind
     reason: str | None
     paused_at: datetime | None
-    resumed_at: datetime | None  #: None: still paused
+    resumed_at: datetime | None  #: None: still paused, or ``cancelled``
+    cancelled: bool = False  #: the run was cancelled while paused (it never resumed)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "reason": self.reason,
-                "paused_at": _iso(self.paused_at), "resumed_at": _iso(self.resumed_at)}
+                "paused_at": _iso(self.paused_at), "resumed_at": _iso(self.resumed_at),
+                "cancelled": self.cancelled}
 
 
 @dataclass(frozen=True)
@@ -139,8 +145,12 @@ class InfrastructureEvents:
         for kind in sorted({p.kind for p in self.pauses}):
             pauses = [p for p in self.pauses if p.kind == kind]
             resumed = sum(p.resumed_at is not None for p in pauses)
-            fate = ("resumed" if resumed == len(pauses) else
-                    f"{resumed} resumed, still paused" if resumed else "still paused")
+            cancelled = sum(p.cancelled for p in pauses)
+            paused = len(pauses) - resumed - cancelled
+            fate = ("resumed" if resumed == len(pauses) else ", ".join(
+                part for n, part in ((resumed, f"{resumed} resumed"),
+                                     (cancelled, "the run cancelled while paused"),
+                                     (paused, "still paused")) if n))
             reason = _short(pauses[-1].reason)
             out.append(f"{_counted(len(pauses), 'pause')} by {_PAUSED_BY.get(kind, kind)}"
                        + (f" ({reason})" if reason else "") + f", {fate}")
@@ -158,8 +168,9 @@ def infrastructure_events(reader: Reader, run_id: int) -> InfrastructureEvents:
     kinds = sorted((InfrastructureKind(str(kind), *(int(v or 0) for v in rest))
                     for kind, *rest in reader.rows(INFRA_ATTEMPTS, params)),
                    key=lambda k: (-k.attempts, k.kind))
-    pauses = tuple(PauseEvent(str(kind), reason, _time(at), _time(back))
-                   for kind, reason, at, back in reader.rows(PAUSES, params))
+    pauses = tuple(PauseEvent(str(kind), reason, _time(at), _time(back),
+                              cancelled=back is None and status == RunStatus.CANCELLED)
+                   for kind, reason, at, back, status in reader.rows(PAUSES, params))
     return InfrastructureEvents(kinds=tuple(kinds), pauses=pauses)
 
 

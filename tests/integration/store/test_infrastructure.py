@@ -76,3 +76,20 @@ def test_a_pause_is_kept_after_the_run_goes_on(built: tuple[sessionmaker[Session
         report = run_status(session, run_info(session.get_one(Run, run_id)))
     assert report.as_dict()["infrastructure"] == events.as_dict()
     assert all(not set(c.failures) - {"malformed_response"} for c in report.cells)
+
+
+def test_a_pause_ended_by_a_cancel_is_not_still_paused(
+        built: tuple[sessionmaker[Session], int]) -> None:
+    from app.store.admin import cancel_not_started  # what cancel does to a paused run
+
+    factory, run_id = built
+    with session_scope(factory) as session:
+        assert pause_run(session, run_id, kind="breaker", reason="50 of the last 50 attempts "
+                         "failed with server_error", now=datetime.now(UTC))
+    with session_scope(factory) as session:
+        cancel_not_started(session, run_id)
+    with session_scope(factory) as session:
+        events = infrastructure(session, run_id)
+    assert events.lines()[-1] == ("1 pause by the breaker (50 of the last 50 attempts failed "
+                                  "with server_error), the run cancelled while paused")
+    assert [(p.resumed_at, p.cancelled) for p in events.pauses] == [(None, True)]
