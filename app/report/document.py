@@ -29,9 +29,10 @@ The document (``"format": "dreads.report/2"``; keys are always present, absent p
                   (a - b), interval, p_value, p_adjusted, method, detectable, n, verdict}
     reasons      [{kind, count, example}]: why decisions failed or were rejected, grouped
     infrastructure  {attempts, unanswered, kinds: [{kind, attempts, decisions, recovered, open,
-                 unanswered}], pauses: [{kind, reason, paused_at, resumed_at, cancelled}], lines}: what
-                 the infrastructure did to the run (a worker lost, an interruption, a pause,
-                 an outage), never a cell's (``app.store.infrastructure``, as status says it)
+                 unanswered}], pauses: [{kind, reason, paused_at, resumed_at, cancelled}],
+                 lines}: what the infrastructure did to the run (a worker lost, an
+                 interruption, a pause, an outage), never a cell's
+                 (``app.store.infrastructure``, as status says it)
     headline     the figures every rendering leads with (headline.py): identity {run, model,
                  layout, mode, policy, max_draws, answered_by, simulator, replicates}, params,
                  partial, noul|choice|score: {questions: {qid: {replicates, partial, figures,
