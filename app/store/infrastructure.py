@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import INFRASTRUCTURE_KINDS, OutcomeKind
 from app.store.records import DecisionStatus, PauseKind, RunStatus
-from app.store.states import OPEN
+from app.store.states import OPEN, quoted
 
 if TYPE_CHECKING:
     from app.store.status_sql import Reader
@@ -26,20 +26,16 @@ __all__ = ["INFRA_ATTEMPTS", "InfrastructureEvents", "InfrastructureKind", "Paus
            "infrastructure_events"]
 
 
-def _quoted(values: Any) -> str:
-    return ", ".join(f"'{v}'" for v in sorted(values))  # our own constants
-
-
 #: Per infrastructure kind: attempts, decisions they touched, of those done, still open, and
 #: ended unanswered for that very kind.
 INFRA_ATTEMPTS = f"""
 SELECT a.outcome, count(*), count(DISTINCT a.decision_id),
        count(DISTINCT CASE WHEN d.status = '{DecisionStatus.DONE}' THEN a.decision_id END),
-       count(DISTINCT CASE WHEN d.status IN ({_quoted(OPEN)}) THEN a.decision_id END),
+       count(DISTINCT CASE WHEN d.status IN ({quoted(OPEN)}) THEN a.decision_id END),
        count(DISTINCT CASE WHEN d.status = '{DecisionStatus.FAILED}'
                             AND d.last_error_kind = a.outcome THEN a.decision_id END)
 FROM attempts AS a JOIN decisions AS d ON d.id = a.decision_id
-WHERE a.run_id = :run AND a.outcome IN ({_quoted(INFRASTRUCTURE_KINDS)})
+WHERE a.run_id = :run AND a.outcome IN ({quoted(INFRASTRUCTURE_KINDS)})
 GROUP BY a.outcome"""
 #: Every pause of the run, and the run's status (a pause never resumed ended with the run
 #: cancelled unless the run is paused still).

@@ -31,14 +31,15 @@ nothing about it changes any more: finished, or cancelled with nothing left in f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
 from app.store.records import DecisionStatus, RunInfo, RunStatus
 
 __all__ = ["NOT_STARTED", "OPEN", "SETTLED", "RunState", "has_ended", "is_unanswered",
-           "pause_view", "run_state", "settled_statuses", "shown_status", "unanswered_count"]
+           "pause_view", "quoted", "run_state", "settled_statuses", "shown_status",
+           "unanswered_count"]
 
 #: What no worker has started: cancelling a run cancels these.
 NOT_STARTED = (DecisionStatus.PENDING, DecisionStatus.QUEUED)
@@ -110,3 +111,9 @@ def unanswered_count(*, settled_questions: int, answered: int) -> int:
     """Questions of settled decisions less the answers they have: ``is_unanswered`` counted
     in SQL."""
     return max(settled_questions - answered, 0)
+
+
+def quoted(values: Iterable[str]) -> str:
+    """``'a', 'b'``: statuses or outcome kinds (constants of ours, never input) for a SQL
+    ``IN`` list, in one order so the statement text is the same each time."""
+    return ", ".join(f"'{v}'" for v in sorted(values))

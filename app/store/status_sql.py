@@ -28,6 +28,7 @@ from app.store.states import (
     RunState,
     has_ended,
     pause_view,
+    quoted,
     run_state,
     settled_statuses,
     shown_status,
@@ -54,11 +55,7 @@ class Reader(Protocol):
     def rows(self, sql: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]: ...
 
 
-def _quoted(values: Iterable[str]) -> str:
-    return ", ".join(f"'{v}'" for v in values)  # the statuses and kinds: constants of ours
-
-
-_ENDED_BADLY = _quoted((DecisionStatus.FAILED, DecisionStatus.REJECTED))
+_ENDED_BADLY = quoted((DecisionStatus.FAILED, DecisionStatus.REJECTED))
 _RUN_COLUMNS = ("id, name, status, settings, settings_hash, fingerprint, upstream, engine, "
                 "source, replicates, created_at, pause_kind, pause_reason, paused_at")
 
@@ -86,7 +83,7 @@ CELL_FAILURES = f"""
 SELECT d.cell, a.outcome, count(*)
 FROM attempts AS a JOIN decisions AS d ON d.id = a.decision_id
 WHERE a.run_id = :run AND a.outcome <> '{OutcomeKind.OK}'
-  AND a.outcome NOT IN ({_quoted(INFRASTRUCTURE_KINDS)}) GROUP BY d.cell, a.outcome"""
+  AND a.outcome NOT IN ({quoted(INFRASTRUCTURE_KINDS)}) GROUP BY d.cell, a.outcome"""
 FINISHED_SINCE = f"""
 SELECT sum(CASE WHEN finished_at >= :since_1m THEN 1 ELSE 0 END),
        sum(CASE WHEN finished_at >= :since_5m THEN 1 ELSE 0 END)
@@ -274,7 +271,7 @@ def is_settled(reader: Reader, run_id: int, *, count_failed: bool) -> bool:
     """No decision of the run is pending, queued or leased (nor failed, with
     ``count_failed``): resume has nothing to publish or repair."""
     statuses = (*OPEN, DecisionStatus.FAILED) if count_failed else OPEN
-    return not reader.rows(ANY_OPEN.format(statuses=_quoted(statuses)), {"run": run_id})
+    return not reader.rows(ANY_OPEN.format(statuses=quoted(statuses)), {"run": run_id})
 
 
 def run_status(reader: Reader, run: RunInfo, *, now: datetime | None = None) -> RunStatusReport:
@@ -304,7 +301,7 @@ def cell_stats(reader: Reader, run: RunInfo) -> list[CellStats]:
         return cells.setdefault(cell_key(name), CellStats(cell=cell_key(name)))
 
     params = {"run": run.id}
-    settled = _quoted(settled_statuses(run.status))
+    settled = quoted(settled_statuses(run.status))
     for name, total, done, settled_questions in reader.rows(
             CELL_DECISIONS.format(settled=settled), params):
         stats = cell(name)
