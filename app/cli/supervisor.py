@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from app.telemetry.supervisor import SupervisorState
@@ -107,30 +107,35 @@ def supervise(command: list[str], *, backoff: Backoff | None = None,
              f"row); starting it again in {delay:g} s (nothing is lost: SQL keeps the work, "
              "leases and the sweeper recover it)")
         broker_down = broker_ok is not None and broker_ok() is False
-        if _stopped_within(stopping, delay, early=broker_ok if broker_down else None):
+        waited = _wait(stopping, delay, early=broker_ok if broker_down else None)
+        if waited == "stopped":
             state.enter("stopped")
             return code
-        if broker_down and broker_ok is not None and broker_ok():
+        if waited == "early":
             tell("dreads worker: the broker takes writes again; starting the Celery worker")
         state.restarted()
 
 
-def _stopped_within(stopping: threading.Event, seconds: float,
-                    early: Callable[[], bool | None] | None = None) -> bool:
+#: What ended a backoff wait: a stop signal, the broker back, or its time.
+_Waited = Literal["stopped", "early", "elapsed"]
+
+
+def _wait(stopping: threading.Event, seconds: float,
+          early: Callable[[], bool | None] | None = None) -> _Waited:
     """Wait ``seconds`` in short ticks (a stop signal's handler runs between them), or until
-    ``early()`` (asked about once a second) is true. True when a stop signal came."""
+    ``early()`` (asked about once a second) is true; say which ended the wait."""
     deadline = time.monotonic() + seconds
     next_ask = time.monotonic() + _ASK_S
     while not stopping.is_set():
         left = deadline - time.monotonic()
         if left <= 0:
-            return False
+            return "elapsed"
         if early is not None and time.monotonic() >= next_ask:
             if early():
-                return stopping.is_set()
+                return "stopped" if stopping.is_set() else "early"
             next_ask = time.monotonic() + _ASK_S
         stopping.wait(min(_TICK_S, left))
-    return True
+    return "stopped"
 
 
 def _stderr(line: str) -> None:
