@@ -110,7 +110,8 @@ class RunSource(Base):
 
 class RunPause(Base):
     """One pause of a run, kept after it goes on: what paused it (``PauseKind``), why, when,
-    and when it went on (None: still paused). ``runs.pause_*`` say only the current pause; the
+    and when it went on (None: still paused, or the run was cancelled while paused).
+    ``runs.pause_*`` say only the current pause; the
     infrastructure section of status and report counts these (``app.store.infrastructure``)."""
 
     __tablename__ = "run_pauses"
