@@ -100,3 +100,30 @@ async def test_a_give_up_time_leaves_it_paused(store: RunStore) -> None:
     assert lines[-1] == ("run r: no answer from its server within 3 s "
                          "(DREADS_BREAKER_GIVE_UP_S): it stays paused")
     assert _status(store) == ("paused", "breaker")
+
+
+async def test_a_probe_another_prober_took_this_interval_is_not_made_again(
+        store: RunStore) -> None:
+    """A worker's prober that keeps taking the run's probe (and finds its server down) leaves
+    ``dreads run`` nothing to probe: the run is probed once an interval, by one of them."""
+    import asyncio
+
+    from app.store.breaker import take_probe
+
+    run = _paused(store)
+    taking = True
+
+    async def worker_prober() -> None:
+        while taking:
+            with session_scope(store.factory) as s:
+                take_probe(s, run.id, now=utcnow(), interval_s=0.1, give_up_s=None)
+            await asyncio.sleep(0.05)
+
+    prober = asyncio.create_task(worker_prober())
+    waiting = asyncio.create_task(_wait(store, memory_sim(), BreakerPolicy(probe_s=0.3), run))
+    await asyncio.sleep(1.5)  # the server answers, but every probe is the other prober's
+    assert not waiting.done() and _status(store) == ("paused", "breaker")
+    taking = False
+    await prober
+    resumed, lines = await asyncio.wait_for(waiting, 10)
+    assert resumed and lines[-1].startswith("run r resumed at ")
