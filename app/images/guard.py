@@ -38,12 +38,35 @@ class FetchRefused(httpx.ConnectError):
     client is told nothing it could tell from a closed port)."""
 
 
+#: IPv6 prefixes whose last 32 bits are an IPv4 address a gateway or the stack connects to:
+#: NAT64's well-known prefix (RFC 6052) and IPv4-compatible addresses (``::a.b.c.d``).
+_EMBEDS_LAST_32 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
+#: NAT64 prefixes of local use (RFC 8215): never a public address, whatever they carry.
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches through (IPv4-mapped, NAT64, 6to4, IPv4-compatible;
+    None: it carries none)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in net for net in _EMBEDS_LAST_32) and int(address) > 1:  # not :: or ::1
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _public(address: IPAddress) -> bool:
     """A globally reachable unicast address (not loopback, private, link-local, shared,
-    multicast, reserved, documentation or unspecified; an IPv4-mapped IPv6 address as its
-    IPv4 address)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _public(address.ipv4_mapped)
+    multicast, reserved, documentation or unspecified; an IPv6 address that carries an IPv4
+    one, as NAT64, 6to4 or IPv4-mapped, as that IPv4 address)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _LOCAL_NAT64:
+            return False
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return _public(embedded)
     return address.is_global and not address.is_multicast
 
 
