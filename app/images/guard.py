@@ -142,14 +142,17 @@ def _literal(host: str) -> IPAddress | None:
 
 
 def _pinned(request: httpx.Request, address: str) -> httpx.Request:
-    """``request`` sent to ``address``: its Host header and TLS name stay the URL's host."""
+    """A copy of ``request`` sent to ``address``: its Host header and TLS name stay the URL's
+    host. ``request`` itself is left as it was: the client resolves a relative redirect
+    against its URL, which must still name the host (checked by name again), not the
+    address."""
     host = request.url.host
-    if address == host:
-        return request
-    request.url = request.url.copy_with(host=address)
+    extensions = dict(request.extensions)
     if request.url.scheme == "https":
-        request.extensions = {**request.extensions, "sni_hostname": host}
-    return request
+        extensions["sni_hostname"] = host
+    return httpx.Request(request.method, request.url.copy_with(host=address),
+                         headers=request.headers, stream=request.stream,
+                         extensions=extensions)
 
 
 def _port(request: httpx.Request) -> int:
