@@ -57,6 +57,15 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
     return None
 
 
+def _metadata(address: IPAddress) -> bool:
+    """A cloud metadata address, or an IPv6 one that carries it (NAT64, IPv4-mapped)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return embedded in METADATA
+    return address in METADATA
+
+
 def _public(address: IPAddress) -> bool:
     """A globally reachable unicast address (not loopback, private, link-local, shared,
     multicast, reserved, documentation or unspecified; an IPv6 address that carries an IPv4
@@ -112,7 +121,7 @@ class FetchGuard:
                    for entry in self.hosts)
 
     def address_allowed(self, address: IPAddress) -> bool:
-        if address in METADATA:
+        if _metadata(address):
             return any(address in net and net.prefixlen == net.max_prefixlen
                        for net in self.networks)
         return _public(address) or any(address in net for net in self.networks)
@@ -128,7 +137,7 @@ class FetchGuard:
         if not addresses:
             raise FetchRefused(f"no address for {host}")
         named = self.host_allowed(host)  # any address but the metadata ones
-        if not all(self.address_allowed(a) or (named and a not in METADATA)
+        if not all(self.address_allowed(a) or (named and not _metadata(a))
                    for a in addresses):
             raise FetchRefused(f"{host} resolves to an address this server does not fetch")
         return str(addresses[0])

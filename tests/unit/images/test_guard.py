@@ -194,3 +194,11 @@ def test_a_relative_redirect_of_a_host_opened_by_name_is_followed(
                    for r in server.requests)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "::ffff:169.254.169.254"])
+def test_a_host_opened_by_name_cannot_reach_the_metadata_address_through_ipv6(
+        address: str) -> None:
+    infos = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, 80, 0, 0))]
+    with pytest.raises(FetchRefused):
+        FetchGuard.parse("*.corp.example").checked("imgs.corp.example", infos)
