@@ -23,7 +23,11 @@ def file_path(ref: str, policy: ImagePolicy) -> Path:
         ImageError: a host other than localhost, a NUL character, a relative path, or a file
             outside the allowed directories.
     """
-    parts = urlsplit(ref)
+    try:
+        parts = urlsplit(ref)
+    except ValueError as exc:  # file://[x
+        raise ImageError(f"image {short_ref(ref)}: not a valid URL ({exc}); write a file as "
+                         "file:///path/to/image.png") from None
     if parts.netloc not in ("", "localhost"):
         raise ImageError(f"image {short_ref(ref)}: a file:// URL names a file on this machine "
                          "(file:///path/to/image.png); fetch remote images over http(s)")
