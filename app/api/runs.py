@@ -24,6 +24,7 @@ from starlette.datastructures import UploadFile
 from app.api.answer_urls import check_answer_url
 from app.api.auth import require_key
 from app.api.errors import api_error, raise_for
+from app.api.schemas import as_value_error
 from app.api.state import ApiState
 from app.api.systemone import Api
 from app.connect.plugins import find_source
@@ -39,7 +40,7 @@ from app.engine import (
     settings_from_dict,
 )
 from app.engine.limits import check_run_name
-from app.errors import ConfigError, DreadsError, InputError
+from app.errors import ConfigError, DreadsError
 from app.runs.jobfile import decode_lines, has_content
 from app.runs.read_options import READ_OPTIONS, REPLICATES, read_option, read_overrides
 from app.runs.resume import ResumeOptions, resume_run
@@ -147,10 +148,7 @@ class RunParams(SpendParams):
     @classmethod
     def _storable_name(cls, value: str) -> str:
         """The name the CLI would take (``app.engine.limits.check_run_name``)."""
-        try:
-            return check_run_name(value)
-        except InputError as exc:
-            raise ValueError(exc.message) from None
+        return as_value_error(check_run_name, value)
 
     def settings(self, base: ReadSettings, upstream: str) -> ReadSettings:
         """``base`` with these parameters; a run answered by a decision endpoint defaults to

@@ -34,6 +34,7 @@ __all__ = [
     "SystemOneIn",
     "SystemOneOut",
     "UsageOut",
+    "as_value_error",
 ]
 
 
@@ -76,17 +77,17 @@ class RecordIn(_In):
     @classmethod
     def _storable_name(cls, value: str) -> str:
         """A name ``POST /v1/runs`` and ``dreads submit`` would take."""
-        return _as_value_error(check_run_name, value)
+        return as_value_error(check_run_name, value)
 
     @field_validator("id", "cell")
     @classmethod
     def _storable_text(cls, value: str | None, info: ValidationInfo) -> str | None:
         limit = MAX_ID_CHARS if info.field_name == "id" else MAX_CELL_CHARS
-        return None if value is None else _as_value_error(
+        return None if value is None else as_value_error(
             lambda text: check_text(repr(info.field_name), text, limit), value)
 
 
-def _as_value_error(check: Callable[[str], str], value: str) -> str:
+def as_value_error(check: Callable[[str], str], value: str) -> str:
     """``check(value)``, its ``InputError`` as the ``ValueError`` pydantic reports (422)."""
     try:
         return check(value)

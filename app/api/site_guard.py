@@ -108,7 +108,8 @@ class SiteGuard:
     def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = (),
                  openai_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
-        self.allowed_origins = frozenset(_origin(o) for o in allowed_origins if o.strip())
+        self.allowed_origins = frozenset(
+            said for o in allowed_origins if o.strip() and (said := _origin(o)) is not None)
         self.openai_paths = openai_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -143,16 +144,21 @@ class SiteGuard:
 
     def _own(self, origin: str, host: str) -> bool:
         said = _origin(origin)
+        if said is None:  # not even a URL: no page of this server sent it
+            return False
         if said in self.allowed_origins:
             return True
-        netloc = urlsplit(origin.strip()).netloc.lower()
-        return bool(netloc) and said != "null" and _without_default_port(netloc) == \
-            _without_default_port(host.strip().lower())
+        netloc = said.partition("://")[2]  # "" for "null"
+        return bool(netloc) and netloc == _without_default_port(host.strip().lower())
 
 
-def _origin(value: str) -> str:
-    """``scheme://host[:port]`` of an origin as compared (lower case, no default port)."""
-    parts = urlsplit(value.strip().lower())
+def _origin(value: str) -> str | None:
+    """``scheme://host[:port]`` of an origin as compared (lower case, no default port); a value
+    without both, as ``null``, as it is; None: one no URL parser reads (``http://[x``)."""
+    try:
+        parts = urlsplit(value.strip().lower())
+    except ValueError:
+        return None
     if not parts.scheme or not parts.netloc:
         return value.strip().lower()
     return f"{parts.scheme}://{_without_default_port(parts.netloc)}"

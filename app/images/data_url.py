@@ -8,14 +8,10 @@ import binascii
 from urllib.parse import unquote_to_bytes
 
 from app.errors import ImageError
+from app.images.limits import image_too_large
 from app.images.refs import short_ref
 
 __all__ = ["decode_data_url", "encode_data_url"]
-
-
-def _too_large(ref: str, size: int, max_bytes: int) -> ImageError:
-    return ImageError(f"image {short_ref(ref)}: {size:,} bytes, over the limit of "
-                      f"{max_bytes:,}; shrink it or raise DREADS_IMAGE_MAX_BYTES")
 
 
 def decode_data_url(ref: str, *, max_bytes: int) -> tuple[bytes, str | None]:
@@ -33,14 +29,14 @@ def decode_data_url(ref: str, *, max_bytes: int) -> tuple[bytes, str | None]:
     is_base64 = any(p.strip().lower() == "base64" for p in params[1:])
     estimate = len(body) * 3 // 4 if is_base64 else len(body)
     if estimate > max_bytes + 3:  # refused before decoding a huge string
-        raise _too_large(ref, estimate, max_bytes)
+        raise image_too_large(ref, max_bytes, estimate)
     try:
         data = base64.b64decode(body, validate=True) if is_base64 else unquote_to_bytes(body)
     except (binascii.Error, ValueError):
         raise ImageError(f"image {short_ref(ref)}: its base64 data cannot be decoded; check "
                          "the data URL") from None
     if len(data) > max_bytes:
-        raise _too_large(ref, len(data), max_bytes)
+        raise image_too_large(ref, max_bytes, len(data))
     return data, media_type
 
 

@@ -38,12 +38,44 @@ class FetchRefused(httpx.ConnectError):
     client is told nothing it could tell from a closed port)."""
 
 
+#: IPv6 prefixes whose last 32 bits are an IPv4 address a gateway or the stack connects to:
+#: NAT64's well-known prefix (RFC 6052) and IPv4-compatible addresses (``::a.b.c.d``).
+_EMBEDS_LAST_32 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
+#: NAT64 prefixes of local use (RFC 8215): never a public address, whatever they carry.
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches through (IPv4-mapped, NAT64, 6to4, IPv4-compatible;
+    None: it carries none)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in net for net in _EMBEDS_LAST_32) and int(address) > 1:  # not :: or ::1
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def _metadata(address: IPAddress) -> bool:
+    """A cloud metadata address, or an IPv6 one that carries it (NAT64, IPv4-mapped)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return embedded in METADATA
+    return address in METADATA
+
+
 def _public(address: IPAddress) -> bool:
     """A globally reachable unicast address (not loopback, private, link-local, shared,
-    multicast, reserved, documentation or unspecified; an IPv4-mapped IPv6 address as its
-    IPv4 address)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _public(address.ipv4_mapped)
+    multicast, reserved, documentation or unspecified; an IPv6 address that carries an IPv4
+    one, as NAT64, 6to4 or IPv4-mapped, as that IPv4 address)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _LOCAL_NAT64:
+            return False
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return _public(embedded)
     return address.is_global and not address.is_multicast
 
 
@@ -89,7 +121,7 @@ class FetchGuard:
                    for entry in self.hosts)
 
     def address_allowed(self, address: IPAddress) -> bool:
-        if address in METADATA:
+        if _metadata(address):
             return any(address in net and net.prefixlen == net.max_prefixlen
                        for net in self.networks)
         return _public(address) or any(address in net for net in self.networks)
@@ -105,7 +137,7 @@ class FetchGuard:
         if not addresses:
             raise FetchRefused(f"no address for {host}")
         named = self.host_allowed(host)  # any address but the metadata ones
-        if not all(self.address_allowed(a) or (named and a not in METADATA)
+        if not all(self.address_allowed(a) or (named and not _metadata(a))
                    for a in addresses):
             raise FetchRefused(f"{host} resolves to an address this server does not fetch")
         return str(addresses[0])
@@ -119,14 +151,17 @@ def _literal(host: str) -> IPAddress | None:
 
 
 def _pinned(request: httpx.Request, address: str) -> httpx.Request:
-    """``request`` sent to ``address``: its Host header and TLS name stay the URL's host."""
+    """A copy of ``request`` sent to ``address``: its Host header and TLS name stay the URL's
+    host. ``request`` itself is left as it was: the client resolves a relative redirect
+    against its URL, which must still name the host (checked by name again), not the
+    address."""
     host = request.url.host
-    if address == host:
-        return request
-    request.url = request.url.copy_with(host=address)
+    extensions = dict(request.extensions)
     if request.url.scheme == "https":
-        request.extensions = {**request.extensions, "sni_hostname": host}
-    return request
+        extensions["sni_hostname"] = host
+    return httpx.Request(request.method, request.url.copy_with(host=address),
+                         headers=request.headers, stream=request.stream,
+                         extensions=extensions)
 
 
 def _port(request: httpx.Request) -> int:

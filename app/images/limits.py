@@ -8,8 +8,18 @@ from dataclasses import dataclass
 
 from app.errors import ImageError
 from app.images.policy import ImagePolicy
+from app.images.refs import short_ref
 
-__all__ = ["ByteBudget", "over_total", "too_many_images"]
+__all__ = ["ByteBudget", "image_too_large", "over_total", "too_many_images"]
+
+
+def image_too_large(ref: str, max_bytes: int, size: int | None = None) -> ImageError:
+    """An image over ``DREADS_IMAGE_MAX_BYTES`` (``size``: its bytes, where known), however it
+    came (a data URL, a file, a fetch)."""
+    said = f"{size:,} bytes, over the limit of {max_bytes:,}" if size is not None else \
+        f"over the limit of {max_bytes:,} bytes"
+    return ImageError(f"image {short_ref(ref)}: {said}; shrink it or raise "
+                      "DREADS_IMAGE_MAX_BYTES")
 
 
 def too_many_images(count: int, policy: ImagePolicy) -> str | None:

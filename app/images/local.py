@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from app.errors import ImageError
+from app.images.limits import image_too_large
 from app.images.policy import ImagePolicy
 from app.images.refs import short_ref
 
@@ -22,7 +23,11 @@ def file_path(ref: str, policy: ImagePolicy) -> Path:
         ImageError: a host other than localhost, a NUL character, a relative path, or a file
             outside the allowed directories.
     """
-    parts = urlsplit(ref)
+    try:
+        parts = urlsplit(ref)
+    except ValueError as exc:  # file://[x
+        raise ImageError(f"image {short_ref(ref)}: not a valid URL ({exc}); write a file as "
+                         "file:///path/to/image.png") from None
     if parts.netloc not in ("", "localhost"):
         raise ImageError(f"image {short_ref(ref)}: a file:// URL names a file on this machine "
                          "(file:///path/to/image.png); fetch remote images over http(s)")
@@ -66,16 +71,13 @@ def read_file(ref: str, policy: ImagePolicy) -> bytes:
             if not stat.S_ISREG(info.st_mode):  # replaced between the check and the open
                 raise _not_regular(ref)
             if info.st_size > policy.max_bytes:
-                raise ImageError(f"image {short_ref(ref)}: {info.st_size:,} bytes, over the "
-                                 f"limit of {policy.max_bytes:,}; shrink it or raise "
-                                 "DREADS_IMAGE_MAX_BYTES")
+                raise image_too_large(ref, policy.max_bytes, info.st_size)
             data = handle.read(policy.max_bytes + 1)
     except OSError as exc:
         raise ImageError(f"image {short_ref(ref)}: cannot be read ({exc.strerror or exc}); "
                          "check that the file exists and is readable") from None
     if len(data) > policy.max_bytes:  # grew since it was measured
-        raise ImageError(f"image {short_ref(ref)}: over the limit of {policy.max_bytes:,} "
-                         "bytes; shrink it or raise DREADS_IMAGE_MAX_BYTES")
+        raise image_too_large(ref, policy.max_bytes)
     return data
 
 

@@ -15,7 +15,7 @@ import httpx
 
 from app.errors import ImageError, ImageUnreachable
 from app.images.guard import AsyncGuardedTransport
-from app.images.limits import ByteBudget
+from app.images.limits import ByteBudget, image_too_large
 from app.images.policy import ImagePolicy
 from app.images.refs import short_ref
 
@@ -54,11 +54,6 @@ def _transport_error(ref: str, exc: httpx.HTTPError | TimeoutError,
                             f"{exc}); check the URL and that its server is up")
 
 
-def _too_large(ref: str, policy: ImagePolicy) -> ImageError:
-    return ImageError(f"image {short_ref(ref)}: over the limit of {policy.max_bytes:,} bytes; "
-                      "shrink it or raise DREADS_IMAGE_MAX_BYTES")
-
-
 def _declared_length(response: httpx.Response) -> int | None:
     try:
         return int(response.headers["content-length"])
@@ -81,7 +76,7 @@ class _Body:
             raise _status_error(ref, response)
         declared = _declared_length(response)
         if declared is not None and declared > policy.max_bytes:
-            raise _too_large(ref, policy)
+            raise image_too_large(ref, policy.max_bytes)
         if declared is not None and budget is not None:
             budget.check(declared)
         self.ref, self.policy, self.response, self.budget = ref, policy, response, budget
@@ -92,7 +87,7 @@ class _Body:
             self.budget.take(len(piece))
         self.data += piece
         if len(self.data) > self.policy.max_bytes:
-            raise _too_large(self.ref, self.policy)
+            raise image_too_large(self.ref, self.policy.max_bytes)
 
     def result(self) -> tuple[bytes, str | None]:
         return bytes(self.data), _media_type(self.response)

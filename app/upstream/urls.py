@@ -23,7 +23,11 @@ def url_problem(value: str, *, name: str, sim: bool = True) -> str | None:
         return None
     if "://" not in value:
         return f"{name} {value!r} has no scheme; did you mean http://{value}?"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # a port that is not a number raises here
+    except ValueError as exc:
+        return f"{name} {value[:200]!r} is not a URL ({exc}); write it as http://HOST:PORT"
     if parts.scheme.lower() not in _SCHEMES:
         return (f"{name} {value!r}: the scheme must be http or https, not {parts.scheme!r} "
                 f"(e.g. http://{parts.netloc or 'HOST:PORT'})")
@@ -35,13 +39,13 @@ def url_problem(value: str, *, name: str, sim: bool = True) -> str | None:
 def server_of(url: str) -> tuple[str, str, int] | str:
     """Which server ``url`` names: (scheme, host, port), the user part and the path aside; a
     value that is not an http(s) URL (``sim``) stands for itself."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:  # not a URL (``http://[x``, a port that is not a number)
+        return url.strip()
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES or not parts.hostname:
-        return url.strip()
-    try:
-        port = parts.port
-    except ValueError:
         return url.strip()
     return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
 

@@ -158,3 +158,47 @@ def test_a_host_opened_by_name_still_cannot_reach_the_metadata_address() -> None
         guard.checked("imgs.corp.example", infos("169.254.169.254"))
     with pytest.raises(FetchRefused):
         FetchGuard().checked("imgs.corp.example", infos("10.1.1.1"))
+
+
+@pytest.mark.parametrize("address", [
+    "64:ff9b::a00:1",        # NAT64 (RFC 6052) of 10.0.0.1: the gateway connects to it
+    "64:ff9b::a9fe:a9fe",    # NAT64 of the metadata address
+    "64:ff9b:1::a00:1",      # local-use NAT64 (RFC 8215)
+    "2002:7f00:1::",         # 6to4 of 127.0.0.1
+    "::7f00:1",              # IPv4-compatible 127.0.0.1
+])
+def test_an_ipv6_address_that_carries_a_private_ipv4_one_is_refused(address: str) -> None:
+    assert not FetchGuard().address_allowed(ipaddress.ip_address(address))
+
+
+def test_nat64_of_a_public_address_is_public() -> None:
+    assert FetchGuard().address_allowed(ipaddress.ip_address("64:ff9b::808:808"))
+
+
+def test_a_relative_redirect_of_a_host_opened_by_name_is_followed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def reply(conn: socket.socket, head: bytes) -> None:
+        if head.startswith(b"GET /a.png"):
+            conn.sendall(http_response(b"", status="302 Found",
+                                       headers=("Location: /b.png",)))
+        else:
+            conn.sendall(http_response(png(1)))
+
+    server = RawServer(reply)
+    try:
+        _resolving(monkeypatch, {"images.internal": ["127.0.0.1"]})
+        policy = ImagePolicy(guard=FetchGuard.parse("images.internal"), timeout_s=5)
+        image = fetch_image(f"http://images.internal:{server.port}/a.png", policy=policy)
+        assert image.width == 24
+        assert all(f"Host: images.internal:{server.port}".encode() in r
+                   for r in server.requests)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "::ffff:169.254.169.254"])
+def test_a_host_opened_by_name_cannot_reach_the_metadata_address_through_ipv6(
+        address: str) -> None:
+    infos = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, 80, 0, 0))]
+    with pytest.raises(FetchRefused):
+        FetchGuard.parse("*.corp.example").checked("imgs.corp.example", infos)

@@ -43,3 +43,8 @@ def test_the_cli_operator_is_told_the_path_and_the_directories(tmp_path: Path) -
     said = caught.value.message
     assert str(secret.resolve() / "a.png") in said and str(allowed.resolve()) in said
     assert "DREADS_IMAGE_DIRS" in said
+
+
+def test_a_file_url_no_parser_reads_is_an_image_error(tmp_path: Path) -> None:
+    with pytest.raises(ImageError, match=r"not a valid URL .*file:///path/to/image.png"):
+        file_path("file://[x/a.png", ImagePolicy(allowed_dirs=(tmp_path,)))

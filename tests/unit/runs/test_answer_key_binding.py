@@ -7,7 +7,7 @@ import pytest
 
 from app.config import Settings, run_env
 from app.runs.settings import answer_key_url, endpoint_options, endpoint_read_settings
-from app.upstream.urls import key_for, same_server
+from app.upstream.urls import key_for, same_server, url_problem
 
 
 @pytest.mark.parametrize(("url", "other", "same"), [
@@ -21,10 +21,17 @@ from app.upstream.urls import key_for, same_server
     ("http://h:1", "http://h:1.evil.example", False),
     ("sim", "sim", True),
     ("sim", "http://sim", False),
+    ("http://[x", "http://x", False),
+    ("http://h:port", "http://h", False),
 ])
 def test_one_server(url: str, other: str, same: bool) -> None:
     assert same_server(url, other) is same
     assert (key_for(other, key="k", key_url=url) == "k") is same
+
+
+@pytest.mark.parametrize("value", ["http://[x", "http://h:port/"])
+def test_a_value_no_url_parser_reads_is_a_problem_not_a_crash(value: str) -> None:
+    assert f"answer_url {value!r} is not a URL" in str(url_problem(value, name="answer_url"))
 
 
 def test_no_key_without_a_key_or_its_server() -> None:
