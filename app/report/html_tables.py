@@ -19,7 +19,7 @@ from app.report.labels import (
     thresholds,
 )
 from app.report.spend import SPEND_COLUMNS, spend_rows
-from app.report.tables import block_cells, fmt, pct
+from app.report.tables import block_cells, fmt, p_text, pct, read_failed
 
 __all__ = ["diagnostics_table", "figure_tables", "infrastructure_list", "reasons_table",
            "review_lists", "spend_table"]
@@ -36,15 +36,11 @@ def _table(head: Sequence[str], rows: Sequence[str], table_id: str = "") -> str:
     return f"<table{attr}><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _p(value: Any) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _item_cells(item: Mapping[str, Any]) -> list[str]:
     decision = str(item["decision"]) + (f" (replicate {item['replicate']})"
                                         if item.get("replicate") else "")
-    return [decision, str(item["question"]), str(item["cell"]), _p(item["p_yes"]),
-            _p(item["label_mass"]), str(item["state"])]
+    return [decision, str(item["question"]), str(item["cell"]), p_text(item["p_yes"]),
+            p_text(item["label_mass"]), str(item["state"])]
 
 
 #: (decision, replicate) -> the HTML of its images' thumbnails (``app.report.thumbnails``)
@@ -101,8 +97,9 @@ def _disagreeing(cmp: Mapping[str, Any]) -> str:
     title = (f"most disagreeing questions: {escape(cmp['a'])} (a) against "
              f"{escape(cmp['b'])} (b), largest |ΔP| first")
     rows = [_row([str(r["decision"]), str(r["question"]), str(r["cell"]),
-                  f"{r['a']} ({_p(r.get('p_yes_a'))})", f"{r['b']} ({_p(r.get('p_yes_b'))})",
-                  _p(r["distance"]), str(r.get("state", ""))]) for r in items]
+                  f"{r['a']} ({p_text(r.get('p_yes_a'))})",
+                  f"{r['b']} ({p_text(r.get('p_yes_b'))})",
+                  p_text(r["distance"]), str(r.get("state", ""))]) for r in items]
     table = _table(["id", "question", "cell", "a (P)", "b (P)", "|ΔP|", "state (first words)"],
                    rows) if rows else '<p class="note">No question answered by both runs.</p>'
     return f'<section class="list" id="disagreements"><h3>{title}</h3>{table}</section>'
@@ -191,7 +188,7 @@ def _count_rate(count: int, rate: float | None) -> str:
 def _diag_cells(d: Mapping[str, Any]) -> list[str]:
     return [
         fmt(d["questions"]), _count_rate(d["unanswered"], d["unanswered_rate"]),
-        fmt(d["in_flight"]), _read_failed(d),
+        fmt(d["in_flight"]), read_failed(d),
         f"{d['failed_attempts']}/{d['attempts']}: "
         + (", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"),
         _count_rate(d["low_mass_draws"], d["low_mass_share"]),
@@ -200,13 +197,6 @@ def _diag_cells(d: Mapping[str, Any]) -> list[str]:
         ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
         f"{fmt(d['stderr']['p50'])}, {fmt(d['stderr']['p90'])}",
     ]
-
-
-def _read_failed(d: Mapping[str, Any]) -> str:
-    """Decisions the read failed of those it decided (what the read_failures flag tests)."""
-    if "read_decisions" not in d:
-        return "-"
-    return f"{d['read_failed_decisions']}/{d['read_decisions']}"
 
 
 def infrastructure_list(infra: Mapping[str, Any] | None) -> str:
