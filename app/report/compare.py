@@ -51,7 +51,8 @@ from app.report.intervals import (
 from app.report.load import QuestionRow
 from app.report.review import state_words
 
-__all__ = ["ALPHA", "COMPARED", "Compared", "compare_rows", "disagreement", "verdict_text"]
+__all__ = ["ALPHA", "COMPARED", "Compared", "compare_rows", "compared_of", "disagreement",
+           "num_text", "verdict_text"]
 
 #: a difference whose adjusted p-value is below this is called real
 ALPHA = 0.05
@@ -294,7 +295,10 @@ def _block(cs: Sequence[Compared], y: Float, va: Float, vb: Float, p: Params,
 # --- verdicts -----------------------------------------------------------------------------
 
 
-def _num(value: float, digits: int, *, sign: bool = True) -> str:
+def num_text(value: float | None, digits: int, *, sign: bool = False) -> str:
+    """A compared figure to ``digits`` decimals, ``sign``: with its sign; "-" for None."""
+    if value is None:
+        return "-"
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
@@ -313,18 +317,20 @@ def verdict_text(c: Compared, pair: Mapping[str, Any], a: str, b: str, *,
                "no question answered by both runs")
         return {"text": f"no comparison of {c.symbol}: {why}", "real": None, "better": None}
     interval = pair["interval"]
-    width = (f" [{_num(interval['low'], c.digits)}, {_num(interval['high'], c.digits)}]"
+    width = (f" [{num_text(interval['low'], c.digits, sign=True)}, "
+             f"{num_text(interval['high'], c.digits, sign=True)}]"
              if interval["low"] is not None and interval["high"] is not None else "")
     method = pair["method"] + (f", {CORRECTION} over {adjusted_over}" if adjusted_over > 1
                                else "")
-    figure = f"Δ{c.symbol} {_num(diff, c.digits)}{width}, {_p_text(p_adj)} ({method})"
+    figure = (f"Δ{c.symbol} {num_text(diff, c.digits, sign=True)}{width}, {_p_text(p_adj)} "
+              f"({method})")
     if p_adj < ALPHA and diff != 0:
         better = a if (diff > 0) == c.higher_better else b
         return {"text": f"{better} {c.better}: {figure}", "real": True, "better": better}
     text = f"no difference beyond noise: {figure}"
     if pair["detectable"] is not None:
         text += (f"; this comparison detects |Δ{c.symbol}| ≥ "
-                 f"{_num(pair['detectable'], c.digits, sign=False)} with 80% power")
+                 f"{num_text(pair['detectable'], c.digits)} with 80% power")
     return {"text": text, "real": False, "better": None}
 
 
@@ -460,8 +466,12 @@ def compare_rows(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow], p
     }
 
 
-def _compared_of(kind: str) -> tuple[Compared, ...]:
-    return next(COMPARED[k.family] for k in all_kinds() if k.name == kind)
+def compared_of(kind: str) -> tuple[Compared, ...]:
+    """The compared figures of the kind named ``kind`` (none for an unknown kind)."""
+    for k in all_kinds():
+        if k.name == kind:
+            return COMPARED.get(k.family, ())
+    return ()
 
 
 def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
@@ -476,7 +486,7 @@ def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[st
         _adjust(pairs)
     lines = []
     for qid, section in questions.items():
-        for c in _compared_of(section["kind"]):
+        for c in compared_of(section["kind"]):
             over = len(by_figure[f"{section['kind']}.{c.key}"])
             pair = section["overall"][c.key]
             pair["verdict"] = verdict_text(c, pair, a, b, adjusted_over=over)
@@ -492,7 +502,7 @@ def _judge_pooled(pools: dict[str, dict[str, Any]], a: str, b: str) -> list[dict
     """The pooled figures' verdicts (one test per kind and figure: no correction)."""
     lines = []
     for kind, section in pools.items():
-        for c in _compared_of(kind):
+        for c in compared_of(kind):
             pair = section["overall"][c.key]
             pair["p_adjusted"] = pair["p_value"]
             pair["verdict"] = verdict_text(c, pair, a, b)
