@@ -474,6 +474,11 @@ def compared_of(kind: str) -> tuple[Compared, ...]:
     return ()
 
 
+def _tested(pairs: Sequence[Mapping[str, Any]]) -> int:
+    """How many p-values Holm adjusted over (a pair without one is not in the family)."""
+    return sum(1 for pair in pairs if pair["p_value"] is not None)
+
+
 def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
     """Holm-adjust the p-values, write each figure's verdict; the overall verdict lines."""
     by_figure: dict[str, list[dict[str, Any]]] = {}
@@ -487,14 +492,14 @@ def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[st
     lines = []
     for qid, section in questions.items():
         for c in compared_of(section["kind"]):
-            over = len(by_figure[f"{section['kind']}.{c.key}"])
+            over = _tested(by_figure[f"{section['kind']}.{c.key}"])
             pair = section["overall"][c.key]
             pair["verdict"] = verdict_text(c, pair, a, b, adjusted_over=over)
             lines.append({"question": qid, "figure": c.key, **pair["verdict"]})
-            cells = section["cells"]
-            for cell in cells.values():
-                cell[c.key]["verdict"] = verdict_text(c, cell[c.key], a, b,
-                                                      adjusted_over=len(cells))
+            cells = [cell[c.key] for cell in section["cells"].values()]
+            for cell_pair in cells:
+                cell_pair["verdict"] = verdict_text(c, cell_pair, a, b,
+                                                    adjusted_over=_tested(cells))
     return lines
 
 

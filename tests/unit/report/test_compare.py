@@ -110,6 +110,16 @@ def test_p_values_are_holm_adjusted_over_questions_and_cells() -> None:
         ("churn", "auc"), ("churn", "recall")]
 
 
+def test_holm_over_counts_only_the_figures_that_were_tested() -> None:
+    a, b = _runs(150, 1.5, 1.2, seed=5, qids=("refund", "churn"))
+    # a third question with only yes's: no AUC to test, so not in the AUC's Holm family
+    a += [_row(f"d{i}", 0.9, 1, qid="all-yes") for i in range(20)]
+    b += [_row(f"d{i}", 0.8, 1, qid="all-yes") for i in range(20)]
+    qs = compare_rows(a, b, Params())["questions"]
+    assert qs["all-yes"]["overall"]["auc"]["p_value"] is None
+    assert "Holm over 2" in qs["refund"]["overall"]["auc"]["verdict"]["text"]
+
+
 def test_noise_floor_needs_replicates_in_both_runs() -> None:
     rng = np.random.default_rng(1)
     y = (rng.random(80) < 0.5).astype(int)
