@@ -164,11 +164,17 @@ def _items(rows: Sequence[QuestionRow], family: Family) -> _Items | None:
     count = np.bincount(inverse, minlength=keys.size).astype(np.float64)
     mean = np.column_stack([np.bincount(inverse, vals[:, j], minlength=keys.size) / count
                             for j in range(vals.shape[1])])
-    if family is not Family.BINARY:  # correct: the share of replicates that were right
-        mean[:, 0] = mean[:, 0] >= 0.5
+    firsts = [picked[i] for i in first]
+    if family is not Family.BINARY:  # as the report averages them (``columns.averaged``)
+        split = np.flatnonzero((mean[:, 0] > 0) & (mean[:, 0] < 1))
+        mean[split, 0] = _argmax_correct(picked, inverse, firsts, split)
+    if family is Family.ORDINAL:  # the error of the mean expected level
+        predicted = np.bincount(inverse, [float(r.expected_level or 0.0) for r in picked],
+                                minlength=keys.size) / count
+        truth = np.array([float(r.labels.index(str(r.expected))) for r in firsts])
+        mean[:, 1] = np.abs(truth - predicted)
     reps = np.array([r.replicate for r in picked])
     replicates = {int(k): (inverse[reps == k], vals[reps == k]) for k in np.unique(reps)}
-    firsts = [picked[i] for i in first]
     return _Items(
         keys=keys,
         decision=np.array([r.decision_key for r in firsts]),
@@ -177,6 +183,24 @@ def _items(rows: Sequence[QuestionRow], family: Family) -> _Items | None:
         y=np.array([float(is_positive(r)) if family is Family.BINARY else 0.0
                     for r in firsts]),
         values=mean, replicates=replicates)
+
+
+def _argmax_correct(picked: Sequence[QuestionRow], inverse: NDArray[np.intp],
+                    firsts: Sequence[QuestionRow], items: NDArray[np.intp]) -> Float:
+    """Whether the argmax of the summed probabilities is the expected label, for ``items``
+    whose replicates answered differently (``columns.averaged``'s rule)."""
+    wanted = set(items.tolist())
+    sums: dict[int, dict[str, float]] = {}
+    for r, i in zip(picked, inverse.tolist(), strict=True):
+        if i in wanted:
+            acc = sums.setdefault(i, {})
+            for label, p in (r.probs or {}).items():
+                acc[label] = acc.get(label, 0.0) + float(p)
+    out = np.zeros(items.size)
+    for j, i in enumerate(items.tolist()):
+        acc = sums.get(i, {})
+        out[j] = float(bool(acc) and max(acc, key=lambda k: acc[k]) == str(firsts[i].expected))
+    return out
 
 
 # --- per figure: point, paired test ---------------------------------------------------------
