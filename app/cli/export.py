@@ -112,9 +112,8 @@ def _partial_line(session: Session, info: RunInfo) -> str:
     in_flight = sum(counts.get(str(s.value), 0) for s in OPEN)
     if not in_flight:
         return ""
-    line = partial_line({"settled": total - in_flight, "decisions": total})
-    return line.replace("figures will change as the rest are answered",
-                        "the export has the answers so far")
+    return partial_line({"settled": total - in_flight, "decisions": total},
+                        then="the export has the answers so far")
 
 
 def _write_export(out: IO[str], session: Session, info: RunInfo, fmt: ExportFormat, *,

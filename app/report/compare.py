@@ -51,7 +51,8 @@ from app.report.intervals import (
 from app.report.load import QuestionRow
 from app.report.review import state_words
 
-__all__ = ["ALPHA", "COMPARED", "Compared", "compare_rows", "disagreement", "verdict_text"]
+__all__ = ["ALPHA", "COMPARED", "Compared", "compare_rows", "compared_of", "disagreement",
+           "num_text", "verdict_text"]
 
 #: a difference whose adjusted p-value is below this is called real
 ALPHA = 0.05
@@ -163,11 +164,17 @@ def _items(rows: Sequence[QuestionRow], family: Family) -> _Items | None:
     count = np.bincount(inverse, minlength=keys.size).astype(np.float64)
     mean = np.column_stack([np.bincount(inverse, vals[:, j], minlength=keys.size) / count
                             for j in range(vals.shape[1])])
-    if family is not Family.BINARY:  # correct: the share of replicates that were right
-        mean[:, 0] = mean[:, 0] >= 0.5
+    firsts = [picked[i] for i in first]
+    if family is not Family.BINARY:  # as the report averages them (``columns.averaged``)
+        split = np.flatnonzero((mean[:, 0] > 0) & (mean[:, 0] < 1))
+        mean[split, 0] = _argmax_correct(picked, inverse, firsts, split)
+    if family is Family.ORDINAL:  # the error of the mean expected level
+        predicted = np.bincount(inverse, [float(r.expected_level or 0.0) for r in picked],
+                                minlength=keys.size) / count
+        truth = np.array([float(r.labels.index(str(r.expected))) for r in firsts])
+        mean[:, 1] = np.abs(truth - predicted)
     reps = np.array([r.replicate for r in picked])
     replicates = {int(k): (inverse[reps == k], vals[reps == k]) for k in np.unique(reps)}
-    firsts = [picked[i] for i in first]
     return _Items(
         keys=keys,
         decision=np.array([r.decision_key for r in firsts]),
@@ -176,6 +183,24 @@ def _items(rows: Sequence[QuestionRow], family: Family) -> _Items | None:
         y=np.array([float(is_positive(r)) if family is Family.BINARY else 0.0
                     for r in firsts]),
         values=mean, replicates=replicates)
+
+
+def _argmax_correct(picked: Sequence[QuestionRow], inverse: NDArray[np.intp],
+                    firsts: Sequence[QuestionRow], items: NDArray[np.intp]) -> Float:
+    """Whether the argmax of the summed probabilities is the expected label, for ``items``
+    whose replicates answered differently (``columns.averaged``'s rule)."""
+    wanted = set(items.tolist())
+    sums: dict[int, dict[str, float]] = {}
+    for r, i in zip(picked, inverse.tolist(), strict=True):
+        if i in wanted:
+            acc = sums.setdefault(i, {})
+            for label, p in (r.probs or {}).items():
+                acc[label] = acc.get(label, 0.0) + float(p)
+    out = np.zeros(items.size)
+    for j, i in enumerate(items.tolist()):
+        acc = sums.get(i, {})
+        out[j] = float(bool(acc) and max(acc, key=lambda k: acc[k]) == str(firsts[i].expected))
+    return out
 
 
 # --- per figure: point, paired test ---------------------------------------------------------
@@ -294,7 +319,10 @@ def _block(cs: Sequence[Compared], y: Float, va: Float, vb: Float, p: Params,
 # --- verdicts -----------------------------------------------------------------------------
 
 
-def _num(value: float, digits: int, *, sign: bool = True) -> str:
+def num_text(value: float | None, digits: int, *, sign: bool = False) -> str:
+    """A compared figure to ``digits`` decimals, ``sign``: with its sign; "-" for None."""
+    if value is None:
+        return "-"
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
@@ -313,18 +341,20 @@ def verdict_text(c: Compared, pair: Mapping[str, Any], a: str, b: str, *,
                "no question answered by both runs")
         return {"text": f"no comparison of {c.symbol}: {why}", "real": None, "better": None}
     interval = pair["interval"]
-    width = (f" [{_num(interval['low'], c.digits)}, {_num(interval['high'], c.digits)}]"
+    width = (f" [{num_text(interval['low'], c.digits, sign=True)}, "
+             f"{num_text(interval['high'], c.digits, sign=True)}]"
              if interval["low"] is not None and interval["high"] is not None else "")
     method = pair["method"] + (f", {CORRECTION} over {adjusted_over}" if adjusted_over > 1
                                else "")
-    figure = f"Δ{c.symbol} {_num(diff, c.digits)}{width}, {_p_text(p_adj)} ({method})"
+    figure = (f"Δ{c.symbol} {num_text(diff, c.digits, sign=True)}{width}, {_p_text(p_adj)} "
+              f"({method})")
     if p_adj < ALPHA and diff != 0:
         better = a if (diff > 0) == c.higher_better else b
         return {"text": f"{better} {c.better}: {figure}", "real": True, "better": better}
     text = f"no difference beyond noise: {figure}"
     if pair["detectable"] is not None:
         text += (f"; this comparison detects |Δ{c.symbol}| ≥ "
-                 f"{_num(pair['detectable'], c.digits, sign=False)} with 80% power")
+                 f"{num_text(pair['detectable'], c.digits)} with 80% power")
     return {"text": text, "real": False, "better": None}
 
 
@@ -460,8 +490,17 @@ def compare_rows(rows_a: Sequence[QuestionRow], rows_b: Sequence[QuestionRow], p
     }
 
 
-def _compared_of(kind: str) -> tuple[Compared, ...]:
-    return next(COMPARED[k.family] for k in all_kinds() if k.name == kind)
+def compared_of(kind: str) -> tuple[Compared, ...]:
+    """The compared figures of the kind named ``kind`` (none for an unknown kind)."""
+    for k in all_kinds():
+        if k.name == kind:
+            return COMPARED.get(k.family, ())
+    return ()
+
+
+def _tested(pairs: Sequence[Mapping[str, Any]]) -> int:
+    """How many p-values Holm adjusted over (a pair without one is not in the family)."""
+    return sum(1 for pair in pairs if pair["p_value"] is not None)
 
 
 def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
@@ -476,15 +515,15 @@ def _judge(questions: dict[str, dict[str, Any]], a: str, b: str) -> list[dict[st
         _adjust(pairs)
     lines = []
     for qid, section in questions.items():
-        for c in _compared_of(section["kind"]):
-            over = len(by_figure[f"{section['kind']}.{c.key}"])
+        for c in compared_of(section["kind"]):
+            over = _tested(by_figure[f"{section['kind']}.{c.key}"])
             pair = section["overall"][c.key]
             pair["verdict"] = verdict_text(c, pair, a, b, adjusted_over=over)
             lines.append({"question": qid, "figure": c.key, **pair["verdict"]})
-            cells = section["cells"]
-            for cell in cells.values():
-                cell[c.key]["verdict"] = verdict_text(c, cell[c.key], a, b,
-                                                      adjusted_over=len(cells))
+            cells = [cell[c.key] for cell in section["cells"].values()]
+            for cell_pair in cells:
+                cell_pair["verdict"] = verdict_text(c, cell_pair, a, b,
+                                                    adjusted_over=_tested(cells))
     return lines
 
 
@@ -492,7 +531,7 @@ def _judge_pooled(pools: dict[str, dict[str, Any]], a: str, b: str) -> list[dict
     """The pooled figures' verdicts (one test per kind and figure: no correction)."""
     lines = []
     for kind, section in pools.items():
-        for c in _compared_of(kind):
+        for c in compared_of(kind):
             pair = section["overall"][c.key]
             pair["p_adjusted"] = pair["p_value"]
             pair["verdict"] = verdict_text(c, pair, a, b)

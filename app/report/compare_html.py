@@ -17,6 +17,7 @@ from app.report.compare_text import (
     title_line,
     verdict_lines,
 )
+from app.report.html_tables import html_row, html_table
 from app.report.tables import fmt, pct
 
 __all__ = ["against_section"]
@@ -24,12 +25,7 @@ __all__ = ["against_section"]
 
 def _table(head: Sequence[str], rows: Sequence[tuple[Sequence[str], str]],
            table_id: str = "") -> str:
-    attr = f' id="{escape(table_id)}"' if table_id else ""
-    heads = "".join(f"<th>{escape(c)}</th>" for c in head)
-    body = "".join((f'<tr class="{cls}">' if cls else "<tr>")
-                   + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
-                   for cells, cls in rows)
-    return f"<table{attr}><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>"
+    return html_table(head, [html_row(cells, cls) for cells, cls in rows], table_id)
 
 
 def _disagreement(dis: Mapping[str, Any]) -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.engine import all_kinds
-from app.report.compare import COMPARED, Compared
+from app.report.compare import Compared, compared_of
+from app.report.compare import num_text as _num
 
 __all__ = ["CELL_HEAD", "SETTINGS_HEAD", "cell_rows", "compared_of", "noise_lines",
            "settings_rows", "title_line", "verdict_lines"]
@@ -17,20 +17,6 @@ __all__ = ["CELL_HEAD", "SETTINGS_HEAD", "cell_rows", "compared_of", "noise_line
 CELL_HEAD = ("cell", "figure", "a", "b", "Δ (a-b)", "95% interval", "p (Holm)", "better",
              "detects |Δ| ≥")
 SETTINGS_HEAD = ("setting", "a", "b", "")
-
-
-def compared_of(kind: str) -> tuple[Compared, ...]:
-    """The compared figures of the kind named ``kind`` (none for an unknown kind)."""
-    for k in all_kinds():
-        if k.name == kind:
-            return COMPARED.get(k.family, ())
-    return ()
-
-
-def _num(value: Any, digits: int, *, sign: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
 def _p(value: Any) -> str:

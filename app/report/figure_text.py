@@ -131,9 +131,9 @@ def cell_text(family: Family, key: str, block: Mapping[str, Any],
     return f"{text} ±{sd}" if sd else text
 
 
-def partial_line(partial: Mapping[str, Any] | None) -> str:
-    """``partial: 64 of 313 decisions settled`` ("" for a settled run)."""
+def partial_line(partial: Mapping[str, Any] | None, *,
+                 then: str = "figures will change as the rest are answered") -> str:
+    """``partial: 64 of 313 decisions settled; {then}`` ("" for a settled run)."""
     if not partial:
         return ""
-    return (f"partial: {partial['settled']} of {partial['decisions']} decisions settled; "
-            "figures will change as the rest are answered")
+    return f"partial: {partial['settled']} of {partial['decisions']} decisions settled; {then}"

@@ -19,32 +19,30 @@ from app.report.labels import (
     thresholds,
 )
 from app.report.spend import SPEND_COLUMNS, spend_rows
-from app.report.tables import block_cells, fmt, pct
+from app.report.tables import block_cells, fmt, p_text, pct, read_failed
 
-__all__ = ["diagnostics_table", "figure_tables", "infrastructure_list", "reasons_table",
-           "review_lists", "spend_table"]
+__all__ = ["diagnostics_table", "figure_tables", "html_row", "html_table", "infrastructure_list",
+           "reasons_table", "review_lists", "spend_table"]
 
 
-def _row(cells: Sequence[str], cls: str = "") -> str:
+def html_row(cells: Sequence[str], cls: str = "") -> str:
+    """One ``<tr>`` of escaped cells, with a class when given."""
     attr = f' class="{cls}"' if cls else ""
     return f"<tr{attr}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
 
 
-def _table(head: Sequence[str], rows: Sequence[str], table_id: str = "") -> str:
-    attr = f' id="{table_id}"' if table_id else ""
+def html_table(head: Sequence[str], rows: Sequence[str], table_id: str = "") -> str:
+    """A table of escaped column heads and ``html_row`` rows, with an id when given."""
+    attr = f' id="{escape(table_id)}"' if table_id else ""
     heads = "".join(f"<th>{escape(c)}</th>" for c in head)
     return f"<table{attr}><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def _p(value: Any) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def _item_cells(item: Mapping[str, Any]) -> list[str]:
     decision = str(item["decision"]) + (f" (replicate {item['replicate']})"
                                         if item.get("replicate") else "")
-    return [decision, str(item["question"]), str(item["cell"]), _p(item["p_yes"]),
-            _p(item["label_mass"]), str(item["state"])]
+    return [decision, str(item["question"]), str(item["cell"]), p_text(item["p_yes"]),
+            p_text(item["label_mass"]), str(item["state"])]
 
 
 #: (decision, replicate) -> the HTML of its images' thumbnails (``app.report.thumbnails``)
@@ -57,7 +55,7 @@ def _image_row(item: Mapping[str, Any], thumbnails: Thumbnails) -> str:
     shown = thumbnails.get(key)
     if shown is None:
         shown = "<br>".join(escape(ref) for ref in item.get("images") or ())
-    return _row(_item_cells(item))[:-len("</tr>")] + f'<td class="images">{shown}</td></tr>'
+    return html_row(_item_cells(item))[:-len("</tr>")] + f'<td class="images">{shown}</td></tr>'
 
 
 def _list(list_id: str, title: str, listed: Mapping[str, Any], empty: str,
@@ -73,8 +71,8 @@ def _list(list_id: str, title: str, listed: Mapping[str, Any], empty: str,
         rows = [_image_row(i, thumbnails) for i in items]
         names.append("images")
     else:
-        rows = [_row(_item_cells(i)) for i in items]
-    return f'<section class="list" id="{list_id}">{head}{_table(names, rows)}</section>'
+        rows = [html_row(_item_cells(i)) for i in items]
+    return f'<section class="list" id="{list_id}">{head}{html_table(names, rows)}</section>'
 
 
 def review_lists(doc: Mapping[str, Any], thumbnails: Thumbnails | None = None) -> str:
@@ -100,10 +98,11 @@ def _disagreeing(cmp: Mapping[str, Any]) -> str:
     items = cmp["disagreement"]["largest"]
     title = (f"most disagreeing questions: {escape(cmp['a'])} (a) against "
              f"{escape(cmp['b'])} (b), largest |ΔP| first")
-    rows = [_row([str(r["decision"]), str(r["question"]), str(r["cell"]),
-                  f"{r['a']} ({_p(r.get('p_yes_a'))})", f"{r['b']} ({_p(r.get('p_yes_b'))})",
-                  _p(r["distance"]), str(r.get("state", ""))]) for r in items]
-    table = _table(["id", "question", "cell", "a (P)", "b (P)", "|ΔP|", "state (first words)"],
+    rows = [html_row([str(r["decision"]), str(r["question"]), str(r["cell"]),
+                  f"{r['a']} ({p_text(r.get('p_yes_a'))})",
+                  f"{r['b']} ({p_text(r.get('p_yes_b'))})",
+                  p_text(r["distance"]), str(r.get("state", ""))]) for r in items]
+    table = html_table(["id", "question", "cell", "a (P)", "b (P)", "|ΔP|", "state (first words)"],
                    rows) if rows else '<p class="note">No question answered by both runs.</p>'
     return f'<section class="list" id="disagreements"><h3>{title}</h3>{table}</section>'
 
@@ -116,23 +115,23 @@ def _cell_table(section: Mapping[str, Any], columns: Mapping[str, str],
     for cell, block in section["cells"].items():
         cell_flags = flags.get(cell) or []
         label = cell + (" ⚑ " + ", ".join(cell_flags) if cell_flags else "")
-        rows.append(_row([label, *block_cells(block, names, family, params)],
+        rows.append(html_row([label, *block_cells(block, names, family, params)],
                          "flag" if cell_flags else ""))
-    rows.append(_row(["overall", *block_cells(section["overall"], names, family, params)],
+    rows.append(html_row(["overall", *block_cells(section["overall"], names, family, params)],
                      "overall"))
-    return _table(["cell", *column_titles(columns, params)], rows)
+    return html_table(["cell", *column_titles(columns, params)], rows)
 
 
 def _question_table(kind_section: Mapping[str, Any], columns: Mapping[str, str],
                     params: Mapping[str, Any], family: Family) -> str:
     names = list(columns)
-    rows = [_row([qid, *block_cells(sec["overall"], names, family, params)])
+    rows = [html_row([qid, *block_cells(sec["overall"], names, family, params)])
             for qid, sec in kind_section["questions"].items()]
     if kind_section.get("pooled"):
-        rows.append(_row(["all questions (pooled)",
+        rows.append(html_row(["all questions (pooled)",
                           *block_cells(kind_section["pooled"]["overall"], names, family,
                                        params)], "overall"))
-    return _table(["question", *column_titles(columns, params)], rows)
+    return html_table(["question", *column_titles(columns, params)], rows)
 
 
 def _partial_note(doc: Mapping[str, Any]) -> str:
@@ -179,9 +178,9 @@ def _calibration_table(doc: Mapping[str, Any]) -> str:
         if cal:
             cq = cal["overall"] if qid == overall else cal["questions"][qid]
             extra = [fmt(cq["ece"]), fmt(cq["brier"])]
-        rows.append(_row([qid, fmt(c["n"]), fmt(c["positives"]), fmt(c["auc"]), fmt(c["ece"]),
+        rows.append(html_row([qid, fmt(c["n"]), fmt(c["positives"]), fmt(c["auc"]), fmt(c["ece"]),
                           fmt(c["brier"]), *extra], "overall" if qid == overall else ""))
-    return _table(head, rows)
+    return html_table(head, rows)
 
 
 def _count_rate(count: int, rate: float | None) -> str:
@@ -191,7 +190,7 @@ def _count_rate(count: int, rate: float | None) -> str:
 def _diag_cells(d: Mapping[str, Any]) -> list[str]:
     return [
         fmt(d["questions"]), _count_rate(d["unanswered"], d["unanswered_rate"]),
-        fmt(d["in_flight"]), _read_failed(d),
+        fmt(d["in_flight"]), read_failed(d),
         f"{d['failed_attempts']}/{d['attempts']}: "
         + (", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "-"),
         _count_rate(d["low_mass_draws"], d["low_mass_share"]),
@@ -200,13 +199,6 @@ def _diag_cells(d: Mapping[str, Any]) -> list[str]:
         ", ".join(f"{k} {v}" for k, v in d["stop_reasons"].items()) or "-",
         f"{fmt(d['stderr']['p50'])}, {fmt(d['stderr']['p90'])}",
     ]
-
-
-def _read_failed(d: Mapping[str, Any]) -> str:
-    """Decisions the read failed of those it decided (what the read_failures flag tests)."""
-    if "read_decisions" not in d:
-        return "-"
-    return f"{d['read_failed_decisions']}/{d['read_decisions']}"
 
 
 def infrastructure_list(infra: Mapping[str, Any] | None) -> str:
@@ -225,8 +217,8 @@ def diagnostics_table(diag: Mapping[str, Any]) -> str:
     for cell, d in [*diag["cells"].items(), ("overall", diag["overall"])]:
         label = cell + (" ⚑ " + ", ".join(d["flags"]) if d["flags"] else "")
         cls = "flag" if d["flags"] else ("overall" if cell == "overall" else "")
-        rows.append(_row([label, *_diag_cells(d)], cls))
-    return _table(["cell", "questions", "unanswered", "in flight", "read failed (decisions)",
+        rows.append(html_row([label, *_diag_cells(d)], cls))
+    return html_table(["cell", "questions", "unanswered", "in flight", "read failed (decisions)",
                    "failed attempts (the read's)",
                    "label mass <0.5", "argmax≠label", "draws mean", "stop reasons",
                    "stderr p50, p90"], rows)
@@ -234,10 +226,10 @@ def diagnostics_table(diag: Mapping[str, Any]) -> str:
 
 def reasons_table(reasons: Sequence[Mapping[str, Any]]) -> str:
     """Why decisions failed or were rejected, counted, with an example each."""
-    rows = [_row([r["kind"], str(r["count"]), r["example"]]) for r in reasons]
-    return _table(["kind", "decisions", "reason (an example)"], rows)
+    rows = [html_row([r["kind"], str(r["count"]), r["example"]]) for r in reasons]
+    return html_table(["kind", "decisions", "reason (an example)"], rows)
 
 
 def spend_table(section: Mapping[str, Any]) -> str:
     """What the run cost, in total and per cell (``app.report.spend``)."""
-    return _table(SPEND_COLUMNS, [_row(r) for r in spend_rows(section)], "spend")
+    return html_table(SPEND_COLUMNS, [html_row(r) for r in spend_rows(section)], "spend")

@@ -15,6 +15,8 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.stats import binomtest, rankdata
 from sklearn.metrics import brier_score_loss, confusion_matrix, roc_auc_score
 
+from app.report.intervals import holm
+
 __all__ = [
     "Ranking",
     "ReliabilityBin",
@@ -266,12 +268,5 @@ def flag_outlier_rates(
 
 def holm_reject(p_values: Sequence[float], alpha: float) -> list[bool]:
     """Holm's step-down procedure: which hypotheses to reject at family-wise level ``alpha``
-    (the smallest p-value against alpha/m, the next against alpha/(m-1), ... until one is
-    kept)."""
-    m = len(p_values)
-    reject = [False] * m
-    for rank, i in enumerate(sorted(range(m), key=lambda j: p_values[j])):
-        if p_values[i] > alpha / (m - rank):
-            break
-        reject[i] = True
-    return reject
+    (those whose Holm-adjusted p-value, ``intervals.holm``, is at most ``alpha``)."""
+    return [p is not None and p <= alpha for p in holm(p_values)]

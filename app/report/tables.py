@@ -12,7 +12,7 @@ from rich.text import Text
 
 from app.engine import SIMULATOR_NOTE, Family, QuestionKind, all_kinds
 from app.report.families import has_binary, view_of
-from app.report.figure_text import cell_text, partial_line
+from app.report.figure_text import cell_text, num, partial_line
 from app.report.headline import headline_items
 from app.report.labels import (
     column_titles,
@@ -27,7 +27,9 @@ __all__ = [
     "fmt",
     "headline_table",
     "infrastructure_view",
+    "p_text",
     "pct",
+    "read_failed",
     "reasons_table",
     "report_view",
     "review_tables",
@@ -43,12 +45,7 @@ def fmt(value: Any, std: Any = None) -> str:
     """A figure as text: ints plain, floats to 4 significant digits, ``± std`` when given."""
     if value is None:
         return "-"
-    if isinstance(value, int):
-        text = str(value)
-    elif isinstance(value, float) and value.is_integer() and abs(value) >= 10:
-        text = f"{value:.0f}"
-    else:
-        text = f"{value:.4g}"
+    text = num(value)
     # A spread of exactly 0 (counts, or figures every replicate agrees on) is left out.
     return f"{text} ± {std:.2g}" if isinstance(std, float) and std != 0.0 else text
 
@@ -156,7 +153,7 @@ def diagnostics_tables(diag: Mapping[str, Any]) -> list[Table]:
         flags = ", ".join(d["flags"])
         lost.add_row(escape(cell), fmt(d["questions"]),
                      f"{d['unanswered']} ({pct(d['unanswered_rate'])})", fmt(d["in_flight"]),
-                     _read_failed(d), f"{d['failed_attempts']}/{d['attempts']}: {failures}",
+                     read_failed(d), f"{d['failed_attempts']}/{d['attempts']}: {failures}",
                      Text(flags, style="bold red") if flags else "")
         reads.add_row(escape(cell), fmt(d["draw_rows"]), pct(d["low_mass_share"]),
                       pct(d["argmax_not_label_share"]), fmt(d["draws_mean"]),
@@ -176,7 +173,7 @@ def _confusion(kind: QuestionKind, conf: Mapping[str, Any], qid: str = "") -> Ta
     return table
 
 
-def _read_failed(d: Mapping[str, Any]) -> str:
+def read_failed(d: Mapping[str, Any]) -> str:
     """Decisions the read failed of those it decided (what the read_failures flag tests)."""
     if "read_decisions" not in d:
         return "-"
@@ -270,7 +267,8 @@ def headline_table(h: Mapping[str, Any], title: str = "headline figures") -> Tab
     return table
 
 
-def _p(value: float | None) -> str:
+def p_text(value: float | None) -> str:
+    """A probability to 3 decimals ("-" for None)."""
     return "-" if value is None else f"{value:.3f}"
 
 
@@ -290,7 +288,7 @@ def _review_table(title: str, listed: Mapping[str, Any]) -> RenderableType:
                          overflow="fold")
     for i in listed["items"]:
         cells = [escape(str(i["decision"])), escape(str(i["question"])),
-                 escape(str(i["cell"])), _p(i["p_yes"]), _p(i["label_mass"]),
+                 escape(str(i["cell"])), p_text(i["p_yes"]), p_text(i["label_mass"]),
                  escape(str(i["state"]))]
         if images:
             cells.append(escape("\n".join(i.get("images") or ())))

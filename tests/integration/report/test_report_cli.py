@@ -270,3 +270,4 @@ def test_a_run_still_running_says_partial_everywhere(report_db: DB, tmp_path: Pa
     assert "partial: 6 of 7 decisions settled" in page.read_text()
     code, out = _cli(url, "export", "running", "-o", str(tmp_path / "a.jsonl"))
     assert code == 0 and "partial: 6 of 7 decisions settled" in out, out
+    assert "decisions settled; the export has the answers so far" in out, out

@@ -10,9 +10,10 @@ from sklearn.metrics import roc_auc_score
 from app.report import specs
 from app.report.compare import COMPARED, compare_rows
 from app.report.compare_settings import settings_side_by_side
-from app.report.figures import Params
+from app.report.figures import Params, choice_figures
 from app.report.intervals import delong_paired, holm, mcnemar
 from app.report.load import QuestionRow
+from app.report.sections import figure_block
 
 
 def _row(key: str, p: float | None, y: int, *, rep: int = 0, cell: str = "c",
@@ -108,6 +109,33 @@ def test_p_values_are_holm_adjusted_over_questions_and_cells() -> None:
     assert "Holm over 2" in qs["refund"]["overall"]["auc"]["verdict"]["text"]
     assert [(v["question"], v["figure"]) for v in out["verdicts"]][:2] == [
         ("churn", "auc"), ("churn", "recall")]
+
+
+def test_holm_over_counts_only_the_figures_that_were_tested() -> None:
+    a, b = _runs(150, 1.5, 1.2, seed=5, qids=("refund", "churn"))
+    # a third question with only yes's: no AUC to test, so not in the AUC's Holm family
+    a += [_row(f"d{i}", 0.9, 1, qid="all-yes") for i in range(20)]
+    b += [_row(f"d{i}", 0.8, 1, qid="all-yes") for i in range(20)]
+    qs = compare_rows(a, b, Params())["questions"]
+    assert qs["all-yes"]["overall"]["auc"]["p_value"] is None
+    assert "Holm over 2" in qs["refund"]["overall"]["auc"]["verdict"]["text"]
+
+
+def _choice(key: str, label: str, p: float, rep: int) -> QuestionRow:
+    probs = {"A": p, "B": 1 - p} if label == "A" else {"A": 1 - p, "B": p}
+    return QuestionRow(decision_key=key, replicate=rep, cell="c", state_key=key, status="done",
+                       question_id="pick", question_type="choice", labels=("A", "B"),
+                       expected="A", answered=True, label=label, probs=probs)
+
+
+def test_choice_replicates_are_judged_as_the_report_judges_them() -> None:
+    # d0: A at 0.9, then B at 0.6 -> mean A 0.65: correct; d1: B at 0.9, A at 0.6 -> wrong
+    # (a majority vote with ties counted right would say 2/2)
+    rows = [_choice("d0", "A", 0.9, 0), _choice("d0", "B", 0.6, 1),
+            _choice("d1", "B", 0.9, 0), _choice("d1", "A", 0.6, 1)]
+    report = figure_block(rows, choice_figures, Params())["figures"]["accuracy"]
+    pair = compare_rows(rows, rows, Params())["questions"]["pick"]["overall"]["accuracy"]
+    assert pair["a"] == pair["b"] == report == 0.5
 
 
 def test_noise_floor_needs_replicates_in_both_runs() -> None:
