@@ -86,6 +86,7 @@ from app.report.figures import (
     typed_rows,
 )
 from app.report.headline import headline
+from app.report.intervals import release_resamples
 from app.report.load import IN_FLIGHT, QuestionRow, RunRows, load_run_rows, resolve_run
 from app.report.review import review
 from app.report.sections import kind_sections, question_blocks
@@ -231,6 +232,22 @@ def report_with_rows(
 ) -> tuple[ReportDocument, list[QuestionRow] | None]:
     """``report_from_rows``, and the calibrated rows its figures came from (``calibrated_rows``:
     the page plots them), made once."""
+    try:
+        return _report_with_rows(session, data, params, calibration=calibration,
+                                 against=against, pooled=pooled)
+    finally:
+        release_resamples()  # the bootstrap's memo is this report's, not the process's
+
+
+def _report_with_rows(
+    session: Session,
+    data: RunRows,
+    params: Params | None,
+    *,
+    calibration: Calibration | None,
+    against: str | None,
+    pooled: bool,
+) -> tuple[ReportDocument, list[QuestionRow] | None]:
     p = params or Params()
     calibrated = calibrated_rows(data.rows, calibration)
     partial = partial_of(data)

@@ -47,6 +47,7 @@ __all__ = [
     "median_interval",
     "ratio_columns",
     "ratio_statistic",
+    "release_resamples",
     "wilson",
 ]
 
@@ -422,6 +423,13 @@ def _draw_counts(rng: np.random.Generator, c: int, reps: int) -> NDArray[np.uint
         counts = np.bincount(draws.ravel(), minlength=block * c).reshape(block, c)
         out[start:start + block] = np.minimum(counts, 255)  # >255 of c >= 256: never
     return out
+
+
+def release_resamples() -> None:
+    """Let go of the memoized resample counts (up to 4 × 128 MB): a report calls it when it
+    is done, so a long-lived process (``dreads serve``'s report pages) keeps none between
+    reports."""
+    _resample_counts.cache_clear()
 
 
 @lru_cache(maxsize=4)

@@ -295,3 +295,16 @@ def test_a_question_in_every_decision_shares_the_resamples_of_the_whole() -> Non
                                            boot.sums(only_first), rtol=1e-9)
     cell = boot.subset(clusters < 100)  # fewer decisions: a draw of its own
     assert cell.n_clusters == 100 and cell.method == "multinomial"
+
+
+def test_a_report_lets_go_of_the_memoized_resamples() -> None:
+    """A long-lived process (``dreads serve``'s report pages) keeps no resample counts between
+    reports: ``release_resamples`` empties the memo every figure of one report shares."""
+    boot = iv.ClusteredBootstrap(np.arange(300) % 100, reps=50, seed=3)
+    columns, statistic = iv.mean_columns(np.linspace(0, 1, 300))
+    first = boot.interval(columns, statistic, 0.5)
+    assert iv._resample_counts.cache_info().currsize >= 1
+    iv.release_resamples()
+    assert iv._resample_counts.cache_info().currsize == 0
+    again = iv.ClusteredBootstrap(np.arange(300) % 100, reps=50, seed=3)
+    assert again.interval(columns, statistic, 0.5) == first
