@@ -35,7 +35,9 @@ SCREENSHOT_ENV = "LIVE_PAGE_SCREENSHOT"
 
 def _job(n: int) -> bytes:
     lines = (ROOT / "examples" / "contracts.jsonl").read_text().splitlines()[:n]
-    long = {"id": "too-long", "cell": "C9/long", "state": "word " * 3000,
+    # over the simulator's 1,024 tokens, so rejected when read, yet under the length a line
+    # is refused by at submit (1,024 tokens of at most 10 characters)
+    long = {"id": "too-long", "cell": "C9/long", "state": "word " * 1500,
             "questions": {"q": {"type": "noul", "instructions": "Is it long?"}}}
     return ("\n".join([*lines, json.dumps(long)]) + "\n").encode()
 
