@@ -7,9 +7,8 @@ from __future__ import annotations
 from app.api.errors import unaskable
 from app.api.state import ApiState
 from app.engine import Decision
-from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
 from app.images.limits import too_many_images
-from app.tokenizer.limits import chars_per_token
+from app.tokenizer.limits import too_long_for
 
 __all__ = ["refuse_oversized"]
 
@@ -17,8 +16,7 @@ __all__ = ["refuse_oversized"]
 def refuse_oversized(api: ApiState, decision: Decision) -> None:
     """Raises a 400 (one line) for a state longer than the model can read or too many
     images."""
-    context = api.upstream.max_model_len or DEFAULT_MAX_MODEL_LEN
-    reason = (state_too_long(decision, context, chars_per_token(api.tokenizer))
+    reason = (too_long_for(decision, api.tokenizer, api.upstream.max_model_len)
               or too_many_images(len(decision.images), api.config.images))
     if reason is not None:
         raise unaskable(f"decision {decision.id!r}: {reason}")

@@ -44,7 +44,6 @@ from app.engine import (
     plan_decision,
     plans_reads,
 )
-from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
 from app.engine.types import ImageData
 from app.errors import ConfigError, ImageError, TemplateError
 from app.images import ImagePolicy, fetch_image
@@ -56,7 +55,7 @@ from app.runs.jobfile import (
     read_job_file,
 )
 from app.runs.submit_images import COMPLETIONS_REFUSED
-from app.tokenizer.limits import chars_per_token
+from app.tokenizer.limits import too_long_for
 
 __all__ = ["DryRunReport", "DryRunRequest", "dry_run"]
 
@@ -147,8 +146,7 @@ def dry_run(request: DryRunRequest, tokenizer: TextTokenizer, *,
         elif item.id in first_line:
             report.bad.append(LineProblem(line_no, item.id,
                                           duplicate_reason(item.id, first_line[item.id])))
-        elif (too_long := state_too_long(item, DEFAULT_MAX_MODEL_LEN,
-                                         chars_per_token(tokenizer))) is not None:
+        elif (too_long := too_long_for(item, tokenizer, None)) is not None:
             report.bad.append(LineProblem(line_no, item.id, too_long))
         else:
             first_line[item.id] = line_no

@@ -46,7 +46,6 @@ from app.engine import (
     settings_hash,
     settings_to_dict,
 )
-from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
 from app.errors import DreadsError, TemplateError
 from app.images import ImagePolicy
 from app.runs.changed import sort_skipped
@@ -71,7 +70,7 @@ from app.store.runs import DecisionRow, RunInfo, ensure_run, insert_decisions
 from app.store.sources import record_sources
 from app.store.spend import set_prices
 from app.store.types import Session, SessionFactory
-from app.tokenizer.limits import chars_per_token
+from app.tokenizer.limits import too_long_for
 
 __all__ = ["PublishOutcome", "Publisher", "SubmitReport", "SubmitRequest", "check_templates",
            "submit_job"]
@@ -258,13 +257,11 @@ class _Writer:
         """``batch`` with the lines whose state is longer than the model can read moved to
         its bad lines, told from their length before anything tokenizes them."""
         fingerprint = self.request.fingerprint
-        context = (fingerprint.max_model_len if fingerprint and fingerprint.max_model_len
-                   else DEFAULT_MAX_MODEL_LEN)
-        per_token = chars_per_token(self.tokenizer)
+        context = fingerprint.max_model_len if fingerprint else None
         kept: list[tuple[int, Decision]] = []
         bad = list(batch.bad)
         for line_no, decision in batch.decisions:
-            reason = state_too_long(decision, context, per_token)
+            reason = too_long_for(decision, self.tokenizer, context)
             if reason is None:
                 kept.append((line_no, decision))
             else:

@@ -1,5 +1,6 @@
 """The most characters one token of a tokenizer can cover: the bound by which a text is known
-to be longer than a context before it is tokenized (``app.engine.state_length``)."""
+to be longer than a context before it is tokenized (``app.engine.state_length``), and
+``too_long_for``, the check every entry point (submit, dry run, the API) makes with it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import contextlib
 import re
 from typing import Any
 
-__all__ = ["FALLBACK_CHARS_PER_TOKEN", "chars_per_token"]
+from app.engine.state_length import DEFAULT_MAX_MODEL_LEN, state_too_long
+from app.engine.types import Decision
+
+__all__ = ["FALLBACK_CHARS_PER_TOKEN", "chars_per_token", "too_long_for"]
 
 #: For a tokenizer whose vocabulary cannot be read: longer than any piece of the tokenizers
 #: dreads is used with (Gemma's longest is a run of 31 spaces).
@@ -48,3 +52,11 @@ def chars_per_token(tokenizer: Any) -> int:
     with contextlib.suppress(AttributeError):
         tokenizer._dreads_chars_per_token = value
     return value
+
+
+def too_long_for(decision: Decision, tokenizer: Any, max_model_len: int | None) -> str | None:
+    """Why ``decision``'s state cannot fit a model read with ``tokenizer`` (None: it may), told
+    from its length: ``state_too_long`` with the tokenizer's ``chars_per_token``, against the
+    server's ``max_model_len`` (``DEFAULT_MAX_MODEL_LEN`` where it is not known)."""
+    return state_too_long(decision, max_model_len or DEFAULT_MAX_MODEL_LEN,
+                          chars_per_token(tokenizer))
