@@ -49,25 +49,36 @@ def _wait_done(db: Path, at_least: int, proc: subprocess.Popen[str], timeout_s: 
     raise AssertionError(f"fewer than {at_least} decisions done after {timeout_s}s")
 
 
-def _paused_run(make_sim: Callable, tmp_path: Path, n: int) -> tuple[Any, Path, list[str]]:
-    """``dreads run`` of ``n`` decisions whose simulator turns to 503 mid-run: the run is
-    paused by the breaker. Returns the simulator (still down), the store and the command."""
-    path = write_jobs(tmp_path / "b.jsonl", [job_line(f"b{i:03d}") for i in range(n)])
-    db = tmp_path / "b.db"
+def _run_through_outage(make_sim: Callable, tmp_path: Path, *, stem: str, run: str, n: int,
+                        done_before: int, down_s: float, timeout_s: float = 120,
+                        **env: str) -> tuple[int, str, Path, list[str], Any, float]:
+    """``dreads run`` of ``n`` decisions whose simulator turns to 503 for ``down_s`` once
+    ``done_before`` are done. Returns its exit code, its stderr on one line, the store, the
+    command, the simulator and when it went down."""
+    path = write_jobs(tmp_path / f"{stem}.jsonl", [job_line(f"{stem}{i:03d}") for i in range(n)])
+    db = tmp_path / f"{stem}.db"
     sim = make_sim(step_ms=40, max_batch=8)  # ~200 reads/s: the fault comes mid-run
-    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "b"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", run]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(**env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _wait_done(db, 60, proc, timeout_s=120)
-        httpx.post(f"{sim.url}/sim/down", params={"seconds": 3600}, timeout=5)
-        _, err = proc.communicate(timeout=120)
+        _wait_done(db, done_before, proc, timeout_s=120)
+        httpx.post(f"{sim.url}/sim/down", params={"seconds": down_s}, timeout=5)
+        down_at = time.monotonic()
+        _, err = proc.communicate(timeout=timeout_s)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
             proc.wait(timeout=10)
-    assert proc.returncode == 1, err[-2000:]
-    said = " ".join(err.split())
+    return proc.returncode, " ".join(err.split()), db, args, sim, down_at
+
+
+def _paused_run(make_sim: Callable, tmp_path: Path, n: int) -> tuple[Any, Path, list[str]]:
+    """``dreads run`` of ``n`` decisions whose simulator turns to 503 mid-run: the run is
+    paused by the breaker. Returns the simulator (still down), the store and the command."""
+    code, said, db, args, sim, _ = _run_through_outage(
+        make_sim, tmp_path, stem="b", run="b", n=n, done_before=60, down_s=3600)
+    assert code == 1, said[-2000:]
     assert "error: run b paused: " in said and "attempts failed with server_error" in said
     assert "then `dreads resume b` (running this same command again also resumes it)" in said
     assert sqlite_rows(db, "SELECT status, pause_kind FROM runs") == [("paused", "breaker")]
@@ -149,24 +160,10 @@ def test_run_resumes_by_itself_once_its_server_answers_a_probe(
     resumes by itself when the server is back (no `dreads resume`), and completes, every
     decision answered once."""
     n = 600
-    path = write_jobs(tmp_path / "h.jsonl", [job_line(f"h{i:03d}") for i in range(n)])
-    db = tmp_path / "h.db"
-    sim = make_sim(step_ms=40, max_batch=8)
-    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "b"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(DREADS_BREAKER_PROBE_S="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        _wait_done(db, 60, proc, timeout_s=120)
-        httpx.post(f"{sim.url}/sim/down", params={"seconds": 10}, timeout=5)
-        down_at = time.monotonic()
-        _, err = proc.communicate(timeout=200)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait(timeout=10)
-    assert proc.returncode == 0, err[-3000:]
-    said = " ".join(err.split())
+    code, said, db, _, _, down_at = _run_through_outage(
+        make_sim, tmp_path, stem="h", run="b", n=n, done_before=60, down_s=10, timeout_s=200,
+        DREADS_BREAKER_PROBE_S="1")
+    assert code == 0, said[-3000:]
     assert "run b paused: server unreachable since " in said, said[-3000:]
     assert "probing every 1 s" in said
     assert "run b resumed at " in said and "(its server answered a probe read)" in said
@@ -179,24 +176,10 @@ def test_run_resumes_by_itself_once_its_server_answers_a_probe(
 
 def test_a_give_up_time_leaves_the_run_paused(make_sim: Callable, tmp_path: Path) -> None:
     """DREADS_BREAKER_GIVE_UP_S: a server down for longer leaves the run paused (exit 1)."""
-    path = write_jobs(tmp_path / "g.jsonl", [job_line(f"g{i:03d}") for i in range(300)])
-    db = tmp_path / "g.db"
-    sim = make_sim(step_ms=40, max_batch=8)
-    args = [DREADS, "run", str(path), "--upstream", sim.url, "--db", str(db), "--run", "g"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=_env(DREADS_BREAKER_PROBE_S="1",
-                                                         DREADS_BREAKER_GIVE_UP_S="3"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        _wait_done(db, 40, proc, timeout_s=120)
-        httpx.post(f"{sim.url}/sim/down", params={"seconds": 3600}, timeout=5)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait(timeout=10)
-    assert proc.returncode == 1, err[-3000:]
-    said = " ".join(err.split())
+    code, said, db, _, _, _ = _run_through_outage(
+        make_sim, tmp_path, stem="g", run="g", n=300, done_before=40, down_s=3600,
+        DREADS_BREAKER_PROBE_S="1", DREADS_BREAKER_GIVE_UP_S="3")
+    assert code == 1, said[-3000:]
     assert "probing every 1 s, for at most 3 s" in said
     assert "no answer from its server within 3 s (DREADS_BREAKER_GIVE_UP_S): it stays " \
            "paused" in said
