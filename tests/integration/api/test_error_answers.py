@@ -9,7 +9,6 @@ once, and every runs route while PostgreSQL is stopped.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,10 +20,8 @@ import pytest
 
 from tests.fixtures.api import ServeProcess
 from tests.fixtures.services import (
-    SHARED_PG,
     PostgresServer,
     create_pg_database,
-    drop_pg_database,
 )
 
 NDJSON = {"content-type": "application/x-ndjson"}
@@ -37,18 +34,10 @@ def _line(key: str, **changes: Any) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    url = create_pg_database(SHARED_PG, "answers")
-    yield url
-    with contextlib.suppress(Exception):
-        drop_pg_database(url)
-
-
-@pytest.fixture(scope="module")
-def server(module_serve_factory: Callable[..., ServeProcess], pg_url: str,
+def server(module_serve_factory: Callable[..., ServeProcess], cli_pg: str,
            tmp_path_factory: pytest.TempPathFactory) -> ServeProcess:
     images = tmp_path_factory.mktemp("images")
-    return module_serve_factory("--upstream", "sim", "--database-url", pg_url,
+    return module_serve_factory("--upstream", "sim", "--database-url", cli_pg,
                                 "--executor", "local", env={"DREADS_IMAGE_DIRS": str(images)})
 
 
